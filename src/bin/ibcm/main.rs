@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("ibcm: not yet implemented");
+    std::process::exit(2);
+}

@@ -1,0 +1,6 @@
+//! ibcm: a userspace InfiniBand / RoCE Communication Manager with the Linux
+//! kernel's `ib_cm` C ABI. See `docs/ARCHITECTURE.md` for the map.
+
+pub mod capture;
+pub mod engine;
+pub mod wire;

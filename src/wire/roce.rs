@@ -1,0 +1,1182 @@
+//! RoCEv2 framing of GSI (QP1) datagrams: BTH, DETH, the invariant CRC and
+//! the 280-byte UDP payload that carries one CM MAD.
+//!
+//! A CM MAD travels as the payload of a UDP datagram to port 4791:
+//!
+//! ```text
+//! BTH (12) | DETH (8) | MAD (256) | ICRC (4)      = 280 bytes of UDP payload
+//! ```
+//!
+//! * [`BthPacket`] / [`Bth`] and [`DethPacket`] / [`Deth`] are smoltcp-style
+//!   views and representations of the two transport headers.
+//! * [`Crc32`] is a table-driven (slicing-by-8) IEEE 802.3 / zlib CRC-32.
+//! * [`icrc_ipv4`] / [`icrc_ipv6`] compute the RoCEv2 invariant CRC from the
+//!   real IP and UDP headers; [`IcrcInput`] describes the headers a Linux UDP
+//!   socket will put in front of a payload, so a userspace sender can compute
+//!   the ICRC before the kernel builds those headers.
+//! * [`parse_udp_payload`] / [`emit_udp_payload`] are the GSI datagram layer.
+//!
+//! ICRC byte order (checked on every frame of the kernel captures in
+//! `tests/vectors`): the value is the plain zlib `crc32()` of the masked
+//! bytes, and the last four bytes of the packet hold it **little-endian**
+//! (`crc.to_le_bytes()`). All `u32` ICRC values in this module are that CRC
+//! value, i.e. `u32::from_le_bytes(last 4 bytes)`.
+//!
+//! Limits: only UD SEND-only packets (opcode 0x64) to QP1 are accepted by
+//! [`Bth::parse`] and the GSI layer; no GRH (RoCEv1) framing; the ICRC
+//! functions take the IP header as given (IPv4 options, if present, are
+//! covered unmasked; for IPv6 pass the 40-byte fixed header, as Linux rxe
+//! does, extension headers are not covered).
+
+use core::net::{Ipv4Addr, Ipv6Addr};
+
+use super::{Error, MAD_LEN, Result, check_len, get_bits, set_bits, view_fields};
+
+/// UDP destination port that identifies RoCEv2.
+pub const ROCEV2_UDP_PORT: u16 = 4791;
+/// The well-known Q_Key of QP1 (GSI).
+pub const GSI_QKEY: u32 = 0x8001_0000;
+/// The General Services Interface queue pair.
+pub const GSI_QP: u32 = 1;
+/// Default (full-membership) partition key used by the CM on RoCE.
+pub const DEFAULT_PKEY: u16 = 0xffff;
+/// BTH opcode of an Unreliable Datagram SEND-only packet.
+pub const OPCODE_UD_SEND_ONLY: u8 = 0x64;
+/// Base Transport Header size.
+pub const BTH_LEN: usize = 12;
+/// Datagram Extended Transport Header size.
+pub const DETH_LEN: usize = 8;
+/// Invariant CRC size.
+pub const ICRC_LEN: usize = 4;
+/// UDP payload of one GSI MAD: BTH + DETH + MAD + ICRC.
+pub const GSI_PAYLOAD_LEN: usize = BTH_LEN + DETH_LEN + MAD_LEN + ICRC_LEN;
+/// UDP header size.
+pub const UDP_HDR_LEN: usize = 8;
+/// IPv4 header size without options.
+pub const IPV4_HDR_LEN: usize = 20;
+/// IPv6 fixed header size.
+pub const IPV6_HDR_LEN: usize = 40;
+
+/// `Error::Framing` texts of this module. They are constants so callers can
+/// match on them (`Err(Error::Framing(roce::NOT_UD_SEND_ONLY))`).
+pub const NOT_UD_SEND_ONLY: &str = "BTH opcode is not 0x64 (UD SEND only)";
+/// See [`NOT_UD_SEND_ONLY`].
+pub const BAD_TRANSPORT_VERSION: &str = "BTH transport version is not 0";
+/// See [`NOT_UD_SEND_ONLY`].
+pub const DEST_QP_NOT_GSI: &str = "BTH destination QP is not 1 (GSI)";
+/// See [`NOT_UD_SEND_ONLY`].
+pub const PAD_COUNT_NOT_ZERO: &str = "BTH pad count is not 0 (a 256-byte MAD needs no pad)";
+/// See [`NOT_UD_SEND_ONLY`].
+pub const QKEY_NOT_GSI: &str = "DETH Q_Key is not 0x80010000 (GSI)";
+/// See [`NOT_UD_SEND_ONLY`].
+pub const SRC_QP_NOT_GSI: &str = "DETH source QP is not 1 (GSI)";
+/// See [`NOT_UD_SEND_ONLY`].
+pub const PAYLOAD_TOO_LONG: &str =
+    "UDP payload longer than 280 bytes (BTH + DETH + 256-byte MAD + ICRC)";
+
+// ---------------------------------------------------------------------------
+// BTH
+// ---------------------------------------------------------------------------
+
+/// Zero-copy view of a Base Transport Header (IBA 9.2):
+///
+/// ```text
+/// byte 0     OpCode
+/// byte 1     SE(1) M(1) PadCnt(2) TVer(4)
+/// bytes 2-3  P_Key
+/// byte 4     FECN(1) BECN(1) reserved(6)     (RoCEv2; "resv8a" in IB)
+/// bytes 5-7  DestQP
+/// byte 8     AckReq(1) reserved(7)
+/// bytes 9-11 PSN
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BthPacket<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> BthPacket<T> {
+    /// Wraps a buffer without checking its length (accessors may panic if
+    /// it is shorter than [`BTH_LEN`]).
+    pub const fn new_unchecked(buffer: T) -> Self {
+        BthPacket { buffer }
+    }
+    /// Wraps a buffer of at least [`BTH_LEN`] bytes.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        check_len(buffer.as_ref(), BTH_LEN)?;
+        Ok(BthPacket { buffer })
+    }
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+    /// Solicited Event.
+    #[inline]
+    pub fn solicited_event(&self) -> bool {
+        get_bits(self.buffer.as_ref(), 1, 0, 1) != 0
+    }
+    /// Migration request.
+    #[inline]
+    pub fn mig_req(&self) -> bool {
+        get_bits(self.buffer.as_ref(), 1, 1, 1) != 0
+    }
+    /// Forward explicit congestion notification.
+    #[inline]
+    pub fn fecn(&self) -> bool {
+        get_bits(self.buffer.as_ref(), 4, 0, 1) != 0
+    }
+    /// Backward explicit congestion notification.
+    #[inline]
+    pub fn becn(&self) -> bool {
+        get_bits(self.buffer.as_ref(), 4, 1, 1) != 0
+    }
+    /// Acknowledge request.
+    #[inline]
+    pub fn ack_req(&self) -> bool {
+        get_bits(self.buffer.as_ref(), 8, 0, 1) != 0
+    }
+    /// The bytes after the BTH.
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[BTH_LEN..]
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> BthPacket<T> {
+    #[inline]
+    pub fn set_solicited_event(&mut self, v: bool) {
+        set_bits(self.buffer.as_mut(), 1, 0, 1, v as u64)
+    }
+    #[inline]
+    pub fn set_mig_req(&mut self, v: bool) {
+        set_bits(self.buffer.as_mut(), 1, 1, 1, v as u64)
+    }
+    #[inline]
+    pub fn set_fecn(&mut self, v: bool) {
+        set_bits(self.buffer.as_mut(), 4, 0, 1, v as u64)
+    }
+    #[inline]
+    pub fn set_becn(&mut self, v: bool) {
+        set_bits(self.buffer.as_mut(), 4, 1, 1, v as u64)
+    }
+    #[inline]
+    pub fn set_ack_req(&mut self, v: bool) {
+        set_bits(self.buffer.as_mut(), 8, 0, 1, v as u64)
+    }
+    /// Zeroes the reserved bits of bytes 4 and 8.
+    pub fn clear_reserved(&mut self) {
+        set_bits(self.buffer.as_mut(), 4, 2, 6, 0);
+        set_bits(self.buffer.as_mut(), 8, 1, 7, 0);
+    }
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        &mut self.buffer.as_mut()[BTH_LEN..]
+    }
+}
+
+view_fields!(BthPacket {
+    /// Operation code (0x64 = UD SEND only).
+    opcode, set_opcode: u8 = (0, 0, 8);
+    /// Number of pad bytes before the ICRC.
+    pad_count, set_pad_count: u8 = (1, 2, 2);
+    /// Transport header version (0).
+    transport_version, set_transport_version: u8 = (1, 4, 4);
+    /// Partition key.
+    pkey, set_pkey: u16 = (2, 0, 16);
+    /// Destination queue pair (24 bits).
+    dest_qp, set_dest_qp: u32 = (5, 0, 24);
+    /// Packet sequence number (24 bits).
+    psn, set_psn: u32 = (9, 0, 24);
+});
+
+/// Parsed BTH. [`Bth::parse`] accepts only UD SEND-only packets with
+/// transport version 0; the reserved bits are ignored on parse and written
+/// as zero by [`Bth::emit`] (the transport version is always emitted as 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Bth {
+    pub opcode: u8,
+    pub solicited_event: bool,
+    pub mig_req: bool,
+    pub pad_count: u8,
+    pub pkey: u16,
+    pub fecn: bool,
+    pub becn: bool,
+    pub dest_qp: u32,
+    pub ack_req: bool,
+    pub psn: u32,
+}
+
+impl Bth {
+    /// The BTH of a GSI MAD as Linux rxe sends it: UD SEND only, P_Key
+    /// 0xffff, destination QP 1, AckReq set (rxe sets it on every
+    /// last/only packet), given PSN.
+    pub const fn gsi(psn: u32) -> Bth {
+        Bth {
+            opcode: OPCODE_UD_SEND_ONLY,
+            solicited_event: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qp: GSI_QP,
+            ack_req: true,
+            psn: psn & 0x00ff_ffff,
+        }
+    }
+
+    pub fn parse<T: AsRef<[u8]>>(p: &BthPacket<T>) -> Result<Bth> {
+        check_len(p.buffer.as_ref(), BTH_LEN)?;
+        if p.opcode() != OPCODE_UD_SEND_ONLY {
+            return Err(Error::Framing(NOT_UD_SEND_ONLY));
+        }
+        if p.transport_version() != 0 {
+            return Err(Error::Framing(BAD_TRANSPORT_VERSION));
+        }
+        Ok(Bth {
+            opcode: p.opcode(),
+            solicited_event: p.solicited_event(),
+            mig_req: p.mig_req(),
+            pad_count: p.pad_count(),
+            pkey: p.pkey(),
+            fecn: p.fecn(),
+            becn: p.becn(),
+            dest_qp: p.dest_qp(),
+            ack_req: p.ack_req(),
+            psn: p.psn(),
+        })
+    }
+
+    /// Writes all 12 BTH bytes (reserved bits and TVer zero). The buffer
+    /// must hold at least [`BTH_LEN`] bytes.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut BthPacket<T>) {
+        p.buffer.as_mut()[..BTH_LEN].fill(0);
+        p.set_opcode(self.opcode);
+        p.set_solicited_event(self.solicited_event);
+        p.set_mig_req(self.mig_req);
+        p.set_pad_count(self.pad_count);
+        p.set_transport_version(0);
+        p.set_pkey(self.pkey);
+        p.set_fecn(self.fecn);
+        p.set_becn(self.becn);
+        p.set_dest_qp(self.dest_qp);
+        p.set_ack_req(self.ack_req);
+        p.set_psn(self.psn);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// DETH
+// ---------------------------------------------------------------------------
+
+/// Zero-copy view of a Datagram Extended Transport Header (IBA 9.3.3):
+/// bytes 0-3 Q_Key, byte 4 reserved, bytes 5-7 SrcQP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DethPacket<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> DethPacket<T> {
+    pub const fn new_unchecked(buffer: T) -> Self {
+        DethPacket { buffer }
+    }
+    /// Wraps a buffer of at least [`DETH_LEN`] bytes.
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        check_len(buffer.as_ref(), DETH_LEN)?;
+        Ok(DethPacket { buffer })
+    }
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+}
+
+view_fields!(DethPacket {
+    /// Queue key.
+    q_key, set_q_key: u32 = (0, 0, 32);
+    /// Reserved byte.
+    reserved, set_reserved: u8 = (4, 0, 8);
+    /// Source queue pair (24 bits).
+    src_qp, set_src_qp: u32 = (5, 0, 24);
+});
+
+/// Parsed DETH (the reserved byte is ignored on parse, zero on emit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Deth {
+    pub q_key: u32,
+    pub src_qp: u32,
+}
+
+impl Deth {
+    /// The DETH of every GSI MAD: Q_Key 0x80010000, source QP 1.
+    pub const GSI: Deth = Deth {
+        q_key: GSI_QKEY,
+        src_qp: GSI_QP,
+    };
+
+    pub fn parse<T: AsRef<[u8]>>(p: &DethPacket<T>) -> Result<Deth> {
+        check_len(p.buffer.as_ref(), DETH_LEN)?;
+        Ok(Deth {
+            q_key: p.q_key(),
+            src_qp: p.src_qp(),
+        })
+    }
+
+    /// Writes all 8 DETH bytes. The buffer must hold at least [`DETH_LEN`].
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut DethPacket<T>) {
+        p.set_q_key(self.q_key);
+        p.set_reserved(0);
+        p.set_src_qp(self.src_qp);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// CRC-32
+// ---------------------------------------------------------------------------
+
+const CRC32_POLY_REFLECTED: u32 = 0xEDB8_8320;
+
+const fn crc32_tables() -> [[u32; 256]; 8] {
+    let mut t = [[0u32; 256]; 8];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ CRC32_POLY_REFLECTED
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[0][i] = c;
+        i += 1;
+    }
+    let mut s = 1;
+    while s < 8 {
+        let mut i = 0;
+        while i < 256 {
+            let prev = t[s - 1][i];
+            t[s][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
+            i += 1;
+        }
+        s += 1;
+    }
+    t
+}
+
+/// Slicing-by-8 tables, built at compile time.
+static CRC32_TABLES: [[u32; 256]; 8] = crc32_tables();
+
+/// Incremental CRC-32 (IEEE 802.3 / zlib / PNG: polynomial 0x04C11DB7
+/// reflected, init and final XOR 0xFFFFFFFF).
+///
+/// ```
+/// use ibcm::wire::roce::Crc32;
+/// assert_eq!(Crc32::new().update(b"1234").update(b"56789").finish(), 0xCBF4_3926);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Crc32 {
+    state: u32,
+}
+
+impl Default for Crc32 {
+    fn default() -> Self {
+        Crc32::new()
+    }
+}
+
+impl Crc32 {
+    pub const fn new() -> Self {
+        Crc32 { state: 0xFFFF_FFFF }
+    }
+
+    /// Feeds bytes; returns `self` so calls chain.
+    pub fn update(&mut self, data: &[u8]) -> &mut Self {
+        let t = &CRC32_TABLES;
+        let mut crc = self.state;
+        let mut chunks = data.chunks_exact(8);
+        for c in &mut chunks {
+            let lo = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ crc;
+            let hi = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
+            crc = t[7][(lo & 0xff) as usize]
+                ^ t[6][((lo >> 8) & 0xff) as usize]
+                ^ t[5][((lo >> 16) & 0xff) as usize]
+                ^ t[4][(lo >> 24) as usize]
+                ^ t[3][(hi & 0xff) as usize]
+                ^ t[2][((hi >> 8) & 0xff) as usize]
+                ^ t[1][((hi >> 16) & 0xff) as usize]
+                ^ t[0][(hi >> 24) as usize];
+        }
+        for &b in chunks.remainder() {
+            crc = t[0][((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
+        }
+        self.state = crc;
+        self
+    }
+
+    /// The CRC of everything fed so far (does not reset the state).
+    pub fn finish(&self) -> u32 {
+        !self.state
+    }
+}
+
+/// One-shot CRC-32 (same as zlib's `crc32(0, data, len)`).
+pub fn crc32(data: &[u8]) -> u32 {
+    Crc32::new().update(data).finish()
+}
+
+// ---------------------------------------------------------------------------
+// ICRC
+// ---------------------------------------------------------------------------
+
+/// The 8 bytes of 0xFF that stand for the masked LRH at the start of the
+/// ICRC input.
+pub const ICRC_LRH_MASK: [u8; 8] = [0xff; 8];
+
+/// Masks the variant fields of an IPv4 header in place: TOS (byte 1), TTL
+/// (byte 8) and header checksum (bytes 10-11) become all ones. Bytes beyond
+/// the end of a short slice are ignored.
+pub fn mask_ipv4_header(hdr: &mut [u8]) {
+    for i in [1usize, 8, 10, 11] {
+        if let Some(b) = hdr.get_mut(i) {
+            *b = 0xff;
+        }
+    }
+}
+
+/// Masks the variant fields of an IPv6 header in place: traffic class
+/// (low nibble of byte 0, high nibble of byte 1), flow label (rest of bytes
+/// 1-3) and hop limit (byte 7) become all ones.
+pub fn mask_ipv6_header(hdr: &mut [u8]) {
+    if let Some(b) = hdr.get_mut(0) {
+        *b |= 0x0f;
+    }
+    for i in [1usize, 2, 3, 7] {
+        if let Some(b) = hdr.get_mut(i) {
+            *b = 0xff;
+        }
+    }
+}
+
+/// Masks the UDP checksum (bytes 6-7) to 0xFFFF in place.
+pub fn mask_udp_header(hdr: &mut [u8; UDP_HDR_LEN]) {
+    hdr[6] = 0xff;
+    hdr[7] = 0xff;
+}
+
+/// Masks BTH byte 4 (FECN, BECN, reserved) to 0xFF in place.
+pub fn mask_bth(bth: &mut [u8]) {
+    if let Some(b) = bth.get_mut(4) {
+        *b = 0xff;
+    }
+}
+
+/// The ICRC pseudo-header for IPv4: 8 x 0xFF, the masked IP header (all of
+/// `ip_header`, options included) and the masked UDP header. The ICRC is the
+/// CRC-32 of this followed by the masked BTH and the rest of the packet.
+pub fn icrc_pseudo_header_ipv4(ip_header: &[u8], udp_header: &[u8; UDP_HDR_LEN]) -> Vec<u8> {
+    pseudo_header(ip_header, udp_header, mask_ipv4_header)
+}
+
+/// The ICRC pseudo-header for IPv6 (see [`icrc_pseudo_header_ipv4`]);
+/// `ip_header` is the 40-byte fixed header.
+pub fn icrc_pseudo_header_ipv6(ip_header: &[u8], udp_header: &[u8; UDP_HDR_LEN]) -> Vec<u8> {
+    pseudo_header(ip_header, udp_header, mask_ipv6_header)
+}
+
+fn pseudo_header(ip: &[u8], udp: &[u8; UDP_HDR_LEN], mask: fn(&mut [u8])) -> Vec<u8> {
+    let mut v = Vec::with_capacity(8 + ip.len() + UDP_HDR_LEN);
+    v.extend_from_slice(&ICRC_LRH_MASK);
+    let start = v.len();
+    v.extend_from_slice(ip);
+    mask(&mut v[start..]);
+    let mut u = *udp;
+    mask_udp_header(&mut u);
+    v.extend_from_slice(&u);
+    v
+}
+
+fn icrc_common(
+    ip_header: &[u8],
+    mask_ip: fn(&mut [u8]),
+    udp_header: &[u8; UDP_HDR_LEN],
+    bth_and_rest: &[u8],
+) -> u32 {
+    let mut crc = Crc32::new();
+    crc.update(&ICRC_LRH_MASK);
+    // Mask on the stack: every masked byte lies in the first 40 bytes (IPv4
+    // masks only bytes < 20, so IPv4 options pass through unmasked).
+    let mut fixed = [0u8; IPV6_HDR_LEN];
+    let n = ip_header.len().min(IPV6_HDR_LEN);
+    fixed[..n].copy_from_slice(&ip_header[..n]);
+    mask_ip(&mut fixed[..n]);
+    crc.update(&fixed[..n]);
+    crc.update(&ip_header[n..]);
+    let mut udp = *udp_header;
+    mask_udp_header(&mut udp);
+    crc.update(&udp);
+    let mut bth = [0u8; BTH_LEN];
+    let n = bth_and_rest.len().min(BTH_LEN);
+    bth[..n].copy_from_slice(&bth_and_rest[..n]);
+    mask_bth(&mut bth[..n]);
+    crc.update(&bth[..n]);
+    crc.update(&bth_and_rest[n..]);
+    crc.finish()
+}
+
+/// RoCEv2 ICRC over an IPv4 packet: `ip_header` is the whole IPv4 header as
+/// sent (options included), `udp_header` the UDP header, `bth_and_rest` the
+/// UDP payload without the trailing 4 ICRC bytes. Returns the CRC value; the
+/// packet stores it little-endian (`icrc.to_le_bytes()`).
+pub fn icrc_ipv4(ip_header: &[u8], udp_header: &[u8; UDP_HDR_LEN], bth_and_rest: &[u8]) -> u32 {
+    icrc_common(ip_header, mask_ipv4_header, udp_header, bth_and_rest)
+}
+
+/// RoCEv2 ICRC over an IPv6 packet: `ip_header` is the 40-byte fixed IPv6
+/// header (see [`icrc_ipv4`] for the other arguments and the result).
+pub fn icrc_ipv6(ip_header: &[u8], udp_header: &[u8; UDP_HDR_LEN], bth_and_rest: &[u8]) -> u32 {
+    icrc_common(ip_header, mask_ipv6_header, udp_header, bth_and_rest)
+}
+
+fn split_icrc(udp_payload: &[u8]) -> Result<(&[u8], u32)> {
+    check_len(udp_payload, BTH_LEN + ICRC_LEN)?;
+    let (body, tail) = udp_payload.split_at(udp_payload.len() - ICRC_LEN);
+    Ok((
+        body,
+        u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]),
+    ))
+}
+
+/// Checks the ICRC at the end of `udp_payload` (BTH ... ICRC) of an IPv4
+/// packet. Errors: `Truncated` if the payload cannot hold a BTH and an ICRC,
+/// `BadIcrc { expected: computed, found: stored }`.
+pub fn verify_icrc_ipv4(
+    ip_header: &[u8],
+    udp_header: &[u8; UDP_HDR_LEN],
+    udp_payload: &[u8],
+) -> Result<()> {
+    let (body, found) = split_icrc(udp_payload)?;
+    let expected = icrc_ipv4(ip_header, udp_header, body);
+    if expected == found {
+        Ok(())
+    } else {
+        Err(Error::BadIcrc { expected, found })
+    }
+}
+
+/// IPv6 counterpart of [`verify_icrc_ipv4`].
+pub fn verify_icrc_ipv6(
+    ip_header: &[u8],
+    udp_header: &[u8; UDP_HDR_LEN],
+    udp_payload: &[u8],
+) -> Result<()> {
+    let (body, found) = split_icrc(udp_payload)?;
+    let expected = icrc_ipv6(ip_header, udp_header, body);
+    if expected == found {
+        Ok(())
+    } else {
+        Err(Error::BadIcrc { expected, found })
+    }
+}
+
+/// The IP and UDP headers that will carry a RoCEv2 payload sent through a
+/// Linux UDP socket, as far as the ICRC depends on them.
+///
+/// Fields the ICRC masks (TOS/traffic class, flow label, TTL/hop limit,
+/// checksums) are irrelevant; the header builders below fill them with
+/// Linux defaults (TOS 0, TTL/hop limit 64, IPv4 checksum computed, UDP
+/// checksum 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IcrcInput {
+    /// IPv4 from an **unconnected** UDP socket with
+    /// `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: Linux sets DF and IP ID 0
+    /// (a connected socket would use a per-socket incrementing ID instead),
+    /// no IP options, protocol 17, total length 20 + 8 + 280.
+    LinuxIpv4 {
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        src_port: u16,
+        dst_port: u16,
+    },
+    /// IPv6 from a UDP socket: version 6, next header 17 (no extension
+    /// headers), `payload_len` = UDP length (8 + 280 for a GSI datagram).
+    LinuxIpv6 {
+        src: Ipv6Addr,
+        dst: Ipv6Addr,
+        src_port: u16,
+        dst_port: u16,
+        payload_len: u16,
+    },
+}
+
+impl IcrcInput {
+    /// IPv4 input for a GSI datagram (see [`IcrcInput::LinuxIpv4`]).
+    pub const fn linux_ipv4(src: Ipv4Addr, dst: Ipv4Addr, src_port: u16, dst_port: u16) -> Self {
+        IcrcInput::LinuxIpv4 {
+            src,
+            dst,
+            src_port,
+            dst_port,
+        }
+    }
+
+    /// IPv6 input for a GSI datagram, payload length 8 + 280.
+    pub const fn linux_ipv6(src: Ipv6Addr, dst: Ipv6Addr, src_port: u16, dst_port: u16) -> Self {
+        IcrcInput::LinuxIpv6 {
+            src,
+            dst,
+            src_port,
+            dst_port,
+            payload_len: (UDP_HDR_LEN + GSI_PAYLOAD_LEN) as u16,
+        }
+    }
+
+    /// The 20-byte IPv4 header Linux sends (`None` for IPv6).
+    pub fn ipv4_header(&self) -> Option<[u8; IPV4_HDR_LEN]> {
+        let IcrcInput::LinuxIpv4 { src, dst, .. } = *self else {
+            return None;
+        };
+        let total = (IPV4_HDR_LEN + UDP_HDR_LEN + GSI_PAYLOAD_LEN) as u16;
+        let mut h = [0u8; IPV4_HDR_LEN];
+        h[0] = 0x45;
+        h[2..4].copy_from_slice(&total.to_be_bytes());
+        // identification 0, flags DF, fragment offset 0
+        h[6] = 0x40;
+        h[8] = 64;
+        h[9] = 17;
+        h[12..16].copy_from_slice(&src.octets());
+        h[16..20].copy_from_slice(&dst.octets());
+        let sum = ipv4_checksum(&h);
+        h[10..12].copy_from_slice(&sum.to_be_bytes());
+        Some(h)
+    }
+
+    /// The 40-byte IPv6 header Linux sends (`None` for IPv4).
+    pub fn ipv6_header(&self) -> Option<[u8; IPV6_HDR_LEN]> {
+        let IcrcInput::LinuxIpv6 {
+            src,
+            dst,
+            payload_len,
+            ..
+        } = *self
+        else {
+            return None;
+        };
+        let mut h = [0u8; IPV6_HDR_LEN];
+        h[0] = 0x60;
+        h[4..6].copy_from_slice(&payload_len.to_be_bytes());
+        h[6] = 17;
+        h[7] = 64;
+        h[8..24].copy_from_slice(&src.octets());
+        h[24..40].copy_from_slice(&dst.octets());
+        Some(h)
+    }
+
+    /// The UDP header (checksum 0: the kernel computes it, the ICRC masks it).
+    pub fn udp_header(&self) -> [u8; UDP_HDR_LEN] {
+        let (sp, dp, len) = match *self {
+            IcrcInput::LinuxIpv4 {
+                src_port, dst_port, ..
+            } => (src_port, dst_port, (UDP_HDR_LEN + GSI_PAYLOAD_LEN) as u16),
+            IcrcInput::LinuxIpv6 {
+                src_port,
+                dst_port,
+                payload_len,
+                ..
+            } => (src_port, dst_port, payload_len),
+        };
+        let mut u = [0u8; UDP_HDR_LEN];
+        u[0..2].copy_from_slice(&sp.to_be_bytes());
+        u[2..4].copy_from_slice(&dp.to_be_bytes());
+        u[4..6].copy_from_slice(&len.to_be_bytes());
+        u
+    }
+
+    /// The masked pseudo-header (8 x 0xFF | masked IP | masked UDP).
+    pub fn pseudo_header(&self) -> Vec<u8> {
+        let udp = self.udp_header();
+        match (self.ipv4_header(), self.ipv6_header()) {
+            (Some(h), _) => icrc_pseudo_header_ipv4(&h, &udp),
+            (_, Some(h)) => icrc_pseudo_header_ipv6(&h, &udp),
+            _ => unreachable!("IcrcInput is either IPv4 or IPv6"),
+        }
+    }
+
+    /// The ICRC of `bth_and_rest` (UDP payload without the ICRC) behind
+    /// these headers.
+    pub fn icrc(&self, bth_and_rest: &[u8]) -> u32 {
+        let udp = self.udp_header();
+        match *self {
+            IcrcInput::LinuxIpv4 { .. } => {
+                icrc_ipv4(&self.ipv4_header().unwrap_or_default(), &udp, bth_and_rest)
+            }
+            IcrcInput::LinuxIpv6 { .. } => icrc_ipv6(
+                &self.ipv6_header().unwrap_or([0; IPV6_HDR_LEN]),
+                &udp,
+                bth_and_rest,
+            ),
+        }
+    }
+}
+
+/// The IPv4 header checksum (one's complement sum, checksum field as given;
+/// pass a header with a zero checksum field to compute it).
+pub fn ipv4_checksum(hdr: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    let mut chunks = hdr.chunks_exact(2);
+    for c in &mut chunks {
+        sum += u16::from_be_bytes([c[0], c[1]]) as u32;
+    }
+    if let [b] = chunks.remainder() {
+        sum += (*b as u32) << 8;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+// ---------------------------------------------------------------------------
+// GSI datagram layer
+// ---------------------------------------------------------------------------
+
+/// A parsed GSI datagram borrowing its MAD from the UDP payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GsiDatagramRef<'a> {
+    pub bth: Bth,
+    pub deth: Deth,
+    pub mad: &'a [u8; MAD_LEN],
+    /// The stored ICRC (`u32::from_le_bytes` of the last 4 bytes); not
+    /// verified here, see [`verify_icrc_ipv4`] / [`verify_icrc_ipv6`].
+    pub icrc: u32,
+}
+
+impl GsiDatagramRef<'_> {
+    pub fn to_owned(&self) -> GsiDatagram {
+        GsiDatagram {
+            bth: self.bth,
+            deth: self.deth,
+            mad: *self.mad,
+        }
+    }
+}
+
+/// An owned GSI datagram (the ICRC is computed on emit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GsiDatagram {
+    pub bth: Bth,
+    pub deth: Deth,
+    pub mad: [u8; MAD_LEN],
+}
+
+impl GsiDatagram {
+    /// A MAD to QP1 with the standard GSI headers ([`Bth::gsi`], [`Deth::GSI`]).
+    pub const fn new(psn: u32, mad: [u8; MAD_LEN]) -> Self {
+        GsiDatagram {
+            bth: Bth::gsi(psn),
+            deth: Deth::GSI,
+            mad,
+        }
+    }
+
+    pub fn emit(&self, icrc: IcrcInput, out: &mut [u8; GSI_PAYLOAD_LEN]) {
+        emit_udp_payload(&self.bth, &self.deth, &self.mad, icrc, out)
+    }
+}
+
+/// Parses the UDP payload of a RoCEv2 packet as one GSI MAD.
+///
+/// Checks, in order, each with its own error: at least a BTH
+/// (`Truncated`), opcode 0x64 ([`NOT_UD_SEND_ONLY`]), TVer 0
+/// ([`BAD_TRANSPORT_VERSION`]), destination QP 1 ([`DEST_QP_NOT_GSI`]),
+/// length exactly 280 (`Truncated { needed: 280, .. }` when shorter,
+/// [`PAYLOAD_TOO_LONG`] when longer), pad count 0 ([`PAD_COUNT_NOT_ZERO`]),
+/// Q_Key 0x80010000 ([`QKEY_NOT_GSI`]), source QP 1 ([`SRC_QP_NOT_GSI`]).
+/// The ICRC is returned, not verified (it needs the IP/UDP headers).
+pub fn parse_udp_payload(buf: &[u8]) -> Result<GsiDatagramRef<'_>> {
+    let bth = Bth::parse(&BthPacket::new_checked(buf)?)?;
+    if bth.dest_qp != GSI_QP {
+        return Err(Error::Framing(DEST_QP_NOT_GSI));
+    }
+    check_len(buf, GSI_PAYLOAD_LEN)?;
+    if buf.len() > GSI_PAYLOAD_LEN {
+        return Err(Error::Framing(PAYLOAD_TOO_LONG));
+    }
+    if bth.pad_count != 0 {
+        return Err(Error::Framing(PAD_COUNT_NOT_ZERO));
+    }
+    let deth = Deth::parse(&DethPacket::new_unchecked(
+        &buf[BTH_LEN..BTH_LEN + DETH_LEN],
+    ))?;
+    if deth.q_key != GSI_QKEY {
+        return Err(Error::Framing(QKEY_NOT_GSI));
+    }
+    if deth.src_qp != GSI_QP {
+        return Err(Error::Framing(SRC_QP_NOT_GSI));
+    }
+    let mad_start = BTH_LEN + DETH_LEN;
+    let mad: &[u8; MAD_LEN] = buf[mad_start..mad_start + MAD_LEN]
+        .try_into()
+        .map_err(|_| Error::Truncated {
+            needed: GSI_PAYLOAD_LEN,
+            got: buf.len(),
+        })?;
+    let (_, icrc) = split_icrc(buf)?;
+    Ok(GsiDatagramRef {
+        bth,
+        deth,
+        mad,
+        icrc,
+    })
+}
+
+/// Builds the 280-byte UDP payload of a GSI datagram: BTH, DETH, MAD and the
+/// ICRC computed for the IP/UDP headers described by `icrc`. The headers are
+/// written as given (no GSI checks: the caller picks QPs and Q_Key).
+pub fn emit_udp_payload(
+    bth: &Bth,
+    deth: &Deth,
+    mad: &[u8; MAD_LEN],
+    icrc: IcrcInput,
+    out: &mut [u8; GSI_PAYLOAD_LEN],
+) {
+    bth.emit(&mut BthPacket::new_unchecked(&mut out[..BTH_LEN]));
+    deth.emit(&mut DethPacket::new_unchecked(
+        &mut out[BTH_LEN..BTH_LEN + DETH_LEN],
+    ));
+    let mad_start = BTH_LEN + DETH_LEN;
+    out[mad_start..mad_start + MAD_LEN].copy_from_slice(mad);
+    let body_len = GSI_PAYLOAD_LEN - ICRC_LEN;
+    let crc = icrc.icrc(&out[..body_len]);
+    out[body_len..].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Bit-at-a-time reference CRC.
+    fn crc32_bitwise(data: &[u8]) -> u32 {
+        let mut c = 0xFFFF_FFFFu32;
+        for &b in data {
+            c ^= b as u32;
+            for _ in 0..8 {
+                c = if c & 1 != 0 {
+                    (c >> 1) ^ 0xEDB8_8320
+                } else {
+                    c >> 1
+                };
+            }
+        }
+        !c
+    }
+
+    #[test]
+    fn crc32_known_vectors() {
+        assert_eq!(crc32(b""), 0);
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b"a"), 0xE8B7_BE43);
+        assert_eq!(
+            crc32(b"The quick brown fox jumps over the lazy dog"),
+            0x414F_A339
+        );
+        assert_eq!(crc32(&[0u8; 32]), 0x190A_55AD);
+        assert_eq!(crc32(&[0xffu8; 32]), 0xFF6C_AB0B);
+        // State after the 8 x 0xFF LRH mask, as Linux rxe seeds it (~0xdebb20e3).
+        let mut c = Crc32::new();
+        c.update(&ICRC_LRH_MASK);
+        assert_eq!(c.state, 0xDEBB_20E3);
+    }
+
+    #[test]
+    fn crc32_incremental_matches_oneshot() {
+        let data: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+        let whole = crc32(&data);
+        assert_eq!(whole, crc32_bitwise(&data));
+        for split in 0..data.len() {
+            let (a, b) = data.split_at(split);
+            assert_eq!(
+                Crc32::new().update(a).update(b).finish(),
+                whole,
+                "split {split}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn crc32_matches_bitwise(data in proptest::collection::vec(any::<u8>(), 0..200), cut in 0usize..200) {
+            let cut = cut.min(data.len());
+            let mut c = Crc32::default();
+            c.update(&data[..cut]);
+            c.update(&data[cut..]);
+            prop_assert_eq!(c.finish(), crc32_bitwise(&data));
+        }
+
+        #[test]
+        fn parse_never_panics(data in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = parse_udp_payload(&data);
+            let _ = verify_icrc_ipv4(&data, &[0; 8], &data);
+            let _ = verify_icrc_ipv6(&data, &[0; 8], &data);
+        }
+    }
+
+    fn test_mad() -> [u8; MAD_LEN] {
+        let mut mad = [0u8; MAD_LEN];
+        for (i, b) in mad.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(31).wrapping_add(5);
+        }
+        mad[..4].copy_from_slice(&[1, 7, 2, 3]);
+        mad
+    }
+
+    fn v4_input() -> IcrcInput {
+        IcrcInput::linux_ipv4(
+            Ipv4Addr::new(10, 77, 5, 254),
+            Ipv4Addr::new(10, 77, 5, 1),
+            ROCEV2_UDP_PORT,
+            ROCEV2_UDP_PORT,
+        )
+    }
+
+    #[test]
+    fn bth_fields() {
+        let mut buf = [0u8; BTH_LEN];
+        let mut p = BthPacket::new_unchecked(&mut buf[..]);
+        p.set_opcode(0x64);
+        p.set_solicited_event(true);
+        p.set_pad_count(3);
+        p.set_transport_version(0);
+        p.set_pkey(0x8001);
+        p.set_becn(true);
+        p.set_dest_qp(0x123456);
+        p.set_ack_req(true);
+        p.set_psn(0xabcdef);
+        assert_eq!(
+            buf,
+            [
+                0x64, 0xb0, 0x80, 0x01, 0x40, 0x12, 0x34, 0x56, 0x80, 0xab, 0xcd, 0xef
+            ]
+        );
+        let p = BthPacket::new_checked(&buf[..]).unwrap();
+        assert!(p.solicited_event() && !p.mig_req() && !p.fecn() && p.becn() && p.ack_req());
+        assert_eq!(
+            (p.pad_count(), p.pkey(), p.dest_qp(), p.psn()),
+            (3, 0x8001, 0x123456, 0xabcdef)
+        );
+        let bth = Bth::parse(&p).unwrap();
+        let mut out = [0xffu8; BTH_LEN];
+        bth.emit(&mut BthPacket::new_unchecked(&mut out));
+        assert_eq!(out, buf);
+
+        assert_eq!(
+            BthPacket::new_checked(&buf[..11]).unwrap_err(),
+            Error::Truncated {
+                needed: 12,
+                got: 11
+            }
+        );
+        let mut rc = buf;
+        rc[0] = 0x04;
+        assert_eq!(
+            Bth::parse(&BthPacket::new_unchecked(&rc)),
+            Err(Error::Framing(NOT_UD_SEND_ONLY))
+        );
+        let mut tver = buf;
+        tver[1] |= 0x01;
+        assert_eq!(
+            Bth::parse(&BthPacket::new_unchecked(&tver)),
+            Err(Error::Framing(BAD_TRANSPORT_VERSION))
+        );
+    }
+
+    #[test]
+    fn deth_fields() {
+        let mut buf = [0xeeu8; DETH_LEN];
+        Deth {
+            q_key: GSI_QKEY,
+            src_qp: 0xfedcba,
+        }
+        .emit(&mut DethPacket::new_unchecked(&mut buf));
+        assert_eq!(buf, [0x80, 0x01, 0x00, 0x00, 0x00, 0xfe, 0xdc, 0xba]);
+        let d = Deth::parse(&DethPacket::new_checked(&buf[..]).unwrap()).unwrap();
+        assert_eq!(
+            d,
+            Deth {
+                q_key: 0x8001_0000,
+                src_qp: 0xfedcba
+            }
+        );
+        assert!(DethPacket::new_checked(&buf[..7]).is_err());
+    }
+
+    #[test]
+    fn roundtrip_and_icrc_v4() {
+        let mad = test_mad();
+        let mut out = [0u8; GSI_PAYLOAD_LEN];
+        let bth = Bth::gsi(7);
+        emit_udp_payload(&bth, &Deth::GSI, &mad, v4_input(), &mut out);
+        let d = parse_udp_payload(&out).unwrap();
+        assert_eq!(d.bth, bth);
+        assert_eq!(d.deth, Deth::GSI);
+        assert_eq!(d.mad, &mad);
+        assert_eq!(d.to_owned(), GsiDatagram::new(7, mad));
+        let ip = v4_input().ipv4_header().unwrap();
+        let udp = v4_input().udp_header();
+        assert_eq!(ipv4_checksum(&ip), 0, "header checksum must verify");
+        verify_icrc_ipv4(&ip, &udp, &out).unwrap();
+        assert_eq!(d.icrc, icrc_ipv4(&ip, &udp, &out[..276]));
+        // The pseudo-header route gives the same value.
+        let mut bytes = v4_input().pseudo_header();
+        let mut masked_bth = out[..BTH_LEN].to_vec();
+        mask_bth(&mut masked_bth);
+        bytes.extend_from_slice(&masked_bth);
+        bytes.extend_from_slice(&out[BTH_LEN..276]);
+        assert_eq!(crc32(&bytes), d.icrc);
+
+        // Masked fields do not matter: TOS, TTL, checksum, UDP checksum, FECN.
+        let mut ip2 = ip;
+        ip2[1] = 0x2e;
+        ip2[8] = 3;
+        ip2[10] = 0x12;
+        let mut udp2 = udp;
+        udp2[6] = 0x55;
+        let mut out2 = out;
+        out2[4] = 0xc0;
+        verify_icrc_ipv4(&ip2, &udp2, &out2).unwrap();
+        // Unmasked ones do: IP ID, addresses, ports, BTH PSN.
+        let mut ip3 = ip;
+        ip3[5] = 1;
+        assert!(verify_icrc_ipv4(&ip3, &udp, &out).is_err());
+        let mut udp3 = udp;
+        udp3[1] ^= 1;
+        assert!(verify_icrc_ipv4(&ip, &udp3, &out).is_err());
+
+        // Corrupting any single MAD byte breaks the ICRC.
+        for i in [20usize, 21, 100, 275] {
+            let mut bad = out;
+            bad[i] ^= 0x01;
+            match verify_icrc_ipv4(&ip, &udp, &bad) {
+                Err(Error::BadIcrc { found, .. }) => assert_eq!(found, d.icrc),
+                other => panic!("byte {i}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn roundtrip_and_icrc_v6() {
+        let input = IcrcInput::linux_ipv6(
+            "fe80::5054:ff:fe77:1".parse().unwrap(),
+            "fe80::5054:ff:fe77:2".parse().unwrap(),
+            55410,
+            ROCEV2_UDP_PORT,
+        );
+        let mut out = [0u8; GSI_PAYLOAD_LEN];
+        GsiDatagram::new(0xffffff, test_mad()).emit(input, &mut out);
+        let d = parse_udp_payload(&out).unwrap();
+        assert_eq!(d.bth.psn, 0xffffff);
+        let ip = input.ipv6_header().unwrap();
+        assert_eq!(&ip[4..8], &[0x01, 0x20, 17, 64]);
+        let udp = input.udp_header();
+        assert_eq!(udp, [0xd8, 0x72, 0x12, 0xb7, 0x01, 0x20, 0, 0]);
+        verify_icrc_ipv6(&ip, &udp, &out).unwrap();
+        // Traffic class / flow label / hop limit are masked.
+        let mut ip2 = ip;
+        ip2[0] = 0x6a;
+        ip2[1] = 0xbc;
+        ip2[3] = 0x99;
+        ip2[7] = 1;
+        verify_icrc_ipv6(&ip2, &udp, &out).unwrap();
+        // The version nibble and the addresses are not.
+        let mut ip3 = ip;
+        ip3[39] ^= 1;
+        assert!(matches!(
+            verify_icrc_ipv6(&ip3, &udp, &out),
+            Err(Error::BadIcrc { .. })
+        ));
+        // v4 and v6 pseudo-headers differ.
+        assert!(verify_icrc_ipv4(&ip, &udp, &out).is_err());
+    }
+
+    #[test]
+    fn captured_frame_verifies() {
+        // rej.pcap frame 8 (REQ), Ethernet stripped.
+        const HEX: &str = "450001344b3140004011d9eb0a4d00020a4d0001d87212b701200000\
+            6400ffff00000001800000008001000000000001";
+        let hdrs: Vec<u8> = (0..HEX.len() / 2)
+            .map(|i| u8::from_str_radix(&HEX[2 * i..2 * i + 2], 16).unwrap())
+            .collect();
+        let ip = &hdrs[..20];
+        let udp: [u8; 8] = hdrs[20..28].try_into().unwrap();
+        let bth = Bth::parse(&BthPacket::new_checked(&hdrs[28..40]).unwrap()).unwrap();
+        assert!(bth.ack_req, "rxe sets AckReq on GSI sends");
+        assert_eq!(bth, Bth::gsi(0));
+        // Rebuild the MAD from the vector and check the stored ICRC bytes.
+        let mads = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/vectors/rej.mads.txt"
+        ))
+        .unwrap();
+        let mut mad = Vec::new();
+        for line in mads
+            .lines()
+            .skip_while(|l| !l.starts_with("0000:"))
+            .take(16)
+        {
+            for h in line[6..].split_whitespace() {
+                mad.push(u8::from_str_radix(h, 16).unwrap());
+            }
+        }
+        let mut payload = hdrs[28..].to_vec();
+        payload.extend_from_slice(&mad);
+        let crc = icrc_ipv4(ip, &udp, &payload);
+        // Wire bytes: fe b8 e7 2a = crc.to_le_bytes().
+        assert_eq!(crc.to_le_bytes(), [0xfe, 0xb8, 0xe7, 0x2a]);
+        payload.extend_from_slice(&crc.to_le_bytes());
+        let d = parse_udp_payload(&payload).unwrap();
+        assert_eq!(d.icrc, 0x2ae7_b8fe);
+        verify_icrc_ipv4(ip, &udp, &payload).unwrap();
+    }
+
+    #[test]
+    fn every_truncation_is_an_error() {
+        let mut out = [0u8; GSI_PAYLOAD_LEN];
+        emit_udp_payload(&Bth::gsi(1), &Deth::GSI, &test_mad(), v4_input(), &mut out);
+        for n in 0..GSI_PAYLOAD_LEN {
+            match parse_udp_payload(&out[..n]) {
+                Err(Error::Truncated { needed, got }) => {
+                    assert_eq!(got, n);
+                    assert!(needed > n);
+                }
+                other => panic!("len {n}: {other:?}"),
+            }
+        }
+        let mut long = out.to_vec();
+        long.push(0);
+        assert_eq!(
+            parse_udp_payload(&long),
+            Err(Error::Framing(PAYLOAD_TOO_LONG))
+        );
+    }
+
+    #[test]
+    fn gsi_checks_are_distinct() {
+        let mut good = [0u8; GSI_PAYLOAD_LEN];
+        emit_udp_payload(&Bth::gsi(1), &Deth::GSI, &test_mad(), v4_input(), &mut good);
+        let case = |f: fn(&mut [u8; GSI_PAYLOAD_LEN])| {
+            let mut b = good;
+            f(&mut b);
+            parse_udp_payload(&b).unwrap_err()
+        };
+        assert_eq!(case(|b| b[0] = 0x04), Error::Framing(NOT_UD_SEND_ONLY));
+        assert_eq!(case(|b| b[1] = 0x01), Error::Framing(BAD_TRANSPORT_VERSION));
+        assert_eq!(case(|b| b[7] = 2), Error::Framing(DEST_QP_NOT_GSI));
+        assert_eq!(case(|b| b[1] = 0x10), Error::Framing(PAD_COUNT_NOT_ZERO));
+        assert_eq!(case(|b| b[12] = 0), Error::Framing(QKEY_NOT_GSI));
+        assert_eq!(case(|b| b[19] = 0), Error::Framing(SRC_QP_NOT_GSI));
+        // Reserved bits and FECN/BECN do not matter to the parser.
+        let mut b = good;
+        b[4] = 0xff;
+        b[8] = 0xff;
+        b[16] = 0xff;
+        assert!(parse_udp_payload(&b).is_ok());
+    }
+}
