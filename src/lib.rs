@@ -3,4 +3,6 @@
 
 pub mod capture;
 pub mod engine;
+pub mod ffi;
+pub mod sim;
 pub mod wire;

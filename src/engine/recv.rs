@@ -1,0 +1,1016 @@
+//! Received MADs: parsing, dispatch and one handler per attribute, after
+//! the kernel's `cm_*_handler` functions (facts §D.5, §D.8).
+
+use super::counters::{DropCause, attr_index};
+use super::*;
+use crate::wire::{
+    self, ClassPortInfo, Lap, MadHeader, Mra, SidrReq, method, status as mad_status,
+};
+
+/// Why `handle_mad` dropped a MAD (also counted in `Counters::drops`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// Could not be parsed as a CM MAD.
+    Malformed(wire::Error),
+    /// Well-formed but not acted on.
+    Other(DropCause, &'static str),
+}
+
+impl Dropped {
+    pub fn cause(&self) -> DropCause {
+        match self {
+            Dropped::Malformed(_) => DropCause::Malformed,
+            Dropped::Other(c, _) => *c,
+        }
+    }
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dropped::Malformed(e) => write!(f, "malformed MAD: {e}"),
+            Dropped::Other(c, why) => {
+                write!(f, "{}: {why}", super::counters::DROP_NAMES[*c as usize])
+            }
+        }
+    }
+}
+
+type Handled = Result<(), Dropped>;
+
+fn drop_(cause: DropCause, why: &'static str) -> Handled {
+    Err(Dropped::Other(cause, why))
+}
+
+/// A REJ built straight from a received MAD (`cm_issue_rej`): the IDs
+/// swapped, the same TID, no id involved.
+fn issue_rej(
+    tid: u64,
+    their_local: u32,
+    their_remote: u32,
+    code: MsgCode,
+    reason: u16,
+    ari: &[u8],
+) -> [u8; 256] {
+    let rej = Rej {
+        local_comm_id: their_remote,
+        remote_comm_id: their_local,
+        message_rejected: code,
+        ari_length: ari.len() as u8,
+        reason,
+        ari: pdata_area(ari),
+        private_data: [0; pdata::REJ],
+    };
+    CmMad::send(tid, 0, CmMsg::Rej(rej)).to_bytes()
+}
+
+/// The path record the passive side builds from a REQ (facts §D.14).
+fn path_from_req(
+    r: &Req,
+    p: &ReqPath,
+    rec_type: PathRecType,
+    primary: bool,
+    src: &MadSource,
+) -> PathRec {
+    let ib = !rec_type.is_roce();
+    PathRec {
+        dgid: p.local_gid,
+        sgid: p.remote_gid,
+        service_id: r.service_id,
+        flow_label: p.flow_label,
+        hop_limit: p.hop_limit,
+        traffic_class: p.traffic_class,
+        reversible: 1,
+        numb_path: 0,
+        pkey: r.pkey,
+        qos_class: 0,
+        sl: p.sl,
+        mtu_selector: SA_EQ,
+        mtu: r.path_mtu,
+        rate_selector: SA_EQ,
+        rate: p.packet_rate,
+        packet_life_time_selector: SA_EQ,
+        packet_life_time: p.local_ack_timeout.saturating_sub(1),
+        preference: 0,
+        rec_type,
+        flags: 0,
+        dlid: if !ib {
+            0
+        } else if primary {
+            src.slid as u32
+        } else {
+            p.local_lid as u32
+        },
+        slid: if ib { p.remote_lid as u32 } else { 0 },
+        raw_traffic: 0,
+        route_resolved: false,
+        dmac: [0; 6],
+    }
+}
+
+impl Engine {
+    /// `cm_acquire_id(local, remote)`: the id whose local ID is `local` and
+    /// whose remote ID equals `remote` (0 = not known yet).
+    fn acquire(&self, local: u32, remote: u32) -> Option<u32> {
+        let r = self.ids.get(local)?;
+        (r.remote_id == remote).then_some(local)
+    }
+
+    fn count_dup(&mut self, attr_id: u16) {
+        self.counters.rx_duplicates[attr_index(attr_id)] += 1;
+    }
+
+    /// Sends a MAD that answers a duplicate; counted as a retry, as the
+    /// kernel flags such responses.
+    fn send_dup_response(&mut self, dest: MadDest, mad: [u8; 256]) {
+        let a = u16::from_be_bytes([mad[16], mad[17]]);
+        self.counters.tx_retries[attr_index(a)] += 1;
+        self.push_mad(dest, mad);
+    }
+
+    /// Asks for `ib_send_cm_dreq(old, NULL, 0)` on a stale connection.
+    fn dreq_stale(&mut self, now: Time, old: IdRef) {
+        if old.shard == self.cfg.shard {
+            let _ = self.send_dreq(now, Handle(old.local_id as u64), &[]);
+        } else {
+            self.foreign.push_back(Foreign::SendDreq {
+                shard: old.shard,
+                local_id: old.local_id,
+            });
+        }
+    }
+
+    /// Handles one received MAD. `src` says where it came from and where
+    /// it arrived. Errors only report why it was dropped (already counted).
+    pub fn handle_mad(&mut self, now: Time, src: &MadSource, buf: &[u8]) -> Handled {
+        let res = self.dispatch(now, src, buf);
+        if let Err(d) = &res {
+            self.counters.drops[d.cause() as usize] += 1;
+        }
+        res
+    }
+
+    fn dispatch(&mut self, now: Time, src: &MadSource, buf: &[u8]) -> Handled {
+        let mad = match CmMad::parse(buf) {
+            Ok(m) => m,
+            Err(e) => {
+                self.answer_unsupported(src, buf, &e);
+                return Err(Dropped::Malformed(e));
+            }
+        };
+        let attr_id = mad.msg.attr_id();
+        self.counters.rx[attr_index(attr_id)] += 1;
+        let raw = &buf[..256];
+        match &mad.msg {
+            CmMsg::ClassPortInfo(_) => self.on_class_port_info(src, &mad, raw),
+            CmMsg::Req(r) => self.on_req(now, src, &mad, r, raw),
+            CmMsg::Mra(m) => self.on_mra(now, m, raw),
+            CmMsg::Rej(r) => self.on_rej(now, r, raw),
+            CmMsg::Rep(r) => self.on_rep(now, src, &mad, r, raw),
+            CmMsg::Rtu(r) => self.on_rtu(r, raw),
+            CmMsg::Dreq(d) => self.on_dreq(src, &mad, d, raw),
+            CmMsg::Drep(d) => self.on_drep(now, d, raw),
+            CmMsg::SidrReq(s) => self.on_sidr_req(src, &mad, s, raw),
+            CmMsg::SidrRep(s) => self.on_sidr_rep(s, raw),
+            CmMsg::Lap(l) => self.on_lap(src, &mad, l, raw),
+            CmMsg::Apr(a) => self.on_apr(a, raw),
+        }
+    }
+
+    /// A Get/Set the CM does not implement gets a GetResp with status
+    /// "unsupported method/attribute combination", as the kernel's MAD
+    /// layer answers unmatched requests.
+    fn answer_unsupported(&mut self, src: &MadSource, buf: &[u8], e: &wire::Error) {
+        if !matches!(
+            e,
+            wire::Error::BadMethod { .. } | wire::Error::UnknownAttribute(_)
+        ) {
+            return;
+        }
+        let Ok(h) = MadHeader::parse(buf) else { return };
+        if h.check_cm().is_err()
+            || !matches!(h.method, method::GET | method::SET)
+            || buf.len() < 256
+        {
+            return;
+        }
+        let mut out: [u8; 256] = buf[..256].try_into().unwrap();
+        MadHeader {
+            method: method::GET_RESP,
+            status: mad_status::UNSUPPORTED_METHOD_ATTR,
+            ..h
+        }
+        .emit(&mut out);
+        self.push_mad(Self::reply_dest(src), out);
+    }
+
+    fn on_class_port_info(&mut self, src: &MadSource, mad: &CmMad, raw: &[u8]) -> Handled {
+        match mad.method {
+            method::GET => {
+                // ibcm: the kernel CM does not implement ClassPortInfo; we
+                // answer Get with our capabilities (no redirection).
+                let cpi = ClassPortInfo {
+                    base_version: wire::BASE_VERSION,
+                    class_version: wire::CM_CLASS_VERSION,
+                    resp_time_value: 20,
+                    ..ClassPortInfo::default()
+                };
+                let resp = CmMad {
+                    method: method::GET_RESP,
+                    status: 0,
+                    class_specific: 0,
+                    tid: mad.tid,
+                    attr_mod: mad.attr_mod,
+                    msg: CmMsg::ClassPortInfo(cpi),
+                };
+                self.push_mad(Self::reply_dest(src), resp.to_bytes());
+                Ok(())
+            }
+            method::SET => {
+                let mut out: [u8; 256] = raw.try_into().unwrap();
+                let mut h = MadHeader::parse(raw).unwrap();
+                h.method = method::GET_RESP;
+                h.status = mad_status::UNSUPPORTED_METHOD_ATTR;
+                h.emit(&mut out);
+                self.push_mad(Self::reply_dest(src), out);
+                Ok(())
+            }
+            _ => drop_(DropCause::Ignored, "ClassPortInfo response"),
+        }
+    }
+
+    // ------------------------------------------------------------------ REQ
+
+    fn on_req(&mut self, now: Time, src: &MadSource, mad: &CmMad, r: &Req, raw: &[u8]) -> Handled {
+        let guid = r.local_ca_guid;
+        if let Some(&existing) = self.remote_ids.get(&(guid, r.local_comm_id)) {
+            return self.dup_req(existing, src);
+        }
+        if self.cfg.max_half_open > 0 && self.half_open >= self.cfg.max_half_open {
+            let rej = issue_rej(mad.tid, r.local_comm_id, 0, MsgCode::Req, 3, &[]);
+            self.push_mad(Self::reply_dest(src), rej);
+            return drop_(
+                DropCause::Overload,
+                "too many half-open connections: REJ(NO_RESOURCES)",
+            );
+        }
+        // The GID the REQ arrived on must be ours.
+        let Some((port, gid_index)) = self
+            .find_gid(&src.dgid, PathRecType::Ib)
+            .filter(|(p, _)| *p == src.port || src.port == 0)
+        else {
+            return drop_(
+                DropCause::Mismatch,
+                "REQ arrived on a GID this device does not own",
+            );
+        };
+        let Some(pinfo) = self.port(port) else {
+            return drop_(DropCause::Mismatch, "REQ on an unknown port");
+        };
+        let is_roce = pinfo.is_roce;
+        let gid_type = self
+            .gid_at(port, gid_index)
+            .map(|e| e.gid_type)
+            .unwrap_or_default();
+        let Ok(h) = self.create_id(0) else {
+            let rej = issue_rej(mad.tid, r.local_comm_id, 0, MsgCode::Req, 3, &[]);
+            self.push_mad(Self::reply_dest(src), rej);
+            return drop_(DropCause::Overload, "id table full: REJ(NO_RESOURCES)");
+        };
+        let id = h.0 as u32;
+        let qp_type = req_qp_type(r);
+        {
+            let rec = self.ids.get_mut(id).unwrap();
+            rec.remote_id = r.local_comm_id;
+            rec.service_id = r.service_id;
+            rec.tid = mad.tid;
+            rec.timeout_ms = convert_to_ms(r.local_cm_response_timeout);
+            rec.max_cm_retries = r.max_cm_retries;
+            rec.remote_qpn = r.local_qpn;
+            rec.initiator_depth = r.responder_resources;
+            rec.responder_resources = r.initiator_depth;
+            rec.path_mtu = r.path_mtu;
+            rec.pkey = r.pkey;
+            rec.sq_psn = r.starting_psn;
+            rec.retry_count = r.retry_count;
+            rec.rnr_retry_count = r.rnr_retry_count;
+            rec.qp_type = qp_type;
+            rec.remote_ca_guid = guid;
+            rec.has_tw = true;
+            rec.state = State::ReqRcvd;
+        }
+        // Duplicate/stale registration (cm_match_req).
+        self.remote_ids.insert((guid, r.local_comm_id), id);
+        self.ids.get_mut(id).unwrap().in_remote_id = true;
+        let me = IdRef {
+            shard: self.cfg.shard,
+            local_id: id,
+            remote_id: r.local_comm_id,
+        };
+        if let Err(old) = self.shared.qp_insert(guid, r.local_qpn, me) {
+            self.discard_new_id(id);
+            let rej = issue_rej(mad.tid, r.local_comm_id, 0, MsgCode::Req, 10, &[]);
+            self.push_mad(Self::reply_dest(src), rej);
+            self.dreq_stale(now, old);
+            return drop_(
+                DropCause::Mismatch,
+                "stale connection: REJ(STALE_CONN), DREQ to the old one",
+            );
+        }
+        self.ids.get_mut(id).unwrap().in_remote_qp = true;
+        let Some(listener) = self.shared.listen_lookup(r.service_id) else {
+            self.discard_new_id(id);
+            let rej = issue_rej(mad.tid, r.local_comm_id, 0, MsgCode::Req, 8, &[]);
+            self.push_mad(Self::reply_dest(src), rej);
+            return drop_(DropCause::Ignored, "no listener: REJ(INVALID_SERVICE_ID)");
+        };
+        // Paths from the REQ, then the AV from the primary path.
+        let rec_type = if is_roce {
+            match gid_type {
+                GidType::RoceV1 => PathRecType::RoceV1,
+                _ => PathRecType::RoceV2,
+            }
+        } else {
+            PathRecType::Ib
+        };
+        let mut primary = path_from_req(r, &r.primary, rec_type, true, src);
+        primary.hop_limit = if src.has_grh { 0xff } else { 0 };
+        let alternate = r
+            .has_alternate()
+            .then(|| path_from_req(r, &r.alternate, rec_type, false, src));
+        let av = match self.av_from_path(&primary, Some((port, gid_index))) {
+            Ok(av) => av,
+            Err(_) => {
+                let ari = self.gid_at(port, 0).map(|e| e.gid.0);
+                self.reject_new_id(id, 12, ari.as_ref().map(|g| &g[..]).unwrap_or(&[]));
+                return drop_(DropCause::Mismatch, "REQ path unusable: REJ(INVALID_GID)");
+            }
+        };
+        let alt_av = match alternate.as_ref().map(|a| self.av_from_path(a, None)) {
+            Some(Ok(av)) => Some(Box::new(av)),
+            Some(Err(_)) => {
+                let sgid = primary.sgid.0;
+                self.reject_new_id(id, 18, &sgid);
+                return drop_(
+                    DropCause::Mismatch,
+                    "REQ alternate path unusable: REJ(INVALID_ALT_GID)",
+                );
+            }
+            None => None,
+        };
+        let half_open = self.cfg.max_half_open > 0;
+        {
+            let rec = self.ids.get_mut(id).unwrap();
+            rec.av = av;
+            rec.alt_av = alt_av;
+            if !is_roce {
+                rec.dlid_datapath = r.primary.local_lid as u32;
+            }
+            rec.user = listener.user;
+            rec.half_open = half_open;
+        }
+        if half_open {
+            self.half_open += 1;
+        }
+        self.changed(id);
+        let ev = ReqEvent {
+            listen_id: Handle(listener.local_id as u64),
+            listen_user: listener.user,
+            bth_pkey: src.pkey,
+            port,
+            primary_path: primary,
+            alternate_path: alternate,
+            sgid_attr: (port, gid_index),
+            remote_ca_guid: guid,
+            remote_qkey: r.local_qkey,
+            remote_qpn: r.local_qpn,
+            qp_type,
+            starting_psn: r.starting_psn,
+            responder_resources: r.initiator_depth,
+            initiator_depth: r.responder_resources,
+            local_cm_response_timeout: r.remote_cm_response_timeout,
+            flow_control: r.end_to_end_flow_control as u8,
+            remote_cm_response_timeout: r.local_cm_response_timeout,
+            retry_count: r.retry_count,
+            rnr_retry_count: r.rnr_retry_count,
+            srq: r.srq as u8,
+            ece: Ece {
+                vendor_id: r.vendor_id,
+                attr_mod: mad.attr_mod,
+            },
+        };
+        self.event(
+            id,
+            EventType::ReqReceived,
+            EventParam::Req(Box::new(ev)),
+            Some(raw),
+        );
+        Ok(())
+    }
+
+    /// Undoes a half-built incoming id (no protocol action).
+    fn discard_new_id(&mut self, id: u32) {
+        self.unregister_remote(id);
+        self.ids.remove(id);
+        self.counters.ids_destroyed += 1;
+    }
+
+    /// `ib_send_cm_rej` on a half-built incoming id, then discards it.
+    fn reject_new_id(&mut self, id: u32, reason: u16, ari: &[u8]) {
+        if let Some(r) = self.ids.get(id) {
+            let mad = self.rej_mad(id, r, reason, ari, &[]);
+            let dest = self.dest_of(&r.av);
+            self.push_mad(dest, mad);
+        }
+        self.discard_new_id(id);
+    }
+
+    /// `cm_dup_req_handler`.
+    fn dup_req(&mut self, id: u32, src: &MadSource) -> Handled {
+        self.count_dup(attr::REQ);
+        let Some(r) = self.ids.get(id) else {
+            return drop_(DropCause::Duplicate, "duplicate REQ");
+        };
+        match r.state {
+            State::MraReqSent => {
+                let mra = Mra {
+                    local_comm_id: id,
+                    remote_comm_id: r.remote_id,
+                    message_mraed: MsgCode::Req,
+                    service_timeout: MRA_SETTING,
+                    private_data: pdata_area(r.saved_pdata.as_deref().unwrap_or(&[])),
+                };
+                let mad = CmMad::send(r.tid, 0, CmMsg::Mra(mra)).to_bytes();
+                self.send_dup_response(Self::reply_dest(src), mad);
+                Ok(())
+            }
+            State::Timewait => {
+                let mad = self.rej_mad(id, r, 10, &[], &[]);
+                self.send_dup_response(Self::reply_dest(src), mad);
+                Ok(())
+            }
+            _ => drop_(DropCause::Duplicate, "duplicate REQ"),
+        }
+    }
+
+    // ------------------------------------------------------------------ MRA
+
+    fn on_mra(&mut self, now: Time, m: &Mra, raw: &[u8]) -> Handled {
+        let id = match m.message_mraed {
+            MsgCode::Req => self.acquire(m.remote_comm_id, 0),
+            _ => self.acquire(m.remote_comm_id, m.local_comm_id),
+        };
+        let Some(id) = id else {
+            return drop_(DropCause::UnknownId, "MRA for no id");
+        };
+        let r = self.ids.get(id).unwrap();
+        let (state, lap) = (r.state, r.lap_state);
+        let new_state = match (state, m.message_mraed) {
+            (State::ReqSent, MsgCode::Req) => State::MraReqRcvd,
+            (State::RepSent, MsgCode::Rep) => State::MraRepRcvd,
+            (State::Established, MsgCode::Other) if lap == LapState::Sent => State::Established,
+            (State::MraReqRcvd | State::MraRepRcvd, _) => {
+                self.count_dup(attr::MRA);
+                return drop_(DropCause::Duplicate, "duplicate MRA");
+            }
+            _ => {
+                return drop_(
+                    DropCause::WrongState,
+                    "MRA in a state that does not take it",
+                );
+            }
+        };
+        // Extend the outstanding request's wait.
+        let ms = convert_to_ms(m.service_timeout) + convert_to_ms(r.av.timeout);
+        if new_state == State::Established {
+            self.ids.get_mut(id).unwrap().lap_state = LapState::MraRcvd;
+            self.changed(id);
+        } else {
+            self.set_state(id, new_state);
+        }
+        let has_send = {
+            let r = self.ids.get_mut(id).unwrap();
+            match r.send.as_mut() {
+                Some(s) => {
+                    s.timeout_ms = ms;
+                    s.state_at_send = new_state;
+                    true
+                }
+                None => false,
+            }
+        };
+        if has_send {
+            self.arm_timer(now, id, ms, TimerKind::Retransmit);
+        }
+        let p = EventParam::Mra {
+            service_timeout: m.service_timeout,
+        };
+        self.event(id, EventType::MraReceived, p, Some(raw));
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ REJ
+
+    fn on_rej(&mut self, now: Time, r: &Rej, raw: &[u8]) -> Handled {
+        self.counters.rej_rx[Counters::reason_index(r.reason as u32)] += 1;
+        let id = if r.reason == 4 {
+            let guid = u64::from_be_bytes(r.ari[..8].try_into().unwrap());
+            self.remote_ids
+                .get(&(guid, r.local_comm_id))
+                .copied()
+                .and_then(|id| self.acquire(id, r.local_comm_id))
+        } else if r.message_rejected == MsgCode::Req {
+            self.acquire(r.remote_comm_id, 0)
+        } else {
+            self.acquire(r.remote_comm_id, r.local_comm_id)
+        };
+        let Some(id) = id else {
+            return drop_(DropCause::UnknownId, "REJ for no id");
+        };
+        let rec = self.ids.get(id).unwrap();
+        match rec.state {
+            State::ReqSent
+            | State::MraReqRcvd
+            | State::RepSent
+            | State::MraRepRcvd
+            | State::ReqRcvd
+            | State::MraReqSent => {
+                self.cancel_send(id);
+                if r.reason == 10 {
+                    self.enter_timewait(now, id);
+                } else {
+                    self.reset_to_idle(id);
+                }
+            }
+            State::DreqSent | State::RepRcvd | State::MraRepSent => {
+                self.cancel_send(id);
+                self.enter_timewait(now, id);
+            }
+            State::Established => match rec.lap_state {
+                LapState::Uninit | LapState::Sent => {
+                    self.cancel_send(id);
+                    self.enter_timewait(now, id);
+                }
+                _ => return drop_(DropCause::WrongState, "REJ during a LAP exchange"),
+            },
+            _ => {
+                return drop_(
+                    DropCause::WrongState,
+                    "REJ in a state that does not take it",
+                );
+            }
+        }
+        let p = EventParam::Rej {
+            reason: r.reason as u32,
+            ari_length: r.ari_length,
+        };
+        self.event(id, EventType::RejReceived, p, Some(raw));
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ REP
+
+    fn on_rep(&mut self, now: Time, src: &MadSource, mad: &CmMad, r: &Rep, raw: &[u8]) -> Handled {
+        let Some(id) = self.acquire(r.remote_comm_id, 0) else {
+            return self.dup_rep(r, src);
+        };
+        let rec = self.ids.get(id).unwrap();
+        if !matches!(rec.state, State::ReqSent | State::MraReqRcvd) {
+            return drop_(
+                DropCause::WrongState,
+                "REP in a state that does not take it",
+            );
+        }
+        let guid = r.local_ca_guid;
+        let qpn = if rec.qp_type == qp_type::XRC_INI {
+            r.local_eecn
+        } else {
+            r.local_qpn
+        };
+        if self.remote_ids.contains_key(&(guid, r.local_comm_id)) {
+            self.count_dup(attr::REP);
+            return drop_(DropCause::Duplicate, "REP for a connection already known");
+        }
+        let me = IdRef {
+            shard: self.cfg.shard,
+            local_id: id,
+            remote_id: r.local_comm_id,
+        };
+        if let Err(old) = self.shared.qp_insert(guid, qpn, me) {
+            let rej = issue_rej(
+                mad.tid,
+                r.local_comm_id,
+                r.remote_comm_id,
+                MsgCode::Rep,
+                10,
+                &[],
+            );
+            self.push_mad(Self::reply_dest(src), rej);
+            self.dreq_stale(now, old);
+            return drop_(
+                DropCause::Mismatch,
+                "stale connection on REP: REJ(STALE_CONN)",
+            );
+        }
+        self.remote_ids.insert((guid, r.local_comm_id), id);
+        let rec = self.ids.get_mut(id).unwrap();
+        rec.in_remote_id = true;
+        rec.in_remote_qp = true;
+        rec.remote_id = r.local_comm_id;
+        rec.remote_ca_guid = guid;
+        rec.remote_qpn = qpn;
+        rec.initiator_depth = r.responder_resources;
+        rec.responder_resources = r.initiator_depth;
+        rec.sq_psn = r.starting_psn;
+        rec.rnr_retry_count = r.rnr_retry_count;
+        rec.target_ack_delay = r.target_ack_delay;
+        rec.av.timeout = ack_timeout(r.target_ack_delay, rec.av.timeout.saturating_sub(1));
+        if let Some(alt) = rec.alt_av.as_mut() {
+            alt.timeout = ack_timeout(r.target_ack_delay, alt.timeout.saturating_sub(1));
+        }
+        self.cancel_send(id);
+        self.set_state(id, State::RepRcvd);
+        let ev = RepEvent {
+            remote_ca_guid: guid,
+            remote_qkey: r.local_qkey,
+            remote_qpn: qpn,
+            starting_psn: r.starting_psn,
+            responder_resources: r.initiator_depth,
+            initiator_depth: r.responder_resources,
+            target_ack_delay: r.target_ack_delay,
+            failover_accepted: r.failover_accepted,
+            flow_control: r.end_to_end_flow_control as u8,
+            rnr_retry_count: r.rnr_retry_count,
+            srq: r.srq as u8,
+            ece: Ece {
+                vendor_id: r.vendor_id,
+                attr_mod: mad.attr_mod,
+            },
+        };
+        self.event(id, EventType::RepReceived, EventParam::Rep(ev), Some(raw));
+        Ok(())
+    }
+
+    /// `cm_dup_rep_handler`.
+    fn dup_rep(&mut self, r: &Rep, src: &MadSource) -> Handled {
+        let Some(id) = self.acquire(r.remote_comm_id, r.local_comm_id) else {
+            return drop_(DropCause::UnknownId, "REP for no id");
+        };
+        self.count_dup(attr::REP);
+        let rec = self.ids.get(id).unwrap();
+        let pd = rec.saved_pdata.as_deref().unwrap_or(&[]);
+        let msg = match rec.state {
+            State::Established => CmMsg::Rtu(Rtu {
+                local_comm_id: id,
+                remote_comm_id: rec.remote_id,
+                private_data: pdata_area(pd),
+            }),
+            State::MraRepSent => CmMsg::Mra(Mra {
+                local_comm_id: id,
+                remote_comm_id: rec.remote_id,
+                message_mraed: MsgCode::Rep,
+                service_timeout: MRA_SETTING,
+                private_data: pdata_area(pd),
+            }),
+            _ => return drop_(DropCause::Duplicate, "duplicate REP"),
+        };
+        let mad = CmMad::send(rec.tid, 0, msg).to_bytes();
+        self.send_dup_response(Self::reply_dest(src), mad);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------ RTU
+
+    fn on_rtu(&mut self, r: &Rtu, raw: &[u8]) -> Handled {
+        let Some(id) = self.acquire(r.remote_comm_id, r.local_comm_id) else {
+            return drop_(DropCause::UnknownId, "RTU for no id");
+        };
+        let state = self.ids.get(id).unwrap().state;
+        if !matches!(state, State::RepSent | State::MraRepRcvd) {
+            self.count_dup(attr::RTU);
+            return drop_(DropCause::Duplicate, "RTU in a state that does not take it");
+        }
+        self.cancel_send(id);
+        self.set_state(id, State::Established);
+        self.event(id, EventType::RtuReceived, EventParam::None, Some(raw));
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------- DREQ
+
+    fn on_dreq(&mut self, src: &MadSource, mad: &CmMad, d: &Dreq, raw: &[u8]) -> Handled {
+        let Some(id) = self.acquire(d.remote_comm_id, d.local_comm_id) else {
+            // Late DREQ for an id we no longer have: complete it anyway.
+            self.count_dup(attr::DREQ);
+            let drep = Drep {
+                local_comm_id: d.remote_comm_id,
+                remote_comm_id: d.local_comm_id,
+                private_data: [0; pdata::DREP],
+            };
+            let out = CmMad::send(mad.tid, 0, CmMsg::Drep(drep)).to_bytes();
+            self.send_dup_response(Self::reply_dest(src), out);
+            return drop_(DropCause::UnknownId, "DREQ for no id: answered with DREP");
+        };
+        let rec = self.ids.get(id).unwrap();
+        if rec.local_qpn != d.remote_qpn {
+            return drop_(DropCause::Mismatch, "DREQ names another QPN");
+        }
+        match rec.state {
+            State::RepSent | State::DreqSent | State::MraRepRcvd => self.cancel_send(id),
+            State::Established => {
+                if matches!(rec.lap_state, LapState::Sent | LapState::MraRcvd) {
+                    self.cancel_send(id);
+                }
+            }
+            State::Timewait => {
+                let mad = Self::drep_mad(id, rec, rec.saved_pdata.as_deref().unwrap_or(&[]));
+                self.count_dup(attr::DREQ);
+                self.send_dup_response(Self::reply_dest(src), mad);
+                return Ok(());
+            }
+            State::DreqRcvd => {
+                self.count_dup(attr::DREQ);
+                return drop_(DropCause::Duplicate, "duplicate DREQ");
+            }
+            _ => {
+                return drop_(
+                    DropCause::WrongState,
+                    "DREQ in a state that does not take it",
+                );
+            }
+        }
+        self.ids.get_mut(id).unwrap().tid = mad.tid;
+        self.set_state(id, State::DreqRcvd);
+        self.event(id, EventType::DreqReceived, EventParam::None, Some(raw));
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------- DREP
+
+    fn on_drep(&mut self, now: Time, d: &Drep, raw: &[u8]) -> Handled {
+        let Some(id) = self.acquire(d.remote_comm_id, d.local_comm_id) else {
+            return drop_(DropCause::UnknownId, "DREP for no id");
+        };
+        let state = self.ids.get(id).unwrap().state;
+        if !matches!(state, State::DreqSent | State::DreqRcvd) {
+            self.count_dup(attr::DREP);
+            return drop_(
+                DropCause::Duplicate,
+                "DREP in a state that does not take it",
+            );
+        }
+        self.cancel_send(id);
+        self.enter_timewait(now, id);
+        self.event(id, EventType::DrepReceived, EventParam::None, Some(raw));
+        Ok(())
+    }
+
+    // ------------------------------------------------------------- SIDR_REQ
+
+    fn on_sidr_req(&mut self, src: &MadSource, mad: &CmMad, s: &SidrReq, raw: &[u8]) -> Handled {
+        let who = if src.has_grh {
+            src.sgid
+        } else {
+            let mut g = [0u8; 16];
+            g[14..16].copy_from_slice(&src.slid.to_be_bytes());
+            Gid(g)
+        };
+        let key = (who, s.request_id);
+        if self.sidr_remote.contains_key(&key) {
+            self.count_dup(attr::SIDR_REQ);
+            return drop_(DropCause::Duplicate, "duplicate SIDR_REQ");
+        }
+        let Some((port, gid_index)) = self.find_gid(&src.dgid, PathRecType::Ib) else {
+            return drop_(
+                DropCause::Mismatch,
+                "SIDR_REQ arrived on a GID this device does not own",
+            );
+        };
+        let Some(listener) = self.shared.listen_lookup(s.service_id) else {
+            let rep = SidrRep {
+                request_id: s.request_id,
+                status: 1,
+                info_length: 0,
+                vendor_id: 0,
+                qpn: 0,
+                service_id: s.service_id,
+                qkey: 0,
+                info: [0; pdata::SIDR_REP_INFO],
+                private_data: [0; pdata::SIDR_REP],
+            };
+            let out = CmMad::send(mad.tid, 0, CmMsg::SidrRep(rep)).to_bytes();
+            self.push_mad(Self::reply_dest(src), out);
+            return drop_(DropCause::Ignored, "no listener: SIDR_REP(UNSUPPORTED)");
+        };
+        let Ok(h) = self.create_id(listener.user) else {
+            return drop_(DropCause::Overload, "id table full");
+        };
+        let id = h.0 as u32;
+        let pkey_index = self.pkey_index(port, src.pkey).unwrap_or(0);
+        let rec = self.ids.get_mut(id).unwrap();
+        rec.remote_id = s.request_id;
+        rec.service_id = s.service_id;
+        rec.tid = mad.tid;
+        rec.sidr_key = Some(key);
+        rec.state = State::SidrReqRcvd;
+        rec.av = Av {
+            port,
+            pkey_index,
+            timeout: 0,
+            sgid: src.dgid,
+            ah: AhAttr {
+                port_num: port,
+                sl: src.sl,
+                has_grh: src.has_grh,
+                dgid: src.sgid,
+                sgid_index: gid_index,
+                flow_label: src.flow_label,
+                hop_limit: if src.has_grh { 0xff } else { 0 },
+                traffic_class: src.traffic_class,
+                dlid: src.slid as u32,
+                ..AhAttr::default()
+            },
+        };
+        self.sidr_remote.insert(key, id);
+        self.changed(id);
+        let ev = SidrReqEvent {
+            listen_id: Handle(listener.local_id as u64),
+            listen_user: listener.user,
+            service_id: s.service_id,
+            sgid_attr: (port, gid_index),
+            bth_pkey: src.pkey,
+            port,
+            pkey: s.pkey,
+        };
+        self.event(
+            id,
+            EventType::SidrReqReceived,
+            EventParam::SidrReq(ev),
+            Some(raw),
+        );
+        Ok(())
+    }
+
+    // ------------------------------------------------------------- SIDR_REP
+
+    fn on_sidr_rep(&mut self, s: &SidrRep, raw: &[u8]) -> Handled {
+        let Some(id) = self.acquire(s.request_id, 0) else {
+            return drop_(DropCause::UnknownId, "SIDR_REP for no id");
+        };
+        let rec = self.ids.get(id).unwrap();
+        if rec.state != State::SidrReqSent {
+            self.count_dup(attr::SIDR_REP);
+            return drop_(
+                DropCause::Duplicate,
+                "SIDR_REP in a state that does not take it",
+            );
+        }
+        let sgid_attr = (rec.av.port, rec.av.ah.sgid_index);
+        self.cancel_send(id);
+        self.set_state(id, State::Idle);
+        let ev = SidrRepEvent {
+            status: s.status as u32,
+            qkey: s.qkey,
+            qpn: s.qpn,
+            info_len: s.info_length,
+            sgid_attr,
+        };
+        self.event(
+            id,
+            EventType::SidrRepReceived,
+            EventParam::SidrRep(ev),
+            Some(raw),
+        );
+        Ok(())
+    }
+
+    // -------------------------------------------------------------- LAP/APR
+
+    fn port_is_roce(&self, port: u8) -> bool {
+        self.port(port).is_none_or(|p| p.is_roce)
+    }
+
+    fn on_lap(&mut self, src: &MadSource, mad: &CmMad, l: &Lap, raw: &[u8]) -> Handled {
+        if self.port_is_roce(src.port) {
+            return drop_(DropCause::Unsupported, "LAP is not supported on RoCE");
+        }
+        let Some(id) = self.acquire(l.remote_comm_id, l.local_comm_id) else {
+            return drop_(DropCause::UnknownId, "LAP for no id");
+        };
+        let rec = self.ids.get(id).unwrap();
+        if rec.state != State::Established {
+            return drop_(DropCause::WrongState, "LAP outside ESTABLISHED");
+        }
+        match rec.lap_state {
+            LapState::Uninit | LapState::Idle => {}
+            LapState::MraSent => {
+                let mra = Mra {
+                    local_comm_id: id,
+                    remote_comm_id: rec.remote_id,
+                    message_mraed: MsgCode::Other,
+                    service_timeout: MRA_SETTING,
+                    private_data: pdata_area(rec.saved_pdata.as_deref().unwrap_or(&[])),
+                };
+                let out = CmMad::send(rec.tid, 0, CmMsg::Mra(mra)).to_bytes();
+                self.count_dup(attr::LAP);
+                self.send_dup_response(Self::reply_dest(src), out);
+                return Ok(());
+            }
+            _ => {
+                self.count_dup(attr::LAP);
+                return drop_(DropCause::Duplicate, "duplicate LAP");
+            }
+        }
+        // The alternate path the peer proposes, seen from our side.
+        let a = &l.alternate;
+        let path = PathRec {
+            dgid: a.local_gid,
+            sgid: a.remote_gid,
+            flow_label: a.flow_label,
+            hop_limit: a.hop_limit,
+            traffic_class: a.traffic_class,
+            reversible: 1,
+            pkey: rec.pkey,
+            sl: a.sl,
+            mtu_selector: SA_EQ,
+            mtu: rec.path_mtu,
+            rate_selector: SA_EQ,
+            rate: a.packet_rate,
+            packet_life_time_selector: SA_EQ,
+            packet_life_time: a.local_ack_timeout.saturating_sub(1),
+            dlid: a.local_lid as u32,
+            slid: a.remote_lid as u32,
+            ..PathRec::default()
+        };
+        let Ok(alt_av) = self.av_from_path(&path, None) else {
+            return drop_(DropCause::Mismatch, "LAP path unusable");
+        };
+        let rec = self.ids.get_mut(id).unwrap();
+        rec.alt_av = Some(Box::new(alt_av));
+        rec.lap_state = LapState::Rcvd;
+        rec.tid = mad.tid;
+        self.changed(id);
+        let p = EventParam::Lap {
+            alternate_path: Box::new(path),
+        };
+        self.event(id, EventType::LapReceived, p, Some(raw));
+        Ok(())
+    }
+
+    fn on_apr(&mut self, a: &crate::wire::Apr, raw: &[u8]) -> Handled {
+        let Some(id) = self.acquire(a.remote_comm_id, a.local_comm_id) else {
+            return drop_(DropCause::UnknownId, "APR for no id");
+        };
+        let rec = self.ids.get(id).unwrap();
+        if self.port_is_roce(rec.av.port) {
+            return drop_(DropCause::Unsupported, "APR is not supported on RoCE");
+        }
+        if rec.state != State::Established
+            || !matches!(rec.lap_state, LapState::Sent | LapState::MraRcvd)
+        {
+            return drop_(DropCause::WrongState, "APR without a LAP outstanding");
+        }
+        self.ids.get_mut(id).unwrap().lap_state = LapState::Idle;
+        self.cancel_send(id);
+        self.changed(id);
+        let p = EventParam::Apr {
+            ap_status: a.ap_status as u32,
+            info_len: a.info_length,
+        };
+        self.event(id, EventType::AprReceived, p, Some(raw));
+        Ok(())
+    }
+}
+
+/// Which shard must handle a received MAD: `Ok(shard)` for messages that
+/// name one of our IDs, `Err(hash)` for requests (REQ, SIDR_REQ, REJ
+/// timeouts) that must go to `hash % shards` so that duplicates meet.
+pub fn route(shared: &Shared, buf: &[u8], src: &MadSource) -> Result<u32, u64> {
+    if buf.len() < 256 || shared.shard_bits == 0 {
+        return Ok(0);
+    }
+    let u32_at = |o: usize| u32::from_be_bytes(buf[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_be_bytes(buf[o..o + 8].try_into().unwrap());
+    let mix = |a: u64, b: u64| ids::splitmix64(a ^ b.rotate_left(32));
+    let shard = |id: u32| ids::shard_of(&shared.codec, shared.shard_bits, id);
+    match u16::from_be_bytes([buf[16], buf[17]]) {
+        attr::REQ => Err(mix(u64_at(40), u32_at(24) as u64)),
+        attr::SIDR_REQ => {
+            let g = u64::from_be_bytes(src.sgid.0[8..16].try_into().unwrap());
+            Err(mix(g ^ src.slid as u64, u32_at(24) as u64))
+        }
+        attr::REJ if u16::from_be_bytes([buf[34], buf[35]]) == 4 => {
+            Err(mix(u64_at(36), u32_at(24) as u64))
+        }
+        attr::SIDR_REP => Ok(shard(u32_at(24))),
+        attr::MRA
+        | attr::REJ
+        | attr::REP
+        | attr::RTU
+        | attr::DREQ
+        | attr::DREP
+        | attr::LAP
+        | attr::APR => Ok(shard(u32_at(28))),
+        _ => Ok(0),
+    }
+}

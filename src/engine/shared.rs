@@ -1,0 +1,141 @@
+//! State shared by the shards of one device: the listen table, the
+//! remote-QPN table used for stale-connection detection, the ID codec and
+//! the service-ID allocator. Everything else (ids, timers, duplicate
+//! tables) is owned by one shard and needs no lock.
+//!
+//! Locks here are leaf locks held for a hash-map operation only; the
+//! message path takes at most a read lock on the listen table and one of 16
+//! remote-QPN sub-locks.
+
+use super::ids::IdCodec;
+use super::types::*;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
+
+/// A reference to an id in some shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRef {
+    pub shard: u32,
+    pub local_id: u32,
+    pub remote_id: u32,
+}
+
+/// A listening id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenEntry {
+    pub shard: u32,
+    pub local_id: u32,
+    pub user: u64,
+    /// For `ib_cm_insert_listen`: the key (handler identity) shared
+    /// listeners must match; `None` for plain `ib_cm_listen` listeners,
+    /// which are never shared.
+    pub share_key: Option<u64>,
+}
+
+const QP_LOCKS: usize = 16;
+
+pub struct Shared {
+    pub codec: IdCodec,
+    pub shard_bits: u32,
+    listen: RwLock<HashMap<u64, ListenEntry>>,
+    remote_qp: [Mutex<HashMap<(u64, u32), IdRef>>; QP_LOCKS],
+    next_service_id: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub fn new(seed: u64, shard_bits: u32) -> Shared {
+        Shared {
+            codec: IdCodec::new(seed),
+            shard_bits,
+            listen: RwLock::new(HashMap::new()),
+            remote_qp: std::array::from_fn(|_| Mutex::new(HashMap::new())),
+            next_service_id: AtomicU64::new(ASSIGN_SERVICE_ID),
+        }
+    }
+
+    pub fn shards(&self) -> u32 {
+        1 << self.shard_bits
+    }
+
+    /// `IB_CM_ASSIGN_SERVICE_ID`: the next unused service ID of the
+    /// 0x02 space.
+    pub fn assign_service_id(&self) -> u64 {
+        let listen = self.listen.read().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let id = self.next_service_id.fetch_add(1, Ordering::Relaxed);
+            if !listen.contains_key(&id) {
+                return id;
+            }
+        }
+    }
+
+    pub fn listen_lookup(&self, service_id: u64) -> Option<ListenEntry> {
+        let listen = self.listen.read().unwrap_or_else(|e| e.into_inner());
+        listen.get(&service_id).copied()
+    }
+
+    /// Registers a listener; `Err(existing)` when the service ID is taken.
+    pub fn listen_insert(&self, service_id: u64, e: ListenEntry) -> Result<(), ListenEntry> {
+        let mut listen = self.listen.write().unwrap_or_else(|e| e.into_inner());
+        match listen.entry(service_id) {
+            Entry::Occupied(o) => Err(*o.get()),
+            Entry::Vacant(v) => {
+                v.insert(e);
+                Ok(())
+            }
+        }
+    }
+
+    /// Removes the listener if it is the registered one.
+    pub fn listen_remove(&self, service_id: u64, local_id: u32) {
+        let mut listen = self.listen.write().unwrap_or_else(|e| e.into_inner());
+        if listen
+            .get(&service_id)
+            .is_some_and(|e| e.local_id == local_id)
+        {
+            listen.remove(&service_id);
+        }
+    }
+
+    pub fn listen_count(&self) -> usize {
+        self.listen.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    fn qp_lock(&self, guid: u64, qpn: u32) -> &Mutex<HashMap<(u64, u32), IdRef>> {
+        let h = (guid ^ (qpn as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 7;
+        &self.remote_qp[(h as usize) % QP_LOCKS]
+    }
+
+    /// Records the connection to (remote CA GUID, remote QPN);
+    /// `Err(existing)` when another connection holds it (a stale peer).
+    pub fn qp_insert(&self, guid: u64, qpn: u32, r: IdRef) -> Result<(), IdRef> {
+        let mut m = lock(self.qp_lock(guid, qpn));
+        match m.entry((guid, qpn)) {
+            Entry::Occupied(o) => Err(*o.get()),
+            Entry::Vacant(v) => {
+                v.insert(r);
+                Ok(())
+            }
+        }
+    }
+
+    /// Forgets the entry if it belongs to `local_id` (of `shard`).
+    pub fn qp_remove(&self, guid: u64, qpn: u32, shard: u32, local_id: u32) {
+        let mut m = lock(self.qp_lock(guid, qpn));
+        if m.get(&(guid, qpn))
+            .is_some_and(|r| r.local_id == local_id && r.shard == shard)
+        {
+            m.remove(&(guid, qpn));
+        }
+    }
+
+    pub fn qp_count(&self) -> usize {
+        self.remote_qp.iter().map(|m| lock(m).len()).sum()
+    }
+}
