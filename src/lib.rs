@@ -2,7 +2,12 @@
 //! kernel's `ib_cm` C ABI. See `docs/ARCHITECTURE.md` for the map.
 
 pub mod capture;
+pub mod decode;
 pub mod engine;
+pub mod fabric;
+#[macro_use]
+pub mod log;
 pub mod ffi;
+pub mod runtime;
 pub mod sim;
 pub mod wire;

@@ -715,22 +715,40 @@ impl Engine {
 
     /// `ib_cm_listen`.
     pub fn listen(&mut self, h: Handle, service_id: u64) -> ApiResult {
-        let id = h.0 as u32;
-        let r = self.rec(h)?;
-        if r.state != State::Idle {
+        self.listen_keyed(h, service_id, None)
+    }
+
+    /// Makes an IDLE id a listener. With a `key` it becomes an
+    /// `ib_cm_insert_listen` listener that later callers with the same key
+    /// share (see [`Engine::share_listener`]).
+    pub fn listen_keyed(&mut self, h: Handle, service_id: u64, key: Option<u64>) -> ApiResult {
+        if self.rec(h)?.state != State::Idle {
             return Err(Errno::EINVAL);
         }
-        let user = r.user;
         let service_id = self.check_service_id(service_id)?;
+        self.listen_checked(h, service_id, key)
+    }
+
+    /// `listen_keyed` with a service ID already checked (and assigned):
+    /// an assigned ID must not go through `check_service_id` again (the
+    /// first one equals `IB_CM_ASSIGN_SERVICE_ID`, later ones have the
+    /// reserved 0x02 top byte).
+    fn listen_checked(&mut self, h: Handle, service_id: u64, key: Option<u64>) -> ApiResult {
+        let id = h.0 as u32;
+        let user = self.rec(h)?.user;
         let entry = ListenEntry {
             shard: self.cfg.shard,
             local_id: id,
             user,
-            share_key: None,
+            share_key: key,
         };
-        self.shared
-            .listen_insert(service_id, entry)
-            .map_err(|_| Errno::EBUSY)?;
+        self.shared.listen_insert(service_id, entry).map_err(|_| {
+            if key.is_some() {
+                Errno::EINVAL
+            } else {
+                Errno::EBUSY
+            }
+        })?;
         let r = self.ids.get_mut(id).unwrap();
         r.service_id = service_id;
         r.listen_shares = 1;
@@ -738,11 +756,20 @@ impl Engine {
         Ok(())
     }
 
-    /// `ib_cm_insert_listen`: returns the listener and whether it already
-    /// existed (then its share count was raised). An existing listener with
-    /// another key, or one owned by another shard, gives `-EINVAL` / the
-    /// owner's shard (`Err(Errno(-shard-1))` is never used: the runtime
-    /// routes the call to the owner's shard first).
+    /// Adds one more user to a shared listener of this shard.
+    pub fn share_listener(&mut self, h: Handle) -> ApiResult {
+        let r = self.ids.get_mut(h.0 as u32).ok_or(Errno::EINVAL)?;
+        if r.state != State::Listen {
+            return Err(Errno::EINVAL);
+        }
+        r.listen_shares += 1;
+        Ok(())
+    }
+
+    /// `ib_cm_insert_listen` within one shard: returns the listener and
+    /// whether it already existed (then its share count was raised). An
+    /// existing listener with another key, or owned by another shard (the
+    /// runtime routes the call to the owner), gives `-EINVAL`.
     pub fn insert_listen(
         &mut self,
         user: u64,
@@ -754,27 +781,15 @@ impl Engine {
             if e.share_key != Some(key) || e.shard != self.cfg.shard {
                 return Err(Errno::EINVAL);
             }
-            let r = self.ids.get_mut(e.local_id).ok_or(Errno::EINVAL)?;
-            r.listen_shares += 1;
+            self.share_listener(Handle(e.local_id as u64))?;
             return Ok((Handle(e.local_id as u64), true));
         }
         let h = self.create_id(user)?;
-        let id = h.0 as u32;
-        let entry = ListenEntry {
-            shard: self.cfg.shard,
-            local_id: id,
-            user,
-            share_key: Some(key),
-        };
-        if self.shared.listen_insert(service_id, entry).is_err() {
-            self.ids.remove(id);
+        if let Err(e) = self.listen_checked(h, service_id, Some(key)) {
+            self.ids.remove(h.0 as u32);
             self.counters.ids_destroyed += 1;
-            return Err(Errno::EINVAL);
+            return Err(e);
         }
-        let r = self.ids.get_mut(id).unwrap();
-        r.service_id = service_id;
-        r.listen_shares = 1;
-        self.set_state(id, State::Listen);
         Ok((h, false))
     }
 
@@ -1028,8 +1043,9 @@ impl Engine {
         }
         let mad = self.dreq_mad(id, r, private_data);
         let (timeout, retries) = (r.timeout_ms, r.max_cm_retries);
+        // As the kernel: the DREQ's new TID is not remembered; a DREP
+        // re-sent from timewait carries the id's REQ (or received DREQ) TID.
         let r = self.ids.get_mut(id).unwrap();
-        r.tid = u64::from_be_bytes(mad[8..16].try_into().unwrap());
         if matches!(r.lap_state, LapState::Sent | LapState::MraRcvd) {
             r.lap_state = LapState::Idle;
         }
@@ -1268,16 +1284,21 @@ impl Engine {
     /// or table entries. `err` is the callback's return value when the
     /// destroy comes from a handler returning non-zero (`-ENOMEM` from
     /// REQ_RECEIVED suppresses the REJ), else 0.
-    pub fn destroy(&mut self, now: Time, h: Handle, err: i32) {
+    ///
+    /// Returns false when the id lives on: an unknown handle, or a shared
+    /// listener (`ib_cm_insert_listen`) that other users still hold.
+    pub fn destroy(&mut self, now: Time, h: Handle, err: i32) -> bool {
         let id = h.0 as u32;
-        let Some(r) = self.ids.get(id) else { return };
+        let Some(r) = self.ids.get(id) else {
+            return false;
+        };
         let node_guid = self.cfg.node_guid;
         match r.state {
             State::Listen => {
                 let r = self.ids.get_mut(id).unwrap();
                 r.listen_shares = r.listen_shares.saturating_sub(1);
                 if r.listen_shares > 0 {
-                    return;
+                    return false;
                 }
                 let service_id = r.service_id;
                 self.shared.listen_remove(service_id, id);
@@ -1352,6 +1373,7 @@ impl Engine {
         // No event is delivered for a destroyed id, even one already queued.
         self.events.retain(|e| e.id != h);
         self.changes.retain(|c| c.id != h);
+        true
     }
 
     // ----------------------------------------------------------------- timers

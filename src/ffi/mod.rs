@@ -1,1 +1,605 @@
+//! The C ABI: the kernel's `ib_cm.h` functions plus the `ibcm.h` glue.
+//!
+//! Every entry point is thin: check pointers and lengths, convert the C
+//! structs, call the runtime, map errors to negative errno values. No
+//! panic crosses the boundary (`catch_unwind` → `-EIO` and a log line).
+//! Pointers are checked against registries of live devices and ids, so
+//! NULL, freed or foreign pointers give `-EINVAL` instead of a crash.
+//!
+//! # Safety
+//! The entry points are `unsafe extern "C"`: id and device pointers are
+//! checked against the registries, but the other pointer arguments (param
+//! structs, private data, path records, output buffers) must point to valid
+//! memory of the size the kernel API documents, as in the kernel.
+#![allow(clippy::missing_safety_doc)]
+
 pub mod types;
+
+use crate::engine::{self, Errno, errno};
+use crate::log::ERROR;
+use crate::runtime::convert::{path_from_c, path_to_c, qp_attr_to_c};
+use crate::runtime::{CmId, Device, DeviceOptions};
+use crate::wire::{Gid, pdata};
+use std::collections::HashMap;
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, LazyLock, Mutex};
+use types::*;
+
+// ------------------------------------------------------------ registries
+
+static DEVICES: LazyLock<Mutex<HashMap<usize, Arc<Device>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn id_of(p: *mut IbCmId) -> Result<CmId, Errno> {
+    if is_err(p) {
+        return Err(Errno::EINVAL);
+    }
+    crate::runtime::lookup(p).ok_or(Errno::EINVAL)
+}
+
+fn device_of(p: *mut c_void) -> Result<Arc<Device>, Errno> {
+    if p.is_null() || is_err(p) {
+        return Err(Errno::EINVAL);
+    }
+    lock(&DEVICES)
+        .get(&(p as usize))
+        .cloned()
+        .ok_or(Errno::EINVAL)
+}
+
+// --------------------------------------------------------------- helpers
+
+/// Runs `f`, turning a panic into `-EIO` with a log line.
+fn guard(what: &str, f: impl FnOnce() -> Result<c_int, Errno>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => -e.0,
+        Err(_) => {
+            ibcm_log!(
+                ERROR,
+                "{what}: internal error (panic caught); returning -EIO"
+            );
+            -errno::EIO
+        }
+    }
+}
+
+fn guard_ptr<T>(what: &str, f: impl FnOnce() -> Result<*mut T, Errno>) -> *mut T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => err_ptr(-e.0),
+        Err(_) => {
+            ibcm_log!(
+                ERROR,
+                "{what}: internal error (panic caught); returning ERR_PTR(-EIO)"
+            );
+            err_ptr(-errno::EIO)
+        }
+    }
+}
+
+fn ok(r: engine::ApiResult) -> Result<c_int, Errno> {
+    r.map(|_| 0)
+}
+
+/// A caller's byte area with the kernel's limit check *before* any byte is
+/// read: a length over `max` with a non-NULL pointer is `-EINVAL`; NULL
+/// means none (its length is ignored, as the kernel only copies when the
+/// pointer is set).
+unsafe fn area<'a>(p: *const c_void, len: u8, max: usize) -> Result<&'a [u8], Errno> {
+    if !p.is_null() && len as usize > max {
+        return Err(Errno::EINVAL);
+    }
+    Ok(unsafe { bytes(p, len) })
+}
+
+unsafe fn bytes<'a>(p: *const c_void, len: u8) -> &'a [u8] {
+    if p.is_null() || len == 0 {
+        &[]
+    } else {
+        unsafe { std::slice::from_raw_parts(p as *const u8, len as usize) }
+    }
+}
+
+unsafe fn path_arg(p: *const SaPathRec) -> Result<Option<engine::PathRec>, Errno> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    path_from_c(unsafe { &*p }).map(Some).ok_or(Errno::EINVAL)
+}
+
+unsafe fn gid_attr_arg(p: *const IbGidAttr) -> Option<(u8, u16)> {
+    if p.is_null() {
+        None
+    } else {
+        let a = unsafe { &*p };
+        Some((a.port_num as u8, a.index))
+    }
+}
+
+// ------------------------------------------------------------ ibcm.h glue
+
+/// `ibcm_open_device`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_open_device(name: *const c_char) -> *mut c_void {
+    guard_ptr("ibcm_open_device", || {
+        let name = if name.is_null() {
+            std::env::var("IBCM_DEVICE").unwrap_or_else(|_| "soft:127.0.0.1".to_string())
+        } else {
+            unsafe { CStr::from_ptr(name) }
+                .to_str()
+                .map_err(|_| Errno::EINVAL)?
+                .to_string()
+        };
+        let dev = Device::open(&name, DeviceOptions::default())?;
+        let p = dev.c_ptr();
+        lock(&DEVICES).insert(p as usize, dev);
+        Ok(p)
+    })
+}
+
+/// `ibcm_close_device`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_close_device(device: *mut c_void) {
+    guard("ibcm_close_device", || {
+        let Some(dev) = lock(&DEVICES).remove(&(device as usize)) else {
+            ibcm_log!(ERROR, "ibcm_close_device({device:?}): not an open device");
+            return Err(Errno::EINVAL);
+        };
+        dev.close();
+        Ok(0)
+    });
+}
+
+/// `ibcm_query_gid`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_query_gid(
+    device: *mut c_void,
+    port_num: u32,
+    index: c_int,
+    gid: *mut IbGid,
+) -> c_int {
+    guard("ibcm_query_gid", || {
+        let dev = device_of(device)?;
+        if gid.is_null() || index < 0 {
+            return Err(Errno::EINVAL);
+        }
+        let port = dev
+            .ports()
+            .iter()
+            .find(|p| p.port_num as u32 == port_num)
+            .ok_or(Errno::EINVAL)?;
+        let e = port.gids.get(index as usize).ok_or(Errno::EINVAL)?;
+        unsafe { *gid = IbGid::from_raw(e.gid.0) };
+        Ok(0)
+    })
+}
+
+/// RoCE packet life time rdma_cm uses (`CMA_IBOE_PACKET_LIFETIME`).
+pub const SOFT_PACKET_LIFE_TIME: u8 = 16;
+
+/// A RoCEv2 path record from the device's port to `dgid`.
+pub fn init_path(dev: &Device, port_num: u32, dgid: Gid) -> Result<engine::PathRec, Errno> {
+    let port = dev
+        .ports()
+        .iter()
+        .find(|p| p.port_num as u32 == port_num)
+        .ok_or(Errno::EINVAL)?;
+    let sgid = port.gids.first().ok_or(Errno::EINVAL)?.gid;
+    Ok(engine::PathRec {
+        dgid,
+        sgid,
+        hop_limit: 64,
+        reversible: 1,
+        numb_path: 1,
+        pkey: port.pkeys.first().copied().unwrap_or(0xffff),
+        mtu_selector: engine::SA_EQ,
+        mtu: port.mtu,
+        rate_selector: engine::SA_EQ,
+        rate: port.rate,
+        packet_life_time_selector: engine::SA_EQ,
+        packet_life_time: SOFT_PACKET_LIFE_TIME,
+        rec_type: engine::PathRecType::RoceV2,
+        flags: IB_PATH_GMP | IB_PATH_PRIMARY | IB_PATH_BIDIRECTIONAL,
+        route_resolved: true,
+        ..engine::PathRec::default()
+    })
+}
+
+/// `ibcm_init_path`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_init_path(
+    device: *mut c_void,
+    port_num: u32,
+    dgid: *const IbGid,
+    rec: *mut SaPathRec,
+) -> c_int {
+    guard("ibcm_init_path", || {
+        let dev = device_of(device)?;
+        if dgid.is_null() || rec.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let p = init_path(&dev, port_num, Gid(unsafe { (*dgid).as_raw() }))?;
+        unsafe { *rec = path_to_c(&p) };
+        Ok(0)
+    })
+}
+
+/// `ibcm_gid_from_string`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_gid_from_string(ip: *const c_char, gid: *mut IbGid) -> c_int {
+    guard("ibcm_gid_from_string", || {
+        if ip.is_null() || gid.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let s = unsafe { CStr::from_ptr(ip) }
+            .to_str()
+            .map_err(|_| Errno::EINVAL)?;
+        let g: Gid = s.trim().parse().map_err(|_| Errno::EINVAL)?;
+        unsafe { *gid = IbGid::from_raw(g.0) };
+        Ok(0)
+    })
+}
+
+// ---------------------------------------------------------------- ib_cm.h
+
+/// `ib_create_cm_id`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_create_cm_id(
+    device: *mut c_void,
+    cm_handler: IbCmHandler,
+    context: *mut c_void,
+) -> *mut IbCmId {
+    guard_ptr("ib_create_cm_id", || {
+        let dev = device_of(device)?;
+        let id = dev.create_id(cm_handler, context, None)?;
+        Ok(id.c_ptr())
+    })
+}
+
+/// `ib_destroy_cm_id`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_destroy_cm_id(cm_id: *mut IbCmId) {
+    guard("ib_destroy_cm_id", || {
+        let id = match id_of(cm_id) {
+            Ok(id) => id,
+            Err(e) => {
+                ibcm_log!(ERROR, "ib_destroy_cm_id({cm_id:?}): not a live cm_id");
+                return Err(e);
+            }
+        };
+        // Refused from the id's own callback (logged there).
+        id.destroy()?;
+        Ok(0)
+    });
+}
+
+/// `ib_cm_listen`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_cm_listen(cm_id: *mut IbCmId, service_id: Be64) -> c_int {
+    guard("ib_cm_listen", || {
+        ok(id_of(cm_id)?.listen(u64::from_be(service_id)))
+    })
+}
+
+/// `ib_cm_insert_listen`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_cm_insert_listen(
+    device: *mut c_void,
+    cm_handler: IbCmHandler,
+    service_id: Be64,
+) -> *mut IbCmId {
+    guard_ptr("ib_cm_insert_listen", || {
+        let dev = device_of(device)?;
+        let id = dev.insert_listen(cm_handler, u64::from_be(service_id), None)?;
+        Ok(id.c_ptr())
+    })
+}
+
+/// `ib_send_cm_req`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_req(cm_id: *mut IbCmId, param: *mut IbCmReqParam) -> c_int {
+    guard("ib_send_cm_req", || {
+        let id = id_of(cm_id)?;
+        if param.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let p = unsafe { &*param };
+        let primary = unsafe { path_arg(p.primary_path) }?.ok_or(Errno::EINVAL)?;
+        let params = engine::ReqParams {
+            primary_path: primary,
+            primary_path_inbound: unsafe { path_arg(p.primary_path_inbound) }?,
+            primary_path_outbound: unsafe { path_arg(p.primary_path_outbound) }?,
+            alternate_path: unsafe { path_arg(p.alternate_path) }?,
+            sgid_attr: unsafe { gid_attr_arg(p.ppath_sgid_attr) },
+            service_id: u64::from_be(p.service_id),
+            qp_num: p.qp_num,
+            qp_type: p.qp_type,
+            starting_psn: p.starting_psn,
+            private_data: unsafe { area(p.private_data, p.private_data_len, pdata::REQ) }?.to_vec(),
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            remote_cm_response_timeout: p.remote_cm_response_timeout,
+            flow_control: p.flow_control,
+            local_cm_response_timeout: p.local_cm_response_timeout,
+            retry_count: p.retry_count,
+            rnr_retry_count: p.rnr_retry_count,
+            max_cm_retries: p.max_cm_retries,
+            srq: p.srq,
+            ece: engine::Ece {
+                vendor_id: p.ece.vendor_id,
+                attr_mod: p.ece.attr_mod,
+            },
+        };
+        ok(id.send_req(&params))
+    })
+}
+
+/// `ib_send_cm_rep`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_rep(cm_id: *mut IbCmId, param: *mut IbCmRepParam) -> c_int {
+    guard("ib_send_cm_rep", || {
+        let id = id_of(cm_id)?;
+        if param.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let p = unsafe { &*param };
+        if p.qp_num & !0xff_ffff != 0 {
+            crate::ibcm_log!(
+                crate::log::WARN,
+                "ib_send_cm_rep: QPN {:#x} has bits above 24; they are dropped",
+                p.qp_num
+            );
+        }
+        let params = engine::RepParams {
+            qp_num: p.qp_num,
+            starting_psn: p.starting_psn,
+            private_data: unsafe { area(p.private_data, p.private_data_len, pdata::REP) }?.to_vec(),
+            responder_resources: p.responder_resources,
+            initiator_depth: p.initiator_depth,
+            failover_accepted: p.failover_accepted,
+            flow_control: p.flow_control,
+            rnr_retry_count: p.rnr_retry_count,
+            srq: p.srq,
+            ece: engine::Ece {
+                vendor_id: p.ece.vendor_id,
+                attr_mod: p.ece.attr_mod,
+            },
+        };
+        ok(id.send_rep(&params))
+    })
+}
+
+/// `ib_send_cm_rtu`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_rtu(
+    cm_id: *mut IbCmId,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    guard("ib_send_cm_rtu", || {
+        ok(id_of(cm_id)?.send_rtu(unsafe { area(private_data, private_data_len, pdata::RTU) }?))
+    })
+}
+
+/// `ib_send_cm_dreq`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_dreq(
+    cm_id: *mut IbCmId,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    guard("ib_send_cm_dreq", || {
+        ok(id_of(cm_id)?.send_dreq(unsafe { area(private_data, private_data_len, pdata::DREQ) }?))
+    })
+}
+
+/// `ib_send_cm_drep`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_drep(
+    cm_id: *mut IbCmId,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    guard("ib_send_cm_drep", || {
+        ok(id_of(cm_id)?.send_drep(unsafe { area(private_data, private_data_len, pdata::DREP) }?))
+    })
+}
+
+/// `ib_cm_notify`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_cm_notify(cm_id: *mut IbCmId, event: IbEventType) -> c_int {
+    guard("ib_cm_notify", || ok(id_of(cm_id)?.notify(event)))
+}
+
+/// `ib_send_cm_rej`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_rej(
+    cm_id: *mut IbCmId,
+    reason: IbCmRejReason,
+    ari: *mut c_void,
+    ari_length: u8,
+    private_data: *const c_void,
+    private_data_len: u8,
+) -> c_int {
+    guard("ib_send_cm_rej", || {
+        let id = id_of(cm_id)?;
+        let ari = unsafe { area(ari, ari_length, pdata::REJ_ARI) }?;
+        let pd = unsafe { area(private_data, private_data_len, pdata::REJ) }?;
+        ok(id.send_rej(reason, ari, pd))
+    })
+}
+
+/// `ib_prepare_cm_mra`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_prepare_cm_mra(cm_id: *mut IbCmId) -> c_int {
+    guard("ib_prepare_cm_mra", || ok(id_of(cm_id)?.prepare_mra()))
+}
+
+/// `ib_cm_init_qp_attr`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_cm_init_qp_attr(
+    cm_id: *mut IbCmId,
+    qp_attr: *mut IbQpAttr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    guard("ib_cm_init_qp_attr", || {
+        let id = id_of(cm_id)?;
+        if qp_attr.is_null() || qp_attr_mask.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let c = unsafe { &mut *qp_attr };
+        let a = id.init_qp_attr(c.qp_state)?;
+        qp_attr_to_c(id.device(), &a, c);
+        unsafe { *qp_attr_mask = a.mask as c_int };
+        Ok(0)
+    })
+}
+
+/// `ib_send_cm_sidr_req`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_sidr_req(
+    cm_id: *mut IbCmId,
+    param: *mut IbCmSidrReqParam,
+) -> c_int {
+    guard("ib_send_cm_sidr_req", || {
+        let id = id_of(cm_id)?;
+        if param.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let p = unsafe { &*param };
+        let path = unsafe { path_arg(p.path) }?.ok_or(Errno::EINVAL)?;
+        let params = engine::SidrReqParams {
+            path,
+            sgid_attr: unsafe { gid_attr_arg(p.sgid_attr) },
+            service_id: u64::from_be(p.service_id),
+            // C `unsigned long` is 64 bits on LP64.
+            timeout_ms: p.timeout_ms,
+            private_data: unsafe { area(p.private_data, p.private_data_len, pdata::SIDR_REQ) }?
+                .to_vec(),
+            max_cm_retries: p.max_cm_retries,
+        };
+        ok(id.send_sidr_req(&params))
+    })
+}
+
+/// `ib_send_cm_sidr_rep`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ib_send_cm_sidr_rep(
+    cm_id: *mut IbCmId,
+    param: *mut IbCmSidrRepParam,
+) -> c_int {
+    guard("ib_send_cm_sidr_rep", || {
+        let id = id_of(cm_id)?;
+        if param.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let p = unsafe { &*param };
+        let params = engine::SidrRepParams {
+            qp_num: p.qp_num,
+            qkey: p.qkey,
+            status: p.status,
+            info: unsafe { area(p.info, p.info_length, pdata::SIDR_REP_INFO) }?.to_vec(),
+            private_data: unsafe { area(p.private_data, p.private_data_len, pdata::SIDR_REP) }?
+                .to_vec(),
+            ece: engine::Ece {
+                vendor_id: p.ece.vendor_id,
+                attr_mod: p.ece.attr_mod,
+            },
+        };
+        ok(id.send_sidr_rep(&params))
+    })
+}
+
+/// The kernel's reject reason strings (`ibcm_reject_msg`), NUL-terminated.
+const REJECT_MSGS: [&str; 36] = [
+    "",
+    "no QP\0",
+    "no EEC\0",
+    "no resources\0",
+    "timeout\0",
+    "unsupported\0",
+    "invalid comm ID\0",
+    "invalid comm instance\0",
+    "invalid service ID\0",
+    "invalid transport type\0",
+    "stale conn\0",
+    "RDC not exist\0",
+    "invalid GID\0",
+    "invalid LID\0",
+    "invalid SL\0",
+    "invalid traffic class\0",
+    "invalid hop limit\0",
+    "invalid packet rate\0",
+    "invalid alt GID\0",
+    "invalid alt LID\0",
+    "invalid alt SL\0",
+    "invalid alt traffic class\0",
+    "invalid alt hop limit\0",
+    "invalid alt packet rate\0",
+    "port CM redirect\0",
+    "port redirect\0",
+    "invalid MTU\0",
+    "insufficient resp resources\0",
+    "consumer defined\0",
+    "invalid RNR retry\0",
+    "duplicate local comm ID\0",
+    "invalid class version\0",
+    "invalid flow label\0",
+    "invalid alt flow label\0",
+    "",
+    "vendor option is not supported\0",
+];
+
+/// The reject message text for a reason (Rust side).
+pub fn reject_msg(reason: i32) -> &'static str {
+    let s = usize::try_from(reason)
+        .ok()
+        .and_then(|i| REJECT_MSGS.get(i))
+        .copied()
+        .unwrap_or("");
+    if s.is_empty() {
+        "unrecognized reason"
+    } else {
+        s.trim_end_matches('\0')
+    }
+}
+
+/// `ibcm_reject_msg`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_reject_msg(reason: c_int) -> *const c_char {
+    let s = usize::try_from(reason)
+        .ok()
+        .and_then(|i| REJECT_MSGS.get(i))
+        .copied()
+        .unwrap_or("");
+    if s.is_empty() {
+        c"unrecognized reason".as_ptr()
+    } else {
+        s.as_ptr() as *const c_char
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reject_messages() {
+        assert_eq!(reject_msg(8), "invalid service ID");
+        assert_eq!(reject_msg(35), "vendor option is not supported");
+        for bad in [0, 34, 36, -1, 1000] {
+            assert_eq!(reject_msg(bad), "unrecognized reason");
+        }
+        let p = unsafe { ibcm_reject_msg(28) };
+        assert_eq!(
+            unsafe { CStr::from_ptr(p) }.to_str().unwrap(),
+            "consumer defined"
+        );
+    }
+}

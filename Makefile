@@ -1,0 +1,96 @@
+# ibcm — build, install, demo and test.
+#
+#   make demo            the main job (README): a CM demo on the software fabric
+#   make test            every test: Rust, C (ASan, valgrind, LD_PRELOAD), Python
+#   make install PREFIX=/usr/local
+
+PREFIX     ?= /usr/local
+CARGO      ?= cargo
+VERSION    := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+BUILD      := build
+STAGE      := $(abspath $(BUILD)/prefix)
+CFLAGS_T   := -std=c11 -Wall -Wextra -Werror -O1 -g
+PKG        := PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config
+CTESTS     := abi_static cm_scenarios
+VALGRIND   ?= valgrind
+
+.PHONY: all lib install demo deps test test-rust test-c test-python clean
+
+all: lib
+
+lib:
+	$(CARGO) build --release --lib --bins
+
+install: lib
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/rdma $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 target/release/libibcm.so $(DESTDIR)$(PREFIX)/lib/libibcm.so.$(VERSION)
+	ln -sf libibcm.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libibcm.so.0
+	ln -sf libibcm.so.0 $(DESTDIR)$(PREFIX)/lib/libibcm.so
+	install -m 0644 target/release/libibcm.a $(DESTDIR)$(PREFIX)/lib/libibcm.a
+	install -m 0644 include/rdma/*.h $(DESTDIR)$(PREFIX)/include/rdma/
+	install -m 0644 include/ibcm.h $(DESTDIR)$(PREFIX)/include/ibcm.h
+	install -m 0755 target/release/ibcm $(DESTDIR)$(PREFIX)/bin/ibcm
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/ibcm.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ibcm.pc
+
+demo: lib
+	./target/release/ibcm decode tests/vectors/rping.pcap
+
+test: deps
+	$(MAKE) --no-print-directory test-rust test-c test-python
+
+deps:
+	./scripts/deps.sh
+
+test-rust:
+	$(CARGO) test --release
+
+# C tests build against the installed header and library through pkg-config,
+# exactly as a user's program does.
+$(STAGE)/lib/pkgconfig/ibcm.pc: lib
+	$(MAKE) --no-print-directory install PREFIX=$(STAGE)
+
+$(BUILD)/c/%: c-tests/%.c $(STAGE)/lib/pkgconfig/ibcm.pc
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) $< -o $@ $$($(PKG) --cflags --libs ibcm) -lpthread -Wl,-rpath,$(STAGE)/lib
+
+$(BUILD)/c/%.asan: c-tests/%.c $(STAGE)/lib/pkgconfig/ibcm.pc
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) -fsanitize=address,undefined -fno-omit-frame-pointer $< -o $@ \
+		$$($(PKG) --cflags --libs ibcm) -lpthread -Wl,-rpath,$(STAGE)/lib
+
+# The LD_PRELOAD run: the program finds a stub libibcm.so.0 whose every
+# function aborts; only the preloaded real library makes it pass.
+$(BUILD)/stub/libibcm.so.0: ibcm.map
+	@mkdir -p $(BUILD)/stub
+	sed -n 's/^ *\(ib[a-z_]*\);$$/void \1(void) { abort(); }/p' ibcm.map \
+		| (echo '#include <stdlib.h>'; cat) > $(BUILD)/stub/stub.c
+	$(CC) -shared -fPIC -Wl,-soname,libibcm.so.0 $(BUILD)/stub/stub.c -o $@
+	ln -sf libibcm.so.0 $(BUILD)/stub/libibcm.so
+
+$(BUILD)/c/%.preload: c-tests/%.c $(STAGE)/lib/pkgconfig/ibcm.pc $(BUILD)/stub/libibcm.so.0
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) $< -o $@ $$($(PKG) --cflags ibcm) -L$(BUILD)/stub -libcm -lpthread
+
+test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .asan,$(CTESTS))) $(BUILD)/c/cm_scenarios.preload
+	@echo "== C tests (pkg-config build)"
+	$(BUILD)/c/abi_static
+	$(BUILD)/c/cm_scenarios 127.0.0.2 127.0.0.3
+	@echo "== C tests under AddressSanitizer + UBSan"
+	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/c/abi_static.asan
+	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/c/cm_scenarios.asan 127.0.0.4 127.0.0.5
+	@echo "== C tests with the library LD_PRELOADed"
+	LD_LIBRARY_PATH=$(BUILD)/stub LD_PRELOAD=$(STAGE)/lib/libibcm.so \
+		$(BUILD)/c/cm_scenarios.preload 127.0.0.6 127.0.0.7
+	@echo "== C tests under valgrind"
+	$(VALGRIND) -q --error-exitcode=99 --trace-children=yes --leak-check=full --show-possibly-lost=no \
+		--errors-for-leak-kinds=definite $(BUILD)/c/cm_scenarios 127.0.0.8 127.0.0.9
+
+test-python:
+	@if [ -d python/tests ]; then \
+		IBCM_LIB=$(STAGE)/lib/libibcm.so python3 -m pytest -q python/tests; \
+	else echo "== no Python tests yet"; fi
+
+clean:
+	$(CARGO) clean
+	rm -rf $(BUILD)

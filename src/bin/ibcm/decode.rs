@@ -1,0 +1,250 @@
+//! `ibcm decode [--json] [--summary] FILE...`: prints the CM MADs found in
+//! pcap / pcapng captures (see `ibcm::capture` for what is recognised and
+//! `ibcm::decode` for the output formats).
+//!
+//! Files are read one after the other. A file that cannot be read, or whose
+//! records stop making sense, gets one message on stderr naming the file and
+//! the byte offset; the MADs before the bad record are still printed, the
+//! exit status becomes 1 and decoding goes on with the next file. A CM MAD
+//! that does not parse is printed with its error and does not change the
+//! exit status.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+
+use ibcm::capture::{self, CaptureError, Reader, Skipped};
+use ibcm::decode as render;
+
+use crate::EXIT_USAGE;
+
+const USAGE: &str = "\
+usage: ibcm decode [--json] [--summary] FILE...
+
+Prints every InfiniBand CM MAD (RoCEv2, UDP port 4791) found in pcap or
+pcapng captures. FILE '-' reads standard input.
+
+options:
+  --json      one JSON object per CM MAD per line (keys: see the ibcm::decode
+              docs); the per-file summaries go to stderr
+  --summary   one line per CM MAD instead of all fields (with --json: the
+              frame, transport and MAD header keys only)
+  -h, --help  this text
+
+At the end, one summary line per file: packets, CM MADs by attribute,
+malformed MADs, ICRC failures and the other packets skipped, by cause.
+Exit status: 0 if every file was read to its end, 1 if one was not,
+2 for usage errors.
+";
+
+struct Options {
+    json: bool,
+    summary: bool,
+    files: Vec<OsString>,
+}
+
+/// `Err(None)`: help was asked for; `Err(Some(msg))`: a usage error.
+fn parse_args(args: &[OsString]) -> Result<Options, Option<String>> {
+    let mut o = Options {
+        json: false,
+        summary: false,
+        files: Vec::new(),
+    };
+    let mut options_done = false;
+    for a in args {
+        let s = a.to_string_lossy();
+        if options_done || s == "-" || !s.starts_with('-') {
+            o.files.push(a.clone());
+            continue;
+        }
+        match s.as_ref() {
+            "--" => options_done = true,
+            "--json" => o.json = true,
+            "--summary" => o.summary = true,
+            "-h" | "--help" => return Err(None),
+            other => return Err(Some(format!("unknown option '{other}'"))),
+        }
+    }
+    if o.files.is_empty() {
+        return Err(Some("no capture file given".to_string()));
+    }
+    Ok(o)
+}
+
+/// What one file held.
+#[derive(Default)]
+struct FileReport {
+    packets: u64,
+    mads: u64,
+    by_attr: BTreeMap<u16, u64>,
+    malformed: u64,
+    icrc_bad: u64,
+    skipped: Skipped,
+    /// Byte offset and message of the error that stopped the file.
+    error: Option<(u64, String)>,
+}
+
+impl FileReport {
+    fn summary_line(&self, name: &str) -> String {
+        let attrs: Vec<String> = self
+            .by_attr
+            .iter()
+            .map(|(&a, n)| format!("{} {n}", render::attr_label(a)))
+            .collect();
+        let attrs = if attrs.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", attrs.join(", "))
+        };
+        let mut s = format!(
+            "{name}: {} packets, {} CM MADs{attrs}, {} malformed, {} ICRC failures, {} other packets skipped ({})",
+            self.packets,
+            self.mads,
+            self.malformed,
+            self.icrc_bad,
+            self.skipped.total(),
+            self.skipped
+        );
+        if let Some((off, msg)) = &self.error {
+            s.push_str(&format!(
+                "; stopped by an error at byte offset {off}: {msg}"
+            ));
+        }
+        s
+    }
+}
+
+fn read_input(name: &OsString) -> io::Result<Vec<u8>> {
+    if name == "-" {
+        let mut v = Vec::new();
+        io::stdin().lock().read_to_end(&mut v)?;
+        Ok(v)
+    } else {
+        std::fs::read(name)
+    }
+}
+
+/// Decodes one file, writing its MADs to `out`. Only errors writing `out`
+/// are returned; problems with the file are in the report.
+fn decode_file(
+    o: &Options,
+    file_key: Option<&str>,
+    data: &[u8],
+    out: &mut impl Write,
+) -> io::Result<FileReport> {
+    let mut r = FileReport::default();
+    let reader = match Reader::new(data) {
+        Ok(reader) => reader,
+        Err(e) => {
+            r.error = Some((e.offset, e.message));
+            return Ok(r);
+        }
+    };
+    let mut t0 = None;
+    for p in reader {
+        let p = match p {
+            Ok(p) => p,
+            Err(CaptureError { offset, message }) => {
+                r.error = Some((offset, message));
+                break;
+            }
+        };
+        r.packets += 1;
+        let f = match capture::decode_packet(&p) {
+            Ok(f) => f,
+            Err(reason) => {
+                r.skipped.add(reason);
+                continue;
+            }
+        };
+        r.mads += 1;
+        let attr_id = u16::from_be_bytes([f.mad[16], f.mad[17]]);
+        *r.by_attr.entry(attr_id).or_default() += 1;
+        if render::parse(&f).is_err() {
+            r.malformed += 1;
+        }
+        if !f.icrc_ok {
+            r.icrc_bad += 1;
+        }
+        let t0 = *t0.get_or_insert(f.ts_nanos);
+        if o.json {
+            writeln!(out, "{}", render::frame_json(&f, file_key, !o.summary))?;
+        } else if o.summary {
+            writeln!(out, "{}", render::frame_summary_line(&f, t0))?;
+        } else {
+            if r.mads > 1 {
+                writeln!(out)?;
+            }
+            write!(out, "{}", render::frame_text(&f, t0))?;
+        }
+    }
+    Ok(r)
+}
+
+fn run(o: &Options) -> io::Result<i32> {
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let several = o.files.len() > 1;
+    let mut status = 0;
+    let mut summaries = Vec::with_capacity(o.files.len());
+    for (i, file) in o.files.iter().enumerate() {
+        let name = file.to_string_lossy().into_owned();
+        let file_key = several.then_some(name.as_str());
+        if several && !o.json {
+            if i > 0 {
+                writeln!(out)?;
+            }
+            writeln!(out, "# {name}")?;
+        }
+        let report = match read_input(file) {
+            Ok(data) => decode_file(o, file_key, &data, &mut out)?,
+            Err(e) => FileReport {
+                error: Some((0, format!("cannot read the file: {e}"))),
+                ..FileReport::default()
+            },
+        };
+        if let Some((off, msg)) = &report.error {
+            out.flush()?;
+            eprintln!("ibcm decode: {name}: error at byte offset {off} ({off:#x}): {msg}");
+            status = 1;
+        }
+        summaries.push(report.summary_line(&name));
+    }
+    if o.json {
+        out.flush()?;
+        for s in &summaries {
+            eprintln!("{s}");
+        }
+    } else {
+        writeln!(out)?;
+        for s in &summaries {
+            writeln!(out, "{s}")?;
+        }
+        out.flush()?;
+    }
+    Ok(status)
+}
+
+pub fn main(args: &[OsString]) -> i32 {
+    let o = match parse_args(args) {
+        Ok(o) => o,
+        Err(None) => {
+            print!("{USAGE}");
+            return EXIT_USAGE;
+        }
+        Err(Some(msg)) => {
+            eprintln!("ibcm decode: {msg}\n");
+            eprint!("{USAGE}");
+            return EXIT_USAGE;
+        }
+    };
+    match run(&o) {
+        Ok(status) => status,
+        // The reader went away (`ibcm decode f.pcap | head`): stop quietly.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            eprintln!("ibcm decode: cannot write the output: {e}");
+            1
+        }
+    }
+}
