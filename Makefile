@@ -43,6 +43,7 @@ deps:
 	./scripts/deps.sh
 
 test-rust:
+	$(CARGO) build --release --lib
 	$(CARGO) test --release
 
 # C tests build against the installed header and library through pkg-config,
