@@ -34,7 +34,7 @@ install: lib
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ibcm.pc
 
 demo: lib
-	./target/release/ibcm decode tests/vectors/rping.pcap
+	./target/release/ibcm bench --baseline
 
 test: deps
 	$(MAKE) --no-print-directory test-rust test-c test-python
@@ -95,3 +95,25 @@ test-python:
 clean:
 	$(CARGO) clean
 	rm -rf $(BUILD)
+
+# Fuzzing (not part of `make test`; see docs/FUZZING.md): writes the seed
+# corpora from tests/vectors, then runs every cargo-fuzz target in fuzz/ for
+# FUZZ_SECONDS each. cargo-fuzz passes nightly -Z flags; RUSTC_BOOTSTRAP=1
+# makes the stable toolchain accept them. The fuzzed code has no `unsafe`,
+# so the default is no sanitizer (overflow checks and debug assertions stay
+# on); FUZZ_SANITIZER=address works too.
+FUZZ_SECONDS   ?= 60
+FUZZ_TARGETS   ?= wire_mad roce_frame capture engine
+FUZZ_SANITIZER ?= none
+
+.PHONY: fuzz
+fuzz:
+	@$(CARGO) fuzz --version >/dev/null 2>&1 || $(CARGO) install cargo-fuzz --locked
+	$(CARGO) test --release --test fuzz_smoke generate_fuzz_corpus -- --ignored
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+		echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+		len=; [ $$t = engine ] && len=-max_len=8192; \
+		RUSTC_BOOTSTRAP=1 $(CARGO) fuzz run --sanitizer $(FUZZ_SANITIZER) $$t -- \
+			-max_total_time=$(FUZZ_SECONDS) $$len -print_final_stats=1 \
+			|| exit 1; \
+	done

@@ -78,6 +78,68 @@ pub fn splitmix64(mut x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A fast seeded hasher for the engine's small integer keys (comm IDs,
+/// GUIDs, QPNs, GIDs). Keys come from the network, so the state is seeded
+/// per device to keep an attacker from predicting collisions; the mixing is
+/// a multiply-rotate with a strong finaliser.
+#[derive(Debug, Clone, Copy)]
+pub struct FastState(u64);
+
+impl FastState {
+    pub fn new(seed: u64) -> FastState {
+        FastState(splitmix64(seed ^ 0x243f_6a88_85a3_08d3))
+    }
+}
+
+impl std::hash::BuildHasher for FastState {
+    type Hasher = FastHasher;
+    fn build_hasher(&self) -> FastHasher {
+        FastHasher(self.0)
+    }
+}
+
+pub struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(23) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    #[inline]
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(x as u64);
+    }
+    #[inline]
+    fn write_u16(&mut self, x: u16) {
+        self.write_u64(x as u64);
+    }
+    #[inline]
+    fn write_u8(&mut self, x: u8) {
+        self.write_u64(x as u64);
+    }
+    #[inline]
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 32)).wrapping_mul(0xd6e8_feb8_6659_fd93);
+        z ^ (z >> 32)
+    }
+}
+
+/// A hash map with [`FastState`].
+pub type FastMap<K, V> = std::collections::HashMap<K, V, FastState>;
+
 /// Which shard an ID belongs to, given the device's shard bit count.
 #[inline]
 pub fn shard_of(codec: &IdCodec, shard_bits: u32, id: u32) -> u32 {

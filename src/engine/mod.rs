@@ -30,7 +30,7 @@ use crate::wire::{
     pdata, pdata_area,
 };
 use ids::IdSlab;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use timer::{TimerKey, TimerWheel};
 
@@ -307,9 +307,9 @@ pub struct Engine {
     ids: IdSlab<IdRec>,
     timers: TimerWheel<TimerRef>,
     /// (remote CA GUID, remote comm ID) → local ID.
-    remote_ids: HashMap<(u64, u32), u32>,
+    remote_ids: ids::FastMap<(u64, u32), u32>,
     /// (requester GID, request ID) → local ID, for SIDR duplicates.
-    sidr_remote: HashMap<(Gid, u32), u32>,
+    sidr_remote: ids::FastMap<(Gid, u32), u32>,
     transmits: VecDeque<Transmit>,
     events: VecDeque<Event>,
     changes: VecDeque<Change>,
@@ -328,8 +328,8 @@ impl Engine {
             shared,
             ids,
             timers: TimerWheel::new(),
-            remote_ids: HashMap::new(),
-            sidr_remote: HashMap::new(),
+            remote_ids: ids::FastMap::with_hasher(ids::FastState::new(rng)),
+            sidr_remote: ids::FastMap::with_hasher(ids::FastState::new(rng ^ 1)),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
             changes: VecDeque::new(),
@@ -815,7 +815,7 @@ impl Engine {
         Ok(Av {
             port,
             pkey_index,
-            timeout: (path.packet_life_time + 1).min(31),
+            timeout: path.packet_life_time.saturating_add(1).min(31),
             sgid,
             ah: AhAttr {
                 port_num: port,
@@ -1204,6 +1204,11 @@ impl Engine {
         let av = self.av_from_path(&p.path, p.sgid_attr)?;
         // As the kernel: these are written before the state check.
         let r = self.ids.get_mut(id).unwrap();
+        // ibcm: except on a listener, whose service ID keys the listen
+        // table (destroy would remove the wrong entry and leak it).
+        if r.state == State::Listen {
+            return Err(Errno::EINVAL);
+        }
         r.service_id = p.service_id;
         r.timeout_ms = p.timeout_ms;
         r.max_cm_retries = p.max_cm_retries;

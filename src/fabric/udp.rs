@@ -320,91 +320,109 @@ impl UdpTransport {
     }
 }
 
-impl Transport for UdpTransport {
-    fn send(&self, batch: &[Transmit]) {
-        let mut frames = Vec::with_capacity(batch.len().min(BATCH));
-        let mut addrs = Vec::with_capacity(batch.len().min(BATCH));
-        for chunk in batch.chunks(BATCH) {
-            frames.clear();
-            addrs.clear();
-            for t in chunk {
-                let Some(dest) = self.dest_addr(&t.dest.dgid) else {
-                    TransportStats::inc(&self.stats.tx_unroutable);
-                    crate::ibcm_log!(
-                        crate::log::WARN,
-                        "{}: cannot reach GID {} from this address family",
-                        self.describe(),
-                        t.dest.dgid
-                    );
-                    continue;
-                };
-                let mut f = [0u8; GSI_PAYLOAD_LEN];
-                if self.frame(t, &dest, &mut f) {
-                    frames.push(f);
-                    addrs.push(sockaddr_of(&dest));
-                }
+/// Reusable per-thread buffers for `sendmmsg` (no allocation per send).
+#[derive(Default)]
+struct Scratch {
+    frames: Vec<[u8; GSI_PAYLOAD_LEN]>,
+    addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+impl UdpTransport {
+    fn send_chunk(&self, chunk: &[Transmit], sc: &mut Scratch) {
+        sc.frames.clear();
+        sc.addrs.clear();
+        for t in chunk {
+            let Some(dest) = self.dest_addr(&t.dest.dgid) else {
+                TransportStats::inc(&self.stats.tx_unroutable);
+                crate::ibcm_log!(
+                    crate::log::WARN,
+                    "{}: cannot reach GID {} from this address family",
+                    self.describe(),
+                    t.dest.dgid
+                );
+                continue;
+            };
+            sc.frames.push([0u8; GSI_PAYLOAD_LEN]);
+            let f = sc.frames.last_mut().unwrap();
+            if self.frame(t, &dest, f) {
+                sc.addrs.push(sockaddr_of(&dest));
+            } else {
+                sc.frames.pop();
             }
-            let mut iovs: Vec<libc::iovec> = frames
-                .iter_mut()
-                .map(|f| libc::iovec {
-                    iov_base: f.as_mut_ptr() as *mut _,
-                    iov_len: f.len(),
-                })
-                .collect();
-            let mut msgs: Vec<libc::mmsghdr> = (0..frames.len())
-                .map(|i| {
-                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                    m.msg_hdr.msg_name = &mut addrs[i].0 as *mut _ as *mut libc::c_void;
-                    m.msg_hdr.msg_namelen = addrs[i].1;
-                    m.msg_hdr.msg_iov = &mut iovs[i];
-                    m.msg_hdr.msg_iovlen = 1;
-                    m
-                })
-                .collect();
-            let mut done = 0;
-            let mut spins = 0;
-            while done < msgs.len() {
-                let n = unsafe {
-                    libc::sendmmsg(
-                        self.sock.as_raw_fd(),
-                        msgs[done..].as_mut_ptr(),
-                        (msgs.len() - done) as u32,
-                        0,
-                    )
-                };
-                if n > 0 {
-                    done += n as usize;
-                    for _ in 0..n {
-                        TransportStats::inc(&self.stats.tx_datagrams);
-                    }
-                    continue;
+        }
+        let n = sc.frames.len();
+        sc.iovs.clear();
+        for f in sc.frames.iter_mut() {
+            sc.iovs.push(libc::iovec {
+                iov_base: f.as_mut_ptr() as *mut _,
+                iov_len: f.len(),
+            });
+        }
+        sc.msgs.clear();
+        for i in 0..n {
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_name = &mut sc.addrs[i].0 as *mut _ as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = sc.addrs[i].1;
+            m.msg_hdr.msg_iov = &mut sc.iovs[i];
+            m.msg_hdr.msg_iovlen = 1;
+            sc.msgs.push(m);
+        }
+        let mut done = 0;
+        let mut spins = 0;
+        while done < n {
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.sock.as_raw_fd(),
+                    sc.msgs[done..].as_mut_ptr(),
+                    (n - done) as u32,
+                    0,
+                )
+            };
+            if r > 0 {
+                done += r as usize;
+                self.stats
+                    .tx_datagrams
+                    .fetch_add(r as u64, Ordering::Relaxed);
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock if spins < 1000 => {
+                    // Socket buffer full: wait briefly for room.
+                    spins += 1;
+                    let mut pfd = libc::pollfd {
+                        fd: self.sock.as_raw_fd(),
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    };
+                    unsafe { libc::poll(&mut pfd, 1, 10) };
                 }
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::Interrupted => continue,
-                    io::ErrorKind::WouldBlock if spins < 1000 => {
-                        // Socket buffer full: wait briefly for room.
-                        spins += 1;
-                        let mut pfd = libc::pollfd {
-                            fd: self.sock.as_raw_fd(),
-                            events: libc::POLLOUT,
-                            revents: 0,
-                        };
-                        unsafe { libc::poll(&mut pfd, 1, 10) };
-                    }
-                    _ => {
-                        // Skip the datagram that failed (e.g. unreachable).
-                        TransportStats::inc(&self.stats.tx_errors);
-                        crate::ibcm_log!(
-                            crate::log::DEBUG,
-                            "{}: send failed: {e}",
-                            self.describe()
-                        );
-                        done += 1;
-                    }
+                _ => {
+                    // Skip the datagram that failed (e.g. unreachable).
+                    TransportStats::inc(&self.stats.tx_errors);
+                    crate::ibcm_log!(crate::log::DEBUG, "{}: send failed: {e}", self.describe());
+                    done += 1;
                 }
             }
         }
+    }
+}
+
+impl Transport for UdpTransport {
+    fn send(&self, batch: &[Transmit]) {
+        SCRATCH.with(|cell| {
+            let mut sc = cell.borrow_mut();
+            for chunk in batch.chunks(BATCH) {
+                self.send_chunk(chunk, &mut sc);
+            }
+        });
     }
 
     fn recv(&self, timeout: Option<Duration>, out: &mut Vec<Received>) -> io::Result<()> {

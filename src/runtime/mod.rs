@@ -154,6 +154,10 @@ impl std::fmt::Debug for CmId {
 thread_local! {
     /// The id whose callback this thread is running (null when none).
     static IN_CALLBACK: Cell<*const Shell> = const { Cell::new(std::ptr::null()) };
+    /// The device whose event loop runs on this thread: MADs queued on that
+    /// device while it handles a batch go out together when the batch is
+    /// done (one `sendmmsg`) instead of one by one.
+    static BATCH_DEV: Cell<*const Device> = const { Cell::new(std::ptr::null()) };
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -208,7 +212,6 @@ pub fn lookup(p: *mut IbCmId) -> Option<CmId> {
 /// What one engine step produced, handled after the shard lock is released.
 #[derive(Default)]
 struct Outputs {
-    transmits: Vec<Transmit>,
     deliver: Vec<Arc<Shell>>,
     foreign: Vec<Foreign>,
 }
@@ -230,6 +233,9 @@ pub struct Device {
     live_ids: AtomicUsize,
     /// Ids with events from API calls, delivered by the event loop.
     deferred: Mutex<Vec<Arc<Shell>>>,
+    /// MADs waiting to be sent, in engine order.
+    outq: Mutex<Vec<Transmit>>,
+    send_lock: Mutex<()>,
     gid_attrs: Box<[(u8, u16, UnsafeCell<IbGidAttr>)]>,
     ports: Vec<PortInfo>,
     node_guid: u64,
@@ -311,6 +317,8 @@ impl Device {
             listen_lock: Mutex::new(()),
             live_ids: AtomicUsize::new(0),
             deferred: Mutex::new(Vec::new()),
+            outq: Mutex::new(Vec::new()),
+            send_lock: Mutex::new(()),
             gid_attrs: attrs.into_boxed_slice(),
             ports,
             node_guid,
@@ -417,7 +425,7 @@ impl Device {
                 }
                 self.drain(i as u32, &mut e, &mut out);
             }
-            self.transport.send(&out.transmits);
+            self.flush();
         }
         if leftovers > 0 {
             ibcm_log!(
@@ -426,9 +434,19 @@ impl Device {
                 self.name
             );
         }
-        self.transport.wake();
         let me = std::thread::current().id();
         let threads: Vec<JoinHandle<()>> = lock(&self.threads).drain(..).collect();
+        // Several loop threads may share one wake-up: repeat it until each
+        // has seen the stop flag.
+        let started = Instant::now();
+        while threads
+            .iter()
+            .any(|t| t.thread().id() != me && !t.is_finished())
+            && started.elapsed() < Duration::from_secs(10)
+        {
+            self.transport.wake();
+            std::thread::sleep(Duration::from_micros(200));
+        }
         for t in threads {
             if t.thread().id() != me {
                 let _ = t.join();
@@ -442,8 +460,13 @@ impl Device {
 
     /// Takes everything an engine produced. Runs under the shard lock.
     fn drain(&self, shard: u32, e: &mut Engine, out: &mut Outputs) {
-        while let Some(t) = e.poll_transmit() {
-            out.transmits.push(t);
+        // Queued on the device in engine order while the shard lock is
+        // held, so MADs of one id can never overtake each other.
+        {
+            let mut q = lock(&self.outq);
+            while let Some(t) = e.poll_transmit() {
+                q.push(t);
+            }
         }
         while let Some(c) = e.poll_change() {
             if c.user != 0 {
@@ -522,8 +545,8 @@ impl Device {
     /// the calling thread (API calls: a consumer calling `ib_cm_notify` with
     /// its own locks held must not be re-entered).
     fn finish_with(&self, out: Outputs, defer: bool) {
-        if !out.transmits.is_empty() {
-            self.transport.send(&out.transmits);
+        if !std::ptr::eq(BATCH_DEV.with(|d| d.get()), self) {
+            self.flush();
         }
         for f in out.foreign {
             let Foreign::SendDreq { shard, local_id } = f;
@@ -561,6 +584,7 @@ impl Device {
 
     fn event_loop(self: Arc<Self>) {
         let mut batch: Vec<Received> = Vec::with_capacity(256);
+        BATCH_DEV.with(|d| d.set(Arc::as_ptr(&self)));
         while !self.stop.load(Ordering::SeqCst) {
             // Callbacks for events that API calls produced.
             let deferred = std::mem::take(&mut *lock(&self.deferred));
@@ -580,6 +604,8 @@ impl Device {
                 }
                 self.finish(out);
             }
+            // Everything this thread produced goes out before it sleeps.
+            self.flush();
             // Sleep until the next deadline or a MAD.
             self.sleep_until.store(0, Ordering::SeqCst);
             let gen0 = self.timer_gen.load(Ordering::SeqCst);
@@ -608,6 +634,24 @@ impl Device {
             }
             if !batch.is_empty() {
                 self.process(&batch);
+            }
+        }
+        self.flush();
+        BATCH_DEV.with(|d| d.set(std::ptr::null()));
+    }
+
+    /// Sends every queued MAD, in queue order. The send lock makes batches
+    /// taken by different threads leave in the order they were taken.
+    fn flush(&self) {
+        let _g = lock(&self.send_lock);
+        let batch = std::mem::take(&mut *lock(&self.outq));
+        if !batch.is_empty() {
+            self.transport.send(&batch);
+            let mut q = lock(&self.outq);
+            if q.is_empty() && q.capacity() < batch.capacity() {
+                let mut b = batch;
+                b.clear();
+                *q = b;
             }
         }
     }

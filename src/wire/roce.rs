@@ -387,8 +387,21 @@ impl Crc32 {
         Crc32 { state: 0xFFFF_FFFF }
     }
 
-    /// Feeds bytes; returns `self` so calls chain.
+    /// Feeds bytes; returns `self` so calls chain. Uses the carry-less
+    /// multiply (PCLMULQDQ) path of `crc32fast` where the CPU has one, and
+    /// the slicing-by-8 tables below otherwise.
     pub fn update(&mut self, data: &[u8]) -> &mut Self {
+        if data.len() >= 64 && *FAST_CRC {
+            let mut h = crc32fast::Hasher::new_with_initial(!self.state);
+            h.update(data);
+            self.state = !h.finalize();
+            return self;
+        }
+        self.update_tables(data)
+    }
+
+    /// The portable slicing-by-8 path.
+    pub fn update_tables(&mut self, data: &[u8]) -> &mut Self {
         let t = &CRC32_TABLES;
         let mut crc = self.state;
         let mut chunks = data.chunks_exact(8);
@@ -416,6 +429,19 @@ impl Crc32 {
         !self.state
     }
 }
+
+/// Whether the hardware CRC path is usable (checked once).
+static FAST_CRC: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("pclmulqdq")
+            && std::arch::is_x86_feature_detected!("sse4.1")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        true
+    }
+});
 
 /// One-shot CRC-32 (same as zlib's `crc32(0, data, len)`).
 pub fn crc32(data: &[u8]) -> u32 {
@@ -884,6 +910,22 @@ mod tests {
         let mut c = Crc32::new();
         c.update(&ICRC_LRH_MASK);
         assert_eq!(c.state, 0xDEBB_20E3);
+    }
+
+    #[test]
+    fn crc32_hardware_and_table_paths_agree() {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + i / 3) as u8).collect();
+        for len in [0, 1, 7, 63, 64, 65, 256, 280, 1000] {
+            for split in [0, 3, 64] {
+                let split = split.min(len);
+                let mut a = Crc32::new();
+                a.update(&data[..split]).update(&data[split..len]);
+                let mut b = Crc32::new();
+                b.update_tables(&data[..split])
+                    .update_tables(&data[split..len]);
+                assert_eq!(a.finish(), b.finish(), "len {len} split {split}");
+            }
+        }
     }
 
     #[test]

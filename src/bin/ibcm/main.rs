@@ -5,6 +5,8 @@
 
 use std::ffi::OsString;
 
+mod bench;
+mod cm;
 mod decode;
 
 /// Exit status for usage errors (and `--help`).
@@ -32,7 +34,10 @@ fn main() {
                 print!("{USAGE}");
                 EXIT_USAGE
             }
-            "listen" | "connect" | "bench" | "devices" => {
+            "listen" => cm::listen_main(&args[1..]),
+            "connect" => cm::connect_main(&args[1..]),
+            "bench" => bench::main(&args[1..]),
+            "devices" => {
                 eprintln!("ibcm: '{cmd}' is not available in this build yet");
                 EXIT_USAGE
             }

@@ -1,0 +1,857 @@
+//! `ibcm bench`: connection setup and teardown benchmark (like rdma-core's
+//! cmtime). Establishes N connections with C connects in flight, then
+//! disconnects them, and reports rates, per-step latency percentiles, CPU
+//! time and peak memory. With `--baseline` the same sockets first run a
+//! plain UDP request/response exchange of the same sizes and pattern
+//! (3 datagrams per "connection"), so the report says how close the CM
+//! comes to what the transport allows.
+//!
+//! Over the UDP fabric the server runs in a second process (this binary,
+//! `bench --serve`), as two hosts would; `--processes 1` keeps it in one.
+
+use crate::EXIT_USAGE;
+use ibcm::engine::{Event, EventType, RepParams, ReqParams, qp_type};
+use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+const SERVICE: u64 = 0x0000_0000_0106_7fff;
+
+#[derive(Clone)]
+struct Opts {
+    connections: usize,
+    concurrency: usize,
+    fabric: String,
+    server: String,
+    client: String,
+    threads: u32,
+    processes: u32,
+    json: bool,
+    baseline: bool,
+    timeout: Duration,
+    serve: bool,
+    serve_baseline: bool,
+}
+
+const USAGE: &str = "\
+usage: ibcm bench [--connections N] [--concurrency C] [--fabric udp|loopback]
+                  [--server soft:IP] [--client soft:IP] [--threads T]
+                  [--processes 1|2] [--baseline] [--json] [--timeout SEC]
+
+Establishes N connections (default 10000) between a client and a server
+device with C connects in flight (default 256), then disconnects them.
+Reports connect/disconnect rates, latency percentiles per step (REQ->REP,
+REP->RTU, full connect, DREQ->DREP), CPU seconds and peak memory.
+--fabric udp (default) uses the software fabric (server in a second
+process unless --processes 1); loopback keeps MADs in-process.
+--baseline first runs a plain UDP 3-datagram exchange with the same sizes
+and pattern and reports ratio_to_udp. --threads sets engine shards and
+event-loop threads per device (default 1).
+";
+
+fn parse(args: &[OsString]) -> Result<Opts, String> {
+    let mut o = Opts {
+        connections: 10_000,
+        concurrency: 256,
+        fabric: "udp".into(),
+        server: "soft:127.0.0.2".into(),
+        client: "soft:127.0.0.3".into(),
+        threads: 1,
+        processes: 2,
+        json: false,
+        baseline: false,
+        timeout: Duration::from_secs(120),
+        serve: false,
+        serve_baseline: false,
+    };
+    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
+    while let Some(a) = it.next() {
+        let mut val = |n: &str| it.next().ok_or(format!("{n} needs a value"));
+        let num = |n: &str, v: String| {
+            v.parse::<usize>()
+                .map_err(|_| format!("{n}: not a number: {v}"))
+        };
+        match a.as_str() {
+            "-n" | "--connections" => o.connections = num("--connections", val("--connections")?)?,
+            "-c" | "--concurrency" => {
+                o.concurrency = num("--concurrency", val("--concurrency")?)?.max(1)
+            }
+            "--fabric" => o.fabric = val("--fabric")?,
+            "--server" => o.server = val("--server")?,
+            "--client" => o.client = val("--client")?,
+            "--threads" => o.threads = num("--threads", val("--threads")?)?.clamp(1, 64) as u32,
+            "--processes" => {
+                o.processes = num("--processes", val("--processes")?)?.clamp(1, 2) as u32
+            }
+            "--timeout" => {
+                let v = val("--timeout")?;
+                o.timeout =
+                    Duration::from_secs_f64(v.parse().map_err(|_| format!("--timeout: {v}"))?);
+            }
+            "--json" => o.json = true,
+            "--baseline" => o.baseline = true,
+            "--serve" => o.serve = true,
+            "--serve-baseline" => o.serve_baseline = true,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if !matches!(o.fabric.as_str(), "udp" | "loopback") {
+        return Err(format!(
+            "--fabric must be udp or loopback, not {}",
+            o.fabric
+        ));
+    }
+    if o.fabric == "loopback" {
+        if o.server.starts_with("soft:") {
+            o.server = o.server.replacen("soft:", "loop:", 1);
+        }
+        if o.client.starts_with("soft:") {
+            o.client = o.client.replacen("soft:", "loop:", 1);
+        }
+        o.processes = 1;
+    }
+    Ok(o)
+}
+
+// ------------------------------------------------------------ statistics
+
+#[derive(Default, Clone, Copy)]
+struct Pct {
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+fn pct(mut v: Vec<u64>) -> Pct {
+    if v.is_empty() {
+        return Pct::default();
+    }
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1] as f64 / 1e3;
+    Pct {
+        p50: at(0.50),
+        p99: at(0.99),
+        max: *v.last().unwrap() as f64 / 1e3,
+    }
+}
+
+fn pct_json(p: &Pct) -> String {
+    format!(
+        "{{\"p50\":{:.1},\"p99\":{:.1},\"max\":{:.1}}}",
+        p.p50, p.p99, p.max
+    )
+}
+
+fn pct_from_json(s: &str, key: &str) -> Pct {
+    let field = |name: &str| -> f64 {
+        let k = format!("\"{key}\":{{");
+        let Some(i) = s.find(&k) else { return 0.0 };
+        let sub = &s[i + k.len()..];
+        let sub = &sub[..sub.find('}').unwrap_or(sub.len())];
+        let kk = format!("\"{name}\":");
+        sub.find(&kk)
+            .and_then(|j| sub[j + kk.len()..].split([',', '}']).next()?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    Pct {
+        p50: field("p50"),
+        p99: field("p99"),
+        max: field("max"),
+    }
+}
+
+fn num_from_json(s: &str, key: &str) -> f64 {
+    let k = format!("\"{key}\":");
+    s.find(&k)
+        .and_then(|i| s[i + k.len()..].split([',', '}']).next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// (user+system CPU seconds, peak RSS KiB) of this process.
+fn usage() -> (f64, u64) {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    (t(ru.ru_utime) + t(ru.ru_stime), ru.ru_maxrss as u64)
+}
+
+// ----------------------------------------------------------------- gate
+
+/// Counts completions and limits work in flight.
+struct Gate {
+    m: Mutex<(usize, usize)>, // (in flight, done)
+    cv: Condvar,
+}
+
+impl Gate {
+    fn new() -> Gate {
+        Gate {
+            m: Mutex::new((0, 0)),
+            cv: Condvar::new(),
+        }
+    }
+    fn acquire(&self, limit: usize, deadline: Instant) -> bool {
+        let mut g = self.m.lock().unwrap();
+        while g.0 >= limit {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            g = self.cv.wait_timeout(g, left).unwrap().0;
+        }
+        g.0 += 1;
+        true
+    }
+    fn release(&self) {
+        let mut g = self.m.lock().unwrap();
+        g.0 -= 1;
+        g.1 += 1;
+        self.cv.notify_all();
+    }
+    fn wait_done(&self, n: usize, deadline: Instant) -> usize {
+        let mut g = self.m.lock().unwrap();
+        while g.1 < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            g = self.cv.wait_timeout(g, left).unwrap().0;
+        }
+        g.1
+    }
+    fn reset(&self) {
+        *self.m.lock().unwrap() = (0, 0);
+    }
+}
+
+// ---------------------------------------------------------------- server
+
+/// Server-side measurements.
+#[derive(Default)]
+struct ServerStats {
+    rep_sent: Mutex<HashMap<u32, Instant>>,
+    rep_rtu_ns: Mutex<Vec<u64>>,
+    established: AtomicUsize,
+    errors: AtomicUsize,
+}
+
+fn server_handler(stats: Arc<ServerStats>) -> RustHandler {
+    // QPNs must be unique per server (the peer's stale-connection check
+    // keys on them), as a real HCA's are.
+    let next_qpn = AtomicU64::new(1);
+    Arc::new(move |id: &CmId, ev: &Event| match ev.kind {
+        EventType::ReqReceived => {
+            let rep = RepParams {
+                qp_num: (next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff) as u32,
+                starting_psn: 1,
+                responder_resources: 1,
+                initiator_depth: 1,
+                rnr_retry_count: 7,
+                ..RepParams::default()
+            };
+            let t = Instant::now();
+            if id.send_rep(&rep).is_err() {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+                return 1;
+            }
+            stats.rep_sent.lock().unwrap().insert(id.local_id(), t);
+            0
+        }
+        EventType::RtuReceived | EventType::UserEstablished => {
+            if let Some(t) = stats.rep_sent.lock().unwrap().remove(&id.local_id()) {
+                stats
+                    .rep_rtu_ns
+                    .lock()
+                    .unwrap()
+                    .push(t.elapsed().as_nanos() as u64);
+            }
+            stats.established.fetch_add(1, Ordering::Relaxed);
+            0
+        }
+        EventType::DreqReceived => {
+            let _ = id.send_drep(&[]);
+            0
+        }
+        // Done with the connection: destroy it (non-zero return).
+        EventType::TimewaitExit | EventType::RepError => {
+            if ev.kind == EventType::RepError {
+                stats.errors.fetch_add(1, Ordering::Relaxed);
+            }
+            1
+        }
+        _ => 0,
+    })
+}
+
+fn open(name: &str, threads: u32) -> Result<Arc<Device>, String> {
+    let opts = DeviceOptions {
+        shards: threads,
+        threads,
+        max_half_open: 0,
+    };
+    Device::open(name, opts).map_err(|e| format!("cannot open {name}: {e}"))
+}
+
+/// The server process: listen, say "ready", serve until stdin closes, then
+/// print one JSON line with its measurements.
+fn serve(o: &Opts) -> i32 {
+    let dev = match open(&o.server, o.threads) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("ibcm bench --serve: {e}");
+            return 1;
+        }
+    };
+    let stats = Arc::new(ServerStats::default());
+    let listener = match dev.create_id(
+        None,
+        std::ptr::null_mut(),
+        Some(server_handler(stats.clone())),
+    ) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("ibcm bench --serve: {e}");
+            return 1;
+        }
+    };
+    if let Err(e) = listener.listen(SERVICE) {
+        eprintln!("ibcm bench --serve: listen: {e}");
+        return 1;
+    }
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    let _ = listener.destroy();
+    let (cpu, rss) = usage();
+    let rr = pct(std::mem::take(&mut *stats.rep_rtu_ns.lock().unwrap()));
+    println!(
+        "{{\"rep_rtu_us\":{},\"cpu_s\":{cpu:.3},\"max_rss_kib\":{rss},\"established\":{},\"errors\":{}}}",
+        pct_json(&rr),
+        stats.established.load(Ordering::Relaxed),
+        stats.errors.load(Ordering::Relaxed)
+    );
+    let _ = std::io::stdout().flush();
+    dev.close();
+    0
+}
+
+// -------------------------------------------------------- UDP baseline
+
+fn ip_of(dev: &str) -> Result<IpAddr, String> {
+    let spec = ibcm::runtime::DeviceSpec::parse(dev).map_err(|_| format!("bad device {dev}"))?;
+    Ok(match spec {
+        ibcm::runtime::DeviceSpec::Soft { ip, .. } | ibcm::runtime::DeviceSpec::Loop { ip } => ip,
+    })
+}
+
+const BASE_PORT: u16 = 4790;
+
+/// Baseline responder: answers datagram kind 1 with kind 2, counts kind 3.
+fn serve_baseline(o: &Opts) -> i32 {
+    let ip = match ip_of(&o.server) {
+        Ok(ip) => ip,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
+    let sock = match UdpSocket::bind(SocketAddr::new(ip, BASE_PORT)) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ibcm bench: baseline bind {ip}:{BASE_PORT}: {e}");
+            return 1;
+        }
+    };
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d2 = done.clone();
+    std::thread::spawn(move || {
+        let mut l = String::new();
+        let _ = std::io::stdin().read_line(&mut l);
+        d2.store(true, Ordering::SeqCst);
+    });
+    let mut buf = [0u8; 512];
+    while !done.load(Ordering::SeqCst) {
+        if let Ok((n, from)) = sock.recv_from(&mut buf)
+            && n == 280
+            && buf[0] == 1
+        {
+            buf[0] = 2;
+            let _ = sock.send_to(&buf[..280], from);
+        }
+    }
+    0
+}
+
+struct BaseResult {
+    rate: f64,
+    lat: Pct,
+}
+
+/// The client half of the baseline: N exchanges of 3 datagrams (request,
+/// response, confirmation — REQ, REP, RTU sizes and directions), C in
+/// flight, over two sockets on the devices' addresses.
+fn run_baseline(o: &Opts) -> Result<BaseResult, String> {
+    let sip = ip_of(&o.server)?;
+    let cip = ip_of(&o.client)?;
+    let mut child = None;
+    if o.processes == 2 {
+        child = Some(spawn_server(o, "--serve-baseline")?);
+    } else {
+        let o2 = o.clone();
+        std::thread::spawn(move || serve_baseline_thread(&o2));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sock = UdpSocket::bind(SocketAddr::new(cip, BASE_PORT))
+        .map_err(|e| format!("baseline bind: {e}"))?;
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let to = SocketAddr::new(sip, BASE_PORT);
+    let n = o.connections;
+    let mut sent_at: Vec<Option<Instant>> = vec![None; n];
+    let mut lat = Vec::with_capacity(n);
+    let mut next = 0usize;
+    let mut done = 0usize;
+    let mut inflight = 0usize;
+    let mut buf = [0u8; 512];
+    let mut msg = [0u8; 280];
+    let start = Instant::now();
+    let deadline = start + o.timeout;
+    while done < n && Instant::now() < deadline {
+        while inflight < o.concurrency && next < n {
+            msg[0] = 1;
+            msg[1..9].copy_from_slice(&(next as u64).to_le_bytes());
+            sent_at[next] = Some(Instant::now());
+            let _ = sock.send_to(&msg, to);
+            next += 1;
+            inflight += 1;
+        }
+        match sock.recv_from(&mut buf) {
+            Ok((280, _)) if buf[0] == 2 => {
+                let i = u64::from_le_bytes(buf[1..9].try_into().unwrap()) as usize;
+                if let Some(t) = sent_at.get_mut(i).and_then(|t| t.take()) {
+                    msg[0] = 3;
+                    msg[1..9].copy_from_slice(&(i as u64).to_le_bytes());
+                    let _ = sock.send_to(&msg, to);
+                    lat.push(t.elapsed().as_nanos() as u64);
+                    done += 1;
+                    inflight -= 1;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => {
+                // A lost datagram: resend what is outstanding.
+                for (i, t) in sent_at.iter().enumerate() {
+                    if t.is_some() {
+                        msg[0] = 1;
+                        msg[1..9].copy_from_slice(&(i as u64).to_le_bytes());
+                        let _ = sock.send_to(&msg, to);
+                    }
+                }
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if let Some(mut c) = child {
+        drop(c.stdin.take());
+        let _ = c.wait();
+    }
+    Ok(BaseResult {
+        rate: done as f64 / secs,
+        lat: pct(lat),
+    })
+}
+
+fn serve_baseline_thread(o: &Opts) {
+    let _ = serve_baseline_inner(o);
+}
+
+fn serve_baseline_inner(o: &Opts) -> Option<()> {
+    let ip = ip_of(&o.server).ok()?;
+    let sock = UdpSocket::bind(SocketAddr::new(ip, BASE_PORT)).ok()?;
+    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 512];
+    while let Ok((n, from)) = sock.recv_from(&mut buf) {
+        if n == 280 && buf[0] == 1 {
+            buf[0] = 2;
+            let _ = sock.send_to(&buf[..280], from);
+        }
+    }
+    Some(())
+}
+
+fn spawn_server(o: &Opts, mode: &str) -> Result<std::process::Child, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut c = std::process::Command::new(exe)
+        .args([
+            "bench",
+            mode,
+            "--server",
+            &o.server,
+            "--threads",
+            &o.threads.to_string(),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start the server process: {e}"))?;
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line)
+        .map_err(|e| format!("server: {e}"))?;
+    if line.trim() != "ready" {
+        let _ = c.kill();
+        return Err(format!("server did not start ({:?})", line.trim()));
+    }
+    // Keep reading its stdout through the returned child.
+    c.stdout = Some(out.into_inner());
+    Ok(c)
+}
+
+// ------------------------------------------------------------ the bench
+
+struct Conn {
+    t_req: AtomicU64,
+    t_rep: AtomicU64,
+    t_est: AtomicU64,
+    t_dreq: AtomicU64,
+    t_drep: AtomicU64,
+}
+
+pub fn main(args: &[OsString]) -> i32 {
+    let o = match parse(args) {
+        Ok(o) => o,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("ibcm bench: {e}\n");
+            }
+            eprint!("{USAGE}");
+            return EXIT_USAGE;
+        }
+    };
+    if o.serve {
+        return serve(&o);
+    }
+    if o.serve_baseline {
+        return serve_baseline(&o);
+    }
+    match run(&o) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ibcm bench: {e}");
+            1
+        }
+    }
+}
+
+fn run(o: &Opts) -> Result<(), String> {
+    let baseline = if o.baseline && o.fabric == "udp" {
+        Some(run_baseline(o)?)
+    } else {
+        None
+    };
+    // The server: another process (UDP, default) or a device here.
+    let mut child = None;
+    let mut local_server = None;
+    let local_stats = Arc::new(ServerStats::default());
+    if o.processes == 2 {
+        child = Some(spawn_server(o, "--serve")?);
+    } else {
+        let dev = open(&o.server, o.threads)?;
+        let l = dev
+            .create_id(
+                None,
+                std::ptr::null_mut(),
+                Some(server_handler(local_stats.clone())),
+            )
+            .map_err(|e| e.to_string())?;
+        l.listen(SERVICE).map_err(|e| e.to_string())?;
+        local_server = Some((dev, l));
+    }
+    let dev = open(&o.client, o.threads)?;
+    let dest = ibcm::runtime::DeviceSpec::parse(&o.server).map_err(|e| e.to_string())?;
+    let dgid: ibcm::wire::Gid = match dest {
+        ibcm::runtime::DeviceSpec::Soft { ip, .. } | ibcm::runtime::DeviceSpec::Loop { ip } => {
+            ip.into()
+        }
+    };
+    let path = ibcm::ffi::init_path(&dev, 1, dgid).map_err(|e| e.to_string())?;
+    let n = o.connections;
+    let epoch = Instant::now();
+    let now_ns = move || epoch.elapsed().as_nanos() as u64 + 1;
+    let conns: Arc<Vec<Conn>> = Arc::new(
+        (0..n)
+            .map(|_| Conn {
+                t_req: AtomicU64::new(0),
+                t_rep: AtomicU64::new(0),
+                t_est: AtomicU64::new(0),
+                t_dreq: AtomicU64::new(0),
+                t_drep: AtomicU64::new(0),
+            })
+            .collect(),
+    );
+    let gate = Arc::new(Gate::new());
+    let failed = Arc::new(AtomicUsize::new(0));
+    let index: Arc<Mutex<HashMap<u32, usize>>> = Arc::new(Mutex::new(HashMap::with_capacity(n)));
+    let handler: RustHandler = {
+        let (conns, gate, failed, index) =
+            (conns.clone(), gate.clone(), failed.clone(), index.clone());
+        Arc::new(move |id: &CmId, ev: &Event| {
+            let Some(&i) = index.lock().unwrap().get(&id.local_id()) else {
+                return 0;
+            };
+            let c = &conns[i];
+            match ev.kind {
+                EventType::RepReceived => {
+                    c.t_rep.store(now_ns(), Ordering::Relaxed);
+                    if id.send_rtu(&[]).is_err() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        c.t_est.store(now_ns(), Ordering::Relaxed);
+                    }
+                    gate.release();
+                    0
+                }
+                EventType::RejReceived | EventType::ReqError => {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    gate.release();
+                    1
+                }
+                EventType::DrepReceived | EventType::DreqError | EventType::DreqReceived => {
+                    if ev.kind == EventType::DreqReceived {
+                        let _ = id.send_drep(&[]);
+                    }
+                    c.t_drep.store(now_ns(), Ordering::Relaxed);
+                    gate.release();
+                    1 // destroy: the connection is over
+                }
+                _ => 0,
+            }
+        })
+    };
+    let tty = std::io::stderr().is_terminal() && !o.json;
+    let deadline = Instant::now() + o.timeout;
+    let progress = |phase: &str, done: usize| {
+        if tty {
+            eprint!("\r{phase}: {done}/{n}   ");
+        }
+    };
+
+    // Phase 1: connect.
+    let (cpu0, _) = usage();
+    let t0 = Instant::now();
+    let mut ids: Vec<Option<CmId>> = Vec::with_capacity(n);
+    let mut last = Instant::now();
+    for i in 0..n {
+        if !gate.acquire(o.concurrency, deadline) {
+            return Err(format!("timed out with {i} of {n} connects started"));
+        }
+        let id = dev
+            .create_id(None, std::ptr::null_mut(), Some(handler.clone()))
+            .map_err(|e| e.to_string())?;
+        index.lock().unwrap().insert(id.local_id(), i);
+        let req = ReqParams {
+            primary_path: path,
+            service_id: SERVICE,
+            qp_num: (i as u32 + 1) & 0xff_ffff,
+            qp_type: qp_type::RC,
+            starting_psn: 1,
+            responder_resources: 1,
+            initiator_depth: 1,
+            remote_cm_response_timeout: 20,
+            local_cm_response_timeout: 20,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            max_cm_retries: 15,
+            ..ReqParams::default()
+        };
+        conns[i].t_req.store(now_ns(), Ordering::Relaxed);
+        if let Err(e) = id.send_req(&req) {
+            return Err(format!("REQ {i}: {e}"));
+        }
+        ids.push(Some(id));
+        if last.elapsed() > Duration::from_millis(100) {
+            progress("connect", i);
+            last = Instant::now();
+        }
+    }
+    let done = gate.wait_done(n, deadline);
+    let connect_s = t0.elapsed().as_secs_f64();
+    if done < n {
+        return Err(format!("timed out: {done} of {n} connects finished"));
+    }
+    progress("connect", n);
+    let established = conns
+        .iter()
+        .filter(|c| c.t_est.load(Ordering::Relaxed) != 0)
+        .count();
+
+    // Phase 2: disconnect the established ones.
+    gate.reset();
+    let t1 = Instant::now();
+    let mut to_close = 0;
+    for (i, slot) in ids.iter_mut().enumerate() {
+        let Some(id) = slot.take() else { continue };
+        if conns[i].t_est.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        if !gate.acquire(o.concurrency, deadline) {
+            return Err("timed out disconnecting".into());
+        }
+        conns[i].t_dreq.store(now_ns(), Ordering::Relaxed);
+        if id.send_dreq(&[]).is_err() {
+            gate.release();
+            failed.fetch_add(1, Ordering::Relaxed);
+        }
+        to_close += 1;
+        if last.elapsed() > Duration::from_millis(100) {
+            progress("disconnect", to_close);
+            last = Instant::now();
+        }
+    }
+    gate.wait_done(to_close, deadline);
+    let disconnect_s = t1.elapsed().as_secs_f64();
+    if tty {
+        eprintln!("\r{:40}", "");
+    }
+    let (cpu1, rss) = usage();
+
+    // Collect.
+    let mut req_rep = Vec::with_capacity(n);
+    let mut connect = Vec::with_capacity(n);
+    let mut disc = Vec::with_capacity(n);
+    for c in conns.iter() {
+        let (q, p, e) = (
+            c.t_req.load(Ordering::Relaxed),
+            c.t_rep.load(Ordering::Relaxed),
+            c.t_est.load(Ordering::Relaxed),
+        );
+        if p > 0 {
+            req_rep.push(p - q);
+        }
+        if e > 0 {
+            connect.push(e - q);
+        }
+        let (d, r) = (
+            c.t_dreq.load(Ordering::Relaxed),
+            c.t_drep.load(Ordering::Relaxed),
+        );
+        if r > d && d > 0 {
+            disc.push(r - d);
+        }
+    }
+    let counters = dev.counters();
+    // Server report.
+    let (srv_json, srv_cpu, srv_rss) = if let Some(mut c) = child {
+        drop(c.stdin.take());
+        let mut out = String::new();
+        if let Some(mut so) = c.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut so, &mut out);
+        }
+        let _ = c.wait();
+        let cpu = num_from_json(&out, "cpu_s");
+        let rss = num_from_json(&out, "max_rss_kib") as u64;
+        (out, cpu, rss)
+    } else {
+        let rr = pct(std::mem::take(&mut *local_stats.rep_rtu_ns.lock().unwrap()));
+        (format!("{{\"rep_rtu_us\":{}}}", pct_json(&rr)), 0.0, 0)
+    };
+    let rep_rtu = pct_from_json(&srv_json, "rep_rtu_us");
+    if let Some((d, l)) = local_server {
+        let _ = l.destroy();
+        d.close();
+    }
+    dev.close();
+
+    let connect_per_s = n as f64 / connect_s;
+    let disconnect_per_s = to_close as f64 / disconnect_s.max(1e-9);
+    let cp = pct(connect);
+    let dp = pct(disc);
+    let qp = pct(req_rep);
+    let cpu_s = (cpu1 - cpu0) + srv_cpu;
+    let max_rss = rss.max(srv_rss);
+    let failed = failed.load(Ordering::Relaxed);
+    if o.json {
+        let mut s = format!(
+            "{{\"connections\":{n},\"established\":{established},\"failed\":{failed},\
+             \"connect_per_s\":{connect_per_s:.0},\"disconnect_per_s\":{disconnect_per_s:.0},\
+             \"connect_us\":{},\"disconnect_us\":{},\"req_rep_us\":{},\"rep_rtu_us\":{},\
+             \"cpu_s\":{cpu_s:.3},\"max_rss_kib\":{max_rss},\"fabric\":\"{}\",\"processes\":{},\
+             \"concurrency\":{},\"threads\":{},\"connect_s\":{connect_s:.4},\"disconnect_s\":{disconnect_s:.4},\
+             \"retries\":{},\"timeouts\":{}",
+            pct_json(&cp),
+            pct_json(&dp),
+            pct_json(&qp),
+            pct_json(&rep_rtu),
+            o.fabric,
+            o.processes,
+            o.concurrency,
+            o.threads,
+            counters.tx_retries.iter().sum::<u64>(),
+            counters.timeouts.iter().sum::<u64>(),
+        );
+        if let Some(b) = &baseline {
+            s += &format!(
+                ",\"udp_baseline\":{{\"exchanges_per_s\":{:.0},\"exchange_us\":{}}},\
+                 \"ratio_to_udp\":{{\"rate\":{:.3},\"p50\":{:.3}}}",
+                b.rate,
+                pct_json(&b.lat),
+                connect_per_s / b.rate,
+                cp.p50 / b.lat.p50.max(1e-9)
+            );
+        }
+        s.push('}');
+        println!("{s}");
+    } else {
+        println!(
+            "ibcm bench: {n} connections over the {} fabric ({} process{}), {} in flight, {} thread(s)",
+            o.fabric,
+            o.processes,
+            if o.processes == 1 { "" } else { "es" },
+            o.concurrency,
+            o.threads
+        );
+        println!("  established {established}, failed {failed}");
+        println!("  connect     {connect_per_s:>10.0} /s   ({connect_s:.3} s)");
+        println!("  disconnect  {disconnect_per_s:>10.0} /s   ({disconnect_s:.3} s)");
+        println!("  latency (µs)        p50        p99        max");
+        for (name, p) in [
+            ("REQ->REP", qp),
+            ("REP->RTU", rep_rtu),
+            ("connect", cp),
+            ("DREQ->DREP", dp),
+        ] {
+            println!(
+                "  {name:<14} {:>10.1} {:>10.1} {:>10.1}",
+                p.p50, p.p99, p.max
+            );
+        }
+        println!(
+            "  CPU {cpu_s:.2} s, peak RSS {max_rss} KiB, retransmissions {}",
+            counters.tx_retries.iter().sum::<u64>()
+        );
+        if let Some(b) = &baseline {
+            println!(
+                "  UDP baseline: {:.0} exchanges/s, p50 {:.1} µs -> ratio_to_udp rate {:.2}, p50 {:.2}",
+                b.rate,
+                b.lat.p50,
+                connect_per_s / b.rate,
+                cp.p50 / b.lat.p50.max(1e-9)
+            );
+        }
+    }
+    if established + failed < n {
+        return Err("not every connection finished".into());
+    }
+    Ok(())
+}

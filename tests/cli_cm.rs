@@ -1,0 +1,199 @@
+//! The CLI's connection commands end to end over the UDP software fabric:
+//! `ibcm listen` + `ibcm connect` exchange private data, and `ibcm bench`
+//! reports a complete, well-formed result (numbers are not asserted).
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+fn ibcm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ibcm"))
+}
+
+#[test]
+fn listen_and_connect_exchange_private_data() {
+    let server = ibcm()
+        .args([
+            "listen",
+            "--device",
+            "soft:127.0.4.1",
+            "--count",
+            "3",
+            "--private-data",
+            "from-server",
+            "--timeout",
+            "20",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let client = ibcm()
+        .args([
+            "connect",
+            "--device",
+            "soft:127.0.4.2",
+            "--dest",
+            "127.0.4.1",
+            "--count",
+            "3",
+            "--private-data",
+            "from-client",
+        ])
+        .output()
+        .unwrap();
+    let cout = String::from_utf8_lossy(&client.stdout);
+    assert!(
+        client.status.success(),
+        "connect failed:\n{cout}\n{}",
+        String::from_utf8_lossy(&client.stderr)
+    );
+    assert_eq!(cout.matches(" REP_RECEIVED").count(), 3, "{cout}");
+    assert_eq!(
+        cout.matches("private_data=\"from-server\"").count(),
+        6,
+        "REP and DREP carry it:\n{cout}"
+    );
+    assert!(
+        cout.contains("3 of 3 connection(s) established and disconnected"),
+        "{cout}"
+    );
+    let s = server.wait_with_output().unwrap();
+    let sout = String::from_utf8_lossy(&s.stdout);
+    assert!(
+        s.status.success(),
+        "listen failed:\n{sout}\n{}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    assert_eq!(
+        sout.matches("REQ_RECEIVED from 127.0.4.2").count(),
+        3,
+        "{sout}"
+    );
+    assert_eq!(
+        sout.matches("private_data=\"from-client\"").count(),
+        9,
+        "REQ, RTU, DREQ:\n{sout}"
+    );
+    assert!(sout.contains("3 connection(s) handled, 0 failed"), "{sout}");
+    // Counters are printed on stderr.
+    let serr = String::from_utf8_lossy(&s.stderr);
+    assert!(serr.contains("rx             REQ=3 RTU=3 DREQ=3"), "{serr}");
+}
+
+#[test]
+fn listen_reject_is_reported_to_the_client() {
+    let server = ibcm()
+        .args([
+            "listen",
+            "--device",
+            "soft:127.0.4.3",
+            "--reject",
+            "28",
+            "--private-data",
+            "go away",
+            "--timeout",
+            "20",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let client = ibcm()
+        .args([
+            "connect",
+            "--device",
+            "soft:127.0.4.4",
+            "--dest",
+            "127.0.4.3",
+        ])
+        .output()
+        .unwrap();
+    let cout = String::from_utf8_lossy(&client.stdout);
+    assert!(!client.status.success());
+    assert!(
+        cout.contains("REJ_RECEIVED reason=28 (consumer defined) private_data=\"go away\""),
+        "{cout}"
+    );
+    let s = server.wait_with_output().unwrap();
+    assert!(s.status.success());
+}
+
+fn json_num(s: &str, key: &str) -> f64 {
+    let k = format!("\"{key}\":");
+    let i = s.find(&k).unwrap_or_else(|| panic!("no {key} in {s}"));
+    s[i + k.len()..]
+        .split([',', '}'])
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn check_bench(args: &[&str], n: usize) {
+    let out = ibcm()
+        .arg("bench")
+        .args(args)
+        .args(["--json", "--connections", &n.to_string()])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench failed: {s}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = s.lines().last().unwrap();
+    assert!(line.starts_with('{') && line.ends_with('}'), "{line}");
+    for key in [
+        "connections",
+        "established",
+        "failed",
+        "connect_per_s",
+        "disconnect_per_s",
+        "cpu_s",
+        "max_rss_kib",
+    ] {
+        assert!(json_num(line, key) >= 0.0, "{key}");
+    }
+    for key in ["connect_us", "disconnect_us", "req_rep_us", "rep_rtu_us"] {
+        assert!(
+            line.contains(&format!("\"{key}\":{{\"p50\":")),
+            "{key} in {line}"
+        );
+    }
+    assert_eq!(json_num(line, "connections") as usize, n);
+    assert_eq!(json_num(line, "established") as usize, n, "{line}");
+    assert_eq!(json_num(line, "failed") as usize, 0, "{line}");
+}
+
+#[test]
+fn bench_over_udp_two_processes_completes() {
+    check_bench(
+        &[
+            "--server",
+            "soft:127.0.4.5",
+            "--client",
+            "soft:127.0.4.6",
+            "--baseline",
+        ],
+        1000,
+    );
+}
+
+#[test]
+fn bench_over_loopback_with_two_shards_completes() {
+    check_bench(
+        &[
+            "--fabric",
+            "loopback",
+            "--server",
+            "loop:10.9.0.1",
+            "--client",
+            "loop:10.9.0.2",
+            "--threads",
+            "2",
+        ],
+        2000,
+    );
+}
