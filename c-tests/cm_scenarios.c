@@ -739,6 +739,29 @@ static int run_client(const char *ip, const char *server_ip, int done_fd)
 		ib_destroy_cm_id(id);
 	}
 
+	/* Counters tell what happened. */
+	{
+		struct ibcm_counters c;
+		memset(&c, 0, sizeof(c));
+		CHECK(ibcm_get_counters(cdev, &c, sizeof(c)) == (int)sizeof(c), "counters");
+		CHECK(c.tx[IBCM_ATTR_REQ] >= 8, "REQs sent %llu", (unsigned long long)c.tx[IBCM_ATTR_REQ]);
+		CHECK(c.rej_rx[IB_CM_REJ_INVALID_SERVICE_ID] == 1, "REJ 8 counted");
+		CHECK(c.rej_rx[IB_CM_REJ_CONSUMER_DEFINED] == 2, "REJ 28 counted %llu",
+		      (unsigned long long)c.rej_rx[IB_CM_REJ_CONSUMER_DEFINED]);
+		CHECK(c.timeouts[IBCM_ATTR_REQ] == 1, "REQ timeout counted");
+		CHECK(c.tx_retries[IBCM_ATTR_REQ] >= 3, "REQ retries counted");
+		CHECK(c.rx[IBCM_ATTR_MRA] >= 1 && c.rx[IBCM_ATTR_SIDR_REP] == 2, "MRA, SIDR_REP");
+		CHECK(c.live_ids == 0 && c.pending_timers == 0, "nothing live %llu %llu",
+		      (unsigned long long)c.live_ids, (unsigned long long)c.pending_timers);
+		CHECK(c.tx_datagrams == c.tx[IBCM_ATTR_REQ] + c.tx[IBCM_ATTR_RTU] +
+				       c.tx[IBCM_ATTR_DREQ] + c.tx[IBCM_ATTR_DREP] +
+				       c.tx[IBCM_ATTR_REJ] + c.tx[IBCM_ATTR_SIDR_REQ],
+		      "datagrams = MADs");
+		CHECK(ibcm_get_counters(cdev, NULL, sizeof(c)) == -EINVAL, "counters NULL");
+		CHECK(ibcm_get_counters(NULL, &c, sizeof(c)) == -EINVAL, "counters no device");
+		CHECK(ibcm_get_counters(cdev, &c, 8) == 8, "counters short size");
+	}
+
 	/* Misuse: NULL and bad arguments. */
 	CHECK(ib_cm_listen(NULL, 0) == -EINVAL, "listen NULL");
 	CHECK(ib_send_cm_rtu(NULL, NULL, 0) == -EINVAL, "rtu NULL");

@@ -19,6 +19,7 @@
 #ifndef IBCM_H
 #define IBCM_H
 
+#include <stddef.h>
 #include <rdma/ib_cm.h>
 
 #ifdef __cplusplus
@@ -77,6 +78,80 @@ int ibcm_init_path(struct ib_device *device, u32 port_num,
  * Returns 0, or -EINVAL if @ip is not an address.
  */
 int ibcm_gid_from_string(const char *ip, union ib_gid *gid);
+
+/*
+ * Counters: what a device sent, received, retried, timed out, rejected
+ * and dropped (and why), so an operator can see what the CM is doing.
+ */
+
+/* Index of the per-attribute arrays. */
+enum ibcm_attr_index {
+	IBCM_ATTR_CLASS_PORT_INFO = 0,
+	IBCM_ATTR_REQ = 1,
+	IBCM_ATTR_MRA = 2,
+	IBCM_ATTR_REJ = 3,
+	IBCM_ATTR_REP = 4,
+	IBCM_ATTR_RTU = 5,
+	IBCM_ATTR_DREQ = 6,
+	IBCM_ATTR_DREP = 7,
+	IBCM_ATTR_SIDR_REQ = 8,
+	IBCM_ATTR_SIDR_REP = 9,
+	IBCM_ATTR_LAP = 10,
+	IBCM_ATTR_APR = 11,
+	IBCM_ATTR_COUNT = 12
+};
+
+/* Why a received MAD was not acted on. */
+enum ibcm_drop_cause {
+	IBCM_DROP_MALFORMED = 0,	/* not a well-formed CM MAD */
+	IBCM_DROP_UNKNOWN_ID = 1,	/* addressed to no id */
+	IBCM_DROP_WRONG_STATE = 2,	/* the id's state does not take it */
+	IBCM_DROP_DUPLICATE = 3,	/* a duplicate needing no answer */
+	IBCM_DROP_UNSUPPORTED = 4,	/* e.g. LAP/APR on RoCE */
+	IBCM_DROP_OVERLOAD = 5,		/* over the half-open cap (REJ sent) */
+	IBCM_DROP_IGNORED = 6,		/* answered from the MAD (REJ 8, ...) */
+	IBCM_DROP_MISMATCH = 7,		/* fields inconsistent (QPN, GID, stale) */
+	IBCM_DROP_COUNT = 8
+};
+
+/* Reject reasons 0..35; index 36 counts anything larger. */
+#define IBCM_REJ_REASON_SLOTS 37
+
+struct ibcm_counters {
+	u64 tx[IBCM_ATTR_COUNT];		/* MADs sent */
+	u64 rx[IBCM_ATTR_COUNT];		/* MADs received and parsed */
+	u64 rx_duplicates[IBCM_ATTR_COUNT];	/* duplicates received */
+	u64 tx_retries[IBCM_ATTR_COUNT];	/* retransmissions + answers to duplicates */
+	u64 timeouts[IBCM_ATTR_COUNT];		/* requests whose retries ran out */
+	u64 rej_tx[IBCM_REJ_REASON_SLOTS];	/* REJs sent, by reason */
+	u64 rej_rx[IBCM_REJ_REASON_SLOTS];	/* REJs received, by reason */
+	u64 drops[IBCM_DROP_COUNT];		/* received MADs dropped, by cause */
+	u64 ids_created;
+	u64 ids_destroyed;
+	u64 events;				/* events delivered to handlers */
+	u64 live_ids;
+	u64 pending_timers;
+	/* transport */
+	u64 rx_datagrams;
+	u64 tx_datagrams;
+	u64 rx_garbage;				/* datagrams that were not CM MADs */
+	u64 rx_icrc_unverified;			/* ICRC not the Linux-socket one */
+	u64 tx_errors;
+	u64 rx_errors;
+	u64 tx_unroutable;
+};
+
+/**
+ * ibcm_get_counters - read a device's counters.
+ * @device: the device.
+ * @counters: receives the counters.
+ * @size: sizeof(*counters) as the caller was compiled with; only that many
+ *   bytes are written, so older programs keep working as fields are added.
+ *
+ * Returns the number of bytes written, or -EINVAL.
+ */
+int ibcm_get_counters(struct ib_device *device, struct ibcm_counters *counters,
+		      size_t size);
 
 #ifdef __cplusplus
 }

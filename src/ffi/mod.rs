@@ -246,6 +246,81 @@ pub unsafe extern "C" fn ibcm_gid_from_string(ip: *const c_char, gid: *mut IbGid
     })
 }
 
+/// `struct ibcm_counters` (include/ibcm.h).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct IbcmCounters {
+    pub tx: [u64; 12],
+    pub rx: [u64; 12],
+    pub rx_duplicates: [u64; 12],
+    pub tx_retries: [u64; 12],
+    pub timeouts: [u64; 12],
+    pub rej_tx: [u64; 37],
+    pub rej_rx: [u64; 37],
+    pub drops: [u64; 8],
+    pub ids_created: u64,
+    pub ids_destroyed: u64,
+    pub events: u64,
+    pub live_ids: u64,
+    pub pending_timers: u64,
+    pub rx_datagrams: u64,
+    pub tx_datagrams: u64,
+    pub rx_garbage: u64,
+    pub rx_icrc_unverified: u64,
+    pub tx_errors: u64,
+    pub rx_errors: u64,
+    pub tx_unroutable: u64,
+}
+
+/// The counters of a device in the C layout.
+pub fn counters_of(dev: &Device) -> IbcmCounters {
+    let c = dev.counters();
+    let t = dev.transport().stats().snapshot();
+    IbcmCounters {
+        tx: c.tx,
+        rx: c.rx,
+        rx_duplicates: c.rx_duplicates,
+        tx_retries: c.tx_retries,
+        timeouts: c.timeouts,
+        rej_tx: c.rej_tx,
+        rej_rx: c.rej_rx,
+        drops: c.drops,
+        ids_created: c.ids_created,
+        ids_destroyed: c.ids_destroyed,
+        events: c.events,
+        live_ids: dev.live_ids() as u64,
+        pending_timers: dev.timer_count() as u64,
+        rx_datagrams: t[0].1,
+        tx_datagrams: t[1].1,
+        rx_garbage: t[2].1,
+        rx_icrc_unverified: t[3].1,
+        tx_errors: t[4].1,
+        rx_errors: t[5].1,
+        tx_unroutable: t[6].1,
+    }
+}
+
+/// `ibcm_get_counters`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_get_counters(
+    device: *mut c_void,
+    counters: *mut IbcmCounters,
+    size: usize,
+) -> c_int {
+    guard("ibcm_get_counters", || {
+        let dev = device_of(device)?;
+        if counters.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let c = counters_of(&dev);
+        let n = size.min(std::mem::size_of::<IbcmCounters>());
+        unsafe {
+            std::ptr::copy_nonoverlapping(&c as *const _ as *const u8, counters as *mut u8, n)
+        };
+        Ok(n as c_int)
+    })
+}
+
 // ---------------------------------------------------------------- ib_cm.h
 
 /// `ib_create_cm_id`.
