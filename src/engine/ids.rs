@@ -160,6 +160,9 @@ pub struct IdSlab<T> {
     free: VecDeque<u32>,
     len: usize,
     max_slots: u32,
+    /// The last ID located and its (slot, generation): one operation looks
+    /// its id up several times, and this skips the Feistel decode.
+    last: std::cell::Cell<(u32, u32, u16)>,
 }
 
 impl<T> IdSlab<T> {
@@ -173,6 +176,7 @@ impl<T> IdSlab<T> {
             free: VecDeque::new(),
             len: 0,
             max_slots: max_ids.min(cap),
+            last: std::cell::Cell::new((0, u32::MAX, 0)),
         }
     }
 
@@ -211,6 +215,19 @@ impl<T> IdSlab<T> {
 
     #[inline]
     fn locate(&self, id: u32) -> Option<usize> {
+        let (lid, lslot, lgen) = self.last.get();
+        if lid == id && lslot != u32::MAX {
+            let s = &self.slots[lslot as usize];
+            return (s.generation == lgen && s.val.is_some()).then_some(lslot as usize);
+        }
+        let r = self.locate_slow(id);
+        if let Some(i) = r {
+            self.last.set((id, i as u32, self.slots[i].generation));
+        }
+        r
+    }
+
+    fn locate_slow(&self, id: u32) -> Option<usize> {
         let p = self.codec.decode(id);
         let mask = (1u32 << self.shard_bits) - 1;
         if p & mask != self.shard {

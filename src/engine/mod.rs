@@ -310,7 +310,9 @@ pub struct Engine {
     remote_ids: ids::FastMap<(u64, u32), u32>,
     /// (requester GID, request ID) → local ID, for SIDR duplicates.
     sidr_remote: ids::FastMap<(Gid, u32), u32>,
-    transmits: VecDeque<Transmit>,
+    /// MADs to send; `tx_head` of them were already polled.
+    transmits: Vec<Transmit>,
+    tx_head: usize,
     events: VecDeque<Event>,
     changes: VecDeque<Change>,
     foreign: VecDeque<Foreign>,
@@ -330,7 +332,8 @@ impl Engine {
             timers: TimerWheel::new(),
             remote_ids: ids::FastMap::with_hasher(ids::FastState::new(rng)),
             sidr_remote: ids::FastMap::with_hasher(ids::FastState::new(rng ^ 1)),
-            transmits: VecDeque::new(),
+            transmits: Vec::new(),
+            tx_head: 0,
             events: VecDeque::new(),
             changes: VecDeque::new(),
             foreign: VecDeque::new(),
@@ -379,7 +382,27 @@ impl Engine {
     // ---------------------------------------------------------------- outputs
 
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        let t = self.transmits.get(self.tx_head).cloned();
+        if t.is_some() {
+            self.tx_head += 1;
+        }
+        if self.tx_head == self.transmits.len() {
+            self.transmits.clear();
+            self.tx_head = 0;
+        }
+        t
+    }
+
+    /// Moves every pending MAD to the end of `out` (in order), without
+    /// copying them one by one.
+    pub fn take_transmits(&mut self, out: &mut Vec<Transmit>) {
+        if self.tx_head == 0 {
+            out.append(&mut self.transmits);
+        } else {
+            out.extend(self.transmits.drain(self.tx_head..));
+            self.transmits.clear();
+            self.tx_head = 0;
+        }
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
@@ -522,7 +545,7 @@ impl Engine {
             let reason = u16::from_be_bytes([mad[34], mad[35]]);
             self.counters.rej_tx[Counters::reason_index(reason as u32)] += 1;
         }
-        self.transmits.push_back(Transmit { dest, mad });
+        self.transmits.push(Transmit { dest, mad });
     }
 
     fn push_event(&mut self, ev: Event) {
@@ -1292,13 +1315,16 @@ impl Engine {
     ///
     /// Returns false when the id lives on: an unknown handle, or a shared
     /// listener (`ib_cm_insert_listen`) that other users still hold.
-    pub fn destroy(&mut self, now: Time, h: Handle, err: i32) -> bool {
+    pub fn destroy(&mut self, _now: Time, h: Handle, err: i32) -> bool {
         let id = h.0 as u32;
         let Some(r) = self.ids.get(id) else {
             return false;
         };
         let node_guid = self.cfg.node_guid;
-        match r.state {
+        // The protocol action of the state (the kernel's, table D.6); the
+        // id then goes away at once, so its passage through timewait or
+        // IDLE is not observable and is skipped.
+        let mad = match r.state {
             State::Listen => {
                 let r = self.ids.get_mut(id).unwrap();
                 r.listen_shares = r.listen_shares.saturating_sub(1);
@@ -1307,60 +1333,34 @@ impl Engine {
                 }
                 let service_id = r.service_id;
                 self.shared.listen_remove(service_id, id);
-                self.set_state(id, State::Idle);
-            }
-            State::SidrReqSent => {
-                self.cancel_send(id);
-                self.set_state(id, State::Idle);
+                None
             }
             State::SidrReqRcvd => {
-                let p = SidrRepParams {
-                    status: 2,
-                    ..Default::default()
-                };
-                let mad = self.sidr_rep_mad(id, r, &p);
-                self.leave_sidr_table(id);
-                self.set_state(id, State::Idle);
-                self.send_once(id, mad);
+                let p = SidrRepParams { status: 2, ..Default::default() };
+                Some(self.sidr_rep_mad(id, r, &p))
             }
             State::ReqSent | State::MraReqRcvd => {
-                let mad = self.rej_mad(id, r, 4, &node_guid.to_be_bytes(), &[]);
-                self.cancel_send(id);
-                self.reset_to_idle(id);
-                self.send_once(id, mad);
+                Some(self.rej_mad(id, r, 4, &node_guid.to_be_bytes(), &[]))
             }
-            State::ReqRcvd if err == -errno::ENOMEM => {
-                self.reset_to_idle(id);
+            State::ReqRcvd if err == -errno::ENOMEM => None,
+            State::ReqRcvd
+            | State::MraReqSent
+            | State::RepRcvd
+            | State::MraRepSent
+            | State::RepSent
+            | State::MraRepRcvd => Some(self.rej_mad(id, r, 28, &[], &[])),
+            State::Established if r.qp_type != qp_type::XRC_TGT => {
+                Some(self.dreq_mad(id, r, &[]))
             }
-            State::ReqRcvd | State::MraReqSent | State::RepRcvd | State::MraRepSent => {
-                let mad = self.rej_mad(id, r, 28, &[], &[]);
-                self.cancel_send(id);
-                self.reset_to_idle(id);
-                self.send_once(id, mad);
-            }
-            State::RepSent | State::MraRepRcvd => {
-                let mad = self.rej_mad(id, r, 28, &[], &[]);
-                self.cancel_send(id);
-                self.enter_timewait(now, id);
-                self.send_once(id, mad);
-            }
-            State::Established => {
-                if r.qp_type != qp_type::XRC_TGT {
-                    let mad = self.dreq_mad(id, r, &[]);
-                    self.send_once(id, mad);
-                    self.enter_timewait(now, id);
-                }
-            }
-            State::DreqSent => {
-                self.cancel_send(id);
-                self.enter_timewait(now, id);
-            }
-            State::DreqRcvd => {
-                let mad = Self::drep_mad(id, r, &[]);
-                self.send_once(id, mad);
-                self.enter_timewait(now, id);
-            }
-            State::Timewait | State::Idle => {}
+            State::DreqRcvd => Some(Self::drep_mad(id, r, &[])),
+            State::Established
+            | State::DreqSent
+            | State::SidrReqSent
+            | State::Timewait
+            | State::Idle => None,
+        };
+        if let Some(mad) = mad {
+            self.send_once(id, mad);
         }
         // Release everything the id holds.
         self.cancel_send(id);

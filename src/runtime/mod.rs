@@ -462,12 +462,7 @@ impl Device {
     fn drain(&self, shard: u32, e: &mut Engine, out: &mut Outputs) {
         // Queued on the device in engine order while the shard lock is
         // held, so MADs of one id can never overtake each other.
-        {
-            let mut q = lock(&self.outq);
-            while let Some(t) = e.poll_transmit() {
-                q.push(t);
-            }
-        }
+        e.take_transmits(&mut lock(&self.outq));
         while let Some(c) = e.poll_change() {
             if c.user != 0 {
                 let sh = unsafe { &*(c.user as *const Shell) };
