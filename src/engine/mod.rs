@@ -1336,7 +1336,10 @@ impl Engine {
                 None
             }
             State::SidrReqRcvd => {
-                let p = SidrRepParams { status: 2, ..Default::default() };
+                let p = SidrRepParams {
+                    status: 2,
+                    ..Default::default()
+                };
                 Some(self.sidr_rep_mad(id, r, &p))
             }
             State::ReqSent | State::MraReqRcvd => {
@@ -1349,9 +1352,7 @@ impl Engine {
             | State::MraRepSent
             | State::RepSent
             | State::MraRepRcvd => Some(self.rej_mad(id, r, 28, &[], &[])),
-            State::Established if r.qp_type != qp_type::XRC_TGT => {
-                Some(self.dreq_mad(id, r, &[]))
-            }
+            State::Established if r.qp_type != qp_type::XRC_TGT => Some(self.dreq_mad(id, r, &[])),
             State::DreqRcvd => Some(Self::drep_mad(id, r, &[])),
             State::Established
             | State::DreqSent

@@ -832,7 +832,9 @@ impl Shell {
                     (false, Some(item)) => item,
                     _ => {
                         d.delivering = false;
-                        d.queue.clear();
+                        // Idle ids keep no queue memory (a million
+                        // established ids would otherwise each hold one).
+                        d.queue = VecDeque::new();
                         drop(d);
                         self.cond.notify_all();
                         return;
@@ -862,7 +864,7 @@ impl Shell {
                 self.destroy_inner(ret, true);
                 let mut d = lock(&self.dq);
                 d.delivering = false;
-                d.queue.clear();
+                d.queue = VecDeque::new();
                 drop(d);
                 self.cond.notify_all();
                 return;

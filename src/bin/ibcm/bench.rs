@@ -36,6 +36,7 @@ struct Opts {
     timeout: Duration,
     serve: bool,
     serve_baseline: bool,
+    scale: bool,
 }
 
 const USAGE: &str = "\
@@ -49,6 +50,9 @@ Reports connect/disconnect rates, latency percentiles per step (REQ->REP,
 REP->RTU, full connect, DREQ->DREP), CPU seconds and peak memory.
 --fabric udp (default) uses the software fabric (server in a second
 process unless --processes 1); loopback keeps MADs in-process.
+--scale holds all N connections open in one process (loopback fabric),
+then reports memory per id, id lookup cost, and the time a million pending
+timewait timers take to fire (e.g. --scale --connections 1000000).
 --baseline first runs a plain UDP 3-datagram exchange with the same sizes
 and pattern and reports ratio_to_udp. --threads sets engine shards and
 event-loop threads per device (default 1).
@@ -68,6 +72,7 @@ fn parse(args: &[OsString]) -> Result<Opts, String> {
         timeout: Duration::from_secs(120),
         serve: false,
         serve_baseline: false,
+        scale: false,
     };
     let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
     while let Some(a) = it.next() {
@@ -97,6 +102,7 @@ fn parse(args: &[OsString]) -> Result<Opts, String> {
             "--baseline" => o.baseline = true,
             "--serve" => o.serve = true,
             "--serve-baseline" => o.serve_baseline = true,
+            "--scale" => o.scale = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown option {other}")),
         }
@@ -545,6 +551,15 @@ pub fn main(args: &[OsString]) -> i32 {
     if o.serve_baseline {
         return serve_baseline(&o);
     }
+    if o.scale {
+        return match scale(&o) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("ibcm bench --scale: {e}");
+                1
+            }
+        };
+    }
     match run(&o) {
         Ok(()) => 0,
         Err(e) => {
@@ -852,6 +867,195 @@ fn run(o: &Opts) -> Result<(), String> {
     }
     if established + failed < n {
         return Err("not every connection finished".into());
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------- scale test
+
+/// Resident set size now, in KiB (from /proc/self/statm).
+fn rss_now_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = s
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    pages * (unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64) / 1024
+}
+
+/// Holds N established connections in one process and measures what they
+/// cost: memory per id, lookup time, then a mass disconnect whose N
+/// timewait timers must all fire.
+fn scale(o: &Opts) -> Result<(), String> {
+    let n = o.connections;
+    let (sname, cname) = (
+        if o.server.starts_with("soft:") {
+            "loop:10.250.0.1".to_string()
+        } else {
+            o.server.clone()
+        },
+        if o.client.starts_with("soft:") {
+            "loop:10.250.0.2".to_string()
+        } else {
+            o.client.clone()
+        },
+    );
+    let rss0 = rss_now_kib();
+    let sdev = open(&sname, o.threads)?;
+    let cdev = open(&cname, o.threads)?;
+    let stats = Arc::new(ServerStats::default());
+    let listener = sdev
+        .create_id(
+            None,
+            std::ptr::null_mut(),
+            Some(server_handler(stats.clone())),
+        )
+        .map_err(|e| e.to_string())?;
+    listener.listen(SERVICE).map_err(|e| e.to_string())?;
+    let dgid: ibcm::wire::Gid =
+        match ibcm::runtime::DeviceSpec::parse(&sname).map_err(|e| e.to_string())? {
+            ibcm::runtime::DeviceSpec::Soft { ip, .. } | ibcm::runtime::DeviceSpec::Loop { ip } => {
+                ip.into()
+            }
+        };
+    let path = ibcm::ffi::init_path(&cdev, 1, dgid).map_err(|e| e.to_string())?;
+    let gate = Arc::new(Gate::new());
+    let failed = Arc::new(AtomicUsize::new(0));
+    let handler: RustHandler = {
+        let (gate, failed) = (gate.clone(), failed.clone());
+        Arc::new(move |id: &CmId, ev: &Event| match ev.kind {
+            EventType::RepReceived => {
+                if id.send_rtu(&[]).is_err() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                gate.release();
+                0
+            }
+            EventType::RejReceived | EventType::ReqError => {
+                failed.fetch_add(1, Ordering::Relaxed);
+                gate.release();
+                0
+            }
+            EventType::DrepReceived | EventType::DreqError => {
+                gate.release();
+                0
+            }
+            _ => 0,
+        })
+    };
+    let deadline = Instant::now() + o.timeout;
+    let t0 = Instant::now();
+    let mut ids = Vec::with_capacity(n);
+    let tty = std::io::stderr().is_terminal() && !o.json;
+    for i in 0..n {
+        if !gate.acquire(o.concurrency.max(1024), deadline) {
+            return Err(format!("timed out after {i} connects"));
+        }
+        let id = cdev
+            .create_id(None, std::ptr::null_mut(), Some(handler.clone()))
+            .map_err(|e| e.to_string())?;
+        let req = ReqParams {
+            primary_path: path,
+            service_id: SERVICE,
+            qp_num: (i as u32 + 1) & 0xff_ffff,
+            qp_type: qp_type::RC,
+            starting_psn: 1,
+            responder_resources: 1,
+            initiator_depth: 1,
+            remote_cm_response_timeout: 20,
+            local_cm_response_timeout: 20,
+            max_cm_retries: 15,
+            ..ReqParams::default()
+        };
+        id.send_req(&req).map_err(|e| format!("REQ {i}: {e}"))?;
+        ids.push(id);
+        if tty && i % 50_000 == 0 {
+            eprint!("\rconnect {i}/{n}   ");
+        }
+    }
+    gate.wait_done(n, deadline);
+    let connect_s = t0.elapsed().as_secs_f64();
+    // Let the server's RTU handling finish.
+    while stats.established.load(Ordering::Relaxed) < n && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let live = cdev.live_ids() + sdev.live_ids();
+    let rss1 = rss_now_kib();
+    let bytes_per_id = (rss1.saturating_sub(rss0)) as f64 * 1024.0 / live.max(1) as f64;
+    // Lookups: the state of random established ids (shard lock + slab).
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let lookups = n.clamp(1, 1_000_000);
+    let t1 = Instant::now();
+    let mut established = 0usize;
+    for _ in 0..lookups {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if ids[(x % n as u64) as usize].state() == Some(ibcm::engine::State::Established) {
+            established += 1;
+        }
+    }
+    let lookup_ns = t1.elapsed().as_nanos() as f64 / lookups as f64;
+    // Mass disconnect: every server id enters timewait (one timer each).
+    gate.reset();
+    let t2 = Instant::now();
+    for id in &ids {
+        if !gate.acquire(o.concurrency.max(1024), deadline) {
+            return Err("timed out disconnecting".into());
+        }
+        if id.send_dreq(&[]).is_err() {
+            gate.release();
+        }
+    }
+    gate.wait_done(n, deadline);
+    let disconnect_s = t2.elapsed().as_secs_f64();
+    let pending_timers = sdev.timer_count() + cdev.timer_count();
+    let t3 = Instant::now();
+    while sdev.timer_count() + cdev.timer_count() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let timers_s = t3.elapsed().as_secs_f64();
+    for id in &ids {
+        let _ = id.destroy();
+    }
+    drop(ids);
+    let _ = listener.destroy();
+    let leftover = cdev.live_ids() + sdev.live_ids();
+    sdev.close();
+    cdev.close();
+    if tty {
+        eprintln!("\r{:40}", "");
+    }
+    let failed = failed.load(Ordering::Relaxed);
+    if o.json {
+        println!(
+            "{{\"connections\":{n},\"established\":{established},\"failed\":{failed},\"live_ids\":{live},\
+             \"connect_per_s\":{:.0},\"rss_kib_before\":{rss0},\"rss_kib_established\":{rss1},\
+             \"bytes_per_id\":{bytes_per_id:.0},\"lookup_ns\":{lookup_ns:.1},\"disconnect_per_s\":{:.0},\
+             \"pending_timers\":{pending_timers},\"timers_fired_s\":{timers_s:.3},\"leftover_ids\":{leftover}}}",
+            n as f64 / connect_s,
+            n as f64 / disconnect_s,
+        );
+    } else {
+        println!(
+            "ibcm bench --scale: {n} connections held in one process ({} fabric)",
+            sname.split(':').next().unwrap_or("")
+        );
+        println!("  established {established}, failed {failed}, live ids {live} (both sides)");
+        println!(
+            "  connect {:.0}/s, RSS {rss0} -> {rss1} KiB: {bytes_per_id:.0} bytes per id",
+            n as f64 / connect_s
+        );
+        println!("  state lookup of a random id: {lookup_ns:.1} ns");
+        println!(
+            "  disconnect {:.0}/s, then {pending_timers} timewait timers pending, all fired after {timers_s:.2} s",
+            n as f64 / disconnect_s
+        );
+        println!("  ids left after destroy: {leftover}");
+    }
+    if established != lookups || failed > 0 || leftover > 0 {
+        return Err("not every connection was established and released".into());
     }
     Ok(())
 }
