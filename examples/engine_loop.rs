@@ -8,7 +8,10 @@ use ibcm::engine::*;
 use ibcm::wire::Gid;
 
 fn main() {
-    let n: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100_000);
     let ga: Gid = "10.0.0.1".parse().unwrap();
     let gb: Gid = "10.0.0.2".parse().unwrap();
     let mut ca = EngineConfig::new(0xa, vec![PortInfo::roce(1, ga)]);
@@ -29,8 +32,24 @@ fn main() {
         rec_type: PathRecType::RoceV2,
         ..PathRec::default()
     };
-    let sa = MadSource { port: 1, sgid: gb, dgid: ga, has_grh: true, pkey: 0xffff, src_qp: 1, ..MadSource::default() };
-    let sb = MadSource { port: 1, sgid: ga, dgid: gb, has_grh: true, pkey: 0xffff, src_qp: 1, ..MadSource::default() };
+    let sa = MadSource {
+        port: 1,
+        sgid: gb,
+        dgid: ga,
+        has_grh: true,
+        pkey: 0xffff,
+        src_qp: 1,
+        ..MadSource::default()
+    };
+    let sb = MadSource {
+        port: 1,
+        sgid: ga,
+        dgid: gb,
+        has_grh: true,
+        pkey: 0xffff,
+        src_qp: 1,
+        ..MadSource::default()
+    };
     let mut p = ReqParams {
         primary_path: path,
         service_id: 0x1000,
@@ -46,7 +65,11 @@ fn main() {
         max_cm_retries: 15,
         ..ReqParams::default()
     };
-    let rep = RepParams { qp_num: 0x22, starting_psn: 2, ..RepParams::default() };
+    let rep = RepParams {
+        qp_num: 0x22,
+        starting_psn: 2,
+        ..RepParams::default()
+    };
     let now = Time::from_millis(1000);
     let t = std::time::Instant::now();
     for i in 0..n {
@@ -79,5 +102,9 @@ fn main() {
         }
     }
     let s = t.elapsed().as_secs_f64();
-    println!("{n} handshakes in {s:.3} s: {:.0}/s, {:.0} ns each", n as f64 / s, s * 1e9 / n as f64);
+    println!(
+        "{n} handshakes in {s:.3} s: {:.0}/s, {:.0} ns each",
+        n as f64 / s,
+        s * 1e9 / n as f64
+    );
 }

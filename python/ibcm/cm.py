@@ -1,0 +1,768 @@
+"""Devices and communication identifiers: the Pythonic layer over
+:mod:`ibcm.raw`.
+
+Threading and callbacks
+-----------------------
+The library calls handlers from its own event-loop thread.  All ids share
+one module-level ``ib_cm_handler`` (``_trampoline``), alive for the life of
+the process, which finds the Python :class:`CmId` for the C pointer in a
+registry (address -> object); an id leaves the registry once it is
+destroyed, so a reused address can never reach a stale object.
+
+For each event the trampoline decodes the C event into an
+:mod:`ibcm.events` dataclass (copying everything, since the C event dies
+with the callback), calls the id's Python handler, if any, then appends the
+event to the id's queue, if the id queues events (by default: ids without
+a handler).  REQ/SIDR_REQ events create a new :class:`CmId` that inherits
+the listener's handler, queueing and ``context`` (as in the kernel) and are
+queued on the *listener* (see :meth:`CmId.next_request`).
+
+Handler contract (the kernel's): ``handler(cm_id, event)`` runs on the
+library's thread, one event at a time per id, and may call any method of
+``cm_id`` except blocking ones.  Return ``None``/``0`` to keep the id; a
+non-zero int asks the library to destroy the id after the handler returns
+(for a REQ that rejects it with reason 28, consumer defined; ``-ENOMEM``
+suppresses the REJ).  If the handler raises, the exception is logged on the
+``ibcm`` logger and the id is destroyed the same way.
+
+``cm_id.destroy()`` called from that id's own handler is *deferred*: the C
+library refuses ``ib_destroy_cm_id`` there (it would wait for itself), so
+the call only marks the id and the trampoline returns non-zero, letting the
+library destroy it as soon as the handler returns.  Destroying a different
+id from a handler is done at once.  ``wait()``/``events()``/
+``next_request()`` and ``Device.close()`` raise if called from a handler
+(they would wait for the very thread they block).
+"""
+
+import atexit
+import ctypes
+import dataclasses
+import errno
+import ipaddress
+import itertools
+import logging
+import os
+import random
+import threading
+import time
+
+from . import raw
+from .enums import (
+    ERROR_EVENTS,
+    CmState,
+    EventType,
+    IbEvent,
+    LapState,
+    QpState,
+    QpType,
+    RejReason,
+    SidrStatus,
+    WcStatus,
+    coerce,
+    lookup,
+)
+from .errors import CmError, Rejected, WaitTimeout, check
+from .events import ErrorEvent, RejEvent, decode
+from .types import Ece, Gid, PathRecord, QpAttrs, gid_from_c, gid_to_c, to_gid
+
+log = logging.getLogger("ibcm")
+
+_registry_lock = threading.RLock()
+_ids = {}  # C address -> CmId
+_devices = {}  # C address -> Device
+_tls = threading.local()
+
+#: What the trampoline returns to have the library destroy an id.
+_DESTROY = 1
+
+
+def _callback_stack():
+    s = getattr(_tls, "stack", None)
+    if s is None:
+        s = _tls.stack = []
+    return s
+
+
+def in_callback():
+    """True when the current thread runs an ibcm handler."""
+    return bool(getattr(_tls, "stack", None))
+
+
+def _area(data, call, what="private data"):
+    """(buffer or None, length) for a bytes-like argument; lengths above
+    255 cannot be expressed in the C API's u8 and are -EINVAL here."""
+    if data is None:
+        return None, 0
+    if isinstance(data, (int, str)):
+        raise TypeError(f"{what} must be bytes-like, not {type(data).__name__}")
+    b = bytes(data)
+    if len(b) > 255:
+        raise CmError(errno.EINVAL, call, f"{what} too long ({len(b)} bytes)")
+    if not b:
+        return None, 0
+    return ctypes.create_string_buffer(b, len(b)), len(b)
+
+
+def _addr_of(buf):
+    return ctypes.addressof(buf) if buf is not None else None
+
+
+def _ece(value, c):
+    if value is None:
+        return
+    if isinstance(value, tuple):
+        value = Ece(*value)
+    value.to_c(c)
+
+
+def _retval(r, cm_id, event):
+    if r is None:
+        return 0
+    if isinstance(r, int):
+        return max(-(2**31), min(int(r), 2**31 - 1))
+    log.warning("handler for %r returned %r on %s; expected None or an int, treating it as 0",
+                cm_id, r, event.type)
+    return 0
+
+
+@raw.ib_cm_handler
+def _trampoline(id_ptr, ev_ptr):
+    try:
+        return _dispatch(id_ptr, ev_ptr)
+    except BaseException:  # never let anything unwind into the library
+        log.exception("ibcm: internal error while delivering an event")
+        return 0
+
+
+def _dispatch(id_ptr, ev_ptr):
+    addr = raw._address(id_ptr)
+    c_id = id_ptr.contents
+    ev = ev_ptr.contents
+    kind = ev.event
+    queue_on = None
+    if kind in (raw.IB_CM_REQ_RECEIVED, raw.IB_CM_SIDR_REQ_RECEIVED):
+        lp = ev.param.req_rcvd.listen_id if kind == raw.IB_CM_REQ_RECEIVED else ev.param.sidr_req_rcvd.listen_id
+        with _registry_lock:
+            listener = _ids.get(raw._address(lp))
+            device = _devices.get(raw._address(c_id.device))
+        if device is None:
+            log.error("ibcm: event for a device not opened through ibcm.Device; rejecting")
+            return _DESTROY
+        if listener is None:
+            log.warning("ibcm: %s for an unknown listener", EventType(kind).name)
+        obj = CmId._adopt(device, id_ptr, listener)
+        queue_on = listener if listener is not None and listener._queueing else None
+        if queue_on is None and obj._queueing:
+            queue_on = obj
+    else:
+        with _registry_lock:
+            obj = _ids.get(addr)
+        if obj is None:
+            log.warning("ibcm: event %d for unknown cm_id %#x ignored", kind, addr)
+            return 0
+        queue_on = obj if obj._queueing else None
+    ret = 0
+    event = None
+    stack = _callback_stack()
+    stack.append(obj)
+    try:
+        event = decode(ev, obj, c_id, lambda a: _ids.get(a))
+        if kind == raw.IB_CM_REQ_RECEIVED:
+            obj.request = event
+        if obj.handler is not None:
+            ret = _retval(obj.handler(obj, event), obj, event)
+    except BaseException:  # nothing may unwind into the library
+        if event is None:
+            log.exception("ibcm: cannot decode event %d for %r; the id will be destroyed", kind, obj)
+        else:
+            log.exception("ibcm: handler of %r raised on %s; the id will be destroyed", obj, event.type.name)
+        ret = _DESTROY
+    finally:
+        stack.pop()
+    with obj._cond:
+        if ret == 0 and obj._destroy_requested:
+            ret = _DESTROY
+        if ret != 0:
+            if obj._destroying:
+                # destroy() is running in another thread (waiting for this
+                # callback); let it do the job.
+                ret = 0
+            else:
+                obj._destroyed = True
+                obj._cond.notify_all()
+    if ret != 0:
+        obj._unregister()
+    is_request = kind in (raw.IB_CM_REQ_RECEIVED, raw.IB_CM_SIDR_REQ_RECEIVED)
+    if queue_on is not None and event is not None and not (is_request and ret != 0):
+        with queue_on._cond:
+            queue_on._queue.append(event)
+            queue_on._cond.notify_all()
+    return ret
+
+
+def _failure(event, call):
+    if isinstance(event, RejEvent):
+        return Rejected(errno.ECONNREFUSED, call, f"rejected: {event.reason_text}", event,
+                        event.reason, event.reason_text, event.ari)
+    if isinstance(event, ErrorEvent):
+        err = errno.ETIMEDOUT if event.send_status == WcStatus.RESP_TIMEOUT_ERR else errno.EIO
+        status = getattr(event.send_status, "name", event.send_status)
+        return CmError(err, call, f"{event.type.name} ({status})", event)
+    return None
+
+
+class CmId:
+    """A communication identifier (``struct ib_cm_id``).
+
+    Created by :meth:`Device.create_id`, :meth:`Device.listen`,
+    :meth:`Device.connect`, :meth:`Device.sidr_request`, or by the library
+    for incoming REQ/SIDR_REQ (``event.cm_id``).  Attributes: ``device``,
+    ``handler``, ``context`` (any Python object; inherited by ids created
+    from a listener), ``request`` (the ReqEvent that created this id, if
+    any).  The C state is read live through the properties.
+    """
+
+    def __init__(self, device, ptr, handler=None, queue=None, context=None):
+        self.device = device
+        self._ptr = ctypes.cast(ptr, ctypes.POINTER(raw.ib_cm_id))
+        self._addr = raw._address(ptr)
+        self.handler = handler
+        self.context = context
+        self.request = None
+        self._queue = []
+        self._queueing = bool(handler is None if queue is None else queue)
+        self._cond = threading.Condition(threading.Lock())
+        self._destroyed = False
+        self._destroying = False
+        self._destroy_requested = False
+        self._listening = False
+        with _registry_lock:
+            _ids[self._addr] = self
+            device._ids.add(self)
+
+    @classmethod
+    def _adopt(cls, device, ptr, listener):
+        if listener is None:
+            return cls(device, ptr, None, True, None)
+        return cls(device, ptr, listener.handler, listener._queueing, listener.context)
+
+    def _unregister(self):
+        with _registry_lock:
+            if _ids.get(self._addr) is self:
+                del _ids[self._addr]
+            self.device._ids.discard(self)
+
+    # ---------------------------------------------------------------- state
+
+    def _c(self, call="cm_id"):
+        """The live C struct; CmError(EINVAL) once destroyed."""
+        if self._destroyed or self._destroying:
+            raise CmError(errno.EINVAL, call, "the cm_id was destroyed")
+        return self._ptr
+
+    def _is_listener(self):
+        # Tracked here rather than read from the C state: see
+        # tests/test_library_issues.py (the listener's public fields change
+        # when a REQ arrives).
+        return self._listening
+
+    @property
+    def destroyed(self):
+        return self._destroyed
+
+    @property
+    def address(self):
+        """The C ``struct ib_cm_id *`` value."""
+        return self._addr
+
+    @property
+    def state(self):
+        return coerce(CmState, self._c().contents.state)
+
+    @property
+    def lap_state(self):
+        return coerce(LapState, self._c().contents.lap_state)
+
+    @property
+    def local_id(self):
+        """Local communication ID (host order)."""
+        return raw.be32_to_cpu(self._c().contents.local_id)
+
+    @property
+    def remote_id(self):
+        """Remote communication ID (host order)."""
+        return raw.be32_to_cpu(self._c().contents.remote_id)
+
+    @property
+    def service_id(self):
+        """Service ID (host order)."""
+        return raw.be64_to_cpu(self._c().contents.service_id)
+
+    @property
+    def remote_cm_qpn(self):
+        return self._c().contents.remote_cm_qpn
+
+    def __repr__(self):
+        if self._destroyed or self._destroying:
+            return f"<CmId {self._addr:#x} destroyed>"
+        c = self._ptr.contents
+        try:
+            st = CmState(c.state).name
+        except ValueError:
+            st = str(c.state)
+        return (f"<CmId {self._addr:#x} {st} local_id={raw.be32_to_cpu(c.local_id):#x} "
+                f"remote_id={raw.be32_to_cpu(c.remote_id):#x} service_id={raw.be64_to_cpu(c.service_id):#x}>")
+
+    def set_handler(self, handler, *, queue=None):
+        """Replaces the handler for the id's next events; ``queue`` (default:
+        True exactly when ``handler`` is None) turns queueing on or off.
+        Events already queued stay queued.  Typical use: hand an accepted
+        connection to a handler (call it before accept() so no event slips
+        into the queue)."""
+        with self._cond:
+            self.handler = handler
+            self._queueing = bool(handler is None if queue is None else queue)
+
+    # ------------------------------------------------------------ CM calls
+
+    def listen(self, service_id=None):
+        """``ib_cm_listen``; None asks for an assigned service ID (read it
+        back from ``service_id``)."""
+        sid = raw.IB_CM_ASSIGN_SERVICE_ID if service_id is None else raw.cpu_to_be64(service_id)
+        check(raw.ib_cm_listen(self._c("ib_cm_listen"), sid), "ib_cm_listen")
+        self._listening = True
+        return self
+
+    def send_req(self, dest, service_id, private_data=b"", *, qp_num=None, starting_psn=None,
+                 qp_type=QpType.RC, responder_resources=1, initiator_depth=1,
+                 remote_cm_response_timeout=20, local_cm_response_timeout=20, retry_count=7,
+                 rnr_retry_count=7, max_cm_retries=15, flow_control=True, srq=False,
+                 alternate_path=None, packet_life_time=None, ece=None, port=1):
+        """``ib_send_cm_req``.  ``dest``: a PathRecord, or an address/GID
+        (the path then comes from :meth:`Device.path_to`).  The timeouts are
+        IBTA exponents (4.096 us * 2**n); ``packet_life_time`` overrides the
+        path's.  ``qp_num``/``starting_psn`` default to a placeholder QPN
+        unique on the device and a random PSN."""
+        call = "ib_send_cm_req"
+        p = self._c(call)
+        path = dest if isinstance(dest, PathRecord) else self.device.path_to(dest, port)
+        if packet_life_time is not None:
+            path = dataclasses.replace(path, packet_life_time=packet_life_time)
+        buf, n = _area(private_data, call)
+        primary = path.to_c()
+        alt = alternate_path.to_c() if alternate_path is not None else None
+        prm = raw.ib_cm_req_param()
+        prm.primary_path = ctypes.pointer(primary)
+        if alt is not None:
+            prm.alternate_path = ctypes.pointer(alt)
+        prm.service_id = raw.cpu_to_be64(service_id)
+        prm.qp_num = self.device._qpn() if qp_num is None else qp_num
+        prm.qp_type = int(lookup(QpType, qp_type))
+        prm.starting_psn = random.getrandbits(24) if starting_psn is None else starting_psn
+        prm.private_data = _addr_of(buf)
+        prm.private_data_len = n
+        prm.responder_resources = responder_resources
+        prm.initiator_depth = initiator_depth
+        prm.remote_cm_response_timeout = remote_cm_response_timeout
+        prm.local_cm_response_timeout = local_cm_response_timeout
+        prm.flow_control = int(flow_control)
+        prm.retry_count = retry_count
+        prm.rnr_retry_count = rnr_retry_count
+        prm.max_cm_retries = max_cm_retries
+        prm.srq = int(srq)
+        _ece(ece, prm.ece)
+        check(raw.ib_send_cm_req(p, ctypes.byref(prm)), call)
+        return self
+
+    def accept(self, private_data=b"", *, qp_num=None, starting_psn=None, responder_resources=None,
+               initiator_depth=None, failover_accepted=0, flow_control=True, rnr_retry_count=7,
+               srq=False, ece=None):
+        """``ib_send_cm_rep``: accept a received REQ.  Responder resources /
+        initiator depth default to those of the REQ event (which the CM
+        reports from the receiver's side); ``qp_num``/``starting_psn`` as
+        in :meth:`send_req`."""
+        call = "ib_send_cm_rep"
+        p = self._c(call)
+        req = self.request
+        buf, n = _area(private_data, call)
+        prm = raw.ib_cm_rep_param()
+        prm.qp_num = self.device._qpn() if qp_num is None else qp_num
+        prm.starting_psn = random.getrandbits(24) if starting_psn is None else starting_psn
+        prm.private_data = _addr_of(buf)
+        prm.private_data_len = n
+        # The REQ event is already the receiver's view (the CM swapped the
+        # sender's values), so these are usable as they are.
+        if responder_resources is None:
+            responder_resources = req.responder_resources if req is not None else 1
+        if initiator_depth is None:
+            initiator_depth = req.initiator_depth if req is not None else 1
+        prm.responder_resources = responder_resources
+        prm.initiator_depth = initiator_depth
+        prm.failover_accepted = failover_accepted
+        prm.flow_control = int(flow_control)
+        prm.rnr_retry_count = rnr_retry_count
+        prm.srq = int(srq)
+        _ece(ece, prm.ece)
+        check(raw.ib_send_cm_rep(p, ctypes.byref(prm)), call)
+
+    def rtu(self, private_data=b""):
+        """``ib_send_cm_rtu``: complete the connection (active side)."""
+        buf, n = _area(private_data, "ib_send_cm_rtu")
+        check(raw.ib_send_cm_rtu(self._c("ib_send_cm_rtu"), buf, n), "ib_send_cm_rtu")
+
+    def disconnect(self, private_data=b""):
+        """``ib_send_cm_dreq``."""
+        buf, n = _area(private_data, "ib_send_cm_dreq")
+        check(raw.ib_send_cm_dreq(self._c("ib_send_cm_dreq"), buf, n), "ib_send_cm_dreq")
+
+    dreq = disconnect
+
+    def drep(self, private_data=b""):
+        """``ib_send_cm_drep``: answer a DREQ."""
+        buf, n = _area(private_data, "ib_send_cm_drep")
+        check(raw.ib_send_cm_drep(self._c("ib_send_cm_drep"), buf, n), "ib_send_cm_drep")
+
+    def reject(self, reason=RejReason.CONSUMER_DEFINED, ari=b"", private_data=b""):
+        """``ib_send_cm_rej``."""
+        call = "ib_send_cm_rej"
+        abuf, an = _area(ari, call, "ARI")
+        pbuf, pn = _area(private_data, call)
+        check(raw.ib_send_cm_rej(self._c(call), int(lookup(RejReason, reason)), abuf, an, pbuf, pn), call)
+
+    def prepare_mra(self):
+        """``ib_prepare_cm_mra``: this will take a while (an MRA answers the
+        peer's next retransmission)."""
+        check(raw.ib_prepare_cm_mra(self._c("ib_prepare_cm_mra")), "ib_prepare_cm_mra")
+
+    def notify(self, event=IbEvent.COMM_EST):
+        """``ib_cm_notify``: IbEvent.COMM_EST or IbEvent.PATH_MIG (or their
+        names)."""
+        check(raw.ib_cm_notify(self._c("ib_cm_notify"), int(lookup(IbEvent, event))), "ib_cm_notify")
+
+    def init_qp_attr(self, state):
+        """``ib_cm_init_qp_attr`` for a target QP state (QpState.INIT/RTR/
+        RTS or a name): a :class:`QpAttrs` dict of the masked attributes."""
+        attr = raw.ib_qp_attr()
+        attr.qp_state = int(lookup(QpState, state))
+        mask = ctypes.c_int(0)
+        check(raw.ib_cm_init_qp_attr(self._c("ib_cm_init_qp_attr"), ctypes.byref(attr), ctypes.byref(mask)),
+              "ib_cm_init_qp_attr")
+        return QpAttrs.from_c(attr, mask.value)
+
+    def sidr_request(self, dest, service_id, private_data=b"", *, timeout_ms=1000, max_cm_retries=3, port=1):
+        """``ib_send_cm_sidr_req``: ask ``dest`` which UD QP serves
+        ``service_id``; the answer is a SIDR_REP_RECEIVED (or
+        SIDR_REQ_ERROR) event."""
+        call = "ib_send_cm_sidr_req"
+        p = self._c(call)
+        path = dest if isinstance(dest, PathRecord) else self.device.path_to(dest, port)
+        buf, n = _area(private_data, call)
+        c_path = path.to_c()
+        prm = raw.ib_cm_sidr_req_param()
+        prm.path = ctypes.pointer(c_path)
+        prm.service_id = raw.cpu_to_be64(service_id)
+        prm.timeout_ms = timeout_ms
+        prm.private_data = _addr_of(buf)
+        prm.private_data_len = n
+        prm.max_cm_retries = max_cm_retries
+        check(raw.ib_send_cm_sidr_req(p, ctypes.byref(prm)), call)
+        return self
+
+    def sidr_reply(self, status=SidrStatus.SUCCESS, *, qp_num=None, qkey=0, info=b"", private_data=b"", ece=None):
+        """``ib_send_cm_sidr_rep``: answer a SIDR_REQ."""
+        call = "ib_send_cm_sidr_rep"
+        p = self._c(call)
+        ibuf, inn = _area(info, call, "info")
+        pbuf, pn = _area(private_data, call)
+        prm = raw.ib_cm_sidr_rep_param()
+        prm.qp_num = self.device._qpn() if qp_num is None else qp_num
+        prm.qkey = qkey
+        prm.status = int(lookup(SidrStatus, status))
+        prm.info = _addr_of(ibuf)
+        prm.info_length = inn
+        prm.private_data = _addr_of(pbuf)
+        prm.private_data_len = pn
+        _ece(ece, prm.ece)
+        check(raw.ib_send_cm_sidr_rep(p, ctypes.byref(prm)), call)
+
+    def destroy(self):
+        """``ib_destroy_cm_id`` (sends whatever the state requires: REJ,
+        DREQ, ...).  Blocks until no handler for this id runs.  From this
+        id's own handler it is deferred until the handler returns (see the
+        module docstring).  Destroying twice is a no-op."""
+        if self in getattr(_tls, "stack", ()):
+            with self._cond:
+                self._destroy_requested = True
+            return
+        with self._cond:
+            if self._destroyed or self._destroying:
+                return
+            self._destroying = True
+        raw.ib_destroy_cm_id(self._ptr)
+        with self._cond:
+            self._destroyed = True
+            self._cond.notify_all()
+        self._unregister()
+
+    # -------------------------------------------------------------- events
+
+    def _take(self, match, timeout, raise_on_error, call, what):
+        if not self._queueing and not self._queue:
+            raise RuntimeError(f"{self!r} does not queue events (it has a handler; pass queue=True)")
+        if in_callback():
+            raise RuntimeError(f"{call}() cannot block inside an ibcm handler")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for i, ev in enumerate(self._queue):
+                    if match(ev):
+                        del self._queue[i]
+                        return ev
+                    if raise_on_error and ev.type in _FAILURES:
+                        del self._queue[i]
+                        raise _failure(ev, call)
+                if self._destroyed:
+                    raise CmError(errno.EINVAL, call, f"the cm_id was destroyed (no {what} queued)")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise WaitTimeout(errno.ETIMEDOUT, call, f"no {what} within {timeout} s")
+                self._cond.wait(remaining)
+
+    def get_event(self, timeout=None):
+        """The next queued event (waits up to ``timeout`` seconds, None =
+        forever; WaitTimeout after that)."""
+        return self._take(lambda ev: True, timeout, False, "get_event", "event")
+
+    def wait(self, kind, timeout=None, *, raise_on_error=True):
+        """Removes and returns the first queued event of type ``kind`` (an
+        EventType, a name like ``"REP_RECEIVED"``, or a tuple of them),
+        leaving other events queued.  With ``raise_on_error`` a REJ
+        (:class:`Rejected`) or ``*_ERROR`` event (:class:`CmError`,
+        ETIMEDOUT for a response timeout) queued before it is raised
+        instead.  WaitTimeout when nothing matches within ``timeout``."""
+        kinds = kind if isinstance(kind, (tuple, list, set, frozenset)) else (kind,)
+        kinds = frozenset(lookup(EventType, k) for k in kinds)
+        what = "/".join(sorted(k.name for k in kinds))
+        return self._take(lambda ev: ev.type in kinds, timeout, raise_on_error and not (kinds & _FAILURES),
+                          "wait", what)
+
+    def events(self, timeout=None):
+        """Iterates over events as they arrive; stops when none arrives
+        within ``timeout`` seconds, or when the id is destroyed and its
+        queue is empty."""
+        while True:
+            try:
+                yield self.get_event(timeout)
+            except WaitTimeout:
+                return
+            except CmError as e:
+                if e.errno == errno.EINVAL and self._destroyed:
+                    return
+                raise
+
+    def next_request(self, timeout=None):
+        """Listener: the next REQ (or SIDR_REQ) event, like socket.accept();
+        ``event.cm_id`` is the new id, to :meth:`accept`/:meth:`reject`."""
+        return self.wait((EventType.REQ_RECEIVED, EventType.SIDR_REQ_RECEIVED), timeout, raise_on_error=False)
+
+    def pending(self):
+        """A snapshot of the queued events."""
+        with self._cond:
+            return list(self._queue)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+
+_FAILURES = frozenset({EventType.REJ_RECEIVED}) | ERROR_EVENTS
+
+
+def _device_name(name):
+    if name is None:
+        return None
+    if isinstance(name, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+        return f"soft:{name}"
+    if ":" in name and name.split(":", 1)[0] in ("soft", "loop"):
+        return name
+    try:
+        return f"soft:{ipaddress.ip_address(name)}"
+    except ValueError:
+        return name
+
+
+class Device:
+    """An ibcm device (``ibcm_open_device``): ``Device("soft:127.0.0.2")``,
+    ``Device("127.0.0.2")`` (same), ``Device()`` ($IBCM_DEVICE or
+    soft:127.0.0.1).  A context manager; :meth:`close` destroys the ids
+    still alive on it first."""
+
+    def __init__(self, name=None):
+        self.name = _device_name(name)
+        p = raw.ibcm_open_device(self.name.encode() if self.name is not None else None)
+        if raw.IS_ERR(p):
+            err = -raw.PTR_ERR(p)
+            raise CmError(err, "ibcm_open_device", f"cannot open {self.name or '(default)'}: {os.strerror(err)}")
+        self._ptr = p
+        self._addr = raw._address(p)
+        self._ids = set()
+        self._closed = False
+        self._qpn_iter = itertools.count(random.randrange(0x1000, 0x800000))
+        with _registry_lock:
+            _devices[self._addr] = self
+
+    def __repr__(self):
+        return f"<Device {self.name or '(default)'}{' closed' if self._closed else ''}>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def _c(self, call):
+        if self._closed:
+            raise CmError(errno.ENODEV, call, "the device is closed")
+        return self._ptr
+
+    def _qpn(self):
+        """A placeholder 24-bit QPN, unique on this device (2 .. 0xFFFFFF)."""
+        return next(self._qpn_iter) % 0xFFFFFE + 2
+
+    @property
+    def ids(self):
+        """The live ids of this device."""
+        with _registry_lock:
+            return list(self._ids)
+
+    def query_gid(self, port=1, index=0):
+        """``ibcm_query_gid``."""
+        g = raw.ib_gid()
+        check(raw.ibcm_query_gid(self._c("ibcm_query_gid"), port, index, ctypes.byref(g)), "ibcm_query_gid")
+        return gid_from_c(g)
+
+    @property
+    def gid(self):
+        """Port 1, GID index 0: the device's address as a GID."""
+        return self.query_gid(1, 0)
+
+    def path_to(self, dest, port=1):
+        """``ibcm_init_path``: a :class:`PathRecord` from ``port`` to
+        ``dest`` (an IP address string, ipaddress object, GID or 16 bytes)."""
+        dgid = gid_to_c(to_gid(dest))
+        rec = raw.sa_path_rec()
+        check(raw.ibcm_init_path(self._c("ibcm_init_path"), port, ctypes.byref(dgid), ctypes.byref(rec)),
+              "ibcm_init_path")
+        return PathRecord.from_c(rec)
+
+    def counters(self):
+        """``ibcm_get_counters``: a dict of the device's counters.  The
+        per-attribute arrays are dicts keyed "req", "rep", ...; ``drops`` is
+        keyed by cause ("malformed", "duplicate", ...); ``rej_tx``/``rej_rx``
+        are lists indexed by reject reason (the last slot: larger ones)."""
+        call = "ibcm_get_counters"
+        try:
+            fn = raw.ibcm_get_counters
+        except AttributeError as e:
+            raise CmError(errno.ENOSYS, call, str(e)) from None
+        c = raw.ibcm_counters()
+        check(fn(self._c(call), ctypes.byref(c), ctypes.sizeof(c)), call)
+
+        def names(tag, prefix):
+            m = sorted(raw.ENUMS[tag].items(), key=lambda kv: kv[1])
+            return [k[len(prefix):].lower() for k, _v in m if not k.endswith("_COUNT")]
+
+        attrs, drops = names("ibcm_attr_index", "IBCM_ATTR_"), names("ibcm_drop_cause", "IBCM_DROP_")
+        out = {}
+        for name, _t in c._fields_:
+            v = getattr(c, name)
+            if isinstance(v, ctypes.Array):
+                if name == "drops":
+                    v = dict(zip(drops, v))
+                elif len(v) == raw.IBCM_ATTR_COUNT:
+                    v = dict(zip(attrs, v))
+                else:
+                    v = list(v)
+            out[name] = v
+        return out
+
+    def create_id(self, handler=None, *, queue=None, context=None):
+        """``ib_create_cm_id``: an idle :class:`CmId`.  ``queue`` (default:
+        True exactly when there is no handler) makes its events available
+        to wait()/events()/next_request()."""
+        p = raw.ib_create_cm_id(self._c("ib_create_cm_id"), _trampoline, None)
+        if raw.IS_ERR(p):
+            raise CmError(-raw.PTR_ERR(p), "ib_create_cm_id")
+        return CmId(self, p, handler, queue, context)
+
+    def _new(self, handler, queue, context, action):
+        cm_id = self.create_id(handler, queue=queue, context=context)
+        try:
+            action(cm_id)
+        except BaseException:
+            cm_id.destroy()
+            raise
+        return cm_id
+
+    def listen(self, service_id=None, handler=None, *, queue=None, context=None):
+        """A listening :class:`CmId` for ``service_id`` (None: assigned).
+        Incoming requests either go to ``handler(new_cm_id, event)`` or, by
+        default, queue up for :meth:`CmId.next_request`."""
+        return self._new(handler, queue, context, lambda c: c.listen(service_id))
+
+    def connect(self, dest, service_id, private_data=b"", *, handler=None, queue=None, context=None, **kw):
+        """A new :class:`CmId` that has sent a REQ to ``dest`` (address, GID
+        or PathRecord); keyword arguments as :meth:`CmId.send_req`.  Then
+        e.g. ``cm_id.wait("REP_RECEIVED"); cm_id.rtu()``."""
+        return self._new(handler, queue, context, lambda c: c.send_req(dest, service_id, private_data, **kw))
+
+    def sidr_request(self, dest, service_id, private_data=b"", *, handler=None, queue=None, context=None, **kw):
+        """A new :class:`CmId` that has sent a SIDR_REQ (see
+        :meth:`CmId.sidr_request`)."""
+        return self._new(handler, queue, context, lambda c: c.sidr_request(dest, service_id, private_data, **kw))
+
+    def close(self):
+        """Destroys the live ids (listeners first), then
+        ``ibcm_close_device``.  Idempotent."""
+        if self._closed:
+            return
+        if in_callback():
+            raise CmError(errno.EDEADLK, "ibcm_close_device", "cannot close a device from an ibcm handler")
+        while True:
+            ids = self.ids
+            if not ids:
+                break
+            ids.sort(key=lambda c: 0 if c._is_listener() else 1)
+            for c in ids:
+                c.destroy()
+        self._closed = True
+        with _registry_lock:
+            _devices.pop(self._addr, None)
+        raw.ibcm_close_device(self._ptr)
+
+
+def reject_msg(reason):
+    """``ibcm_reject_msg``."""
+    return raw.ibcm_reject_msg(int(reason)).decode()
+
+
+@atexit.register
+def _close_all():
+    """At exit: close what is still open, so the library's threads never
+    call into a finalizing interpreter."""
+    with _registry_lock:
+        devs = list(_devices.values())
+    for d in devs:
+        try:
+            d.close()
+        except Exception:  # pragma: no cover
+            log.exception("ibcm: closing %r at exit", d)
+
+
+__all__ = ["CmId", "Device", "in_callback", "reject_msg", "Gid", "Ece"]
