@@ -249,6 +249,8 @@ static int server_handler_inner(struct ib_cm_id *id, const struct ib_cm_event *e
 		CHECK(id->state == IB_CM_REQ_RCVD, "new id state %d", id->state);
 		CHECK(id->context == (void *)(long)sc, "inherited context");
 		CHECK(e->param.req_rcvd.listen_id == slisten[sc], "listen_id");
+		CHECK(slisten[sc]->state == IB_CM_LISTEN && slisten[sc]->remote_id == 0 &&
+		      slisten[sc]->local_id != id->local_id, "listener fields untouched");
 		CHECK(e->param.req_rcvd.primary_path != NULL, "primary path");
 		CHECK(e->param.req_rcvd.alternate_path == NULL, "no alternate path");
 		CHECK(e->param.req_rcvd.port == 1, "port");

@@ -466,7 +466,12 @@ impl Device {
         while let Some(c) = e.poll_change() {
             if c.user != 0 {
                 let sh = unsafe { &*(c.user as *const Shell) };
-                sh.sync_public(&c);
+                // A REQ's new id starts with its listener's user token
+                // until `shell_for_event` gives it its own shell: never let
+                // the new id's fields overwrite the listener's.
+                if sh.handle() == c.id {
+                    sh.sync_public(&c);
+                }
             }
         }
         while let Some(ev) = e.poll_event() {
