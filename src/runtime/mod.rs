@@ -82,6 +82,38 @@ impl DeviceSpec {
     }
 }
 
+/// UDP port of `soft:<ip>@<device>` when none (or 4791, which the RoCE
+/// device itself owns) is given.
+pub const SOFT_VERBS_PORT: u16 = 4792;
+
+/// Real devices: `<rdma device>` (CM over QP1 through ib_umad) and
+/// `soft:<ip>[:<port>]@<rdma device>` (CM over the UDP fabric, everything
+/// else from the device). `None` for soft/loop names.
+fn open_verbs(name: &str) -> Result<Option<Arc<dyn Transport>>, Errno> {
+    use crate::fabric::{umad, verbs};
+    if let Some(rest) = name.strip_prefix("soft:")
+        && let Some((soft, dev)) = rest.rsplit_once('@')
+    {
+        let DeviceSpec::Soft { ip, mut port } = DeviceSpec::parse(&format!("soft:{soft}"))? else {
+            return Err(Errno::EINVAL);
+        };
+        if port == crate::wire::roce::ROCEV2_UDP_PORT {
+            port = SOFT_VERBS_PORT;
+        }
+        let info = verbs::query(dev)?;
+        let udp = UdpTransport::bind(ip, port).map_err(|e| {
+            ibcm_log!(ERROR, "cannot open {name}: {ip} port {port}: {e}");
+            Errno(e.raw_os_error().unwrap_or(errno::EIO))
+        })?;
+        return Ok(Some(Arc::new(umad::SoftVerbsTransport::new(udp, info))));
+    }
+    if name.is_empty() || name.starts_with("soft:") || name.starts_with("loop:") {
+        return Ok(None);
+    }
+    let info = verbs::query(name)?;
+    Ok(Some(Arc::new(umad::UmadTransport::open(&info)?)))
+}
+
 /// Device options beyond the name.
 #[derive(Debug, Clone)]
 pub struct DeviceOptions {
@@ -172,12 +204,19 @@ const REG_SHARDS: usize = 16;
 /// owner per `ib_cm_insert_listen` caller). Lets the C layer reject NULL,
 /// freed and foreign pointers without touching them. Sharded so calls on
 /// different ids do not meet on one lock.
-static LIVE: std::sync::LazyLock<[Mutex<std::collections::HashMap<usize, u32>>; REG_SHARDS]> =
-    std::sync::LazyLock::new(|| {
-        std::array::from_fn(|_| Mutex::new(std::collections::HashMap::new()))
-    });
+/// Keys are our own heap addresses, which a peer cannot choose, so a fast
+/// hash is safe here.
+type LiveMap = crate::engine::ids::FastMap<usize, u32>;
 
-fn live_shard(p: usize) -> &'static Mutex<std::collections::HashMap<usize, u32>> {
+static LIVE: std::sync::LazyLock<[Mutex<LiveMap>; REG_SHARDS]> = std::sync::LazyLock::new(|| {
+    std::array::from_fn(|i| {
+        Mutex::new(LiveMap::with_hasher(crate::engine::ids::FastState::new(
+            0x9e37_79b9_7f4a_7c15 ^ i as u64,
+        )))
+    })
+});
+
+fn live_shard(p: usize) -> &'static Mutex<LiveMap> {
     &LIVE[(p >> 6) % REG_SHARDS]
 }
 
@@ -247,6 +286,9 @@ unsafe impl Sync for Device {}
 impl Device {
     /// Opens a device by name (`soft:…`, `loop:…`).
     pub fn open(name: &str, opts: DeviceOptions) -> Result<Arc<Device>, Errno> {
+        if let Some(t) = open_verbs(name)? {
+            return Ok(Device::with_transport(t, opts));
+        }
         let spec = DeviceSpec::parse(name)?;
         let transport: Arc<dyn Transport> = match &spec {
             DeviceSpec::Soft { ip, port } => match UdpTransport::bind(*ip, *port) {
@@ -286,6 +328,9 @@ impl Device {
                 cfg.shard = i;
                 cfg.hi_tid = hi_tid;
                 cfg.max_half_open = opts.max_half_open;
+                if let Some(d) = transport.ack_delay() {
+                    cfg.ack_delay = d;
+                }
                 cfg.seed = seed ^ (i as u64).wrapping_mul(0x9e37_79b9);
                 Mutex::new(Engine::new(cfg, shared.clone()))
             })

@@ -10,12 +10,13 @@
 //! `bench --serve`), as two hosts would; `--processes 1` keeps it in one.
 
 use crate::EXIT_USAGE;
+use crate::baseline;
 use ibcm::engine::{Event, EventType, RepParams, ReqParams, qp_type};
 use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -37,12 +38,25 @@ struct Opts {
     serve: bool,
     serve_baseline: bool,
     scale: bool,
+    /// Command (split on spaces) the server process is started under, e.g.
+    /// `ip netns exec NS`.
+    server_wrap: Option<String>,
+    /// REQ remote/local CM response timeouts (4.096 µs * 2^x) and retries.
+    cm_timeout: u8,
+    cm_local_timeout: u8,
+    cm_retries: u8,
+    /// Per-connection outcome check on both sides (see `verify`).
+    verify: bool,
+    /// How long the server waits for its ids to finish before reporting.
+    settle: Duration,
 }
 
 const USAGE: &str = "\
 usage: ibcm bench [--connections N] [--concurrency C] [--fabric udp|loopback]
                   [--server soft:IP] [--client soft:IP] [--threads T]
                   [--processes 1|2] [--baseline] [--json] [--timeout SEC]
+                  [--server-wrap CMD] [--cm-timeout X] [--cm-local-timeout X]
+                  [--cm-retries N] [--verify] [--settle SEC]
 
 Establishes N connections (default 10000) between a client and a server
 device with C connects in flight (default 256), then disconnects them.
@@ -56,6 +70,13 @@ timewait timers take to fire (e.g. --scale --connections 1000000).
 --baseline first runs a plain UDP 3-datagram exchange with the same sizes
 and pattern and reports ratio_to_udp. --threads sets engine shards and
 event-loop threads per device (default 1).
+Fault testing: --server-wrap runs the server process under a command
+(e.g. 'ip netns exec NS'); --cm-timeout/--cm-local-timeout/--cm-retries set
+the REQ's remote and local CM response timeouts (4.096 us * 2^X, default 20)
+and max CM retries (default 15); --verify checks every connection's outcome
+on both sides (established and cleanly disconnected on both, or an error on
+both), waits up to --settle SEC (default 20) for the server's ids to finish,
+reports leaked ids and timers on both sides and fails on any mismatch.
 ";
 
 fn parse(args: &[OsString]) -> Result<Opts, String> {
@@ -73,6 +94,12 @@ fn parse(args: &[OsString]) -> Result<Opts, String> {
         serve: false,
         serve_baseline: false,
         scale: false,
+        server_wrap: None,
+        cm_timeout: 20,
+        cm_local_timeout: 20,
+        cm_retries: 15,
+        verify: false,
+        settle: Duration::from_secs(20),
     };
     let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
     while let Some(a) = it.next() {
@@ -97,6 +124,23 @@ fn parse(args: &[OsString]) -> Result<Opts, String> {
                 let v = val("--timeout")?;
                 o.timeout =
                     Duration::from_secs_f64(v.parse().map_err(|_| format!("--timeout: {v}"))?);
+            }
+            "--server-wrap" => o.server_wrap = Some(val("--server-wrap")?),
+            "--cm-timeout" => {
+                o.cm_timeout = num("--cm-timeout", val("--cm-timeout")?)?.min(31) as u8
+            }
+            "--cm-local-timeout" => {
+                o.cm_local_timeout =
+                    num("--cm-local-timeout", val("--cm-local-timeout")?)?.min(31) as u8
+            }
+            "--cm-retries" => {
+                o.cm_retries = num("--cm-retries", val("--cm-retries")?)?.min(15) as u8
+            }
+            "--verify" => o.verify = true,
+            "--settle" => {
+                let v = val("--settle")?;
+                o.settle =
+                    Duration::from_secs_f64(v.parse().map_err(|_| format!("--settle: {v}"))?);
             }
             "--json" => o.json = true,
             "--baseline" => o.baseline = true,
@@ -245,6 +289,23 @@ struct ServerStats {
     rep_rtu_ns: Mutex<Vec<u64>>,
     established: AtomicUsize,
     errors: AtomicUsize,
+    /// Per incoming id (server local ID): (the client's comm ID, S_* flags).
+    outcomes: Mutex<HashMap<u32, (u32, u32)>>,
+}
+
+// What the server saw of one connection.
+const S_REQ: u32 = 1;
+const S_EST: u32 = 2;
+const S_DREQ: u32 = 4;
+const S_REP_ERR: u32 = 8;
+const S_REJ: u32 = 16;
+
+impl ServerStats {
+    fn mark(&self, id: &CmId, flag: u32) {
+        if let Some(o) = self.outcomes.lock().unwrap().get_mut(&id.local_id()) {
+            o.1 |= flag;
+        }
+    }
 }
 
 fn server_handler(stats: Arc<ServerStats>) -> RustHandler {
@@ -253,6 +314,15 @@ fn server_handler(stats: Arc<ServerStats>) -> RustHandler {
     let next_qpn = AtomicU64::new(1);
     Arc::new(move |id: &CmId, ev: &Event| match ev.kind {
         EventType::ReqReceived => {
+            // The client's comm ID: REQ Local Communication ID (MAD byte 24).
+            if let Some(m) = &ev.mad {
+                let peer = u32::from_be_bytes(m[24..28].try_into().unwrap());
+                stats
+                    .outcomes
+                    .lock()
+                    .unwrap()
+                    .insert(id.local_id(), (peer, S_REQ));
+            }
             let rep = RepParams {
                 qp_num: (next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff) as u32,
                 starting_psn: 1,
@@ -270,6 +340,7 @@ fn server_handler(stats: Arc<ServerStats>) -> RustHandler {
             0
         }
         EventType::RtuReceived | EventType::UserEstablished => {
+            stats.mark(id, S_EST);
             if let Some(t) = stats.rep_sent.lock().unwrap().remove(&id.local_id()) {
                 stats
                     .rep_rtu_ns
@@ -281,12 +352,21 @@ fn server_handler(stats: Arc<ServerStats>) -> RustHandler {
             0
         }
         EventType::DreqReceived => {
+            stats.mark(id, S_DREQ);
             let _ = id.send_drep(&[]);
             0
         }
         // Done with the connection: destroy it (non-zero return).
-        EventType::TimewaitExit | EventType::RepError => {
-            if ev.kind == EventType::RepError {
+        EventType::TimewaitExit | EventType::RepError | EventType::RejReceived => {
+            if ev.kind != EventType::TimewaitExit {
+                stats.mark(
+                    id,
+                    if ev.kind == EventType::RepError {
+                        S_REP_ERR
+                    } else {
+                        S_REJ
+                    },
+                );
                 stats.errors.fetch_add(1, Ordering::Relaxed);
             }
             1
@@ -335,10 +415,41 @@ fn serve(o: &Opts) -> i32 {
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     let _ = listener.destroy();
+    let mut verify = String::new();
+    if o.verify {
+        // Let retransmissions and timewait run out: every incoming id ends
+        // destroyed (TIMEWAIT_EXIT, REP_ERROR, REJ) unless it is left
+        // established with a peer that never disconnected.
+        let until = Instant::now() + o.settle;
+        while dev.live_ids() > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = stats.outcomes.lock().unwrap();
+        let list = |ok: bool| {
+            out.values()
+                .filter(|(_, f)| (f & S_DREQ != 0 && f & (S_REP_ERR | S_REJ) == 0) == ok)
+                .map(|(p, _)| p.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let c = dev.counters();
+        verify = format!(
+            ",\"live_ids\":{},\"timers\":{},\"ids_created\":{},\"ids_destroyed\":{},\
+             \"rep_errors\":{},\"rejected\":{},\"ok_ids\":[{}],\"err_ids\":[{}]",
+            dev.live_ids(),
+            dev.timer_count(),
+            c.ids_created,
+            c.ids_destroyed,
+            out.values().filter(|(_, f)| f & S_REP_ERR != 0).count(),
+            out.values().filter(|(_, f)| f & S_REJ != 0).count(),
+            list(true),
+            list(false)
+        );
+    }
     let (cpu, rss) = usage();
     let rr = pct(std::mem::take(&mut *stats.rep_rtu_ns.lock().unwrap()));
     println!(
-        "{{\"rep_rtu_us\":{},\"cpu_s\":{cpu:.3},\"max_rss_kib\":{rss},\"established\":{},\"errors\":{}}}",
+        "{{\"rep_rtu_us\":{},\"cpu_s\":{cpu:.3},\"max_rss_kib\":{rss},\"established\":{},\"errors\":{}{verify}}}",
         pct_json(&rr),
         stats.established.load(Ordering::Relaxed),
         stats.errors.load(Ordering::Relaxed)
@@ -359,7 +470,8 @@ fn ip_of(dev: &str) -> Result<IpAddr, String> {
 
 const BASE_PORT: u16 = 4790;
 
-/// Baseline responder: answers datagram kind 1 with kind 2, counts kind 3.
+/// Baseline responder process (`--serve-baseline`): answers until stdin
+/// closes.
 fn serve_baseline(o: &Opts) -> i32 {
     let ip = match ip_of(&o.server) {
         Ok(ip) => ip,
@@ -368,15 +480,13 @@ fn serve_baseline(o: &Opts) -> i32 {
             return 1;
         }
     };
-    let sock = match UdpSocket::bind(SocketAddr::new(ip, BASE_PORT)) {
+    let sock = match baseline::bind(ip, BASE_PORT) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("ibcm bench: baseline bind {ip}:{BASE_PORT}: {e}");
             return 1;
         }
     };
-    sock.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
     println!("ready");
     let _ = std::io::stdout().flush();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -386,16 +496,7 @@ fn serve_baseline(o: &Opts) -> i32 {
         let _ = std::io::stdin().read_line(&mut l);
         d2.store(true, Ordering::SeqCst);
     });
-    let mut buf = [0u8; 512];
-    while !done.load(Ordering::SeqCst) {
-        if let Ok((n, from)) = sock.recv_from(&mut buf)
-            && n == 280
-            && buf[0] == 1
-        {
-            buf[0] = 2;
-            let _ = sock.send_to(&buf[..280], from);
-        }
-    }
+    baseline::serve(&sock, || done.load(Ordering::SeqCst));
     0
 }
 
@@ -404,109 +505,73 @@ struct BaseResult {
     lat: Pct,
 }
 
-/// The client half of the baseline: N exchanges of 3 datagrams (request,
-/// response, confirmation — REQ, REP, RTU sizes and directions), C in
-/// flight, over two sockets on the devices' addresses.
+/// The client half of the baseline (see `baseline.rs`): N exchanges of 3
+/// datagrams, C in flight, on the devices' addresses.
 fn run_baseline(o: &Opts) -> Result<BaseResult, String> {
     let sip = ip_of(&o.server)?;
     let cip = ip_of(&o.client)?;
     let mut child = None;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut server = None;
     if o.processes == 2 {
         child = Some(spawn_server(o, "--serve-baseline")?);
     } else {
-        let o2 = o.clone();
-        std::thread::spawn(move || serve_baseline_thread(&o2));
-        std::thread::sleep(Duration::from_millis(50));
+        let sock = baseline::bind(sip, BASE_PORT).map_err(|e| format!("baseline bind: {e}"))?;
+        let st = stop.clone();
+        server = Some(std::thread::spawn(move || {
+            baseline::serve(&sock, || st.load(Ordering::SeqCst))
+        }));
     }
-    let sock = UdpSocket::bind(SocketAddr::new(cip, BASE_PORT))
-        .map_err(|e| format!("baseline bind: {e}"))?;
-    sock.set_read_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
-    let to = SocketAddr::new(sip, BASE_PORT);
-    let n = o.connections;
-    let mut sent_at: Vec<Option<Instant>> = vec![None; n];
-    let mut lat = Vec::with_capacity(n);
-    let mut next = 0usize;
-    let mut done = 0usize;
-    let mut inflight = 0usize;
-    let mut buf = [0u8; 512];
-    let mut msg = [0u8; 280];
-    let start = Instant::now();
-    let deadline = start + o.timeout;
-    while done < n && Instant::now() < deadline {
-        while inflight < o.concurrency && next < n {
-            msg[0] = 1;
-            msg[1..9].copy_from_slice(&(next as u64).to_le_bytes());
-            sent_at[next] = Some(Instant::now());
-            let _ = sock.send_to(&msg, to);
-            next += 1;
-            inflight += 1;
-        }
-        match sock.recv_from(&mut buf) {
-            Ok((280, _)) if buf[0] == 2 => {
-                let i = u64::from_le_bytes(buf[1..9].try_into().unwrap()) as usize;
-                if let Some(t) = sent_at.get_mut(i).and_then(|t| t.take()) {
-                    msg[0] = 3;
-                    msg[1..9].copy_from_slice(&(i as u64).to_le_bytes());
-                    let _ = sock.send_to(&msg, to);
-                    lat.push(t.elapsed().as_nanos() as u64);
-                    done += 1;
-                    inflight -= 1;
-                }
-            }
-            Ok(_) => {}
-            Err(_) => {
-                // A lost datagram: resend what is outstanding.
-                for (i, t) in sent_at.iter().enumerate() {
-                    if t.is_some() {
-                        msg[0] = 1;
-                        msg[1..9].copy_from_slice(&(i as u64).to_le_bytes());
-                        let _ = sock.send_to(&msg, to);
-                    }
-                }
-            }
-        }
+    let sock = baseline::bind(cip, BASE_PORT).map_err(|e| format!("baseline bind: {e}"))?;
+    let (rate, lat) = baseline::run(
+        &sock,
+        SocketAddr::new(sip, BASE_PORT),
+        o.connections,
+        o.concurrency,
+        o.timeout,
+    );
+    stop.store(true, Ordering::SeqCst);
+    if let Some(t) = server {
+        let _ = t.join();
     }
-    let secs = start.elapsed().as_secs_f64();
     if let Some(mut c) = child {
         drop(c.stdin.take());
         let _ = c.wait();
     }
     Ok(BaseResult {
-        rate: done as f64 / secs,
+        rate,
         lat: pct(lat),
     })
 }
 
-fn serve_baseline_thread(o: &Opts) {
-    let _ = serve_baseline_inner(o);
-}
-
-fn serve_baseline_inner(o: &Opts) -> Option<()> {
-    let ip = ip_of(&o.server).ok()?;
-    let sock = UdpSocket::bind(SocketAddr::new(ip, BASE_PORT)).ok()?;
-    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let mut buf = [0u8; 512];
-    while let Ok((n, from)) = sock.recv_from(&mut buf) {
-        if n == 280 && buf[0] == 1 {
-            buf[0] = 2;
-            let _ = sock.send_to(&buf[..280], from);
-        }
-    }
-    Some(())
-}
-
 fn spawn_server(o: &Opts, mode: &str) -> Result<std::process::Child, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let mut c = std::process::Command::new(exe)
-        .args([
+    let mut argv: Vec<String> = o
+        .server_wrap
+        .as_deref()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    argv.push(exe.to_string_lossy().into_owned());
+    argv.extend(
+        [
             "bench",
             mode,
             "--server",
             &o.server,
             "--threads",
             &o.threads.to_string(),
-        ])
+            "--settle",
+            &o.settle.as_secs_f64().to_string(),
+        ]
+        .map(String::from),
+    );
+    if o.verify {
+        argv.push("--verify".into());
+    }
+    let mut c = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -532,6 +597,25 @@ struct Conn {
     t_est: AtomicU64,
     t_dreq: AtomicU64,
     t_drep: AtomicU64,
+    /// C_* flags: what this side saw of the connection.
+    flags: std::sync::atomic::AtomicU32,
+    comm_id: std::sync::atomic::AtomicU32,
+}
+
+const C_RTU: u32 = 1;
+const C_CONNECT_DONE: u32 = 2;
+const C_ERROR: u32 = 4;
+const C_DREP: u32 = 8;
+const C_DISC_DONE: u32 = 16;
+
+impl Conn {
+    /// Sets `f`; true if this call set it.
+    fn first(&self, f: u32) -> bool {
+        self.flags.fetch_or(f, Ordering::SeqCst) & f == 0
+    }
+    fn has(&self, f: u32) -> bool {
+        self.flags.load(Ordering::SeqCst) & f != 0
+    }
 }
 
 pub fn main(args: &[OsString]) -> i32 {
@@ -612,6 +696,8 @@ fn run(o: &Opts) -> Result<(), String> {
                 t_est: AtomicU64::new(0),
                 t_dreq: AtomicU64::new(0),
                 t_drep: AtomicU64::new(0),
+                flags: Default::default(),
+                comm_id: Default::default(),
             })
             .collect(),
     );
@@ -626,28 +712,51 @@ fn run(o: &Opts) -> Result<(), String> {
                 return 0;
             };
             let c = &conns[i];
+            // Each phase releases the gate once per connection, whatever
+            // events follow (a REJ after the RTU, a DREQ_ERROR, ...).
+            let disc_done = || {
+                if c.t_dreq.load(Ordering::SeqCst) != 0 && c.first(C_DISC_DONE) {
+                    gate.release();
+                }
+            };
             match ev.kind {
                 EventType::RepReceived => {
                     c.t_rep.store(now_ns(), Ordering::Relaxed);
                     if id.send_rtu(&[]).is_err() {
+                        c.first(C_ERROR);
                         failed.fetch_add(1, Ordering::Relaxed);
                     } else {
                         c.t_est.store(now_ns(), Ordering::Relaxed);
+                        c.first(C_RTU);
                     }
-                    gate.release();
+                    if c.first(C_CONNECT_DONE) {
+                        gate.release();
+                    }
                     0
                 }
                 EventType::RejReceived | EventType::ReqError => {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                    gate.release();
+                    c.first(C_ERROR);
+                    if c.first(C_CONNECT_DONE) {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        gate.release();
+                    }
+                    disc_done();
                     1
                 }
                 EventType::DrepReceived | EventType::DreqError | EventType::DreqReceived => {
-                    if ev.kind == EventType::DreqReceived {
-                        let _ = id.send_drep(&[]);
+                    match ev.kind {
+                        EventType::DreqReceived => {
+                            let _ = id.send_drep(&[]);
+                        }
+                        EventType::DrepReceived => {
+                            c.first(C_DREP);
+                        }
+                        _ => {
+                            c.first(C_ERROR);
+                        }
                     }
                     c.t_drep.store(now_ns(), Ordering::Relaxed);
-                    gate.release();
+                    disc_done();
                     1 // destroy: the connection is over
                 }
                 _ => 0,
@@ -675,6 +784,7 @@ fn run(o: &Opts) -> Result<(), String> {
             .create_id(None, std::ptr::null_mut(), Some(handler.clone()))
             .map_err(|e| e.to_string())?;
         index.lock().unwrap().insert(id.local_id(), i);
+        conns[i].comm_id.store(id.local_id(), Ordering::Relaxed);
         let req = ReqParams {
             primary_path: path,
             service_id: SERVICE,
@@ -683,11 +793,11 @@ fn run(o: &Opts) -> Result<(), String> {
             starting_psn: 1,
             responder_resources: 1,
             initiator_depth: 1,
-            remote_cm_response_timeout: 20,
-            local_cm_response_timeout: 20,
+            remote_cm_response_timeout: o.cm_timeout,
+            local_cm_response_timeout: o.cm_local_timeout,
             retry_count: 7,
             rnr_retry_count: 7,
-            max_cm_retries: 15,
+            max_cm_retries: o.cm_retries,
             ..ReqParams::default()
         };
         conns[i].t_req.store(now_ns(), Ordering::Relaxed);
@@ -706,10 +816,7 @@ fn run(o: &Opts) -> Result<(), String> {
         return Err(format!("timed out: {done} of {n} connects finished"));
     }
     progress("connect", n);
-    let established = conns
-        .iter()
-        .filter(|c| c.t_est.load(Ordering::Relaxed) != 0)
-        .count();
+    let established = conns.iter().filter(|c| c.has(C_RTU)).count();
 
     // Phase 2: disconnect the established ones.
     gate.reset();
@@ -717,16 +824,19 @@ fn run(o: &Opts) -> Result<(), String> {
     let mut to_close = 0;
     for (i, slot) in ids.iter_mut().enumerate() {
         let Some(id) = slot.take() else { continue };
-        if conns[i].t_est.load(Ordering::Relaxed) == 0 {
+        if !conns[i].has(C_RTU) {
             continue;
         }
         if !gate.acquire(o.concurrency, deadline) {
             return Err("timed out disconnecting".into());
         }
-        conns[i].t_dreq.store(now_ns(), Ordering::Relaxed);
-        if id.send_dreq(&[]).is_err() {
-            gate.release();
-            failed.fetch_add(1, Ordering::Relaxed);
+        conns[i].t_dreq.store(now_ns(), Ordering::SeqCst);
+        if id.send_dreq(&[]).is_err() || conns[i].has(C_ERROR) {
+            // Already over (a REJ after the RTU destroyed it).
+            if conns[i].first(C_DISC_DONE) {
+                gate.release();
+            }
+            conns[i].first(C_ERROR);
         }
         to_close += 1;
         if last.elapsed() > Duration::from_millis(100) {
@@ -765,6 +875,17 @@ fn run(o: &Opts) -> Result<(), String> {
             disc.push(r - d);
         }
     }
+    // With --verify: let this side's ids finish too, then check each
+    // connection against the server's view.
+    let mut verify_json = String::new();
+    let mut mismatches = 0usize;
+    if o.verify {
+        let until = Instant::now() + o.settle;
+        while dev.live_ids() > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let (client_live, client_timers) = (dev.live_ids(), dev.timer_count());
     let counters = dev.counters();
     // Server report.
     let (srv_json, srv_cpu, srv_rss) = if let Some(mut c) = child {
@@ -782,6 +903,55 @@ fn run(o: &Opts) -> Result<(), String> {
         (format!("{{\"rep_rtu_us\":{}}}", pct_json(&rr)), 0.0, 0)
     };
     let rep_rtu = pct_from_json(&srv_json, "rep_rtu_us");
+    if o.verify {
+        let ids_of = |key: &str| -> std::collections::HashSet<u32> {
+            let k = format!("\"{key}\":[");
+            srv_json
+                .find(&k)
+                .map(|i| &srv_json[i + k.len()..])
+                .map(|r| &r[..r.find(']').unwrap_or(0)])
+                .unwrap_or("")
+                .split(',')
+                .filter_map(|v| v.parse().ok())
+                .collect()
+        };
+        let (ok, err) = (ids_of("ok_ids"), ids_of("err_ids"));
+        let (mut both_ok, mut both_err, mut c_ok_s_err, mut c_err_s_ok, mut c_ok_s_none) =
+            (0, 0, 0, 0, 0);
+        for c in conns.iter() {
+            let id = c.comm_id.load(Ordering::Relaxed);
+            let c_ok = c.has(C_RTU) && c.has(C_DREP) && !c.has(C_ERROR);
+            match (c_ok, ok.contains(&id), err.contains(&id)) {
+                (true, true, _) => both_ok += 1,
+                (true, false, true) => c_ok_s_err += 1,
+                (true, false, false) => c_ok_s_none += 1,
+                (false, true, _) => c_err_s_ok += 1,
+                (false, false, _) => both_err += 1,
+            }
+        }
+        mismatches = c_ok_s_err + c_err_s_ok + c_ok_s_none;
+        let sv = |k: &str| num_from_json(&srv_json, k) as u64;
+        verify_json = format!(
+            ",\"verify\":{{\"both_ok\":{both_ok},\"both_error\":{both_err},\
+             \"client_ok_server_error\":{c_ok_s_err},\"client_error_server_ok\":{c_err_s_ok},\
+             \"client_ok_server_unknown\":{c_ok_s_none},\"mismatches\":{mismatches},\
+             \"client_live_ids\":{client_live},\"client_timers\":{client_timers},\
+             \"server_live_ids\":{},\"server_timers\":{},\"server_rep_errors\":{},\
+             \"server_rejected\":{},\"server_ids_created\":{},\"server_ids_destroyed\":{}}}",
+            sv("live_ids"),
+            sv("timers"),
+            sv("rep_errors"),
+            sv("rejected"),
+            sv("ids_created"),
+            sv("ids_destroyed"),
+        );
+        if srv_json.find("\"live_ids\"").is_none() {
+            return Err(format!("no verify report from the server: {srv_json:?}"));
+        }
+        if sv("live_ids") != 0 || sv("timers") != 0 || client_live != 0 || client_timers != 0 {
+            mismatches += 1;
+        }
+    }
     if let Some((d, l)) = local_server {
         let _ = l.destroy();
         d.close();
@@ -803,7 +973,7 @@ fn run(o: &Opts) -> Result<(), String> {
              \"connect_us\":{},\"disconnect_us\":{},\"req_rep_us\":{},\"rep_rtu_us\":{},\
              \"cpu_s\":{cpu_s:.3},\"max_rss_kib\":{max_rss},\"fabric\":\"{}\",\"processes\":{},\
              \"concurrency\":{},\"threads\":{},\"connect_s\":{connect_s:.4},\"disconnect_s\":{disconnect_s:.4},\
-             \"retries\":{},\"timeouts\":{}",
+             \"retries\":{},\"timeouts\":{},\"rej_rx\":{},\"drops\":{},\"tx_errors\":{}{verify_json}",
             pct_json(&cp),
             pct_json(&dp),
             pct_json(&qp),
@@ -814,6 +984,9 @@ fn run(o: &Opts) -> Result<(), String> {
             o.threads,
             counters.tx_retries.iter().sum::<u64>(),
             counters.timeouts.iter().sum::<u64>(),
+            counters.rej_rx.iter().sum::<u64>(),
+            counters.total_drops(),
+            dev.transport().stats().tx_errors.load(Ordering::Relaxed),
         );
         if let Some(b) = &baseline {
             s += &format!(
@@ -867,6 +1040,14 @@ fn run(o: &Opts) -> Result<(), String> {
     }
     if established + failed < n {
         return Err("not every connection finished".into());
+    }
+    if !o.json && o.verify {
+        println!("  verify{}", verify_json.trim_start_matches(",\"verify\":"));
+    }
+    if mismatches > 0 {
+        return Err(format!(
+            "verify: {mismatches} connection(s) ended differently on the two sides, or ids/timers leaked"
+        ));
     }
     Ok(())
 }

@@ -5,6 +5,7 @@
 
 use std::ffi::OsString;
 
+mod baseline;
 mod bench;
 mod cm;
 mod decode;

@@ -1,0 +1,254 @@
+//! The `--baseline` half of `ibcm bench`: the transport's own limit for the
+//! CM's message pattern. Two UDP sockets on the devices' addresses, tuned
+//! and batched exactly as the soft fabric's (8 MiB receive / 4 MiB send
+//! buffers, `recvmmsg`/`sendmmsg` in batches of 64, non-blocking with
+//! `poll`), exchange 3 datagrams of the RoCEv2 GSI payload size (280 bytes)
+//! per "connection" — request, response, confirmation, as REQ, REP and RTU
+//! — with the same number in flight. No parsing, no state, no timers: what
+//! is left is the cost of the sockets, which is the bound the CM is
+//! measured against.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// Datagram size: BTH + DETH + MAD + ICRC, as the fabric sends.
+pub const SIZE: usize = 280;
+const BATCH: usize = 64;
+
+/// Binds a socket on `ip:port` with the fabric's options.
+pub fn bind(ip: IpAddr, port: u16) -> io::Result<UdpSocket> {
+    let s = UdpSocket::bind(SocketAddr::new(ip, port))?;
+    s.set_nonblocking(true)?;
+    let fd = s.as_raw_fd();
+    for (opt, v) in [(libc::SO_RCVBUF, 8 << 20), (libc::SO_SNDBUF, 4 << 20)] {
+        let v: libc::c_int = v;
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &v as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as u32,
+            )
+        };
+    }
+    Ok(s)
+}
+
+/// Waits up to `ms` for the socket to become readable.
+pub fn readable(s: &UdpSocket, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    unsafe { libc::poll(&mut p, 1, ms) > 0 }
+}
+
+fn to_sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        SocketAddr::V4(v4) => {
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as u16;
+            sin.sin_port = v4.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as u16;
+            sin6.sin6_port = v6.port().to_be();
+            sin6.sin6_addr.s6_addr = v6.ip().octets();
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
+
+fn from_sockaddr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match ss.ss_family as i32 {
+        libc::AF_INET => {
+            let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
+            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            let sin6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
+        }
+        _ => None,
+    }
+}
+
+/// Receives up to 64 datagrams without blocking: `(bytes, from)` each.
+pub fn recv_many(s: &UdpSocket, bufs: &mut [[u8; 512]; BATCH]) -> Vec<(usize, SocketAddr)> {
+    let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
+    let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+    let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    for i in 0..BATCH {
+        iovs[i] = libc::iovec {
+            iov_base: bufs[i].as_mut_ptr() as *mut libc::c_void,
+            iov_len: 512,
+        };
+        msgs[i].msg_hdr.msg_name = &mut addrs[i] as *mut _ as *mut libc::c_void;
+        msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        msgs[i].msg_hdr.msg_iov = &mut iovs[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    let n = unsafe {
+        libc::recvmmsg(
+            s.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            BATCH as u32,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    let mut out = Vec::new();
+    for i in 0..n.max(0) as usize {
+        if let Some(a) = from_sockaddr(&addrs[i]) {
+            out.push((msgs[i].msg_len as usize, a));
+        }
+    }
+    out
+}
+
+/// Sends every datagram, in batches, waiting for buffer room if needed.
+pub fn send_many(s: &UdpSocket, dgrams: &mut [([u8; SIZE], SocketAddr)]) {
+    for chunk in dgrams.chunks_mut(BATCH) {
+        let mut addrs: Vec<_> = chunk.iter().map(|(_, a)| to_sockaddr(a)).collect();
+        let mut iovs: Vec<libc::iovec> = chunk
+            .iter_mut()
+            .map(|(d, _)| libc::iovec {
+                iov_base: d.as_mut_ptr() as *mut libc::c_void,
+                iov_len: SIZE,
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = (0..chunk.len())
+            .map(|i| {
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_name = &mut addrs[i].0 as *mut _ as *mut libc::c_void;
+                m.msg_hdr.msg_namelen = addrs[i].1;
+                m.msg_hdr.msg_iov = &mut iovs[i];
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        let mut done = 0;
+        let mut spins = 0;
+        while done < msgs.len() && spins < 1000 {
+            let r = unsafe {
+                libc::sendmmsg(
+                    s.as_raw_fd(),
+                    msgs[done..].as_mut_ptr(),
+                    (msgs.len() - done) as u32,
+                    0,
+                )
+            };
+            if r > 0 {
+                done += r as usize;
+            } else {
+                spins += 1;
+                let mut p = libc::pollfd {
+                    fd: s.as_raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
+                unsafe { libc::poll(&mut p, 1, 10) };
+            }
+        }
+    }
+}
+
+/// The responder: answers kind 1 with kind 2 (same bytes), ignores kind 3,
+/// until `stop()` says so.
+pub fn serve(sock: &UdpSocket, stop: impl Fn() -> bool) {
+    let mut bufs = Box::new([[0u8; 512]; BATCH]);
+    let mut out = Vec::with_capacity(BATCH);
+    while !stop() {
+        if !readable(sock, 200) {
+            continue;
+        }
+        loop {
+            let got = recv_many(sock, &mut bufs);
+            if got.is_empty() {
+                break;
+            }
+            out.clear();
+            for (i, (n, from)) in got.iter().enumerate() {
+                if *n == SIZE && bufs[i][0] == 1 {
+                    let mut d = [0u8; SIZE];
+                    d.copy_from_slice(&bufs[i][..SIZE]);
+                    d[0] = 2;
+                    out.push((d, *from));
+                }
+            }
+            send_many(sock, &mut out);
+        }
+    }
+}
+
+/// The requester: `n` exchanges, `window` in flight. Returns the rate
+/// (exchanges per second) and each exchange's request→response latency.
+pub fn run(
+    sock: &UdpSocket,
+    to: SocketAddr,
+    n: usize,
+    window: usize,
+    timeout: Duration,
+) -> (f64, Vec<u64>) {
+    let mut sent_at: Vec<Option<Instant>> = vec![None; n];
+    let mut lat = Vec::with_capacity(n);
+    let mut bufs = Box::new([[0u8; 512]; BATCH]);
+    let mut out: Vec<([u8; SIZE], SocketAddr)> = Vec::with_capacity(window);
+    let dgram = |kind: u8, i: usize| {
+        let mut d = [0u8; SIZE];
+        d[0] = kind;
+        d[1..9].copy_from_slice(&(i as u64).to_le_bytes());
+        (d, to)
+    };
+    let (mut next, mut done, mut inflight) = (0usize, 0usize, 0usize);
+    let start = Instant::now();
+    let deadline = start + timeout;
+    while done < n && Instant::now() < deadline {
+        out.clear();
+        while inflight < window && next < n {
+            sent_at[next] = Some(Instant::now());
+            out.push(dgram(1, next));
+            next += 1;
+            inflight += 1;
+        }
+        send_many(sock, &mut out);
+        if !readable(sock, 500) {
+            // Lost datagrams (should not happen on loopback): resend.
+            out.clear();
+            for (i, t) in sent_at.iter().enumerate() {
+                if t.is_some() {
+                    out.push(dgram(1, i));
+                }
+            }
+            send_many(sock, &mut out);
+            continue;
+        }
+        out.clear();
+        for (k, (len, _)) in recv_many(sock, &mut bufs).into_iter().enumerate() {
+            let b = &bufs[k];
+            if len != SIZE || b[0] != 2 {
+                continue;
+            }
+            let i = u64::from_le_bytes(b[1..9].try_into().unwrap()) as usize;
+            if let Some(t) = sent_at.get_mut(i).and_then(|t| t.take()) {
+                lat.push(t.elapsed().as_nanos() as u64);
+                out.push(dgram(3, i));
+                done += 1;
+                inflight -= 1;
+            }
+        }
+        send_many(sock, &mut out);
+    }
+    (done as f64 / start.elapsed().as_secs_f64(), lat)
+}
