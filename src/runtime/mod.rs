@@ -685,6 +685,26 @@ impl Device {
         BATCH_DEV.with(|d| d.set(std::ptr::null()));
     }
 
+    /// Runs `f` with this thread's outgoing MADs held back, then sends them
+    /// all at once (one `sendmmsg` per 64 on the UDP fabric). For a thread
+    /// that starts many connections or disconnects in a row: each API call
+    /// otherwise sends its MAD immediately, one system call each. Order per
+    /// id is kept; nested calls flush at the outermost.
+    pub fn batch<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
+        struct Restore<'a>(&'a Device, *const Device);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                BATCH_DEV.with(|d| d.set(self.1));
+                if !std::ptr::eq(self.1, self.0) {
+                    self.0.flush();
+                }
+            }
+        }
+        let prev = BATCH_DEV.with(|d| d.replace(Arc::as_ptr(self)));
+        let _restore = Restore(self, prev);
+        f()
+    }
+
     /// Sends every queued MAD, in queue order. The send lock makes batches
     /// taken by different threads leave in the order they were taken.
     fn flush(&self) {

@@ -258,6 +258,21 @@ impl Gate {
         g.0 += 1;
         true
     }
+    /// Waits for a free slot, then takes up to `want` of the free slots.
+    /// Returns how many (0 on timeout).
+    fn acquire_up_to(&self, limit: usize, want: usize, deadline: Instant) -> usize {
+        let mut g = self.m.lock().unwrap();
+        while g.0 >= limit {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return 0;
+            }
+            g = self.cv.wait_timeout(g, left).unwrap().0;
+        }
+        let k = (limit - g.0).min(want);
+        g.0 += k;
+        k
+    }
     fn release(&self) {
         let mut g = self.m.lock().unwrap();
         g.0 -= 1;
@@ -776,35 +791,45 @@ fn run(o: &Opts) -> Result<(), String> {
     let t0 = Instant::now();
     let mut ids: Vec<Option<CmId>> = Vec::with_capacity(n);
     let mut last = Instant::now();
-    for i in 0..n {
-        if !gate.acquire(o.concurrency, deadline) {
+    // Connects are started in bursts: every slot that is free when this
+    // thread wakes up, with their REQs sent together (`Device::batch`).
+    let mut i = 0;
+    while i < n {
+        let k = gate.acquire_up_to(o.concurrency, n - i, deadline);
+        if k == 0 {
             return Err(format!("timed out with {i} of {n} connects started"));
         }
-        let id = dev
-            .create_id(None, std::ptr::null_mut(), Some(handler.clone()))
-            .map_err(|e| e.to_string())?;
-        index.lock().unwrap().insert(id.local_id(), i);
-        conns[i].comm_id.store(id.local_id(), Ordering::Relaxed);
-        let req = ReqParams {
-            primary_path: path,
-            service_id: SERVICE,
-            qp_num: (i as u32 + 1) & 0xff_ffff,
-            qp_type: qp_type::RC,
-            starting_psn: 1,
-            responder_resources: 1,
-            initiator_depth: 1,
-            remote_cm_response_timeout: o.cm_timeout,
-            local_cm_response_timeout: o.cm_local_timeout,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            max_cm_retries: o.cm_retries,
-            ..ReqParams::default()
-        };
-        conns[i].t_req.store(now_ns(), Ordering::Relaxed);
-        if let Err(e) = id.send_req(&req) {
-            return Err(format!("REQ {i}: {e}"));
-        }
-        ids.push(Some(id));
+        dev.batch(|| -> Result<(), String> {
+            for _ in 0..k {
+                let id = dev
+                    .create_id(None, std::ptr::null_mut(), Some(handler.clone()))
+                    .map_err(|e| e.to_string())?;
+                index.lock().unwrap().insert(id.local_id(), i);
+                conns[i].comm_id.store(id.local_id(), Ordering::Relaxed);
+                let req = ReqParams {
+                    primary_path: path,
+                    service_id: SERVICE,
+                    qp_num: (i as u32 + 1) & 0xff_ffff,
+                    qp_type: qp_type::RC,
+                    starting_psn: 1,
+                    responder_resources: 1,
+                    initiator_depth: 1,
+                    remote_cm_response_timeout: o.cm_timeout,
+                    local_cm_response_timeout: o.cm_local_timeout,
+                    retry_count: 7,
+                    rnr_retry_count: 7,
+                    max_cm_retries: o.cm_retries,
+                    ..ReqParams::default()
+                };
+                conns[i].t_req.store(now_ns(), Ordering::Relaxed);
+                if let Err(e) = id.send_req(&req) {
+                    return Err(format!("REQ {i}: {e}"));
+                }
+                ids.push(Some(id));
+                i += 1;
+            }
+            Ok(())
+        })?;
         if last.elapsed() > Duration::from_millis(100) {
             progress("connect", i);
             last = Instant::now();
@@ -822,23 +847,33 @@ fn run(o: &Opts) -> Result<(), String> {
     gate.reset();
     let t1 = Instant::now();
     let mut to_close = 0;
+    let mut todo = Vec::with_capacity(n);
     for (i, slot) in ids.iter_mut().enumerate() {
-        let Some(id) = slot.take() else { continue };
-        if !conns[i].has(C_RTU) {
-            continue;
+        if let Some(id) = slot.take()
+            && conns[i].has(C_RTU)
+        {
+            todo.push((i, id));
         }
-        if !gate.acquire(o.concurrency, deadline) {
+    }
+    let mut todo = todo.into_iter();
+    while todo.len() > 0 {
+        let k = gate.acquire_up_to(o.concurrency, todo.len(), deadline);
+        if k == 0 {
             return Err("timed out disconnecting".into());
         }
-        conns[i].t_dreq.store(now_ns(), Ordering::SeqCst);
-        if id.send_dreq(&[]).is_err() || conns[i].has(C_ERROR) {
-            // Already over (a REJ after the RTU destroyed it).
-            if conns[i].first(C_DISC_DONE) {
-                gate.release();
+        dev.batch(|| {
+            for (i, id) in todo.by_ref().take(k) {
+                conns[i].t_dreq.store(now_ns(), Ordering::SeqCst);
+                if id.send_dreq(&[]).is_err() || conns[i].has(C_ERROR) {
+                    // Already over (a REJ after the RTU destroyed it).
+                    if conns[i].first(C_DISC_DONE) {
+                        gate.release();
+                    }
+                    conns[i].first(C_ERROR);
+                }
+                to_close += 1;
             }
-            conns[i].first(C_ERROR);
-        }
-        to_close += 1;
+        });
         if last.elapsed() > Duration::from_millis(100) {
             progress("disconnect", to_close);
             last = Instant::now();
