@@ -356,6 +356,12 @@ impl Engine {
         &self.shared
     }
 
+    /// Replaces the device's port table (GIDs, P_Keys, LIDs changed on a
+    /// real device). Existing connections keep their address vectors.
+    pub fn set_ports(&mut self, ports: Vec<PortInfo>) {
+        self.cfg.ports = ports;
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }

@@ -5,11 +5,16 @@
 //!   (BTH + DETH + MAD + ICRC), so tshark decodes them as InfiniBand CM.
 //! * [`loopback`] — an in-process fabric for tests and benchmarks that
 //!   should not touch sockets.
+//! * [`umad`] — real HCAs: QP1 through the kernel's ib_umad, device facts
+//!   from libibverbs ([`verbs`], loaded at run time); and the
+//!   soft-CM-with-verbs transport (`soft:<ip>@<device>`).
 //!
 //! A transport only moves 256-byte MADs; the engine decides what they say.
 
 pub mod loopback;
 pub mod udp;
+pub mod umad;
+pub mod verbs;
 
 use crate::engine::{MadSource, PortInfo, Transmit};
 use std::io;
@@ -71,6 +76,20 @@ pub trait Transport: Send + Sync + 'static {
     fn ports(&self) -> Vec<PortInfo>;
     /// The device's node (CA) GUID.
     fn node_guid(&self) -> u64;
+    /// The CA's `local_ca_ack_delay`, when the transport knows a real one.
+    fn ack_delay(&self) -> Option<u8> {
+        None
+    }
+    /// Whether `port_change` reports anything (real devices).
+    fn watches_ports(&self) -> bool {
+        false
+    }
+    /// Waits up to `timeout` for a port event (GID table, LID, P_Key, port
+    /// state) and returns the new port table if it changed.
+    fn port_change(&self, timeout: Duration) -> Option<Vec<PortInfo>> {
+        let _ = timeout;
+        None
+    }
     fn stats(&self) -> &TransportStats;
     /// A short description for logs ("soft:127.0.0.1:4791").
     fn describe(&self) -> String;

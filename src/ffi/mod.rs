@@ -169,12 +169,16 @@ pub unsafe extern "C" fn ibcm_query_gid(
         if gid.is_null() || index < 0 {
             return Err(Errno::EINVAL);
         }
-        let port = dev
-            .ports()
+        let ports = dev.ports();
+        let port = ports
             .iter()
             .find(|p| p.port_num as u32 == port_num)
             .ok_or(Errno::EINVAL)?;
-        let e = port.gids.get(index as usize).ok_or(Errno::EINVAL)?;
+        let e = port
+            .gids
+            .get(index as usize)
+            .filter(|e| !e.gid.is_zero())
+            .ok_or(Errno::EINVAL)?;
         unsafe { *gid = IbGid::from_raw(e.gid.0) };
         Ok(0)
     })
@@ -183,18 +187,88 @@ pub unsafe extern "C" fn ibcm_query_gid(
 /// RoCE packet life time rdma_cm uses (`CMA_IBOE_PACKET_LIFETIME`).
 pub const SOFT_PACKET_LIFE_TIME: u8 = 16;
 
-/// A RoCEv2 path record from the device's port to `dgid`.
+/// The source GID for a path to `dgid` on `port` and the record type it
+/// implies. RoCE: a RoCE v2 GID (else v1) of the destination's kind —
+/// IPv4-mapped for an IPv4-mapped `dgid`, link-local for fe80::/10, else a
+/// global IPv6 one — as rdma_cm picks the GID of the source address; among
+/// those the one sharing the longest prefix with `dgid` (the address on
+/// the destination's subnet); failing that the first valid RoCE GID.
+/// InfiniBand: GID index 0.
+pub fn select_sgid(port: &engine::PortInfo, dgid: &Gid) -> Option<(Gid, engine::PathRecType)> {
+    use engine::{GidType, PathRecType};
+    if !port.is_roce {
+        return port
+            .gids
+            .first()
+            .filter(|e| !e.gid.is_zero())
+            .map(|e| (e.gid, PathRecType::Ib));
+    }
+    let kind = |g: &Gid| {
+        if g.to_ipv4().is_some() {
+            0
+        } else if g.0[0] == 0xfe && g.0[1] & 0xc0 == 0x80 {
+            1
+        } else {
+            2
+        }
+    };
+    let want = kind(dgid);
+    let valid = |e: &&engine::GidEntry| !e.gid.is_zero() && e.gid_type != GidType::Ib;
+    // Bits in common with the destination: the address "on its subnet"
+    // first (ibcm sees no routes or netmasks), then RoCE v2 over v1.
+    let common = |g: &Gid| {
+        let a = u128::from_be_bytes(g.0);
+        let b = u128::from_be_bytes(dgid.0);
+        (a ^ b).leading_zeros()
+    };
+    let pick = port
+        .gids
+        .iter()
+        .filter(valid)
+        .filter(|e| kind(&e.gid) == want)
+        .min_by_key(|e| {
+            (
+                std::cmp::Reverse(common(&e.gid)),
+                (e.gid_type != GidType::RoceV2) as u8,
+            )
+        })
+        .or_else(|| {
+            port.gids
+                .iter()
+                .filter(valid)
+                .min_by_key(|e| (e.gid_type != GidType::RoceV2) as u8)
+        })?;
+    Some((
+        pick.gid,
+        if pick.gid_type == GidType::RoceV1 {
+            PathRecType::RoceV1
+        } else {
+            PathRecType::RoceV2
+        },
+    ))
+}
+
+/// A path record from the device's port to `dgid` (RoCE v2/v1 or IB).
 pub fn init_path(dev: &Device, port_num: u32, dgid: Gid) -> Result<engine::PathRec, Errno> {
-    let port = dev
-        .ports()
+    let ports = dev.ports();
+    let port = ports
         .iter()
         .find(|p| p.port_num as u32 == port_num)
         .ok_or(Errno::EINVAL)?;
-    let sgid = port.gids.first().ok_or(Errno::EINVAL)?.gid;
+    let (sgid, rec_type) = select_sgid(port, &dgid).ok_or(Errno::EINVAL)?;
+    let ib = rec_type == engine::PathRecType::Ib;
     Ok(engine::PathRec {
         dgid,
         sgid,
-        hop_limit: 64,
+        // IB: no GRH inside a subnet; RoCE: an IP hop limit.
+        hop_limit: if ib && dgid.subnet_prefix() == sgid.subnet_prefix() {
+            0
+        } else {
+            64
+        },
+        // IB: our LID; the destination LID needs an SA query, which ibcm
+        // does not do: the caller sets `ib.dlid` (0 here).
+        slid: if ib { port.lid as u32 } else { 0 },
         reversible: 1,
         numb_path: 1,
         pkey: port.pkeys.first().copied().unwrap_or(0xffff),
@@ -204,9 +278,9 @@ pub fn init_path(dev: &Device, port_num: u32, dgid: Gid) -> Result<engine::PathR
         rate: port.rate,
         packet_life_time_selector: engine::SA_EQ,
         packet_life_time: SOFT_PACKET_LIFE_TIME,
-        rec_type: engine::PathRecType::RoceV2,
+        rec_type,
         flags: IB_PATH_GMP | IB_PATH_PRIMARY | IB_PATH_BIDIRECTIONAL,
-        route_resolved: true,
+        route_resolved: !ib,
         ..engine::PathRec::default()
     })
 }

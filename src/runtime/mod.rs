@@ -91,6 +91,13 @@ pub const SOFT_VERBS_PORT: u16 = 4792;
 /// else from the device). `None` for soft/loop names.
 fn open_verbs(name: &str) -> Result<Option<Arc<dyn Transport>>, Errno> {
     use crate::fabric::{umad, verbs};
+    // RDMA device names are [A-Za-z0-9_.-]; anything else (soft:, loop:,
+    // "bogus:1") is left to DeviceSpec::parse (-EINVAL for unknown schemes).
+    let rdma_name = |n: &str| {
+        !n.is_empty()
+            && n.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+    };
     if let Some(rest) = name.strip_prefix("soft:")
         && let Some((soft, dev)) = rest.rsplit_once('@')
     {
@@ -100,6 +107,13 @@ fn open_verbs(name: &str) -> Result<Option<Arc<dyn Transport>>, Errno> {
         if port == crate::wire::roce::ROCEV2_UDP_PORT {
             port = SOFT_VERBS_PORT;
         }
+        if !rdma_name(dev) {
+            ibcm_log!(
+                WARN,
+                "bad device name {name:?}: {dev:?} is not an RDMA device name"
+            );
+            return Err(Errno::EINVAL);
+        }
         let info = verbs::query(dev)?;
         let udp = UdpTransport::bind(ip, port).map_err(|e| {
             ibcm_log!(ERROR, "cannot open {name}: {ip} port {port}: {e}");
@@ -107,7 +121,7 @@ fn open_verbs(name: &str) -> Result<Option<Arc<dyn Transport>>, Errno> {
         })?;
         return Ok(Some(Arc::new(umad::SoftVerbsTransport::new(udp, info))));
     }
-    if name.is_empty() || name.starts_with("soft:") || name.starts_with("loop:") {
+    if !rdma_name(name) {
         return Ok(None);
     }
     let info = verbs::query(name)?;
@@ -196,6 +210,31 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+fn read<T>(l: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One device's `struct ib_gid_attr` objects, by (port, GID index).
+type GidAttrTable = Box<[(u8, u16, UnsafeCell<IbGidAttr>)]>;
+
+fn gid_attr_table(ports: &[PortInfo], device: *mut c_void) -> GidAttrTable {
+    let mut attrs = Vec::new();
+    for p in ports {
+        for (i, e) in p.gids.iter().enumerate() {
+            let a = IbGidAttr {
+                ndev: std::ptr::null_mut(),
+                device,
+                gid: IbGid::from_raw(e.gid.0),
+                gid_type: e.gid_type as u32,
+                index: i as u16,
+                port_num: p.port_num as u32,
+            };
+            attrs.push((p.port_num, i as u16, UnsafeCell::new(a)));
+        }
+    }
+    attrs.into_boxed_slice()
+}
+
 // ------------------------------------------------------------- registry
 
 const REG_SHARDS: usize = 16;
@@ -275,8 +314,11 @@ pub struct Device {
     /// MADs waiting to be sent, in engine order.
     outq: Mutex<Vec<Transmit>>,
     send_lock: Mutex<()>,
-    gid_attrs: Box<[(u8, u16, UnsafeCell<IbGidAttr>)]>,
-    ports: Vec<PortInfo>,
+    /// GID attribute objects handed to C (`sgid_attr`): the last table is
+    /// current; older ones (before a port change) stay alive with the
+    /// device so pointers already given out remain valid.
+    gid_attrs: std::sync::RwLock<Vec<GidAttrTable>>,
+    ports: std::sync::RwLock<Arc<Vec<PortInfo>>>,
     node_guid: u64,
 }
 
@@ -335,20 +377,7 @@ impl Device {
                 Mutex::new(Engine::new(cfg, shared.clone()))
             })
             .collect();
-        let mut attrs = Vec::new();
-        for p in &ports {
-            for (i, e) in p.gids.iter().enumerate() {
-                let a = IbGidAttr {
-                    ndev: std::ptr::null_mut(),
-                    device: std::ptr::null_mut(),
-                    gid: IbGid::from_raw(e.gid.0),
-                    gid_type: e.gid_type as u32,
-                    index: i as u16,
-                    port_num: p.port_num as u32,
-                };
-                attrs.push((p.port_num, i as u16, UnsafeCell::new(a)));
-            }
-        }
+        let attrs = gid_attr_table(&ports, std::ptr::null_mut());
         let dev = Arc::new(Device {
             name: transport.describe(),
             transport,
@@ -364,15 +393,31 @@ impl Device {
             deferred: Mutex::new(Vec::new()),
             outq: Mutex::new(Vec::new()),
             send_lock: Mutex::new(()),
-            gid_attrs: attrs.into_boxed_slice(),
-            ports,
+            gid_attrs: std::sync::RwLock::new(vec![attrs]),
+            ports: std::sync::RwLock::new(Arc::new(ports)),
             node_guid,
         });
         let me = dev.c_ptr();
-        for (_, _, a) in dev.gid_attrs.iter() {
-            unsafe { (*a.get()).device = me };
+        for t in read(&dev.gid_attrs).iter() {
+            for (_, _, a) in t.iter() {
+                unsafe { (*a.get()).device = me };
+            }
         }
         let mut threads = lock(&dev.threads);
+        if dev.transport.watches_ports() {
+            let d = dev.clone();
+            let h = std::thread::Builder::new()
+                .name("ibcm-ports".into())
+                .spawn(move || {
+                    while !d.stop.load(Ordering::SeqCst) {
+                        if let Some(p) = d.transport.port_change(Duration::from_millis(200)) {
+                            d.update_ports(p);
+                        }
+                    }
+                })
+                .expect("spawn ibcm port watcher");
+            threads.push(h);
+        }
         for t in 0..opts.threads.max(1) {
             let d = dev.clone();
             let h = std::thread::Builder::new()
@@ -405,8 +450,24 @@ impl Device {
         self.node_guid
     }
 
-    pub fn ports(&self) -> &[PortInfo] {
-        &self.ports
+    /// The ports as they are now (real devices change on port events).
+    pub fn ports(&self) -> Arc<Vec<PortInfo>> {
+        read(&self.ports).clone()
+    }
+
+    /// Installs a new port table (GID/P_Key/LID changes of a real device):
+    /// new GID attribute objects, every shard's engine, `ports()`.
+    pub fn update_ports(&self, ports: Vec<PortInfo>) {
+        let attrs = gid_attr_table(&ports, self.c_ptr());
+        self.gid_attrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(attrs);
+        for s in &self.shards {
+            lock(s).set_ports(ports.clone());
+        }
+        *self.ports.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ports);
+        ibcm_log!(crate::log::INFO, "{}: port tables updated", self.name);
     }
 
     pub fn transport(&self) -> &Arc<dyn Transport> {
@@ -427,6 +488,14 @@ impl Device {
         c
     }
 
+    /// Passive connections counted against `max_half_open`, all shards.
+    pub fn half_open(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| lock(s).half_open() as usize)
+            .sum()
+    }
+
     /// Pending timers of all shards.
     pub fn timer_count(&self) -> usize {
         self.shards.iter().map(|s| lock(s).timer_count()).sum()
@@ -438,7 +507,8 @@ impl Device {
 
     /// The GID attribute object of (port, index), if any.
     pub fn gid_attr(&self, port: u8, index: u16) -> Option<*const IbGidAttr> {
-        self.gid_attrs
+        read(&self.gid_attrs)
+            .last()?
             .iter()
             .find(|(p, i, _)| *p == port && *i == index)
             .map(|(_, _, a)| a.get() as *const IbGidAttr)
@@ -571,10 +641,28 @@ impl Device {
             self.live_ids.fetch_add(1, Ordering::Relaxed);
             return Some(shell);
         }
-        if ev.user == 0 {
+        // An event queued in the same engine step as the REQ that created
+        // its id (a REJ/DREQ right behind the REQ in one received batch)
+        // carries the user token the id had then: its listener's. Use the
+        // id's own shell, given above; never deliver it to the listener.
+        let user = match e.info(ev.id) {
+            Some(c) if c.user != 0 => c.user,
+            _ => ev.user,
+        };
+        if user == 0 {
             return None;
         }
-        let p = ev.user as *const Shell;
+        let p = user as *const Shell;
+        if unsafe { (*p).handle() } != ev.id {
+            ibcm_log!(
+                DEBUG,
+                "{}: event {} for id {:#x} has no shell of its own yet: dropped",
+                self.name,
+                ev.kind.name(),
+                ev.id.0
+            );
+            return None;
+        }
         unsafe {
             Arc::increment_strong_count(p);
             Some(Arc::from_raw(p))

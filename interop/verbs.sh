@@ -1,0 +1,136 @@
+#!/bin/bash
+# interop/verbs.sh - ibcm on real RDMA devices (Soft-RoCE, rdma_rxe) with real RC QPs and data,
+# in two qemu guests on one L2 segment (interop/verbs/run-pair.sh, adapted from the rxe lab).
+#
+#   1 kernel   A: kernel CM (ib_cm, rdma_cm) running the unmodified rdma-core server `ucmatose`;
+#              first, on A, ibcm_open_device("rxe0") must be refused (-EBUSY, ib_cm owns QP1's
+#              CM class). B: no ib_cm; verbs_client opens "rxe0" (CM MADs on QP1 via ib_umad),
+#              REQ with the rdma_cm header -> REP -> QP INIT/RTR/RTS -> RTU, 10 x 100-byte sends
+#              each way, the server's DREQ -> DREP. ucmatose must report success.
+#   2 rping    A: kernel CM running the unmodified `rping -s -v`; B: no ib_cm, verbs_client -R:
+#              rping's protocol, 3 times: the server RDMA READs our buffer and RDMA WRITEs it
+#              back, compared; then our DREQ -> DREP. rping must print the 3 pings.
+#   3 umad     ibcm <-> ibcm over ib_umad, both guests without ib_cm (verbs_client -s / -c).
+#   4 soft     ibcm <-> ibcm with the kernel CM loaded on both guests: "soft:<ip>@rxe0" (CM MADs
+#              over UDP port 4792, GIDs/paths/QP attributes from rxe0).
+#   5 events   B (no ib_cm) opens rxe0, then an IPv4 address is added to eth0: the new RoCE GID
+#              must reach ibcm_query_gid / ibcm_init_path through the device's port events.
+#
+# usage: interop/verbs.sh [SCENARIO...]    (default: kernel rping umad soft events). Needs root (apt-get for
+# the host packages, qemu). Everything it builds goes to build/interop-verbs/ (cache ~500 MB,
+# runs/, prefix/, verbs_client). Exit status 0 iff every scenario passed.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+OUT="$ROOT/build/interop-verbs"
+PREFIX="$OUT/prefix"
+BIN="$OUT/verbs_client"
+NOCM=rdma_rxe,ib_uverbs,ib_umad          # a guest without any kernel CM
+WITHCM=rdma_rxe,ib_uverbs,ib_umad,rdma_ucm  # rdma_ucm pulls rdma_cm and ib_cm
+say() { echo "[interop-verbs] $*"; }
+
+if [ "$(id -u)" != 0 ]; then
+    echo "interop-verbs: skipped: needs root (apt-get for rdma-core and qemu)"
+    exit 0
+fi
+SCEN=("$@"); [ ${#SCEN[@]} -gt 0 ] || SCEN=(kernel rping umad soft events)
+mkdir -p "$OUT/runs"
+
+# --- build: guests, library, client ----------------------------------------------------------
+t0=$(date +%s)
+LAB_CACHE="$OUT/cache" bash "$HERE/verbs/build.sh"
+say "library -> $PREFIX"
+make -s -C "$ROOT" install PREFIX="$PREFIX" >/dev/null
+export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
+# shellcheck disable=SC2046
+gcc -std=gnu11 -O2 -Wall -Wextra -Werror "$HERE/verbs/verbs_client.c" \
+  $(pkg-config --cflags --libs ibcm) -Wl,-rpath,"$PREFIX/lib" -libverbs -lpthread -o "$BIN"
+say "built in $(( $(date +%s) - t0 )) s: $BIN"
+
+pair() { # pair NAME MODS_A MODS_B CMD_A CMD_B [extra run-pair options]
+  local name=$1 ma=$2 mb=$3 ca=$4 cb=$5; shift 5
+  local run="$OUT/runs/$name"
+  rm -rf "$run"
+  if LAB_CACHE="$OUT/cache" bash "$HERE/verbs/run-pair.sh" -q -t 60 -a "$ma" -b "$mb" -o "$run" "$@" \
+      "$ca" "$cb" > "$run.log" 2>&1; then
+    rc=0
+  else
+    rc=1
+  fi
+  cat "$run.log"
+  for g in A B; do echo "----- $name: guest $g output -----"; cat "$run/$g.out" 2>/dev/null || true; done
+  return $rc
+}
+
+# A guest command that starts the ibcm server in the background, signals "listening" once it
+# listens, and returns its status.
+ibcm_server() { # ibcm_server DEVICE
+  cat <<EOF
+( IBCM_LOG=info lab_time $BIN -d $1 -s > \$LAB_DIR/A.srv 2>&1; echo \$? > \$LAB_DIR/A.srvrc ) &
+i=0; until grep -q LISTENING \$LAB_DIR/A.srv 2>/dev/null || [ \$i -ge 300 ]; do sleep 0.1; i=\$((i+1)); done
+lab_signal listening; wait; cat \$LAB_DIR/A.srv; exit \$(cat \$LAB_DIR/A.srvrc)
+EOF
+}
+have_cm() { echo "[ -d /sys/module/ib_cm ] || { echo 'expected ib_cm loaded'; exit 1; }"; }
+no_cm() { echo "[ ! -d /sys/module/ib_cm ] || { echo 'expected no ib_cm'; exit 1; }"; }
+
+declare -A RESULT
+for s in "${SCEN[@]}"; do
+  say "=== scenario $s ==="
+  case $s in
+    kernel)
+      A="$(have_cm)
+env -u IBCM_LOG $BIN -o -d rxe0 > \$LAB_DIR/A.refusal 2>&1; r=\$?; cat \$LAB_DIR/A.refusal
+[ \$r = 16 ] && grep -q 'ib_cm module is loaded' \$LAB_DIR/A.refusal && echo 'REFUSAL OK: -EBUSY' || { echo 'REFUSAL: unexpected result'; exit 1; }
+lab_time ucmatose -b \$LAB_IP > \$LAB_DIR/A.ucm 2>&1 & p=\$!
+lab_wait_listen && lab_signal listening; wait \$p; r=\$?; cat \$LAB_DIR/A.ucm
+grep -q 'data transfers complete' \$LAB_DIR/A.ucm && grep -q 'return status 0' \$LAB_DIR/A.ucm || r=1
+exit \$r"
+      B="$(no_cm)
+lab_wait listening && IBCM_LOG=info lab_time $BIN -d rxe0 -c \$LAB_PEER_IP"
+      pair kernel "$WITHCM" "$NOCM" "$A" "$B" -p "$OUT/runs/kernel.A.pcap" && RESULT[$s]=PASS || RESULT[$s]=FAIL
+      if command -v tshark >/dev/null && [ -s "$OUT/runs/kernel.A.pcap" ]; then
+        say "RoCE on the wire (guest A's NIC): CM MADs and the RC data"
+        tshark -r "$OUT/runs/kernel.A.pcap" -Y infiniband 2>/dev/null | sed 's/^/    /' || true
+      fi
+      ;;
+    rping)
+      A="$(have_cm)
+lab_time rping -s -a \$LAB_IP -v > \$LAB_DIR/A.rping 2>&1 & p=\$!
+lab_wait_listen && lab_signal listening; wait \$p; r=\$?; cat \$LAB_DIR/A.rping
+[ \$(grep -c 'server ping data: rdma-ping-' \$LAB_DIR/A.rping) = 3 ] || r=1
+exit \$r"
+      B="$(no_cm)
+lab_wait listening && IBCM_LOG=info lab_time $BIN -d rxe0 -R -C 3 -c \$LAB_PEER_IP"
+      pair rping "$WITHCM" "$NOCM" "$A" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
+      ;;
+    events)
+      B="$(no_cm)
+( IBCM_LOG=info $BIN -o -d rxe0 -t 15 -W 10.77.1.2 > \$LAB_DIR/B.ev 2>&1; echo \$? > \$LAB_DIR/B.evrc ) &
+i=0; until grep -q WAITING \$LAB_DIR/B.ev 2>/dev/null || [ \$i -ge 100 ]; do sleep 0.1; i=\$((i+1)); done
+ip addr add 10.77.1.2/24 dev eth0; wait; cat \$LAB_DIR/B.ev; exit \$(cat \$LAB_DIR/B.evrc)"
+      pair events "$NOCM" "$NOCM" "true" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
+      ;;
+    umad)
+      B="$(no_cm)
+lab_wait listening && IBCM_LOG=info lab_time $BIN -d rxe0 -c \$LAB_PEER_IP"
+      pair umad "$NOCM" "$NOCM" "$(no_cm)
+$(ibcm_server rxe0)" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
+      ;;
+    soft)
+      B="$(have_cm)
+lab_wait listening && IBCM_LOG=info lab_time $BIN -d soft:\$LAB_IP@rxe0 -c \$LAB_PEER_IP"
+      pair soft "$WITHCM" "$WITHCM" "$(have_cm)
+$(ibcm_server 'soft:$LAB_IP@rxe0')" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
+      ;;
+    *) echo "unknown scenario $s (kernel, rping, umad, soft, events)" >&2; exit 2 ;;
+  esac
+done
+
+rc=0
+say "summary:"
+for s in "${SCEN[@]}"; do
+  say "  $s: ${RESULT[$s]}"
+  [ "${RESULT[$s]}" = PASS ] || rc=1
+done
+exit $rc
