@@ -2,6 +2,8 @@
 #
 #   make demo            the main job (README): a CM demo on the software fabric
 #   make test            every test: Rust, C (ASan, valgrind, LD_PRELOAD), Python
+#   make interop         ibcm against the Linux kernel CM in qemu guests, and on
+#                        real (Soft-RoCE) devices with real QPs (root)
 #   make install PREFIX=/usr/local
 
 PREFIX     ?= /usr/local
@@ -11,7 +13,7 @@ BUILD      := build
 STAGE      := $(abspath $(BUILD)/prefix)
 CFLAGS_T   := -std=c11 -Wall -Wextra -Werror -O1 -g
 PKG        := PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config
-CTESTS     := abi_static cm_scenarios
+CTESTS     := abi_static cm_scenarios misuse
 VALGRIND   ?= valgrind
 
 .PHONY: all lib install demo deps test test-rust test-c test-python clean
@@ -37,7 +39,7 @@ demo: lib
 	./target/release/ibcm bench --baseline
 
 test: deps
-	$(MAKE) --no-print-directory test-rust test-c test-python
+	$(MAKE) --no-print-directory test-rust test-c test-python test-netns
 
 deps:
 	./scripts/deps.sh
@@ -60,6 +62,13 @@ $(BUILD)/c/%.asan: c-tests/%.c $(STAGE)/lib/pkgconfig/ibcm.pc
 	$(CC) $(CFLAGS_T) -fsanitize=address,undefined -fno-omit-frame-pointer $< -o $@ \
 		$$($(PKG) --cflags --libs ibcm) -lpthread -Wl,-rpath,$(STAGE)/lib
 
+# ThreadSanitizer build of the C tests (the Rust library is not
+# instrumented; c-tests/tsan.supp scopes suppressions to libibcm).
+$(BUILD)/c/%.tsan: c-tests/%.c $(STAGE)/lib/pkgconfig/ibcm.pc
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) -fsanitize=thread $< -o $@ \
+		$$($(PKG) --cflags --libs ibcm) -lpthread -Wl,-rpath,$(STAGE)/lib
+
 # The LD_PRELOAD run: the program finds a stub libibcm.so.0 whose every
 # function aborts; only the preloaded real library makes it pass.
 $(BUILD)/stub/libibcm.so.0: ibcm.map
@@ -73,19 +82,39 @@ $(BUILD)/c/%.preload: c-tests/%.c $(STAGE)/lib/pkgconfig/ibcm.pc $(BUILD)/stub/l
 	@mkdir -p $(BUILD)/c
 	$(CC) $(CFLAGS_T) $< -o $@ $$($(PKG) --cflags ibcm) -L$(BUILD)/stub -libcm -lpthread
 
-test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .asan,$(CTESTS))) $(BUILD)/c/cm_scenarios.preload
+test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .asan,$(CTESTS))) $(BUILD)/c/cm_scenarios.preload $(BUILD)/c/misuse.tsan
 	@echo "== C tests (pkg-config build)"
 	$(BUILD)/c/abi_static
 	$(BUILD)/c/cm_scenarios 127.0.0.2 127.0.0.3
+	$(BUILD)/c/misuse 127.0.81.2 127.0.81.3
+	@echo "== C API misuse under ThreadSanitizer (suppressions: c-tests/tsan.supp)"
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/c-tests/tsan.supp" \
+		setarch $$(uname -m) -R $(BUILD)/c/misuse.tsan 127.0.81.4 127.0.81.5
 	@echo "== C tests under AddressSanitizer + UBSan"
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/c/abi_static.asan
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/c/cm_scenarios.asan 127.0.0.4 127.0.0.5
+	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/c/misuse.asan 127.0.81.6 127.0.81.7
 	@echo "== C tests with the library LD_PRELOADed"
 	LD_LIBRARY_PATH=$(BUILD)/stub LD_PRELOAD=$(STAGE)/lib/libibcm.so \
 		$(BUILD)/c/cm_scenarios.preload 127.0.0.6 127.0.0.7
 	@echo "== C tests under valgrind"
 	$(VALGRIND) -q --error-exitcode=99 --trace-children=yes --leak-check=full --show-possibly-lost=no \
 		--errors-for-leak-kinds=definite $(BUILD)/c/cm_scenarios 127.0.0.8 127.0.0.9
+
+# Live interoperability with the Linux kernel CM (docs/INTEROP.md): a qemu
+# guest with Soft-RoCE in a private network namespace. Needs root,
+# /dev/net/tun and apt; otherwise it prints "skipped: <reason>" and succeeds.
+.PHONY: interop
+interop:
+	$(CARGO) build --release --bins
+	./interop/run.sh
+	bash interop/verbs.sh
+
+# Network faults between network namespaces (docs/RELIABILITY.md): needs
+# root and iproute2; prints "netns: SKIP: <reason>" and succeeds otherwise.
+.PHONY: test-netns
+test-netns: lib
+	bash tests/netns/run.sh
 
 test-python:
 	@if [ -d python/tests ]; then \
@@ -117,3 +146,10 @@ fuzz:
 			-max_total_time=$(FUZZ_SECONDS) $$len -print_final_stats=1 \
 			|| exit 1; \
 	done
+
+# Real RDMA devices in two Soft-RoCE qemu guests (interop/verbs.sh, root):
+# kernel ucmatose/rping <-> ibcm over ib_umad, the -EBUSY refusal, ibcm <-> ibcm
+# over ib_umad and over soft:<ip>@rxe0, GID changes through port events.
+.PHONY: interop-verbs
+interop-verbs:
+	bash interop/verbs.sh

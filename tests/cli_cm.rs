@@ -197,3 +197,137 @@ fn bench_over_loopback_with_two_shards_completes() {
         2000,
     );
 }
+
+/// Runs `ibcm listen ARGS` in the background, then `ibcm connect ARGS`;
+/// returns (listen stdout, connect stdout, connect success).
+fn listen_connect(listen: &[&str], connect: &[&str]) -> (String, String, bool) {
+    let server = ibcm()
+        .arg("listen")
+        .args(["--timeout", "20"])
+        .args(listen)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let client = ibcm().arg("connect").args(connect).output().unwrap();
+    let s = server.wait_with_output().unwrap();
+    assert!(
+        s.status.success(),
+        "listen failed: {}",
+        String::from_utf8_lossy(&s.stdout)
+    );
+    (
+        String::from_utf8_lossy(&s.stdout).into_owned(),
+        String::from_utf8_lossy(&client.stdout).into_owned(),
+        client.status.success(),
+    )
+}
+
+#[test]
+fn rdma_cm_header_and_listener_disconnect() {
+    // The interop options (interop/run.sh): rdma_cm IP header, rdma_cm port
+    // space service IDs, the listener disconnecting, the client waiting.
+    let (l, c, ok) = listen_connect(
+        &[
+            "--device",
+            "soft:127.0.4.7",
+            "--port",
+            "7471",
+            "--rdma-cm",
+            "--disconnect-delay",
+            "100",
+        ],
+        &[
+            "--device",
+            "soft:127.0.4.8",
+            "--dest",
+            "127.0.4.7",
+            "--port",
+            "7471",
+            "--rdma-cm",
+            "--wait-disconnect",
+            "--private-data",
+            "hi",
+        ],
+    );
+    assert!(ok, "{c}");
+    assert!(l.contains("service 0x0000000001061d2f"), "{l}");
+    let hdr = regex_like(&l, "rdma_cm=127.0.4.8:", "->127.0.4.7 private_data=\"hi\"");
+    assert!(hdr, "{l}");
+    assert!(c.contains("DREQ_RECEIVED"), "{c}");
+    assert!(l.contains("DREP_RECEIVED"), "{l}");
+}
+
+/// `s` has a line with `a`, then digits, then `b`.
+fn regex_like(s: &str, a: &str, b: &str) -> bool {
+    s.lines().any(|line| {
+        line.find(a).is_some_and(|i| {
+            let rest = &line[i + a.len()..];
+            let n = rest.bytes().take_while(u8::is_ascii_digit).count();
+            n > 0 && rest[n..].starts_with(b)
+        })
+    })
+}
+
+#[test]
+fn sidr_resolution_and_expected_rejects() {
+    let (l, c, ok) = listen_connect(
+        &["--device", "soft:127.0.4.9", "--sidr", "--rdma-cm"],
+        &[
+            "--device",
+            "soft:127.0.4.10",
+            "--dest",
+            "127.0.4.9",
+            "--sidr",
+            "--rdma-cm",
+        ],
+    );
+    assert!(ok, "{c}");
+    assert!(l.contains("SIDR_REQ_RECEIVED service=0x1111c06"), "{l}");
+    assert!(
+        c.contains("SIDR_REP_RECEIVED status=0 qpn=0x1000 qkey=0x1234567"),
+        "{c}"
+    );
+    // SIDR refused with status 1 (--reject gives the SIDR status).
+    let (_, c, ok) = listen_connect(
+        &["--device", "soft:127.0.4.9", "--sidr", "--reject", "1"],
+        &[
+            "--device",
+            "soft:127.0.4.10",
+            "--dest",
+            "127.0.4.9",
+            "--sidr",
+            "--expect-reject",
+            "1",
+        ],
+    );
+    assert!(ok, "{c}");
+    assert!(
+        c.contains("1 of 1 service ID resolution(s) refused as expected"),
+        "{c}"
+    );
+    // No listener on the port: REJ 8, which --expect-reject 8 wants.
+    let (_, c, ok) = listen_connect(
+        &[
+            "--device",
+            "soft:127.0.4.9",
+            "--port",
+            "1",
+            "--count",
+            "0",
+            "--timeout",
+            "2",
+        ],
+        &[
+            "--device",
+            "soft:127.0.4.10",
+            "--dest",
+            "127.0.4.9",
+            "--expect-reject",
+            "8",
+        ],
+    );
+    assert!(ok, "{c}");
+    assert!(c.contains("REJ_RECEIVED reason=8"), "{c}");
+}

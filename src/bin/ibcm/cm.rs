@@ -1,26 +1,60 @@
 //! `ibcm listen` and `ibcm connect`: establish connections, exchange private
 //! data, disconnect, print every event and the counters (like librdmacm's
-//! ucmatose, at the CM level).
+//! ucmatose, at the CM level). With `--rdma-cm` they speak to rdma_cm peers
+//! (the IP private-data header of `ib_cm_facts.md` §C.14 and rdma_cm port
+//! spaces), with `--sidr` they do service ID resolution (UD) instead.
 
 use crate::EXIT_USAGE;
-use ibcm::engine::{Errno, Event, EventParam, EventType, RepParams, ReqParams, qp_type};
+use ibcm::engine::{
+    Errno, Event, EventParam, EventType, RepParams, ReqParams, SidrRepParams, SidrReqParams,
+    qp_type,
+};
 use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
 use ibcm::wire::Gid;
 use std::ffi::OsString;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// rdma_cm port spaces (`enum rdma_ucm_port_space`).
+const RDMA_PS_TCP: u64 = 0x0106;
+const RDMA_PS_UDP: u64 = 0x0111;
+/// The Q_Key rdma_cm insists on for RDMA_PS_UDP (`RDMA_UDP_QKEY`).
+const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+/// Size of the rdma_cm IP private-data header (`struct cma_hdr`).
+const CMA_HDR: usize = 36;
 
 /// Options shared by both commands.
 struct Opts {
     device: String,
     dest: Option<Gid>,
-    service_id: u64,
+    service_id: Option<u64>,
+    port: Option<u16>,
     count: u32,
     private_data: Vec<u8>,
     reject: Option<u32>,
     timeout: Duration,
     quiet: bool,
+    rdma_cm: bool,
+    sidr: bool,
+    qkey: u32,
+    disconnect: bool,
+    disconnect_delay: Duration,
+    wait_disconnect: bool,
+    expect_reject: Option<u32>,
+    response_timeout: u8,
+}
+
+impl Opts {
+    /// The service ID: `--service-id`, else the rdma_cm service ID of
+    /// `--port` (TCP port space, UDP with `--sidr`), else rdma_cm TCP 7174.
+    fn service_id(&self) -> u64 {
+        let ps = if self.sidr { RDMA_PS_UDP } else { RDMA_PS_TCP };
+        self.service_id
+            .unwrap_or((1 << 24) | (ps << 16) | self.port.unwrap_or(7174) as u64)
+    }
 }
 
 fn parse_u64(s: &str) -> Option<u64> {
@@ -34,16 +68,28 @@ fn parse(args: &[OsString], connect: bool) -> Result<Opts, String> {
     let mut o = Opts {
         device: std::env::var("IBCM_DEVICE").unwrap_or_else(|_| "soft:127.0.0.1".into()),
         dest: None,
-        service_id: 0x0000_0000_0106_1c06,
+        service_id: None,
+        port: None,
         count: 1,
         private_data: Vec::new(),
         reject: None,
         timeout: Duration::from_secs(30),
         quiet: false,
+        rdma_cm: false,
+        sidr: false,
+        qkey: RDMA_UDP_QKEY,
+        disconnect: false,
+        disconnect_delay: Duration::ZERO,
+        wait_disconnect: false,
+        expect_reject: None,
+        response_timeout: 20,
     };
     let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
     while let Some(a) = it.next() {
         let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        let num = |name: &str, v: String| -> Result<u64, String> {
+            parse_u64(&v).ok_or(format!("{name}: not a number: {v}"))
+        };
         match a.as_str() {
             "-d" | "--device" => o.device = val("--device")?,
             "--dest" if connect => {
@@ -53,9 +99,10 @@ fn parse(args: &[OsString], connect: bool) -> Result<Opts, String> {
                         .map_err(|_| format!("--dest: not an IP address: {v}"))?,
                 );
             }
-            "-s" | "--service-id" => {
-                let v = val("--service-id")?;
-                o.service_id = parse_u64(&v).ok_or(format!("--service-id: not a number: {v}"))?;
+            "-s" | "--service-id" => o.service_id = Some(num(&a, val(&a)?)?),
+            "--port" => {
+                let v = num(&a, val(&a)?)?;
+                o.port = Some(u16::try_from(v).map_err(|_| format!("--port: too big: {v}"))?);
             }
             "-c" | "--count" => {
                 let v = val("--count")?;
@@ -71,6 +118,13 @@ fn parse(args: &[OsString], connect: bool) -> Result<Opts, String> {
                         .map_err(|_| format!("--reject: not a number: {v}"))?,
                 );
             }
+            "--expect-reject" if connect => {
+                let v = val(&a)?;
+                o.expect_reject = Some(
+                    v.parse()
+                        .map_err(|_| format!("--expect-reject: not a number: {v}"))?,
+                );
+            }
             "-t" | "--timeout" => {
                 let v = val("--timeout")?;
                 let s: f64 = v
@@ -78,6 +132,22 @@ fn parse(args: &[OsString], connect: bool) -> Result<Opts, String> {
                     .map_err(|_| format!("--timeout: not a number: {v}"))?;
                 o.timeout = Duration::from_secs_f64(s.max(0.0));
             }
+            "--response-timeout" if connect => {
+                let v = num(&a, val(&a)?)?;
+                if !(8..=31).contains(&v) {
+                    return Err(format!("--response-timeout: 8..31, not {v}"));
+                }
+                o.response_timeout = v as u8;
+            }
+            "--qkey" => o.qkey = num(&a, val(&a)?)? as u32,
+            "--rdma-cm" => o.rdma_cm = true,
+            "--sidr" => o.sidr = true,
+            "--disconnect" if !connect => o.disconnect = true,
+            "--disconnect-delay" if !connect => {
+                o.disconnect = true;
+                o.disconnect_delay = Duration::from_millis(num(&a, val(&a)?)?);
+            }
+            "--wait-disconnect" if connect => o.wait_disconnect = true,
             "-q" | "--quiet" => o.quiet = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown option {other}")),
@@ -90,22 +160,51 @@ fn parse(args: &[OsString], connect: bool) -> Result<Opts, String> {
 }
 
 const LISTEN_USAGE: &str = "\
-usage: ibcm listen [--device soft:IP] [--service-id ID] [--count N]
-                   [--private-data TEXT] [--reject REASON] [--timeout SEC] [--quiet]
+usage: ibcm listen [--device soft:IP] [--service-id ID | --port P] [--count N]
+                   [--private-data TEXT] [--reject REASON]
+                   [--disconnect | --disconnect-delay MS]
+                   [--rdma-cm] [--sidr [--qkey Q]] [--timeout SEC] [--quiet]
 
 Listens on a service ID (default 0x1061c06, rdma_cm TCP port 7174), accepts
 N connections (default 1) with the private data given, answers their
 disconnect, prints every event, then the counters. With --reject REASON
-every request is rejected with that reason instead.
+every request is rejected with that reason instead. --count 0 serves until
+the timeout or SIGINT/SIGTERM (exit 0): requests for other service IDs are
+rejected (REJ 8).
+
+  --port P       the rdma_cm service ID of port P (TCP port space; UDP with
+                 --sidr): 0x10600000000 | P
+  --disconnect   send the DREQ as soon as a connection is established
+  --disconnect-delay MS
+                 send it MS milliseconds after the connection is established
+  --rdma-cm      decode the rdma_cm IP header of the requests' private data
+  --sidr         answer SIDR_REQs with a SIDR_REP (status 0, or --reject's
+                 value as the SIDR status), Q_Key --qkey (default 0x01234567,
+                 rdma_cm's RDMA_UDP_QKEY)
 ";
 
 const CONNECT_USAGE: &str = "\
-usage: ibcm connect --dest IP [--device soft:IP] [--service-id ID] [--count N]
-                    [--private-data TEXT] [--timeout SEC] [--quiet]
+usage: ibcm connect --dest IP [--device soft:IP] [--service-id ID | --port P]
+                    [--count N] [--private-data TEXT] [--rdma-cm] [--sidr]
+                    [--wait-disconnect] [--expect-reject REASON]
+                    [--response-timeout T] [--timeout SEC] [--quiet]
 
 Connects N times (default 1) to a listener at IP, sends the private data in
 the REQ, RTU and DREQ, prints every event with its timing, disconnects, and
 prints the counters.
+
+  --port P            the rdma_cm service ID of port P (TCP port space; UDP
+                      with --sidr)
+  --rdma-cm           put the rdma_cm IP header (version 0, IPv4/6, source
+                      port, source and destination address) before the
+                      private data, as rdma_connect() does
+  --sidr              resolve the service ID (SIDR_REQ) instead of
+                      connecting; success is a SIDR_REP with status 0
+  --wait-disconnect   do not send the DREQ: wait for the peer's and answer it
+  --expect-reject R   success is the peer rejecting with reason R (SIDR:
+                      a SIDR_REP with status R)
+  --response-timeout  the REQ's CM response timeouts (IBA exponent, default
+                      20 = 4.3 s; 16 makes the REQ retransmit after ~0.4 s)
 ";
 
 /// Printable private data: text when it is mostly text, else hex.
@@ -122,7 +221,47 @@ fn show(bytes: &[u8]) -> String {
     }
 }
 
-fn describe(ev: &Event) -> String {
+/// The rdma_cm IP private-data header for a request from `src`:`sport`
+/// to `dst`, followed by `user` (§C.14).
+fn cma_header(src: IpAddr, sport: u16, dst: IpAddr, user: &[u8]) -> Vec<u8> {
+    let mut h = vec![0u8; CMA_HDR];
+    let put = |h: &mut [u8], off: usize, ip: IpAddr| match ip {
+        IpAddr::V4(v4) => h[off + 12..off + 16].copy_from_slice(&v4.octets()),
+        IpAddr::V6(v6) => h[off..off + 16].copy_from_slice(&v6.octets()),
+    };
+    h[1] = if src.is_ipv4() { 0x40 } else { 0x60 };
+    h[2..4].copy_from_slice(&sport.to_be_bytes());
+    put(&mut h, 4, src);
+    put(&mut h, 20, dst);
+    h.extend_from_slice(user);
+    h
+}
+
+/// Decodes an rdma_cm IP header: `(src, sport, dst, user data)`.
+fn parse_cma_header(pd: &[u8]) -> Result<(IpAddr, u16, IpAddr, &[u8]), String> {
+    if pd.len() < CMA_HDR {
+        return Err(format!("{} bytes, header needs {CMA_HDR}", pd.len()));
+    }
+    if pd[0] != 0 {
+        return Err(format!("cma_version {} (not 0)", pd[0]));
+    }
+    let ip = |off: usize| -> IpAddr {
+        let b: [u8; 16] = pd[off..off + 16].try_into().unwrap();
+        if pd[1] >> 4 == 4 {
+            IpAddr::V4(std::net::Ipv4Addr::new(b[12], b[13], b[14], b[15]))
+        } else {
+            IpAddr::V6(b.into())
+        }
+    };
+    match pd[1] >> 4 {
+        4 | 6 => {}
+        v => return Err(format!("ip_version {v}")),
+    }
+    let sport = u16::from_be_bytes([pd[2], pd[3]]);
+    Ok((ip(4), sport, ip(20), &pd[CMA_HDR..]))
+}
+
+fn describe(ev: &Event, rdma_cm: bool) -> String {
     let mut s = ev.kind.name().to_string();
     match &ev.param {
         EventParam::Req(p) => {
@@ -143,10 +282,24 @@ fn describe(ev: &Event) -> String {
         }
         EventParam::Mra { service_timeout } => s += &format!(" service_timeout={service_timeout}"),
         EventParam::SendStatus(st) => s += &format!(" status={st}"),
+        EventParam::SidrReq(p) => s += &format!(" service={:#x}", p.service_id),
+        EventParam::SidrRep(p) => {
+            s += &format!(" status={} qpn={:#x} qkey={:#x}", p.status, p.qpn, p.qkey)
+        }
         _ => {}
     }
     if let Some(pd) = ev.private_data() {
-        s += &format!(" private_data={}", show(pd));
+        let request = matches!(ev.kind, EventType::ReqReceived | EventType::SidrReqReceived);
+        if rdma_cm && request {
+            match parse_cma_header(pd) {
+                Ok((src, sport, dst, user)) => {
+                    s += &format!(" rdma_cm={src}:{sport}->{dst} private_data={}", show(user))
+                }
+                Err(e) => s += &format!(" rdma_cm_header_invalid=({e}) private_data={}", show(pd)),
+            }
+        } else {
+            s += &format!(" private_data={}", show(pd));
+        }
     }
     s
 }
@@ -164,6 +317,27 @@ fn print_counters(dev: &Device) {
 
 // ------------------------------------------------------------------ listen
 
+/// Set by SIGINT / SIGTERM: `ibcm listen` stops waiting, prints the
+/// counters and exits as if the wait had ended.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Waits for the next completion until `until`, waking up to notice `STOP`.
+fn next_done(rx: &mpsc::Receiver<u32>, until: Instant) -> Option<u32> {
+    loop {
+        let left = until.checked_duration_since(Instant::now())?;
+        if STOP.load(Ordering::Relaxed) {
+            return None;
+        }
+        if let Ok(code) = rx.recv_timeout(left.min(Duration::from_millis(50))) {
+            return Some(code);
+        }
+    }
+}
+
 pub fn listen_main(args: &[OsString]) -> i32 {
     let o = match parse(args, false) {
         Ok(o) => o,
@@ -176,12 +350,17 @@ pub fn listen_main(args: &[OsString]) -> i32 {
         }
     };
     let Ok(dev) = open(&o.device) else { return 1 };
+    let service_id = o.service_id();
     let start = Instant::now();
     let (tx, rx) = mpsc::channel::<u32>();
     let tx = Mutex::new(tx);
     let pd = o.private_data.clone();
     let reject = o.reject;
     let quiet = o.quiet;
+    let rdma_cm = o.rdma_cm;
+    let disconnect = o.disconnect;
+    let disconnect_delay = o.disconnect_delay;
+    let qkey = o.qkey;
     let accepted = std::sync::atomic::AtomicU32::new(0);
     let handler: RustHandler = Arc::new(move |id: &CmId, ev: &Event| {
         if !quiet {
@@ -189,7 +368,7 @@ pub fn listen_main(args: &[OsString]) -> i32 {
                 "[{:>9.3} ms] {:#010x} {}",
                 start.elapsed().as_secs_f64() * 1e3,
                 id.local_id(),
-                describe(ev)
+                describe(ev, rdma_cm)
             );
         }
         let done = |code: u32| {
@@ -218,6 +397,47 @@ pub fn listen_main(args: &[OsString]) -> i32 {
                     return 1;
                 }
             }
+            EventType::SidrReqReceived => {
+                let n = accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // Like rdma_cm: a refusal carries no QPN and Q_Key.
+                let (qp_num, qkey) = match reject {
+                    None => (0x1000 + n, qkey),
+                    Some(_) => (0, 0),
+                };
+                let rep = SidrRepParams {
+                    qp_num,
+                    qkey,
+                    status: reject.unwrap_or(0),
+                    private_data: pd.clone(),
+                    ..SidrRepParams::default()
+                };
+                let code = match id.send_sidr_rep(&rep) {
+                    Ok(()) => reject.map_or(0, |_| 1),
+                    Err(e) => {
+                        eprintln!("ibcm listen: SIDR_REP failed: {e}");
+                        2
+                    }
+                };
+                done(code);
+                return 1; // SIDR is over: destroy the id
+            }
+            EventType::RtuReceived | EventType::UserEstablished if disconnect => {
+                let dreq = |id: &CmId, pd: &[u8]| {
+                    if let Err(e) = id.send_dreq(pd) {
+                        eprintln!("ibcm listen: DREQ failed: {e}");
+                    }
+                };
+                if disconnect_delay.is_zero() {
+                    dreq(id, &pd);
+                } else {
+                    // Not in the callback: it runs on the device's event loop.
+                    let (id, pd) = (id.clone(), pd.clone());
+                    std::thread::spawn(move || {
+                        std::thread::sleep(disconnect_delay);
+                        dreq(&id, &pd);
+                    });
+                }
+            }
             EventType::DreqReceived => {
                 let _ = id.send_drep(&pd);
             }
@@ -240,31 +460,54 @@ pub fn listen_main(args: &[OsString]) -> i32 {
             return 1;
         }
     };
-    if let Err(e) = listener.listen(o.service_id) {
-        eprintln!("ibcm listen: cannot listen on {:#x}: {e}", o.service_id);
+    if let Err(e) = listener.listen(service_id) {
+        eprintln!("ibcm listen: cannot listen on {service_id:#x}: {e}");
         return 1;
     }
     println!(
-        "listening on {} service {:#018x} for {} connection(s)",
+        "listening on {} service {:#018x} for {} {}",
         dev.name(),
-        o.service_id,
-        o.count
+        service_id,
+        o.count,
+        if o.sidr {
+            "SIDR request(s)"
+        } else {
+            "connection(s)"
+        }
     );
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe {
+        let h = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::signal(libc::SIGINT, h);
+        libc::signal(libc::SIGTERM, h);
+    }
     let mut finished = 0;
     let mut failed = 0;
+    if o.count == 0 {
+        // Serve until the timeout (or a signal): whatever arrives is
+        // counted, nothing fails.
+        let until = Instant::now() + o.timeout;
+        while Instant::now() < until && !STOP.load(Ordering::Relaxed) {
+            if next_done(&rx, until).is_some() {
+                finished += 1;
+            }
+        }
+    }
     while finished < o.count {
-        match rx.recv_timeout(o.timeout) {
-            Ok(code) => {
+        match next_done(&rx, Instant::now() + o.timeout) {
+            Some(code) => {
                 finished += 1;
                 if code != 0 && reject.is_none() {
                     failed += 1;
                 }
             }
-            Err(_) => {
-                eprintln!(
-                    "ibcm listen: timed out after {:?} ({finished} of {} done)",
-                    o.timeout, o.count
-                );
+            None => {
+                let why = if STOP.load(Ordering::Relaxed) {
+                    "stopped by a signal".to_string()
+                } else {
+                    format!("timed out after {:?}", o.timeout)
+                };
+                eprintln!("ibcm listen: {why} ({finished} of {} done)", o.count);
                 failed += o.count - finished;
                 break;
             }
@@ -278,11 +521,22 @@ pub fn listen_main(args: &[OsString]) -> i32 {
     }
     print_counters(&dev);
     dev.close();
-    println!("{finished} connection(s) handled, {failed} failed");
+    println!(
+        "{finished} {} handled, {failed} failed",
+        if o.sidr {
+            "SIDR request(s)"
+        } else {
+            "connection(s)"
+        }
+    );
     (failed > 0) as i32
 }
 
 // ----------------------------------------------------------------- connect
+
+/// What the connect loop waits for: (local id, event, reject reason or
+/// SIDR status).
+type Note = (u32, EventType, u32);
 
 pub fn connect_main(args: &[OsString]) -> i32 {
     let o = match parse(args, true) {
@@ -304,8 +558,9 @@ pub fn connect_main(args: &[OsString]) -> i32 {
             return 1;
         }
     };
+    let service_id = o.service_id();
     let start = Instant::now();
-    let (tx, rx) = mpsc::channel::<(u32, EventType)>();
+    let (tx, rx) = mpsc::channel::<Note>();
     let tx = Mutex::new(tx);
     let quiet = o.quiet;
     let pd = o.private_data.clone();
@@ -315,9 +570,10 @@ pub fn connect_main(args: &[OsString]) -> i32 {
                 "[{:>9.3} ms] {:#010x} {}",
                 start.elapsed().as_secs_f64() * 1e3,
                 id.local_id(),
-                describe(ev)
+                describe(ev, false)
             );
         }
+        let mut aux = 0;
         match ev.kind {
             EventType::RepReceived => {
                 if let Err(e) = id.send_rtu(&pd) {
@@ -329,7 +585,12 @@ pub fn connect_main(args: &[OsString]) -> i32 {
             }
             _ => {}
         }
-        let _ = tx.lock().unwrap().send((id.local_id(), ev.kind));
+        match &ev.param {
+            EventParam::Rej { reason, .. } => aux = *reason,
+            EventParam::SidrRep(p) => aux = p.status,
+            _ => {}
+        }
+        let _ = tx.lock().unwrap().send((id.local_id(), ev.kind, aux));
         0
     });
     let mut ok = 0;
@@ -341,64 +602,111 @@ pub fn connect_main(args: &[OsString]) -> i32 {
                 break;
             }
         };
-        let req = ReqParams {
-            primary_path: path,
-            service_id: o.service_id,
-            qp_num: 0x2000 + i,
-            qp_type: qp_type::RC,
-            starting_psn: (id.local_id() & 0xff_ffff) ^ 0xa5a5a5,
-            private_data: o.private_data.clone(),
-            responder_resources: 1,
-            initiator_depth: 1,
-            remote_cm_response_timeout: 20,
-            local_cm_response_timeout: 20,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            max_cm_retries: 15,
-            ..ReqParams::default()
+        let private_data = if o.rdma_cm {
+            // An ephemeral-looking source port, as rdma_bind_addr(port 0) picks.
+            let sport = 32768 + (id.local_id() as u16 % 28000);
+            cma_header(path.sgid.to_ip(), sport, dest.to_ip(), &o.private_data)
+        } else {
+            o.private_data.clone()
         };
-        if let Err(e) = id.send_req(&req) {
-            eprintln!("ibcm connect: REQ failed: {e}");
+        let sent = if o.sidr {
+            let req = SidrReqParams {
+                path,
+                service_id,
+                timeout_ms: 1 << (o.response_timeout - 8),
+                private_data,
+                max_cm_retries: 15,
+                ..SidrReqParams::default()
+            };
+            id.send_sidr_req(&req)
+        } else {
+            let req = ReqParams {
+                primary_path: path,
+                service_id,
+                qp_num: 0x2000 + i,
+                qp_type: qp_type::RC,
+                starting_psn: (id.local_id() & 0xff_ffff) ^ 0xa5a5a5,
+                private_data,
+                responder_resources: 1,
+                initiator_depth: 1,
+                remote_cm_response_timeout: o.response_timeout,
+                local_cm_response_timeout: o.response_timeout,
+                retry_count: 7,
+                rnr_retry_count: 7,
+                max_cm_retries: 15,
+                ..ReqParams::default()
+            };
+            id.send_req(&req)
+        };
+        if let Err(e) = sent {
+            eprintln!("ibcm connect: request failed: {e}");
             let _ = id.destroy();
             break;
         }
-        let wait = |want: &[EventType]| -> Option<EventType> {
+        let wait = |want: &[EventType]| -> Option<(EventType, u32)> {
             let deadline = Instant::now() + o.timeout;
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match rx.recv_timeout(left) {
-                    Ok((lid, k)) if lid == id.local_id() && want.contains(&k) => return Some(k),
+                    Ok((lid, k, aux)) if lid == id.local_id() && want.contains(&k) => {
+                        return Some((k, aux));
+                    }
                     Ok(_) => continue,
                     Err(_) => return None,
                 }
             }
         };
         use EventType::*;
-        match wait(&[RepReceived, RejReceived, ReqError]) {
-            Some(RepReceived) => {}
-            other => {
-                eprintln!(
-                    "ibcm connect: connection {i} failed: {}",
-                    other.map_or("timed out", |k| k.name())
-                );
+        let name = |r: Option<(EventType, u32)>| r.map_or("timed out", |(k, _)| k.name());
+        if o.sidr {
+            match wait(&[SidrRepReceived, SidrReqError]) {
+                Some((SidrRepReceived, status)) if Some(status) == o.expect_reject => ok += 1,
+                Some((SidrRepReceived, 0)) if o.expect_reject.is_none() => ok += 1,
+                Some((SidrRepReceived, status)) => {
+                    eprintln!("ibcm connect: SIDR {i}: status {status}")
+                }
+                other => eprintln!("ibcm connect: SIDR {i} failed: {}", name(other)),
+            }
+            let _ = id.destroy();
+            continue;
+        }
+        match (wait(&[RepReceived, RejReceived, ReqError]), o.expect_reject) {
+            (Some((RepReceived, _)), None) => {}
+            (Some((RejReceived, reason)), Some(want)) if reason == want => {
+                ok += 1;
+                let _ = id.destroy();
+                continue;
+            }
+            (other, _) => {
+                eprintln!("ibcm connect: connection {i} failed: {}", name(other));
                 let _ = id.destroy();
                 continue;
             }
         }
-        if let Err(e) = id.send_dreq(&o.private_data) {
-            eprintln!("ibcm connect: DREQ failed: {e}");
-        }
-        match wait(&[DrepReceived, DreqError, DreqReceived]) {
-            Some(_) => ok += 1,
-            None => eprintln!("ibcm connect: no answer to the disconnect of connection {i}"),
+        if o.wait_disconnect {
+            match wait(&[DreqReceived]) {
+                Some(_) => ok += 1,
+                None => eprintln!("ibcm connect: connection {i}: the peer did not disconnect"),
+            }
+        } else {
+            if let Err(e) = id.send_dreq(&o.private_data) {
+                eprintln!("ibcm connect: DREQ failed: {e}");
+            }
+            match wait(&[DrepReceived, DreqError, DreqReceived]) {
+                Some(_) => ok += 1,
+                None => eprintln!("ibcm connect: no answer to the disconnect of connection {i}"),
+            }
         }
         let _ = id.destroy();
     }
     print_counters(&dev);
     dev.close();
-    println!(
-        "{ok} of {} connection(s) established and disconnected",
-        o.count
-    );
+    let what = match (o.sidr, o.expect_reject.is_some()) {
+        (true, false) => "service ID resolution(s) answered",
+        (true, true) => "service ID resolution(s) refused as expected",
+        (false, true) => "connection(s) rejected as expected",
+        (false, false) => "connection(s) established and disconnected",
+    };
+    println!("{ok} of {} {what}", o.count);
     (ok != o.count) as i32
 }
