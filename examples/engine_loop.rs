@@ -2,7 +2,7 @@
 //! in-process engines and prints the connect and teardown rates; under `valgrind --tool=callgrind`
 //! it gives a noise-free instruction count per handshake.
 //!
-//!     cargo run --release --example engine_loop -- 200000
+//!     cargo run --release --example engine_loop -- 200000 [batch]
 
 use ibcm::engine::*;
 use ibcm::wire::Gid;
@@ -73,12 +73,18 @@ fn main() {
     let now = Time::from_millis(1000);
     // Batches of 4096: connect them all (timed as "connect"), then tear
     // them all down (timed as "teardown"), then let timewait expire.
-    const BATCH: u64 = 4096;
+    // `engine_loop N 1` gives the hot-cache figure (one connection at a
+    // time); the default keeps 4096 connections live per batch.
+    let batch_n: u64 = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4096)
+        .max(1);
     let (mut t_conn, mut t_down) = (0f64, 0f64);
-    let mut ids = Vec::with_capacity(BATCH as usize);
+    let mut ids = Vec::with_capacity(batch_n as usize);
     let mut i = 0u64;
     while i < n {
-        let m = BATCH.min(n - i);
+        let m = batch_n.min(n - i);
         ids.clear();
         let t = std::time::Instant::now();
         for _ in 0..m {
