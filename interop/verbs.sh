@@ -43,14 +43,22 @@ say "library -> $PREFIX"
 make -s -C "$ROOT" install PREFIX="$PREFIX" >/dev/null
 export PKG_CONFIG_PATH="$PREFIX/lib/pkgconfig"
 # shellcheck disable=SC2046
+# The client finds libibcm next to itself: the guests see the host's root
+# except /tmp, /run, /var/tmp and /var/log (tmpfs there), and the checkout
+# may live under /tmp. So each run copies both into its run directory, which
+# every guest sees as $LAB_DIR, and guest commands use $GBIN.
 gcc -std=gnu11 -O2 -Wall -Wextra -Werror "$HERE/verbs/verbs_client.c" \
-  $(pkg-config --cflags --libs ibcm) -Wl,-rpath,"$PREFIX/lib" -libverbs -lpthread -o "$BIN"
+  $(pkg-config --cflags --libs ibcm) -Wl,-rpath,'$ORIGIN' -libverbs -lpthread -o "$BIN"
 say "built in $(( $(date +%s) - t0 )) s: $BIN"
+GBIN='$LAB_DIR/bin/verbs_client'
 
 pair() { # pair NAME MODS_A MODS_B CMD_A CMD_B [extra run-pair options]
   local name=$1 ma=$2 mb=$3 ca=$4 cb=$5; shift 5
   local run="$OUT/runs/$name"
   rm -rf "$run"
+  mkdir -p "$run/bin"
+  cp "$BIN" "$run/bin/verbs_client"
+  cp -L "$PREFIX/lib/libibcm.so.0" "$run/bin/libibcm.so.0"
   if LAB_CACHE="$OUT/cache" bash "$HERE/verbs/run-pair.sh" -q -t 60 -a "$ma" -b "$mb" -o "$run" "$@" \
       "$ca" "$cb" > "$run.log" 2>&1; then
     rc=0
@@ -66,7 +74,7 @@ pair() { # pair NAME MODS_A MODS_B CMD_A CMD_B [extra run-pair options]
 # listens, and returns its status.
 ibcm_server() { # ibcm_server DEVICE
   cat <<EOF
-( IBCM_LOG=info lab_time $BIN -d $1 -s > \$LAB_DIR/A.srv 2>&1; echo \$? > \$LAB_DIR/A.srvrc ) &
+( IBCM_LOG=info lab_time $GBIN -d $1 -s > \$LAB_DIR/A.srv 2>&1; echo \$? > \$LAB_DIR/A.srvrc ) &
 i=0; until grep -q LISTENING \$LAB_DIR/A.srv 2>/dev/null || [ \$i -ge 300 ]; do sleep 0.1; i=\$((i+1)); done
 lab_signal listening; wait; cat \$LAB_DIR/A.srv; exit \$(cat \$LAB_DIR/A.srvrc)
 EOF
@@ -80,14 +88,14 @@ for s in "${SCEN[@]}"; do
   case $s in
     kernel)
       A="$(have_cm)
-env -u IBCM_LOG $BIN -o -d rxe0 > \$LAB_DIR/A.refusal 2>&1; r=\$?; cat \$LAB_DIR/A.refusal
+env -u IBCM_LOG $GBIN -o -d rxe0 > \$LAB_DIR/A.refusal 2>&1; r=\$?; cat \$LAB_DIR/A.refusal
 [ \$r = 16 ] && grep -q 'ib_cm module is loaded' \$LAB_DIR/A.refusal && echo 'REFUSAL OK: -EBUSY' || { echo 'REFUSAL: unexpected result'; exit 1; }
 lab_time ucmatose -b \$LAB_IP > \$LAB_DIR/A.ucm 2>&1 & p=\$!
 lab_wait_listen && lab_signal listening; wait \$p; r=\$?; cat \$LAB_DIR/A.ucm
 grep -q 'data transfers complete' \$LAB_DIR/A.ucm && grep -q 'return status 0' \$LAB_DIR/A.ucm || r=1
 exit \$r"
       B="$(no_cm)
-lab_wait listening && IBCM_LOG=info lab_time $BIN -d rxe0 -c \$LAB_PEER_IP"
+lab_wait listening && IBCM_LOG=info lab_time $GBIN -d rxe0 -c \$LAB_PEER_IP"
       pair kernel "$WITHCM" "$NOCM" "$A" "$B" -p "$OUT/runs/kernel.A.pcap" && RESULT[$s]=PASS || RESULT[$s]=FAIL
       if command -v tshark >/dev/null && [ -s "$OUT/runs/kernel.A.pcap" ]; then
         say "RoCE on the wire (guest A's NIC): CM MADs and the RC data"
@@ -101,25 +109,25 @@ lab_wait_listen && lab_signal listening; wait \$p; r=\$?; cat \$LAB_DIR/A.rping
 [ \$(grep -c 'server ping data: rdma-ping-' \$LAB_DIR/A.rping) = 3 ] || r=1
 exit \$r"
       B="$(no_cm)
-lab_wait listening && IBCM_LOG=info lab_time $BIN -d rxe0 -R -C 3 -c \$LAB_PEER_IP"
+lab_wait listening && IBCM_LOG=info lab_time $GBIN -d rxe0 -R -C 3 -c \$LAB_PEER_IP"
       pair rping "$WITHCM" "$NOCM" "$A" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
       ;;
     events)
       B="$(no_cm)
-( IBCM_LOG=info $BIN -o -d rxe0 -t 15 -W 10.77.1.2 > \$LAB_DIR/B.ev 2>&1; echo \$? > \$LAB_DIR/B.evrc ) &
+( IBCM_LOG=info $GBIN -o -d rxe0 -t 15 -W 10.77.1.2 > \$LAB_DIR/B.ev 2>&1; echo \$? > \$LAB_DIR/B.evrc ) &
 i=0; until grep -q WAITING \$LAB_DIR/B.ev 2>/dev/null || [ \$i -ge 100 ]; do sleep 0.1; i=\$((i+1)); done
 ip addr add 10.77.1.2/24 dev eth0; wait; cat \$LAB_DIR/B.ev; exit \$(cat \$LAB_DIR/B.evrc)"
       pair events "$NOCM" "$NOCM" "true" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
       ;;
     umad)
       B="$(no_cm)
-lab_wait listening && IBCM_LOG=info lab_time $BIN -d rxe0 -c \$LAB_PEER_IP"
+lab_wait listening && IBCM_LOG=info lab_time $GBIN -d rxe0 -c \$LAB_PEER_IP"
       pair umad "$NOCM" "$NOCM" "$(no_cm)
 $(ibcm_server rxe0)" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
       ;;
     soft)
       B="$(have_cm)
-lab_wait listening && IBCM_LOG=info lab_time $BIN -d soft:\$LAB_IP@rxe0 -c \$LAB_PEER_IP"
+lab_wait listening && IBCM_LOG=info lab_time $GBIN -d soft:\$LAB_IP@rxe0 -c \$LAB_PEER_IP"
       pair soft "$WITHCM" "$WITHCM" "$(have_cm)
 $(ibcm_server 'soft:$LAB_IP@rxe0')" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
       ;;
