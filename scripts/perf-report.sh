@@ -28,12 +28,21 @@ if command -v valgrind >/dev/null; then
 fi
 
 say "UDP software fabric, two processes, 10k connections, 256 in flight (3 runs)"
+summ=$(mktemp)
+cat > "$summ" <<'PY'
+import json, sys
+d = json.load(sys.stdin)
+b = d["udp_baseline"]
+c, q = d["connect_us"], d["disconnect_us"]
+print(f"connect {d['connect_per_s']}/s  disconnect {d['disconnect_per_s']}/s  "
+      f"connect p50/p99/max {c['p50']}/{c['p99']}/{c['max']} us  DREQ->DREP p50 {q['p50']} us  "
+      f"cpu {d['cpu_s']} s  rss {d['max_rss_kib']} KiB  | baseline {b['exchanges_per_s']}/s "
+      f"p50 {b['exchange_us']['p50']} us  ratio rate {d['ratio_to_udp']['rate']} p50 {d['ratio_to_udp']['p50']}")
+PY
 for i in 1 2 3; do
-    $IBCM bench --baseline --json 2>/dev/null | python3 -c '
-import json,sys; d=json.load(sys.stdin); b=d["udp_baseline"]
-print(f"connect {d[\"connect_per_s\"]}/s  disconnect {d[\"disconnect_per_s\"]}/s  connect p50/p99/max {d[\"connect_us\"][\"p50\"]}/{d[\"connect_us\"][\"p99\"]}/{d[\"connect_us\"][\"max\"]} us  "
-      f"DREQ->DREP p50 {d[\"disconnect_us\"][\"p50\"]} us  cpu {d[\"cpu_s\"]} s  rss {d[\"max_rss_kib\"]} KiB  | baseline {b[\"exchanges_per_s\"]}/s p50 {b[\"exchange_us\"][\"p50\"]} us  ratio rate {d[\"ratio_to_udp\"][\"rate\"]} p50 {d[\"ratio_to_udp\"][\"p50\"]}")'
+    $IBCM bench --baseline --json 2>/dev/null | python3 "$summ"
 done
+rm -f "$summ"
 
 say "threads (engine shards + event-loop threads per device), 50k connections"
 for t in 1 2; do

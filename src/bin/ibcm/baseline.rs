@@ -4,7 +4,9 @@
 //! buffers, `recvmmsg`/`sendmmsg` in batches of 64, non-blocking with
 //! `poll`), exchange 3 datagrams of the RoCEv2 GSI payload size (280 bytes)
 //! per "connection" — request, response, confirmation, as REQ, REP and RTU
-//! — with the same number in flight. No parsing, no state, no timers: what
+//! — with the same number in flight, and the same threads: one responder
+//! thread, and on the requesting side one thread starting exchanges and one
+//! receiving responses and confirming them. No parsing, no state, no timers: what
 //! is left is the cost of the sockets, which is the bound the CM is
 //! measured against.
 
@@ -194,6 +196,11 @@ pub fn serve(sock: &UdpSocket, stop: impl Fn() -> bool) {
 
 /// The requester: `n` exchanges, `window` in flight. Returns the rate
 /// (exchanges per second) and each exchange's request→response latency.
+///
+/// Two threads, as the CM client has (the application thread starting
+/// connects, the device's event loop receiving REPs and sending RTUs): this
+/// thread sends requests in bursts of every free window slot; a receiver
+/// thread takes responses, sends the confirmations and frees the slots.
 pub fn run(
     sock: &UdpSocket,
     to: SocketAddr,
@@ -201,54 +208,84 @@ pub fn run(
     window: usize,
     timeout: Duration,
 ) -> (f64, Vec<u64>) {
-    let mut sent_at: Vec<Option<Instant>> = vec![None; n];
-    let mut lat = Vec::with_capacity(n);
-    let mut bufs = Box::new([[0u8; 512]; BATCH]);
-    let mut out: Vec<([u8; SIZE], SocketAddr)> = Vec::with_capacity(window);
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Condvar, Mutex};
+    let start = Instant::now();
+    let deadline = start + timeout;
+    let ns = || start.elapsed().as_nanos() as u64 + 1;
+    // Send time of each outstanding exchange (0 = not outstanding).
+    let sent_at: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+    let slots = (Mutex::new(0usize), Condvar::new());
+    let finished = AtomicBool::new(false);
     let dgram = |kind: u8, i: usize| {
         let mut d = [0u8; SIZE];
         d[0] = kind;
         d[1..9].copy_from_slice(&(i as u64).to_le_bytes());
         (d, to)
     };
-    let (mut next, mut done, mut inflight) = (0usize, 0usize, 0usize);
-    let start = Instant::now();
-    let deadline = start + timeout;
-    while done < n && Instant::now() < deadline {
-        out.clear();
-        while inflight < window && next < n {
-            sent_at[next] = Some(Instant::now());
-            out.push(dgram(1, next));
-            next += 1;
-            inflight += 1;
-        }
-        send_many(sock, &mut out);
-        if !readable(sock, 500) {
-            // Lost datagrams (should not happen on loopback): resend.
-            out.clear();
-            for (i, t) in sent_at.iter().enumerate() {
-                if t.is_some() {
-                    out.push(dgram(1, i));
+    let (done, lat) = std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            let mut lat = Vec::with_capacity(n);
+            let mut bufs = Box::new([[0u8; 512]; BATCH]);
+            let mut out: Vec<([u8; SIZE], SocketAddr)> = Vec::with_capacity(BATCH);
+            let mut done = 0usize;
+            while done < n && Instant::now() < deadline {
+                if !readable(sock, 500) {
+                    // Lost datagrams (should not happen on loopback): resend.
+                    out.clear();
+                    for (i, t) in sent_at.iter().enumerate() {
+                        if t.load(Ordering::Relaxed) != 0 {
+                            out.push(dgram(1, i));
+                        }
+                    }
+                    send_many(sock, &mut out);
+                    continue;
+                }
+                out.clear();
+                for (k, (len, _)) in recv_many(sock, &mut bufs).into_iter().enumerate() {
+                    let b = &bufs[k];
+                    if len != SIZE || b[0] != 2 {
+                        continue;
+                    }
+                    let i = u64::from_le_bytes(b[1..9].try_into().unwrap()) as usize;
+                    let t = sent_at.get(i).map_or(0, |t| t.swap(0, Ordering::Relaxed));
+                    if t != 0 {
+                        lat.push(ns() - t);
+                        out.push(dgram(3, i));
+                    }
+                }
+                send_many(sock, &mut out);
+                if !out.is_empty() {
+                    done += out.len();
+                    *slots.0.lock().unwrap() -= out.len();
+                    slots.1.notify_one();
                 }
             }
+            finished.store(true, Ordering::SeqCst);
+            slots.1.notify_one();
+            (done, lat)
+        });
+        let mut out: Vec<([u8; SIZE], SocketAddr)> = Vec::with_capacity(window);
+        let mut next = 0usize;
+        while next < n && !finished.load(Ordering::SeqCst) {
+            let k = {
+                let mut inflight = slots.0.lock().unwrap();
+                while *inflight >= window && !finished.load(Ordering::SeqCst) {
+                    inflight = slots.1.wait_timeout(inflight, Duration::from_millis(100)).unwrap().0;
+                }
+                let k = (window - (*inflight).min(window)).min(n - next);
+                *inflight += k;
+                k
+            };
+            out.clear();
+            for i in next..next + k {
+                sent_at[i].store(ns(), Ordering::Relaxed);
+                out.push(dgram(1, i));
+            }
             send_many(sock, &mut out);
-            continue;
+            next += k;
         }
-        out.clear();
-        for (k, (len, _)) in recv_many(sock, &mut bufs).into_iter().enumerate() {
-            let b = &bufs[k];
-            if len != SIZE || b[0] != 2 {
-                continue;
-            }
-            let i = u64::from_le_bytes(b[1..9].try_into().unwrap()) as usize;
-            if let Some(t) = sent_at.get_mut(i).and_then(|t| t.take()) {
-                lat.push(t.elapsed().as_nanos() as u64);
-                out.push(dgram(3, i));
-                done += 1;
-                inflight -= 1;
-            }
-        }
-        send_many(sock, &mut out);
-    }
+        rx.join().unwrap()
+    });
     (done as f64 / start.elapsed().as_secs_f64(), lat)
 }
