@@ -271,7 +271,11 @@ pub fn run(
             let k = {
                 let mut inflight = slots.0.lock().unwrap();
                 while *inflight >= window && !finished.load(Ordering::SeqCst) {
-                    inflight = slots.1.wait_timeout(inflight, Duration::from_millis(100)).unwrap().0;
+                    inflight = slots
+                        .1
+                        .wait_timeout(inflight, Duration::from_millis(100))
+                        .unwrap()
+                        .0;
                 }
                 let k = (window - (*inflight).min(window)).min(n - next);
                 *inflight += k;
