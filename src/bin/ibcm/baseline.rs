@@ -282,8 +282,8 @@ pub fn run(
                 k
             };
             out.clear();
-            for i in next..next + k {
-                sent_at[i].store(ns(), Ordering::Relaxed);
+            for (i, t) in sent_at.iter().enumerate().skip(next).take(k) {
+                t.store(ns(), Ordering::Relaxed);
                 out.push(dgram(1, i));
             }
             send_many(sock, &mut out);
