@@ -89,6 +89,7 @@ if inns "$NM" tc qdisc add dev "$VAM" root netem delay 1ms 2>"$WORK/err"; then
 else
     echo "netns: tc netem unavailable here ($(tr -d '\n' <"$WORK/err"); the kernel lacks sch_netem):"
     echo "netns:   impairments by the userspace link emulator (tests/netns/linkemu.py) between TUN devices in $NM"
+    [ -c /dev/net/tun ] || skip "neither tc netem nor /dev/net/tun: no way to impair the link"
     ip -n "$NM" tuntap add dev "$TA" mode tun
     ip -n "$NM" tuntap add dev "$TB" mode tun
     ip -n "$NM" link set "$TA" up
