@@ -401,6 +401,11 @@ impl Engine {
 
     /// Moves every pending MAD to the end of `out` (in order), without
     /// copying them one by one.
+    /// Whether `poll_transmit`/`take_transmits` would return anything.
+    pub fn has_transmits(&self) -> bool {
+        self.transmits.len() > self.tx_head
+    }
+
     pub fn take_transmits(&mut self, out: &mut Vec<Transmit>) {
         if self.tx_head == 0 {
             out.append(&mut self.transmits);

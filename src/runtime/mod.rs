@@ -204,7 +204,16 @@ thread_local! {
     /// device while it handles a batch go out together when the batch is
     /// done (one `sendmmsg`) instead of one by one.
     static BATCH_DEV: Cell<*const Device> = const { Cell::new(std::ptr::null()) };
+    /// Where this thread's next `create_id` goes (see there).
+    static NEXT_SHARD: Cell<usize> = Cell::new(THREAD_SEQ.fetch_add(1, Ordering::Relaxed));
 }
+
+static THREAD_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A counter alone on its cache line.
+#[derive(Default)]
+#[repr(align(64))]
+struct PaddedCount(AtomicUsize);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -256,7 +265,10 @@ static LIVE: std::sync::LazyLock<[Mutex<LiveMap>; REG_SHARDS]> = std::sync::Lazy
 });
 
 fn live_shard(p: usize) -> &'static Mutex<LiveMap> {
-    &LIVE[(p >> 6) % REG_SHARDS]
+    // Every bit of the address counts: ids of different threads come from
+    // different malloc arenas whose low bits are often identical.
+    let h = (p as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    &LIVE[(h >> 60) as usize % REG_SHARDS]
 }
 
 fn register(p: *const Shell) {
@@ -308,11 +320,18 @@ pub struct Device {
     /// Serialises listen/insert_listen/listener destroy (not on the
     /// message path).
     listen_lock: Mutex<()>,
-    live_ids: AtomicUsize,
+    /// Live ids per shard (summed by `live_ids()`): one cache line each,
+    /// so threads creating and destroying ids on different shards do not
+    /// share one counter.
+    live_ids: Box<[PaddedCount]>,
     /// Ids with events from API calls, delivered by the event loop.
     deferred: Mutex<Vec<Arc<Shell>>>,
     /// MADs waiting to be sent, in engine order.
     outq: Mutex<Vec<Transmit>>,
+    /// Set after MADs are queued on `outq`; lets a flush with nothing to
+    /// send skip both device-wide locks (an API call that sends nothing,
+    /// such as destroying an idle id, then touches no device lock).
+    outq_pending: std::sync::atomic::AtomicBool,
     send_lock: Mutex<()>,
     /// GID attribute objects handed to C (`sgid_attr`): the last table is
     /// current; older ones (before a port change) stay alive with the
@@ -389,9 +408,12 @@ impl Device {
             sleep_until: AtomicU64::new(0),
             timer_gen: AtomicU64::new(0),
             listen_lock: Mutex::new(()),
-            live_ids: AtomicUsize::new(0),
+            live_ids: (0..1u32 << shard_bits)
+                .map(|_| PaddedCount::default())
+                .collect(),
             deferred: Mutex::new(Vec::new()),
             outq: Mutex::new(Vec::new()),
+            outq_pending: std::sync::atomic::AtomicBool::new(false),
             send_lock: Mutex::new(()),
             gid_attrs: std::sync::RwLock::new(vec![attrs]),
             ports: std::sync::RwLock::new(Arc::new(ports)),
@@ -476,7 +498,10 @@ impl Device {
 
     /// Live ids (listeners and incoming ids included).
     pub fn live_ids(&self) -> usize {
-        self.live_ids.load(Ordering::Relaxed)
+        self.live_ids
+            .iter()
+            .map(|c| c.0.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Counters of all shards.
@@ -577,7 +602,10 @@ impl Device {
     fn drain(&self, shard: u32, e: &mut Engine, out: &mut Outputs) {
         // Queued on the device in engine order while the shard lock is
         // held, so MADs of one id can never overtake each other.
-        e.take_transmits(&mut lock(&self.outq));
+        if e.has_transmits() {
+            e.take_transmits(&mut lock(&self.outq));
+            self.outq_pending.store(true, Ordering::SeqCst);
+        }
         while let Some(c) = e.poll_change() {
             if c.user != 0 {
                 let sh = unsafe { &*(c.user as *const Shell) };
@@ -638,7 +666,9 @@ impl Device {
             let raw = Arc::into_raw(shell.clone());
             let _ = e.set_user(ev.id, raw as u64);
             register(raw);
-            self.live_ids.fetch_add(1, Ordering::Relaxed);
+            self.live_ids[shard as usize]
+                .0
+                .fetch_add(1, Ordering::Relaxed);
             return Some(shell);
         }
         // An event queued in the same engine step as the REQ that created
@@ -796,6 +826,13 @@ impl Device {
     /// Sends every queued MAD, in queue order. The send lock makes batches
     /// taken by different threads leave in the order they were taken.
     fn flush(&self) {
+        // Whoever queued MADs flushes after queueing them (or at the end of
+        // its batch), so a clear flag means someone else already took them.
+        if !self.outq_pending.load(Ordering::SeqCst)
+            || !self.outq_pending.swap(false, Ordering::SeqCst)
+        {
+            return;
+        }
         let _g = lock(&self.send_lock);
         let batch = std::mem::take(&mut *lock(&self.outq));
         if !batch.is_empty() {
@@ -849,9 +886,27 @@ impl Device {
         if self.stop.load(Ordering::SeqCst) {
             return Err(Errno::ENODEV);
         }
-        // Spread new ids over the shards.
-        let shard = (self.live_ids.load(Ordering::Relaxed) % self.shards.len()) as u32;
-        let mut e = lock(&self.shards[shard as usize]);
+        // Spread new ids over the shards: round robin per thread, each
+        // thread starting at a different shard, so one creating thread
+        // still uses every shard and two rarely wait for one lock.
+        // A shard whose lock is busy is skipped for the next free one.
+        let n = self.shards.len();
+        let first = NEXT_SHARD.with(|c| {
+            let v = c.get();
+            c.set(v.wrapping_add(1));
+            v % n
+        });
+        let (shard, mut e) = (0..n)
+            .find_map(|k| {
+                let s = (first + k) % n;
+                match self.shards[s].try_lock() {
+                    Ok(g) => Some((s, g)),
+                    Err(std::sync::TryLockError::Poisoned(p)) => Some((s, p.into_inner())),
+                    Err(std::sync::TryLockError::WouldBlock) => None,
+                }
+            })
+            .unwrap_or_else(|| (first, lock(&self.shards[first])));
+        let shard = shard as u32;
         let h = e.create_id(0)?;
         let shell = Arc::new(Shell::new(
             self.clone(),
@@ -867,7 +922,9 @@ impl Device {
         if let Some(c) = e.info(h) {
             shell.sync_public(&c);
         }
-        self.live_ids.fetch_add(1, Ordering::Relaxed);
+        self.live_ids[shard as usize]
+            .0
+            .fetch_add(1, Ordering::Relaxed);
         Ok(CmId(shell))
     }
 
@@ -1086,7 +1143,9 @@ impl Shell {
                 }
             }
         }
-        dev.live_ids.fetch_sub(1, Ordering::Relaxed);
+        dev.live_ids[self.shard as usize]
+            .0
+            .fetch_sub(1, Ordering::Relaxed);
         unregister(Arc::as_ptr(self));
         // Release the reference the engine's user token stood for.
         unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
