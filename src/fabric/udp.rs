@@ -39,7 +39,12 @@ pub struct UdpTransport {
     stats: TransportStats,
 }
 
-fn setsockopt_int(fd: i32, level: i32, name: i32, val: i32) -> io::Result<()> {
+/// Socket buffer sizes a soft device asks for (best effort).
+pub const RCVBUF: i32 = 8 << 20;
+pub const SNDBUF: i32 = 4 << 20;
+
+/// `setsockopt` of one `int` option.
+pub fn setsockopt_int(fd: i32, level: i32, name: i32, val: i32) -> io::Result<()> {
     let r = unsafe {
         libc::setsockopt(
             fd,
@@ -56,7 +61,8 @@ fn setsockopt_int(fd: i32, level: i32, name: i32, val: i32) -> io::Result<()> {
     }
 }
 
-fn sockaddr_of(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+/// A socket address as the kernel's `sockaddr_storage` and its length.
+pub fn sockaddr_of(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = match addr {
         SocketAddr::V4(a) => {
@@ -88,7 +94,8 @@ fn sockaddr_of(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
-fn addr_of(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+/// The socket address in a `sockaddr_storage` (IPv4 or IPv6).
+pub fn addr_of(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match ss.ss_family as i32 {
         libc::AF_INET => {
             let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
@@ -125,8 +132,8 @@ impl UdpTransport {
             )?,
         }
         // Room for bursts (benchmarks, floods); best effort.
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 8 << 20);
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, RCVBUF);
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, SNDBUF);
         let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if efd < 0 {
             return Err(io::Error::last_os_error());

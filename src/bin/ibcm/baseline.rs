@@ -10,8 +10,9 @@
 //! is left is the cost of the sockets, which is the bound the CM is
 //! measured against.
 
+use ibcm::fabric::udp::{self, addr_of, setsockopt_int, sockaddr_of};
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -24,18 +25,8 @@ pub fn bind(ip: IpAddr, port: u16) -> io::Result<UdpSocket> {
     let s = UdpSocket::bind(SocketAddr::new(ip, port))?;
     s.set_nonblocking(true)?;
     let fd = s.as_raw_fd();
-    for (opt, v) in [(libc::SO_RCVBUF, 8 << 20), (libc::SO_SNDBUF, 4 << 20)] {
-        let v: libc::c_int = v;
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                &v as *const _ as *const libc::c_void,
-                std::mem::size_of::<libc::c_int>() as u32,
-            )
-        };
-    }
+    let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, udp::RCVBUF);
+    let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, udp::SNDBUF);
     Ok(s)
 }
 
@@ -47,43 +38,6 @@ pub fn readable(s: &UdpSocket, ms: i32) -> bool {
         revents: 0,
     };
     unsafe { libc::poll(&mut p, 1, ms) > 0 }
-}
-
-fn to_sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match a {
-        SocketAddr::V4(v4) => {
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as u16;
-            sin.sin_port = v4.port().to_be();
-            sin.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as u16;
-            sin6.sin6_port = v6.port().to_be();
-            sin6.sin6_addr.s6_addr = v6.ip().octets();
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
-
-fn from_sockaddr(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match ss.ss_family as i32 {
-        libc::AF_INET => {
-            let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
-            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-            Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
-        }
-        libc::AF_INET6 => {
-            let sin6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
-            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-            Some(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
-        }
-        _ => None,
-    }
 }
 
 /// Receives up to 64 datagrams without blocking: `(bytes, from)` each.
@@ -112,7 +66,7 @@ pub fn recv_many(s: &UdpSocket, bufs: &mut [[u8; 512]; BATCH]) -> Vec<(usize, So
     };
     let mut out = Vec::new();
     for i in 0..n.max(0) as usize {
-        if let Some(a) = from_sockaddr(&addrs[i]) {
+        if let Some(a) = addr_of(&addrs[i]) {
             out.push((msgs[i].msg_len as usize, a));
         }
     }
@@ -122,7 +76,7 @@ pub fn recv_many(s: &UdpSocket, bufs: &mut [[u8; 512]; BATCH]) -> Vec<(usize, So
 /// Sends every datagram, in batches, waiting for buffer room if needed.
 pub fn send_many(s: &UdpSocket, dgrams: &mut [([u8; SIZE], SocketAddr)]) {
     for chunk in dgrams.chunks_mut(BATCH) {
-        let mut addrs: Vec<_> = chunk.iter().map(|(_, a)| to_sockaddr(a)).collect();
+        let mut addrs: Vec<_> = chunk.iter().map(|(_, a)| sockaddr_of(a)).collect();
         let mut iovs: Vec<libc::iovec> = chunk
             .iter_mut()
             .map(|(d, _)| libc::iovec {
