@@ -2221,20 +2221,7 @@ fn every_attribute_round_trips_through_json() {
         seed ^= seed << 17;
         seed
     };
-    let attrs = [
-        attr::CLASS_PORT_INFO,
-        attr::REQ,
-        attr::MRA,
-        attr::REJ,
-        attr::REP,
-        attr::RTU,
-        attr::DREQ,
-        attr::DREP,
-        attr::SIDR_REQ,
-        attr::SIDR_REP,
-        attr::LAP,
-        attr::APR,
-    ];
+    let attrs = attr::ALL;
     for &a in &attrs {
         for round in 0..40 {
             let mut mad = [0u8; 256];

@@ -6,20 +6,7 @@
 use ibcm::wire::{CmMad, attr, method};
 use proptest::prelude::*;
 
-const CM_ATTRS: [u16; 12] = [
-    attr::CLASS_PORT_INFO,
-    attr::REQ,
-    attr::MRA,
-    attr::REJ,
-    attr::REP,
-    attr::RTU,
-    attr::DREQ,
-    attr::DREP,
-    attr::SIDR_REQ,
-    attr::SIDR_REP,
-    attr::LAP,
-    attr::APR,
-];
+const CM_ATTRS: [u16; 12] = attr::ALL;
 
 /// A 256-byte buffer with a valid CM header for `attr` and random contents.
 fn mad_with_header(mut b: Vec<u8>, attr_id: u16) -> Vec<u8> {

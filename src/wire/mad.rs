@@ -64,6 +64,22 @@ pub mod attr {
     pub const LAP: u16 = 0x0019;
     pub const APR: u16 = 0x001a;
 
+    /// Every CM attribute, in attribute-ID order.
+    pub const ALL: [u16; 12] = [
+        CLASS_PORT_INFO,
+        REQ,
+        MRA,
+        REJ,
+        REP,
+        RTU,
+        DREQ,
+        DREP,
+        SIDR_REQ,
+        SIDR_REP,
+        LAP,
+        APR,
+    ];
+
     /// The attribute's name as `ibcm decode` prints it.
     pub fn name(a: u16) -> Option<&'static str> {
         Some(match a {

@@ -1282,20 +1282,7 @@ impl<'t> World<'t> {
                 m[1] = 7;
                 m[2] = 2;
                 m[3] = method::SEND;
-                let a = [
-                    attr::CLASS_PORT_INFO,
-                    attr::REQ,
-                    attr::MRA,
-                    attr::REJ,
-                    attr::REP,
-                    attr::RTU,
-                    attr::DREQ,
-                    attr::DREP,
-                    attr::SIDR_REQ,
-                    attr::SIDR_REP,
-                    attr::LAP,
-                    attr::APR,
-                ][c.below(12)];
+                let a = attr::ALL[c.below(12)];
                 if a == attr::CLASS_PORT_INFO {
                     m[3] = [method::GET, method::SET, method::GET_RESP][c.below(3)];
                 }
