@@ -269,31 +269,26 @@ sc_udaddy_server() {
   WIRE='h:SIDR_REQ g:SIDR_REP'
 }
 
-# 3c. an ibcm SIDR listener refuses (SIDR_REP status 2, "service rejected"): udaddy reports
-# RDMA_CM_EVENT_UNREACHABLE with that status.
-sc_sidr_reject() {
-  host listen 25 listen --device "soft:$H" --sidr --port 7174 --rdma-cm --reject 2 --timeout 20
+# An ibcm SIDR listener answering udaddy's SIDR_REQ with listen options $1;
+# udaddy must fail with the event line $2 (a regex).
+sidr_refused() {
+  host listen 25 listen --device "soft:$H" --sidr --port 7174 --rdma-cm $1 --timeout 20
   host_listening listen || fail "ibcm did not listen"
   guest 40 'timeout 30 udaddy -s $H -C 0'
   guest_wait 40; host_wait listen
   [ "$GRC" != 0 ] || fail "udaddy succeeded"
-  expect_guest 'event: RDMA_CM_EVENT_UNREACHABLE, error: 2$'
+  expect_guest "$2"
   expect_host_rc listen 0
   WIRE='g:SIDR_REQ h:SIDR_REP'
 }
 
+# 3c. an ibcm SIDR listener refuses (SIDR_REP status 2, "service rejected"): udaddy reports
+# RDMA_CM_EVENT_UNREACHABLE with that status.
+sc_sidr_reject() { sidr_refused "--reject 2" 'event: RDMA_CM_EVENT_UNREACHABLE, error: 2$'; }
+
 # 3d. a SIDR_REP with a Q_Key other than rdma_cm's RDMA_UDP_QKEY: rdma_cm refuses it
 # (cma_set_qkey: -EINVAL, reported as RDMA_CM_EVENT_ADDR_ERROR).
-sc_sidr_qkey() {
-  host listen 25 listen --device "soft:$H" --sidr --port 7174 --rdma-cm --qkey 0x11 --timeout 20
-  host_listening listen || fail "ibcm did not listen"
-  guest 40 'timeout 30 udaddy -s $H -C 0'
-  guest_wait 40; host_wait listen
-  [ "$GRC" != 0 ] || fail "udaddy succeeded"
-  expect_guest 'event: RDMA_CM_EVENT_ADDR_ERROR, error: -22$'
-  expect_host_rc listen 0
-  WIRE='g:SIDR_REQ h:SIDR_REP'
-}
+sc_sidr_qkey() { sidr_refused "--qkey 0x11" 'event: RDMA_CM_EVENT_ADDR_ERROR, error: -22$'; }
 
 # 4a. rping -c to the host, where ibcm runs but nothing listens on port 7174: REJ 8.
 sc_no_listener_host() {
