@@ -20,6 +20,7 @@ fn device(name: &str, shards: u32) -> Arc<Device> {
             shards,
             threads: 1,
             max_half_open: 0,
+            ..DeviceOptions::default()
         },
     )
     .expect("open loop device")

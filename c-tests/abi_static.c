@@ -820,12 +820,14 @@ PROTO(ibcm_init_path, int (*)(struct ib_device *, u32, const union ib_gid *,
 			      struct sa_path_rec *));
 PROTO(ibcm_gid_from_string, int (*)(const char *, union ib_gid *));
 PROTO(ibcm_get_counters, int (*)(struct ib_device *, struct ibcm_counters *, size_t));
-_Static_assert(sizeof(struct ibcm_counters) == 8 * (5 * 12 + 2 * 37 + 8 + 5 + 7),
+_Static_assert(sizeof(struct ibcm_counters) == 8 * (5 * 12 + 2 * 37 + 8 + 5 + 7 + 3),
 	       "struct ibcm_counters size");
 _Static_assert(offsetof(struct ibcm_counters, rej_tx) == 8 * 60, "rej_tx");
 _Static_assert(offsetof(struct ibcm_counters, drops) == 8 * 134, "drops");
 _Static_assert(offsetof(struct ibcm_counters, ids_created) == 8 * 142, "ids_created");
 _Static_assert(offsetof(struct ibcm_counters, rx_datagrams) == 8 * 147, "rx_datagrams");
+_Static_assert(offsetof(struct ibcm_counters, rx_clamped) == 8 * 154, "rx_clamped");
+_Static_assert(offsetof(struct ibcm_counters, rx_off_path) == 8 * 156, "rx_off_path");
 _Static_assert(IBCM_ATTR_APR == 11 && IBCM_DROP_MISMATCH == 7, "counter indexes");
 
 /* Constant expressions where the kernel uses them: case labels. */

@@ -139,6 +139,10 @@ struct ibcm_counters {
 	u64 tx_errors;
 	u64 rx_errors;
 	u64 tx_unroutable;
+	/* engine, appended (older callers pass a smaller size) */
+	u64 rx_clamped;			/* length fields > 72 clamped and delivered */
+	u64 half_open_evicted;		/* half-open connections evicted for newer REQs */
+	u64 rx_off_path;			/* REQs naming another requester than their source */
 };
 
 /**

@@ -757,6 +757,9 @@ class ibcm_counters(Structure):
         ("tx_errors", u64),
         ("rx_errors", u64),
         ("tx_unroutable", u64),
+        ("rx_clamped", u64),
+        ("half_open_evicted", u64),
+        ("rx_off_path", u64),
     ]
 
 

@@ -86,6 +86,15 @@ pub struct Counters {
     pub ids_destroyed: u64,
     /// Events queued for consumers.
     pub events: u64,
+    /// Received MADs whose length field exceeded its area (REJ
+    /// RejectedInfoLength, SIDR_REP/APR AdditionalInformationLength > 72):
+    /// clamped to the area and delivered, as the kernel delivers them.
+    pub rx_clamped: u64,
+    /// Half-open passive connections evicted to admit a newer REQ.
+    pub half_open_evicted: u64,
+    /// REQs rejected because their path named another requester than the
+    /// one that sent them (off-path REQ: reflection guard).
+    pub rx_off_path: u64,
 }
 
 impl Default for Counters {
@@ -102,6 +111,9 @@ impl Default for Counters {
             ids_created: 0,
             ids_destroyed: 0,
             events: 0,
+            rx_clamped: 0,
+            half_open_evicted: 0,
+            rx_off_path: 0,
         }
     }
 }
@@ -130,6 +142,9 @@ impl Counters {
         self.ids_created += o.ids_created;
         self.ids_destroyed += o.ids_destroyed;
         self.events += o.events;
+        self.rx_clamped += o.rx_clamped;
+        self.half_open_evicted += o.half_open_evicted;
+        self.rx_off_path += o.rx_off_path;
     }
 
     pub fn total_drops(&self) -> u64 {

@@ -12,6 +12,7 @@
 //! `docs/ARCHITECTURE.md` and the facts in `ib_cm_facts.md` §D. Deliberate
 //! differences are marked "ibcm:" in comments.
 
+mod admission;
 pub mod counters;
 pub mod ids;
 mod qp;
@@ -27,7 +28,7 @@ pub use types::*;
 
 use crate::wire::{
     CmMad, CmMsg, Drep, Dreq, Gid, MsgCode, Rej, Rep, Req, ReqPath, Rtu, SidrRep, SidrReq, attr,
-    pdata, pdata_area,
+    pdata, pdata_area, rej_reason,
 };
 use ids::IdSlab;
 use std::collections::VecDeque;
@@ -100,6 +101,26 @@ pub struct EngineConfig {
     pub max_half_open: u32,
     /// Seed of the engine's own randomness (assigned PSNs and the like).
     pub seed: u64,
+    /// Half-open passive connections from one source (GRH source GID, or
+    /// SLID without GRH); at the quota the source's oldest REP-waiting
+    /// connection is evicted (see `admission`). 0 = no per-source quota.
+    pub max_half_open_per_source: u32,
+    /// The passive side's wait for the requester per try (REP → RTU, and
+    /// its DREQ → DREP), in ms, at most; the REQ's LocalCMResponseTimeout
+    /// and an MRA's ServiceTimeout are honoured up to this. IBTA leaves the
+    /// responder's timeouts to the responder. Default 4096 ms (CM timeout
+    /// 20, rdma_cm's own value).
+    pub rep_timeout_cap_ms: u64,
+    /// The passive side's retries of REP (and of its DREQ), at most,
+    /// whatever the REQ's MaxCMRetries asks. Default 15 (the field's
+    /// maximum: the kernel's behaviour).
+    pub rep_max_retries: u8,
+    /// Reject a REQ (INVALID_GID, sent to where it came from) whose primary
+    /// path names a requester GID other than the GRH source it came from,
+    /// instead of sending REPs to that other GID: a forged REQ cannot turn
+    /// this CM into a reflector. RoCE ports only (IB without a GRH has no
+    /// source GID to compare).
+    pub reject_off_path_req: bool,
 }
 
 impl EngineConfig {
@@ -114,6 +135,10 @@ impl EngineConfig {
             max_ids: u32::MAX,
             max_half_open: 65536,
             seed: 0,
+            max_half_open_per_source: 16384,
+            rep_timeout_cap_ms: 4096,
+            rep_max_retries: 15,
+            reject_off_path_req: true,
         }
     }
 }
@@ -205,6 +230,10 @@ pub(crate) struct IdRec {
     in_remote_qp: bool,
     /// Counted as a half-open passive connection.
     half_open: bool,
+    /// The source it is counted against while half-open.
+    half_open_src: Gid,
+    /// Its entry in the eviction queues (0 = not evictable).
+    evict_seq: u64,
     send: Option<Box<Outstanding>>,
     timer: Option<TimerKey>,
     /// Private data of the last RTU/DREP, re-sent on duplicates.
@@ -246,6 +275,8 @@ impl IdRec {
             in_remote_id: false,
             in_remote_qp: false,
             half_open: false,
+            half_open_src: Gid::ZERO,
+            evict_seq: 0,
             send: None,
             timer: None,
             saved_pdata: None,
@@ -318,8 +349,60 @@ pub struct Engine {
     foreign: VecDeque<Foreign>,
     counters: Counters,
     half_open: u32,
+    admission: admission::Admission,
+    notices: VecDeque<Notice>,
     rng: u64,
 }
+
+/// Something the engine did on its own that an operator should be able to
+/// see in the log (the runtime logs each; counted in [`Counters`] too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// A received MAD's length field exceeded its area and was clamped.
+    Clamped { field: &'static str, value: u8 },
+    /// A REP-waiting half-open connection was evicted to admit a newer REQ
+    /// (`per_source`: the source was at its quota; else the table was full).
+    Evicted {
+        local_id: u32,
+        source: Gid,
+        per_source: bool,
+    },
+    /// A REQ from `source` whose path names `requester` was rejected.
+    OffPathReq { source: Gid, requester: Gid },
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Notice::Clamped { field, value } => write!(
+                f,
+                "{field} {value} exceeds its area: clamped and delivered (counter rx_clamped)"
+            ),
+            Notice::Evicted {
+                local_id,
+                source,
+                per_source,
+            } => write!(
+                f,
+                "half-open connection {local_id:#010x} from {source} evicted: {} \
+                 (IB_CM_REP_ERROR to its consumer; counter half_open_evicted)",
+                if per_source {
+                    "its source reached max_half_open_per_source"
+                } else {
+                    "the half-open table is full"
+                }
+            ),
+            Notice::OffPathReq { source, requester } => write!(
+                f,
+                "REQ from {source} names requester GID {requester}: rejected \
+                 (INVALID_GID) instead of sending REPs to another host (counter rx_off_path)"
+            ),
+        }
+    }
+}
+
+/// Notices kept when nobody polls them (the simulation, tools).
+const MAX_NOTICES: usize = 256;
 
 impl Engine {
     pub fn new(cfg: EngineConfig, shared: Arc<Shared>) -> Engine {
@@ -339,6 +422,8 @@ impl Engine {
             foreign: VecDeque::new(),
             counters: Counters::default(),
             half_open: 0,
+            admission: admission::Admission::new(rng ^ 2),
+            notices: VecDeque::new(),
             rng,
         }
     }
@@ -383,6 +468,28 @@ impl Engine {
 
     pub fn half_open(&self) -> u32 {
         self.half_open
+    }
+
+    /// Sources with half-open connections, and eviction-queue entries held
+    /// (live and stale): both must stay bounded under a flood.
+    pub fn admission_sizes(&self) -> (usize, usize) {
+        (self.admission.sources(), self.admission.queued())
+    }
+
+    /// Half-open connections counted against `source`.
+    pub fn half_open_from(&self, source: &Gid) -> u32 {
+        self.admission.source_count(source)
+    }
+
+    /// The next thing the engine did on its own that deserves a log line.
+    pub fn poll_notice(&mut self) -> Option<Notice> {
+        self.notices.pop_front()
+    }
+
+    fn notice(&mut self, n: Notice) {
+        if self.notices.len() < MAX_NOTICES {
+            self.notices.push_back(n);
+        }
     }
 
     // ---------------------------------------------------------------- outputs
@@ -596,11 +703,94 @@ impl Engine {
             let was = is_half_open_state(r.state) && r.half_open;
             r.state = s;
             if was && !is_half_open_state(s) {
-                r.half_open = false;
-                self.half_open -= 1;
+                self.leave_half_open(id);
             }
         }
         self.changed(id);
+    }
+
+    /// `id` stops counting as half-open (it left the half-open states or
+    /// is going away).
+    fn leave_half_open(&mut self, id: u32) {
+        let Some(r) = self.ids.get_mut(id) else {
+            return;
+        };
+        if !r.half_open {
+            return;
+        }
+        r.half_open = false;
+        r.evict_seq = 0;
+        let src = r.half_open_src;
+        self.half_open -= 1;
+        self.admission.leave(&src);
+    }
+
+    /// Whether an eviction-queue entry still stands for a REP-waiting id.
+    fn evictable(ids: &IdSlab<IdRec>, e: admission::Entry) -> bool {
+        ids.get(e.id).is_some_and(|r| {
+            r.half_open
+                && r.evict_seq == e.seq
+                && matches!(r.state, State::RepSent | State::MraRepRcvd)
+        })
+    }
+
+    /// Makes room for one more half-open connection from `source`
+    /// (`admission` module docs). False: nothing could be evicted.
+    fn make_half_open_room(&mut self, source: &Gid) -> bool {
+        let per_source = self.cfg.max_half_open_per_source;
+        if per_source > 0 && self.admission.source_count(source) >= per_source {
+            let ids = &self.ids;
+            let Some(e) = self
+                .admission
+                .oldest(Some(source), |e| Self::evictable(ids, e))
+            else {
+                return false;
+            };
+            self.evict(e.id, true);
+        }
+        let cap = self.cfg.max_half_open;
+        if cap > 0 && self.half_open >= cap {
+            let ids = &self.ids;
+            let Some(e) = self.admission.oldest(None, |e| Self::evictable(ids, e)) else {
+                return false;
+            };
+            self.evict(e.id, false);
+        }
+        true
+    }
+
+    /// Ends a REP-waiting half-open connection early, as if its REP had
+    /// timed out (`IB_CM_REP_ERROR`, no MAD).
+    fn evict(&mut self, id: u32, per_source: bool) {
+        let Some(r) = self.ids.get(id) else { return };
+        let source = r.half_open_src;
+        self.cancel_send(id);
+        self.reset_to_idle(id);
+        self.counters.half_open_evicted += 1;
+        self.admission.evicted += 1;
+        self.notice(Notice::Evicted {
+            local_id: id,
+            source,
+            per_source,
+        });
+        let status = EventParam::SendStatus(WC_RESP_TIMEOUT_ERR);
+        self.event(id, EventType::RepError, status, None);
+    }
+
+    /// A half-open connection sent its REP: from now on it may be evicted.
+    fn queue_evictable(&mut self, id: u32) {
+        let Some(r) = self.ids.get(id) else { return };
+        if !r.half_open {
+            return;
+        }
+        let src = r.half_open_src;
+        let seq = self.admission.queue(&src, id);
+        if let Some(r) = self.ids.get_mut(id) {
+            r.evict_seq = seq;
+        }
+        let ids = &self.ids;
+        self.admission
+            .compact(self.half_open, |e| Self::evictable(ids, e));
     }
 
     fn cancel_timer(&mut self, id: u32) {
@@ -1033,6 +1223,7 @@ impl Engine {
         r.local_qpn = p.qp_num & 0xff_ffff;
         self.set_state(id, State::RepSent);
         self.send_request(now, id, Pending::Rep, mad, timeout, retries);
+        self.queue_evictable(id);
         Ok(())
     }
 
@@ -1362,7 +1553,9 @@ impl Engine {
             | State::RepRcvd
             | State::MraRepSent
             | State::RepSent
-            | State::MraRepRcvd => Some(self.rej_mad(id, r, 28, &[], &[])),
+            | State::MraRepRcvd => {
+                Some(self.rej_mad(id, r, rej_reason::CONSUMER_DEFINED, &[], &[]))
+            }
             State::Established if r.qp_type != qp_type::XRC_TGT => Some(self.dreq_mad(id, r, &[])),
             State::DreqRcvd => Some(Self::drep_mad(id, r, &[])),
             State::Established
@@ -1379,11 +1572,8 @@ impl Engine {
         self.cancel_timer(id);
         self.unregister_remote(id);
         self.leave_sidr_table(id);
-        if let Some(r) = self.ids.get_mut(id)
-            && r.half_open
-        {
-            r.half_open = false;
-            self.half_open -= 1;
+        if self.ids.get(id).is_some_and(|r| r.half_open) {
+            self.leave_half_open(id);
         }
         self.ids.remove(id);
         self.counters.ids_destroyed += 1;

@@ -4,7 +4,7 @@
 use super::counters::{DropCause, attr_index};
 use super::*;
 use crate::wire::{
-    self, ClassPortInfo, Lap, MadHeader, Mra, SidrReq, method, status as mad_status,
+    self, ClassPortInfo, Lap, MadHeader, Mra, SidrReq, method, rej_reason, status as mad_status,
 };
 
 /// Why `handle_mad` dropped a MAD (also counted in `Counters::drops`).
@@ -108,6 +108,35 @@ fn path_from_req(
     }
 }
 
+/// The key a REQ's half-open connection is counted against: its GRH
+/// source GID, or without a GRH its SLID (as a link-local GID).
+fn source_key(src: &MadSource) -> Gid {
+    if src.has_grh {
+        src.sgid
+    } else {
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        g[14..].copy_from_slice(&src.slid.to_be_bytes());
+        Gid(g)
+    }
+}
+
+/// Whether a REP to `theirs` (a REQ's primary LocalGID) can leave a RoCE
+/// port whose GID `ours` received the REQ: a unicast, non-zero GID of the
+/// same family (IPv4-mapped or not).
+fn usable_requester_gid(ours: &Gid, theirs: &Gid) -> bool {
+    let ip = std::net::Ipv6Addr::from(theirs.0);
+    if ip.is_unspecified() || ip.is_multicast() {
+        return false;
+    }
+    match (ours.to_ipv4(), theirs.to_ipv4()) {
+        (Some(_), Some(v4)) => !v4.is_unspecified() && !v4.is_broadcast() && !v4.is_multicast(),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
 impl Engine {
     /// `cm_acquire_id(local, remote)`: the id whose local ID is `local` and
     /// whose remote ID equals `remote` (0 = not known yet).
@@ -151,8 +180,19 @@ impl Engine {
     }
 
     fn dispatch(&mut self, now: Time, src: &MadSource, buf: &[u8]) -> Handled {
-        let mad = match CmMad::parse(buf) {
-            Ok(m) => m,
+        let mut clamped = [0u8; wire::MAD_LEN];
+        let (mad, buf) = match CmMad::parse(buf) {
+            Ok(m) => (m, buf),
+            Err(e @ wire::Error::Reserved { .. }) if buf.len() >= wire::MAD_LEN => {
+                clamped.copy_from_slice(&buf[..wire::MAD_LEN]);
+                let Some((field, value)) = wire::clamp_info_length(&mut clamped) else {
+                    return Err(Dropped::Malformed(e));
+                };
+                let m = CmMad::parse(&clamped).map_err(Dropped::Malformed)?;
+                self.counters.rx_clamped += 1;
+                self.notice(Notice::Clamped { field, value });
+                (m, &clamped[..])
+            }
             Err(e) => {
                 self.answer_unsupported(src, buf, &e);
                 return Err(Dropped::Malformed(e));
@@ -246,14 +286,6 @@ impl Engine {
         if let Some(&existing) = self.remote_ids.get(&(guid, r.local_comm_id)) {
             return self.dup_req(existing, src);
         }
-        if self.cfg.max_half_open > 0 && self.half_open >= self.cfg.max_half_open {
-            let rej = issue_rej(mad.tid, r.local_comm_id, 0, MsgCode::Req, 3, &[]);
-            self.push_mad(Self::reply_dest(src), rej);
-            return drop_(
-                DropCause::Overload,
-                "too many half-open connections: REJ(NO_RESOURCES)",
-            );
-        }
         // The GID the REQ arrived on must be ours.
         let Some((port, gid_index)) = self
             .find_gid(&src.dgid, PathRecType::Ib)
@@ -273,7 +305,14 @@ impl Engine {
             .map(|e| e.gid_type)
             .unwrap_or_default();
         let Ok(h) = self.create_id(0) else {
-            let rej = issue_rej(mad.tid, r.local_comm_id, 0, MsgCode::Req, 3, &[]);
+            let rej = issue_rej(
+                mad.tid,
+                r.local_comm_id,
+                0,
+                MsgCode::Req,
+                rej_reason::NO_RESOURCES,
+                &[],
+            );
             self.push_mad(Self::reply_dest(src), rej);
             return drop_(DropCause::Overload, "id table full: REJ(NO_RESOURCES)");
         };
@@ -284,8 +323,12 @@ impl Engine {
             rec.remote_id = r.local_comm_id;
             rec.service_id = r.service_id;
             rec.tid = mad.tid;
+            // The passive side's own waits (admission module docs).
             rec.timeout_ms = convert_to_ms(r.local_cm_response_timeout);
-            rec.max_cm_retries = r.max_cm_retries;
+            if self.cfg.rep_timeout_cap_ms > 0 {
+                rec.timeout_ms = rec.timeout_ms.min(self.cfg.rep_timeout_cap_ms);
+            }
+            rec.max_cm_retries = r.max_cm_retries.min(self.cfg.rep_max_retries);
             rec.remote_qpn = r.local_qpn;
             rec.initiator_depth = r.responder_resources;
             rec.responder_resources = r.initiator_depth;
@@ -309,7 +352,14 @@ impl Engine {
         };
         if let Err(old) = self.shared.qp_insert(guid, r.local_qpn, me) {
             self.discard_new_id(id);
-            let rej = issue_rej(mad.tid, r.local_comm_id, 0, MsgCode::Req, 10, &[]);
+            let rej = issue_rej(
+                mad.tid,
+                r.local_comm_id,
+                0,
+                MsgCode::Req,
+                rej_reason::STALE_CONN,
+                &[],
+            );
             self.push_mad(Self::reply_dest(src), rej);
             self.dreq_stale(now, old);
             return drop_(
@@ -320,7 +370,14 @@ impl Engine {
         self.ids.get_mut(id).unwrap().in_remote_qp = true;
         let Some(listener) = self.shared.listen_lookup(r.service_id) else {
             self.discard_new_id(id);
-            let rej = issue_rej(mad.tid, r.local_comm_id, 0, MsgCode::Req, 8, &[]);
+            let rej = issue_rej(
+                mad.tid,
+                r.local_comm_id,
+                0,
+                MsgCode::Req,
+                rej_reason::INVALID_SERVICE_ID,
+                &[],
+            );
             self.push_mad(Self::reply_dest(src), rej);
             return drop_(DropCause::Ignored, "no listener: REJ(INVALID_SERVICE_ID)");
         };
@@ -338,19 +395,46 @@ impl Engine {
         let alternate = r
             .has_alternate()
             .then(|| path_from_req(r, &r.alternate, rec_type, false, src));
+        // A REQ the passive side cannot answer is rejected before the
+        // consumer sees it; the REJ goes back where the REQ came from, as
+        // the kernel's AV "for response" sends it.
+        let ari_gid0 = self.gid_at(port, 0).map(|e| e.gid.0);
+        let ari_gid0 = ari_gid0.as_ref().map(|g| &g[..]).unwrap_or(&[]);
+        if is_roce && !usable_requester_gid(&src.dgid, &primary.dgid) {
+            self.reject_new_id(id, rej_reason::INVALID_GID, ari_gid0, Self::reply_dest(src));
+            return drop_(
+                DropCause::Mismatch,
+                "REQ names a requester GID that cannot be answered (zero, multicast or \
+                 the wrong family): REJ(INVALID_GID)",
+            );
+        }
+        if is_roce && self.cfg.reject_off_path_req && src.has_grh && src.sgid != primary.dgid {
+            self.counters.rx_off_path += 1;
+            self.notice(Notice::OffPathReq {
+                source: src.sgid,
+                requester: primary.dgid,
+            });
+            self.reject_new_id(id, rej_reason::INVALID_GID, ari_gid0, Self::reply_dest(src));
+            return drop_(
+                DropCause::Mismatch,
+                "REQ path names another requester than its source: REJ(INVALID_GID)",
+            );
+        }
         let av = match self.av_from_path(&primary, Some((port, gid_index))) {
             Ok(av) => av,
             Err(_) => {
-                let ari = self.gid_at(port, 0).map(|e| e.gid.0);
-                self.reject_new_id(id, 12, ari.as_ref().map(|g| &g[..]).unwrap_or(&[]));
+                self.reject_new_id(id, rej_reason::INVALID_GID, ari_gid0, Self::reply_dest(src));
                 return drop_(DropCause::Mismatch, "REQ path unusable: REJ(INVALID_GID)");
             }
         };
         let alt_av = match alternate.as_ref().map(|a| self.av_from_path(a, None)) {
             Some(Ok(av)) => Some(Box::new(av)),
             Some(Err(_)) => {
+                // Over the primary path, which is usable (the kernel's AV
+                // holds it by now).
                 let sgid = primary.sgid.0;
-                self.reject_new_id(id, 18, &sgid);
+                let dest = self.dest_of(&av);
+                self.reject_new_id(id, rej_reason::INVALID_ALT_GID, &sgid, dest);
                 return drop_(
                     DropCause::Mismatch,
                     "REQ alternate path unusable: REJ(INVALID_ALT_GID)",
@@ -359,6 +443,14 @@ impl Engine {
             None => None,
         };
         let half_open = self.cfg.max_half_open > 0;
+        let source = source_key(src);
+        if half_open && !self.make_half_open_room(&source) {
+            self.reject_new_id(id, rej_reason::NO_RESOURCES, &[], self.dest_of(&av));
+            return drop_(
+                DropCause::Overload,
+                "half-open table full of unanswered REQs: REJ(NO_RESOURCES)",
+            );
+        }
         {
             let rec = self.ids.get_mut(id).unwrap();
             rec.av = av;
@@ -368,9 +460,11 @@ impl Engine {
             }
             rec.user = listener.user;
             rec.half_open = half_open;
+            rec.half_open_src = source;
         }
         if half_open {
             self.half_open += 1;
+            self.admission.admit(source);
         }
         self.changed(id);
         let ev = ReqEvent {
@@ -415,11 +509,11 @@ impl Engine {
         self.counters.ids_destroyed += 1;
     }
 
-    /// `ib_send_cm_rej` on a half-built incoming id, then discards it.
-    fn reject_new_id(&mut self, id: u32, reason: u16, ari: &[u8]) {
+    /// `ib_send_cm_rej` on a half-built incoming id to `dest`, then
+    /// discards it.
+    fn reject_new_id(&mut self, id: u32, reason: u16, ari: &[u8], dest: MadDest) {
         if let Some(r) = self.ids.get(id) {
             let mad = self.rej_mad(id, r, reason, ari, &[]);
-            let dest = self.dest_of(&r.av);
             self.push_mad(dest, mad);
         }
         self.discard_new_id(id);
@@ -445,7 +539,7 @@ impl Engine {
                 Ok(())
             }
             State::Timewait => {
-                let mad = self.rej_mad(id, r, 10, &[], &[]);
+                let mad = self.rej_mad(id, r, rej_reason::STALE_CONN, &[], &[]);
                 self.send_dup_response(Self::reply_dest(src), mad);
                 Ok(())
             }
@@ -481,7 +575,11 @@ impl Engine {
             }
         };
         // Extend the outstanding request's wait.
-        let ms = convert_to_ms(m.service_timeout) + convert_to_ms(r.av.timeout);
+        let mut ms = convert_to_ms(m.service_timeout) + convert_to_ms(r.av.timeout);
+        if new_state == State::MraRepRcvd && self.cfg.rep_timeout_cap_ms > 0 {
+            // The passive side waits for the RTU no longer than it chose.
+            ms = ms.min(self.cfg.rep_timeout_cap_ms);
+        }
         if new_state == State::Established {
             self.ids.get_mut(id).unwrap().lap_state = LapState::MraRcvd;
             self.changed(id);
@@ -513,7 +611,7 @@ impl Engine {
 
     fn on_rej(&mut self, now: Time, r: &Rej, raw: &[u8]) -> Handled {
         self.counters.rej_rx[Counters::reason_index(r.reason as u32)] += 1;
-        let id = if r.reason == 4 {
+        let id = if r.reason == rej_reason::TIMEOUT {
             let guid = u64::from_be_bytes(r.ari[..8].try_into().unwrap());
             self.remote_ids
                 .get(&(guid, r.local_comm_id))
@@ -536,7 +634,7 @@ impl Engine {
             | State::ReqRcvd
             | State::MraReqSent => {
                 self.cancel_send(id);
-                if r.reason == 10 {
+                if r.reason == rej_reason::STALE_CONN {
                     self.enter_timewait(now, id);
                 } else {
                     self.reset_to_idle(id);

@@ -344,6 +344,9 @@ pub struct IbcmCounters {
     pub tx_errors: u64,
     pub rx_errors: u64,
     pub tx_unroutable: u64,
+    pub rx_clamped: u64,
+    pub half_open_evicted: u64,
+    pub rx_off_path: u64,
 }
 
 /// The counters of a device in the C layout.
@@ -371,6 +374,9 @@ pub fn counters_of(dev: &Device) -> IbcmCounters {
         tx_errors: t[4].1,
         rx_errors: t[5].1,
         tx_unroutable: t[6].1,
+        rx_clamped: c.rx_clamped,
+        half_open_evicted: c.half_open_evicted,
+        rx_off_path: c.rx_off_path,
     }
 }
 

@@ -22,7 +22,7 @@ pub mod convert;
 use crate::engine::{self, *};
 use crate::fabric::{Received, Transport, loopback::LoopbackTransport, udp::UdpTransport};
 use crate::ffi::types::{IbCmId, IbGid, IbGidAttr};
-use crate::log::{DEBUG, ERROR, WARN};
+use crate::log::{DEBUG, ERROR, INFO, WARN};
 use crate::wire::Gid;
 use std::cell::{Cell, UnsafeCell};
 use std::collections::VecDeque;
@@ -137,6 +137,14 @@ pub struct DeviceOptions {
     pub threads: u32,
     /// Passive half-open connection cap per shard (0 = unlimited).
     pub max_half_open: u32,
+    /// Half-open connections per source and shard (0 = no quota).
+    pub max_half_open_per_source: u32,
+    /// The passive side's wait for an RTU per try, in ms (0 = as the REQ asks).
+    pub rep_timeout_cap_ms: u64,
+    /// The passive side's REP (and DREQ) retries, at most.
+    pub rep_max_retries: u8,
+    /// Reject REQs whose path names another requester than their source.
+    pub reject_off_path_req: bool,
 }
 
 impl Default for DeviceOptions {
@@ -147,10 +155,20 @@ impl Default for DeviceOptions {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(d)
         };
+        let max_half_open = env("IBCM_MAX_HALF_OPEN", 65536);
+        let defaults = EngineConfig::new(0, Vec::new());
         DeviceOptions {
             shards: env("IBCM_SHARDS", 1).max(1),
             threads: env("IBCM_THREADS", 1).max(1),
-            max_half_open: env("IBCM_MAX_HALF_OPEN", 65536),
+            max_half_open,
+            max_half_open_per_source: env("IBCM_MAX_HALF_OPEN_PER_SOURCE", max_half_open / 4),
+            rep_timeout_cap_ms: env(
+                "IBCM_REP_TIMEOUT_CAP_MS",
+                defaults.rep_timeout_cap_ms as u32,
+            ) as u64,
+            rep_max_retries: env("IBCM_REP_MAX_RETRIES", defaults.rep_max_retries as u32).min(15)
+                as u8,
+            reject_off_path_req: env("IBCM_REJECT_OFF_PATH_REQ", 1) != 0,
         }
     }
 }
@@ -389,6 +407,10 @@ impl Device {
                 cfg.shard = i;
                 cfg.hi_tid = hi_tid;
                 cfg.max_half_open = opts.max_half_open;
+                cfg.max_half_open_per_source = opts.max_half_open_per_source;
+                cfg.rep_timeout_cap_ms = opts.rep_timeout_cap_ms;
+                cfg.rep_max_retries = opts.rep_max_retries;
+                cfg.reject_off_path_req = opts.reject_off_path_req;
                 if let Some(d) = transport.ack_delay() {
                     cfg.ack_delay = d;
                 }
@@ -511,6 +533,20 @@ impl Device {
             c.merge(lock(s).counters());
         }
         c
+    }
+
+    /// The engine configuration (shard 0's; the shards differ only in
+    /// their index and seed).
+    pub fn engine_config(&self) -> EngineConfig {
+        lock(&self.shards[0]).config().clone()
+    }
+
+    /// Half-open sources and eviction-queue entries, all shards.
+    pub fn admission_sizes(&self) -> (usize, usize) {
+        self.shards.iter().fold((0, 0), |(a, b), s| {
+            let (x, y) = lock(s).admission_sizes();
+            (a + x, b + y)
+        })
     }
 
     /// Passive connections counted against `max_half_open`, all shards.
@@ -636,6 +672,9 @@ impl Device {
         }
         while let Some(f) = e.poll_foreign() {
             out.foreign.push(f);
+        }
+        while let Some(n) = e.poll_notice() {
+            ibcm_log!(INFO, "{}: {n}", self.name);
         }
     }
 

@@ -412,6 +412,85 @@ impl Mra {
     }
 }
 
+/// REJ reasons (`enum ib_cm_rej_reason`, IBTA table 109); 34 is not
+/// defined.
+pub mod rej_reason {
+    pub const NO_QP: u16 = 1;
+    pub const NO_EEC: u16 = 2;
+    pub const NO_RESOURCES: u16 = 3;
+    pub const TIMEOUT: u16 = 4;
+    pub const UNSUPPORTED: u16 = 5;
+    pub const INVALID_COMM_ID: u16 = 6;
+    pub const INVALID_COMM_INSTANCE: u16 = 7;
+    pub const INVALID_SERVICE_ID: u16 = 8;
+    pub const INVALID_TRANSPORT_TYPE: u16 = 9;
+    pub const STALE_CONN: u16 = 10;
+    pub const RDC_NOT_EXIST: u16 = 11;
+    pub const INVALID_GID: u16 = 12;
+    pub const INVALID_LID: u16 = 13;
+    pub const INVALID_SL: u16 = 14;
+    pub const INVALID_TRAFFIC_CLASS: u16 = 15;
+    pub const INVALID_HOP_LIMIT: u16 = 16;
+    pub const INVALID_PACKET_RATE: u16 = 17;
+    pub const INVALID_ALT_GID: u16 = 18;
+    pub const INVALID_ALT_LID: u16 = 19;
+    pub const INVALID_ALT_SL: u16 = 20;
+    pub const INVALID_ALT_TRAFFIC_CLASS: u16 = 21;
+    pub const INVALID_ALT_HOP_LIMIT: u16 = 22;
+    pub const INVALID_ALT_PACKET_RATE: u16 = 23;
+    pub const PORT_CM_REDIRECT: u16 = 24;
+    pub const PORT_REDIRECT: u16 = 25;
+    pub const INVALID_MTU: u16 = 26;
+    pub const INSUFFICIENT_RESP_RESOURCES: u16 = 27;
+    pub const CONSUMER_DEFINED: u16 = 28;
+    pub const INVALID_RNR_RETRY: u16 = 29;
+    pub const DUPLICATE_LOCAL_COMM_ID: u16 = 30;
+    pub const INVALID_CLASS_VERSION: u16 = 31;
+    pub const INVALID_FLOW_LABEL: u16 = 32;
+    pub const INVALID_ALT_FLOW_LABEL: u16 = 33;
+    pub const VENDOR_OPTION_NOT_SUPPORTED: u16 = 35;
+}
+
+/// Clamps a length field that exceeds its area (REJ RejectedInfoLength,
+/// SIDR_REP and APR AdditionalInformationLength > 72) so the MAD parses:
+/// the kernel delivers such messages, and a requester must not retry a
+/// connection that was in fact rejected. Returns the field's name and its
+/// original value when something was clamped.
+pub fn clamp_info_length(buf: &mut [u8]) -> Option<(&'static str, u8)> {
+    if buf.len() < crate::wire::MAD_LEN {
+        return None;
+    }
+    let mad = &mut buf[..crate::wire::MAD_LEN];
+    let attr_id = crate::wire::MadHeader::parse(mad).ok()?.attr_id;
+    match attr_id {
+        attr::REJ => {
+            let mut p = RejPacket::new_unchecked(mad);
+            let v = p.rejected_info_length();
+            (v as usize > pdata::REJ_ARI).then(|| {
+                p.set_rejected_info_length(pdata::REJ_ARI as u8);
+                ("REJ.RejectedInfoLength", v)
+            })
+        }
+        attr::SIDR_REP => {
+            let mut p = SidrRepPacket::new_unchecked(mad);
+            let v = p.info_length();
+            (v as usize > pdata::SIDR_REP_INFO).then(|| {
+                p.set_info_length(pdata::SIDR_REP_INFO as u8);
+                ("SIDR_REP.AdditionalInformationLength", v)
+            })
+        }
+        attr::APR => {
+            let mut p = AprPacket::new_unchecked(mad);
+            let v = p.info_length();
+            (v as usize > pdata::APR_INFO).then(|| {
+                p.set_info_length(pdata::APR_INFO as u8);
+                ("APR.AdditionalInformationLength", v)
+            })
+        }
+        _ => None,
+    }
+}
+
 // ---------------------------------------------------------------------------
 // REJ (0x0012)
 

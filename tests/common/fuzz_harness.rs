@@ -29,7 +29,7 @@
 #![allow(dead_code)]
 
 use ibcm::engine::*;
-use ibcm::wire::{self, CmMad, Gid, attr, method, pdata};
+use ibcm::wire::{self, CmMad, CmMsg, Gid, attr, method, pdata};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -1313,6 +1313,10 @@ impl<'t> World<'t> {
             self.mutate(c, &mut mad);
         }
         let src = self.inject_source(c, dev);
+        // Bit 5 keeps a REQ's requester GID as it was (off-path REQs).
+        if kind & 0x20 == 0 {
+            claim_requester_gid(&mut mad, &src.sgid);
+        }
         self.receive(dev, &src, &mad)
     }
 
@@ -1809,4 +1813,16 @@ fn check_transmit(t: &Transmit) -> Result<(), Failure> {
     }
     let _ = wire::hex(&t.mad[..4]);
     Ok(())
+}
+
+/// A captured REQ re-sent from another host names that host as the
+/// requester (its primary LocalGID), as a real peer's REQ does; without it
+/// the engine rejects the REQ as off-path before any handler runs.
+fn claim_requester_gid(mad: &mut Vec<u8>, sgid: &Gid) {
+    if let Ok(mut m) = CmMad::parse(mad) {
+        if let CmMsg::Req(r) = &mut m.msg {
+            r.primary.local_gid = *sgid;
+            mad[..256].copy_from_slice(&m.to_bytes());
+        }
+    }
 }

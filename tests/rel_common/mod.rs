@@ -77,6 +77,7 @@ pub fn open(name: &str, max_half_open: u32) -> Arc<Device> {
             shards: 1,
             threads: 1,
             max_half_open,
+            ..DeviceOptions::default()
         },
     )
     .unwrap_or_else(|e| panic!("open {name}: {e}"))

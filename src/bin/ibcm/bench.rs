@@ -395,6 +395,7 @@ fn open(name: &str, threads: u32) -> Result<Arc<Device>, String> {
         shards: threads,
         threads,
         max_half_open: 0,
+        ..DeviceOptions::default()
     };
     Device::open(name, opts).map_err(|e| format!("cannot open {name}: {e}"))
 }
