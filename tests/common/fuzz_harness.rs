@@ -1818,7 +1818,7 @@ fn check_transmit(t: &Transmit) -> Result<(), Failure> {
 /// A captured REQ re-sent from another host names that host as the
 /// requester (its primary LocalGID), as a real peer's REQ does; without it
 /// the engine rejects the REQ as off-path before any handler runs.
-fn claim_requester_gid(mad: &mut Vec<u8>, sgid: &Gid) {
+fn claim_requester_gid(mad: &mut [u8], sgid: &Gid) {
     if let Ok(mut m) = CmMad::parse(mad) {
         if let CmMsg::Req(r) = &mut m.msg {
             r.primary.local_gid = *sgid;
