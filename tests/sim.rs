@@ -1019,3 +1019,206 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
 fn chaos_with_corrupted_mads() {
     for_seeds("chaos_with_corrupted_mads", chaos);
 }
+
+// ----------------------------------------------------------- table pressure
+
+/// Table pressure (admission policy, docs/RELIABILITY.md): three hosts
+/// flood the server with REQs asking for the longest waits a REQ can ask
+/// for (LocalCMResponseTimeout 31, MaxCMRetries 15: 37 hours of REP
+/// retries in the kernel), never answer a REP and vanish; then a real
+/// client connects. The half-open table (8) and the per-source quota (4)
+/// hold at every event, the client gets in, every flood entry ends by
+/// eviction or by the passive side's own capped wait (16 × 4096 ms), and
+/// nothing leaks.
+fn table_pressure(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
+    const CAP: u32 = 8;
+    const QUOTA: u32 = 4;
+    const PER_ATTACKER: u32 = 6;
+    let mut sim = Sim::new(seed, faults);
+    sim.tracing = trace;
+    let s = sim.add_node(0x2222, |c| {
+        c.max_half_open = CAP;
+        c.max_half_open_per_source = QUOTA;
+    });
+    let attackers: Vec<usize> = (0..3).map(|i| sim.add_node(0x3000 + i, |_| {})).collect();
+    let c = sim.add_node(0x1111, |_| {});
+    let attacker_gids: Vec<ibcm::wire::Gid> = attackers.iter().map(|&a| sim.nodes[a].gid).collect();
+    let listener = listen(&mut sim, s);
+    let hist = RefCell::new(History::default());
+    #[derive(Default)]
+    struct Out {
+        errors: Vec<String>,
+        admitted: u32,
+        flood_ended: u32,
+        last_flood_end: Option<Time>,
+        client_est: u32,
+        client_down: u32,
+        server_client_est: u32,
+        client_id: Option<Handle>,
+    }
+    let out = RefCell::new(Out::default());
+    let qpn = Cell::new(0x100u32);
+    let mut app = |ctx: &mut Ctx, input: Input| {
+        let mut o = out.borrow_mut();
+        let ev = match input {
+            Input::Event(ev) => ev,
+            Input::Wake(token) => {
+                if let Err(e) = ctx.engine.send_dreq(ctx.now, Handle(token), &[]) {
+                    o.errors.push(format!("send_dreq: {e}"));
+                }
+                return;
+            }
+        };
+        hist.borrow_mut().record(ctx.node, &ev);
+        let now = ctx.now;
+        let e = &mut *ctx.engine;
+        if ctx.node == s {
+            if e.half_open() > CAP {
+                o.errors
+                    .push(format!("half-open {} > {CAP}", e.half_open()));
+            }
+            for g in &attacker_gids {
+                if e.half_open_from(g) > QUOTA {
+                    o.errors
+                        .push(format!("{g}: {} > {QUOTA}", e.half_open_from(g)));
+                }
+            }
+        }
+        match (ctx.node, ev.kind) {
+            (n, EventType::ReqReceived) if n == s => {
+                o.admitted += 1;
+                qpn.set(qpn.get() + 1);
+                let rep = RepParams {
+                    qp_num: qpn.get(),
+                    starting_psn: 1,
+                    responder_resources: 1,
+                    initiator_depth: 1,
+                    rnr_retry_count: 7,
+                    ..RepParams::default()
+                };
+                if let Err(err) = e.send_rep(now, ev.id, &rep) {
+                    o.errors.push(format!("send_rep: {err}"));
+                }
+            }
+            (n, EventType::RepError) if n == s => {
+                o.flood_ended += 1;
+                o.last_flood_end = Some(now);
+                e.destroy(now, ev.id, 0);
+                hist.borrow_mut().destroy(n, ev.id);
+            }
+            (n, EventType::RtuReceived) if n == s => o.server_client_est += 1,
+            (n, EventType::DreqReceived) => {
+                if let Err(err) = e.send_drep(now, ev.id, &[]) {
+                    o.errors.push(format!("send_drep: {err}"));
+                }
+                if n == c {
+                    o.client_down += 1;
+                }
+            }
+            (n, EventType::DrepReceived) if n == c => o.client_down += 1,
+            (n, EventType::TimewaitExit) => {
+                e.destroy(now, ev.id, 0);
+                hist.borrow_mut().destroy(n, ev.id);
+            }
+            (n, EventType::RepReceived) if n == c => {
+                if let Err(err) = e.send_rtu(ev.id, &[]) {
+                    o.errors.push(format!("send_rtu: {err}"));
+                }
+                o.client_est += 1;
+                ctx.wake_at(now.plus_millis(20), ev.id.0);
+            }
+            // The flooders never answer.
+            (n, EventType::RepReceived) if n != c => {}
+            (n, k) => o.errors.push(format!("n{n} unexpected {}", k.name())),
+        }
+    };
+    // The flood, then the flooders vanish (their MADs never leave again).
+    let t_flood = sim.now;
+    let mut flood_ids = Vec::new();
+    for (i, &a) in attackers.iter().enumerate() {
+        let mut p = req_params(&sim, a, s, b"", 0x1000 * (i as u32 + 1), 15);
+        p.local_cm_response_timeout = 31;
+        p.remote_cm_response_timeout = 31;
+        for k in 0..PER_ATTACKER {
+            p.qp_num += k;
+            let id = sim.with_node(a, &mut app, |ctx| {
+                let id = ctx.engine.create_id(3).unwrap();
+                ctx.engine.send_req(ctx.now, id, &p).unwrap();
+                id
+            });
+            flood_ids.push((a, id));
+        }
+    }
+    sim.run(t_flood.plus_millis(50), &mut app);
+    for (a, id) in flood_ids {
+        sim.nodes[a].up = false;
+        let now = sim.now;
+        sim.nodes[a].engine.destroy(now, id, 0);
+    }
+    // A real client while the table is full of flood entries.
+    let params = req_params(&sim, c, s, b"", 0x77, 15);
+    let cid = sim.with_node(c, &mut app, |ctx| {
+        let id = ctx.engine.create_id(2).unwrap();
+        ctx.engine.send_req(ctx.now, id, &params).unwrap();
+        id
+    });
+    out.borrow_mut().client_id = Some(cid);
+    finish(&mut sim, &hist, &mut app)?;
+    let o = out.borrow();
+    if !o.errors.is_empty() {
+        return Err(o.errors.join("; "));
+    }
+    if o.client_est != 1 || o.client_down != 1 {
+        return Err(format!(
+            "client established {} disconnected {}",
+            o.client_est, o.client_down
+        ));
+    }
+    let flood_admitted = o.admitted - 1;
+    let evicted = sim.nodes[s].engine.counters().half_open_evicted as u32;
+    if evicted < (o.admitted).saturating_sub(CAP) {
+        return Err(format!("{evicted} evicted of {} admitted", o.admitted));
+    }
+    if faults.lossless() && faults.duplicate == 0.0 && evicted != 11 {
+        return Err(format!("lossless: {evicted} evicted, expected 11"));
+    }
+    // The client's own entry may be the one the RTU loss ends, so count
+    // flood endings only against flood admissions.
+    if o.flood_ended < flood_admitted {
+        return Err(format!(
+            "{} flood entries ended of {flood_admitted}",
+            o.flood_ended
+        ));
+    }
+    // The passive side's capped wait: (1 + 15) × 4096 ms, not 37 hours.
+    let bound = t_flood.plus_millis(16 * 4096 + 1000);
+    if let Some(t) = o.last_flood_end
+        && t > bound
+    {
+        return Err(format!("a flood entry lived until {t:?} (bound {bound:?})"));
+    }
+    let now = sim.now;
+    sim.nodes[s].engine.destroy(now, listener, 0);
+    for n in [s, c].into_iter().chain(attackers.iter().copied()) {
+        sim.check_clean(n)?;
+    }
+    if sim.nodes[s].engine.admission_sizes().0 != 0 {
+        return Err("admission still counts sources".into());
+    }
+    Ok(())
+}
+
+#[test]
+fn table_pressure_clean_fabric() {
+    for_seeds("table_pressure_clean_fabric", |seed, t| {
+        table_pressure(seed, t, Faults::NONE)
+    });
+}
+
+#[test]
+fn table_pressure_faulty_fabric() {
+    for_seeds("table_pressure_faulty_fabric", |seed, t| {
+        let faults = Faults::random(&mut Rng::new(seed ^ 0x7ab1e));
+        table_pressure(seed, t, faults)
+    });
+}

@@ -390,6 +390,8 @@ impl<'t> World<'t> {
                 ec.ack_delay = [15, 0, 3, 31][(cfg >> 5 & 3) as usize];
                 if cfg & 4 != 0 {
                     ec.max_half_open = 1 + (cfg >> 3 & 1) as u32;
+                    // Table pressure: a per-source quota below the cap.
+                    ec.max_half_open_per_source = (cfg >> 6 & 1) as u32;
                 }
                 if cfg & 8 != 0 {
                     ec.max_ids = 3 + (cfg >> 4 & 3) as u32;
@@ -529,6 +531,16 @@ impl<'t> World<'t> {
         if s < 192 { sensible } else { c.u8() }
     }
 
+    /// A CM timeout: usually sensible, often the adversarial maximum (31:
+    /// 2.3 hours per try), sometimes anything.
+    fn pick_timeout(&self, c: &mut Chooser) -> u8 {
+        match c.u8() {
+            0..160 => 10,
+            160..224 => 31,
+            _ => c.u8(),
+        }
+    }
+
     fn pick_qpn(&mut self, c: &mut Chooser, ei: usize) -> u32 {
         if c.chance(224) {
             let eng = &mut self.engs[ei];
@@ -646,9 +658,9 @@ impl<'t> World<'t> {
             private_data: self.pick_pdata(c, pdata::REQ),
             responder_resources: self.pick_small(c, 1),
             initiator_depth: self.pick_small(c, 1),
-            remote_cm_response_timeout: self.pick_small(c, 10),
+            remote_cm_response_timeout: self.pick_timeout(c),
             flow_control: self.pick_small(c, 1),
-            local_cm_response_timeout: self.pick_small(c, 10),
+            local_cm_response_timeout: self.pick_timeout(c),
             retry_count: self.pick_small(c, 7),
             rnr_retry_count: self.pick_small(c, 7),
             max_cm_retries: c.u8() % 16,
@@ -1778,6 +1790,11 @@ impl<'t> World<'t> {
                 e.half_open() == 0,
                 "e{ei}: half-open count {}",
                 e.half_open()
+            );
+            check!(
+                e.admission_sizes().0 == 0,
+                "e{ei}: half-open sources left {:?}",
+                e.admission_sizes()
             );
             check!(e.poll_timeout().is_none(), "e{ei}: a deadline is left");
         }
