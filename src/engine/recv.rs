@@ -700,7 +700,7 @@ impl Engine {
                 r.local_comm_id,
                 r.remote_comm_id,
                 MsgCode::Rep,
-                10,
+                rej_reason::STALE_CONN,
                 &[],
             );
             self.push_mad(Self::reply_dest(src), rej);
