@@ -239,7 +239,7 @@ fn half_open_flood_does_not_lock_out_real_clients() {
     // IDs, CA GUIDs and QPNs, 64 sources, never an RTU.
     let tpl = captured_req("127.0.80.9", "127.0.80.10", SERVICE);
     let socks: Vec<UdpSocket> = (1..=SOURCES)
-        .map(|i| bind(&format!("127.0.81.{i}")))
+        .map(|i| bind(&format!("127.0.85.{i}")))
         .collect();
     let server_ip = v4(server);
     let sent = Arc::new(AtomicU64::new(0));
