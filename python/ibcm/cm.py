@@ -32,8 +32,21 @@ library destroy it as soon as the handler returns.  Destroying a different
 id from a handler is done at once.  ``wait()``/``events()``/
 ``next_request()`` and ``Device.close()`` raise if called from a handler
 (they would wait for the very thread they block).
+
+asyncio
+-------
+``Device.connect_async`` and ``CmId.wait_async`` / ``get_event_async`` /
+``events_async`` / ``next_request_async`` read the same per-id queue as the
+blocking calls.  An awaiter parks a future in ``CmId._waiters``; whenever
+the trampoline queues an event on that id, or the id is destroyed, every
+parked future is completed through ``loop.call_soon_threadsafe`` and its
+awaiter rescans the queue.  Nothing polls or sleeps; an event leaves the
+queue only in the step that returns it, so cancelling an awaiter never
+loses one.  ``Device.close`` wakes pending awaiters with ``CmError``
+(ENODEV); destroying the id wakes them with EINVAL.
 """
 
+import asyncio
 import atexit
 import ctypes
 import dataclasses
@@ -189,14 +202,14 @@ def _dispatch(id_ptr, ev_ptr):
                 ret = 0
             else:
                 obj._destroyed = True
-                obj._cond.notify_all()
+                obj._notify_locked()
     if ret != 0:
         obj._unregister()
     is_request = kind in (raw.IB_CM_REQ_RECEIVED, raw.IB_CM_SIDR_REQ_RECEIVED)
     if queue_on is not None and event is not None and not (is_request and ret != 0):
         with queue_on._cond:
             queue_on._queue.append(event)
-            queue_on._cond.notify_all()
+            queue_on._notify_locked()
     return ret
 
 
@@ -236,6 +249,7 @@ class CmId:
         self._destroying = False
         self._destroy_requested = False
         self._listening = False
+        self._waiters = []  # (event loop, future) of async waiters, completed on any change
         with _registry_lock:
             _ids[self._addr] = self
             device._ids.add(self)
@@ -501,32 +515,92 @@ class CmId:
         raw.ib_destroy_cm_id(self._ptr)
         with self._cond:
             self._destroyed = True
-            self._cond.notify_all()
+            self._notify_locked()
         self._unregister()
 
     # -------------------------------------------------------------- events
 
-    def _take(self, match, timeout, raise_on_error, call, what):
+    def _notify_locked(self):
+        """Wakes every waiter, blocking and async (``_cond`` held): the
+        queue changed or the id was destroyed.  Async waiters are one-shot
+        futures, completed on their own loop's thread."""
+        self._cond.notify_all()
+        waiters, self._waiters = self._waiters, []
+        for loop, fut in waiters:
+            try:
+                loop.call_soon_threadsafe(_complete, fut)
+            except RuntimeError:  # that loop is closed: nobody waits there any more
+                pass
+
+    def _gone(self, call, what):
+        if self.device._closing:
+            return CmError(errno.ENODEV, call, f"the device was closed (no {what} queued)")
+        return CmError(errno.EINVAL, call, f"the cm_id was destroyed (no {what} queued)")
+
+    def _scan_locked(self, match, raise_on_error, call, what):
+        """Removes and returns the first queued event ``match`` accepts
+        (``_cond`` held); raises for a failure event queued before it, or
+        when the id is destroyed and nothing matches; None otherwise."""
+        for i, ev in enumerate(self._queue):
+            if match(ev):
+                del self._queue[i]
+                return ev
+            if raise_on_error and ev.type in _FAILURES:
+                del self._queue[i]
+                raise _failure(ev, call)
+        if self._destroyed:
+            raise self._gone(call, what)
+        return None
+
+    def _check_waitable(self, call):
         if not self._queueing and not self._queue:
             raise RuntimeError(f"{self!r} does not queue events (it has a handler; pass queue=True)")
         if in_callback():
             raise RuntimeError(f"{call}() cannot block inside an ibcm handler")
+
+    def _take(self, match, timeout, raise_on_error, call, what):
+        self._check_waitable(call)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
-                for i, ev in enumerate(self._queue):
-                    if match(ev):
-                        del self._queue[i]
-                        return ev
-                    if raise_on_error and ev.type in _FAILURES:
-                        del self._queue[i]
-                        raise _failure(ev, call)
-                if self._destroyed:
-                    raise CmError(errno.EINVAL, call, f"the cm_id was destroyed (no {what} queued)")
+                ev = self._scan_locked(match, raise_on_error, call, what)
+                if ev is not None:
+                    return ev
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise WaitTimeout(errno.ETIMEDOUT, call, f"no {what} within {timeout} s")
                 self._cond.wait(remaining)
+
+    async def _take_async(self, match, timeout, raise_on_error, call, what):
+        """The asyncio twin of :meth:`_take`.  Nothing polls: the waiter is
+        a future that the library thread completes through
+        ``loop.call_soon_threadsafe`` when an event is queued or the id is
+        destroyed (and ``loop.call_later`` for the timeout).  An event is
+        removed from the queue only in the same step that returns it, so a
+        cancelled waiter never takes one."""
+        self._check_waitable(call)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            with self._cond:
+                ev = self._scan_locked(match, raise_on_error, call, what)
+                if ev is not None:
+                    return ev
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    raise WaitTimeout(errno.ETIMEDOUT, call, f"no {what} within {timeout} s")
+                fut = loop.create_future()
+                waiter = (loop, fut)
+                self._waiters.append(waiter)
+            timer = None if remaining is None else loop.call_later(remaining, _complete, fut)
+            try:
+                await fut
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                with self._cond:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
 
     def get_event(self, timeout=None):
         """The next queued event (waits up to ``timeout`` seconds, None =
@@ -540,11 +614,9 @@ class CmId:
         (:class:`Rejected`) or ``*_ERROR`` event (:class:`CmError`,
         ETIMEDOUT for a response timeout) queued before it is raised
         instead.  WaitTimeout when nothing matches within ``timeout``."""
-        kinds = kind if isinstance(kind, (tuple, list, set, frozenset)) else (kind,)
-        kinds = frozenset(lookup(EventType, k) for k in kinds)
-        what = "/".join(sorted(k.name for k in kinds))
+        kinds = _kinds(kind)
         return self._take(lambda ev: ev.type in kinds, timeout, raise_on_error and not (kinds & _FAILURES),
-                          "wait", what)
+                          "wait", _what(kinds))
 
     def events(self, timeout=None):
         """Iterates over events as they arrive; stops when none arrives
@@ -556,14 +628,47 @@ class CmId:
             except WaitTimeout:
                 return
             except CmError as e:
-                if e.errno == errno.EINVAL and self._destroyed:
+                if e.errno in (errno.EINVAL, errno.ENODEV) and self._destroyed:
                     return
                 raise
 
     def next_request(self, timeout=None):
         """Listener: the next REQ (or SIDR_REQ) event, like socket.accept();
         ``event.cm_id`` is the new id, to :meth:`accept`/:meth:`reject`."""
-        return self.wait((EventType.REQ_RECEIVED, EventType.SIDR_REQ_RECEIVED), timeout, raise_on_error=False)
+        return self._take(_is_request, timeout, False, "next_request", "REQ/SIDR_REQ")
+
+    # ----------------------------------------------------------- asyncio
+
+    async def get_event_async(self, timeout=None):
+        """``await``-able :meth:`get_event`: the next queued event, without
+        blocking the event loop."""
+        return await self._take_async(lambda ev: True, timeout, False, "get_event_async", "event")
+
+    async def wait_async(self, kind, timeout=None, *, raise_on_error=True):
+        """``await``-able :meth:`wait` (same arguments and exceptions)."""
+        kinds = _kinds(kind)
+        return await self._take_async(lambda ev: ev.type in kinds, timeout,
+                                      raise_on_error and not (kinds & _FAILURES), "wait_async", _what(kinds))
+
+    async def events_async(self, timeout=None):
+        """``async for ev in cm_id.events_async():`` -- :meth:`events` for
+        asyncio: ends when no event arrives within ``timeout`` seconds, or
+        when the id is destroyed (also by :meth:`Device.close`) and its
+        queue is empty."""
+        while True:
+            try:
+                ev = await self.get_event_async(timeout)
+            except WaitTimeout:
+                return
+            except CmError as e:
+                if e.errno in (errno.EINVAL, errno.ENODEV) and self._destroyed:
+                    return
+                raise
+            yield ev
+
+    async def next_request_async(self, timeout=None):
+        """``await``-able :meth:`next_request`, like ``loop.sock_accept``."""
+        return await self._take_async(_is_request, timeout, False, "next_request_async", "REQ/SIDR_REQ")
 
     def pending(self):
         """A snapshot of the queued events."""
@@ -578,6 +683,28 @@ class CmId:
 
 
 _FAILURES = frozenset({EventType.REJ_RECEIVED}) | ERROR_EVENTS
+_REQUESTS = frozenset({EventType.REQ_RECEIVED, EventType.SIDR_REQ_RECEIVED})
+
+
+def _kinds(kind):
+    """A frozenset of EventType from a kind or a collection of kinds."""
+    kinds = kind if isinstance(kind, (tuple, list, set, frozenset)) else (kind,)
+    return frozenset(lookup(EventType, k) for k in kinds)
+
+
+def _what(kinds):
+    return "/".join(sorted(k.name for k in kinds))
+
+
+def _is_request(ev):
+    return ev.type in _REQUESTS
+
+
+def _complete(fut):
+    """Completes an async waiter's future (on its loop's thread) unless it
+    is already done or cancelled."""
+    if not fut.done():
+        fut.set_result(None)
 
 
 def _device_name(name):
@@ -609,6 +736,7 @@ class Device:
         self._addr = raw._address(p)
         self._ids = set()
         self._closed = False
+        self._closing = False
         self._qpn_iter = itertools.count(random.randrange(0x1000, 0x800000))
         with _registry_lock:
             _devices[self._addr] = self
@@ -722,6 +850,31 @@ class Device:
         e.g. ``cm_id.wait("REP_RECEIVED"); cm_id.rtu()``."""
         return self._new(handler, queue, context, lambda c: c.send_req(dest, service_id, private_data, **kw))
 
+    async def connect_async(self, dest, service_id, private_data=b"", *, timeout=None, rtu=True,
+                            rtu_private_data=b"", context=None, **kw):
+        """asyncio :meth:`connect`: sends a REQ, awaits the REP and (with
+        ``rtu``, the default) answers it with an RTU carrying
+        ``rtu_private_data``; returns ``(cm_id, rep_event)``.  Pass
+        ``rtu=False`` to move a real QP to RTR/RTS first
+        (``cm_id.init_qp_attr``) and call ``cm_id.rtu()`` yourself.
+
+        A REJ raises :class:`Rejected`, a REQ nobody answered
+        :class:`CmError` (ETIMEDOUT), ``timeout`` seconds without an answer
+        :class:`WaitTimeout`; after any failure, and when the awaiting task
+        is cancelled, the new id is destroyed (which sends the REJ the
+        state calls for), so nothing is left behind.  The returned id queues
+        its events: continue with :meth:`CmId.wait_async` /
+        :meth:`CmId.events_async`."""
+        cm_id = self.connect(dest, service_id, private_data, queue=True, context=context, **kw)
+        try:
+            rep = await cm_id.wait_async(EventType.REP_RECEIVED, timeout)
+            if rtu:
+                cm_id.rtu(rtu_private_data)
+        except BaseException:
+            cm_id.destroy()
+            raise
+        return cm_id, rep
+
     def sidr_request(self, dest, service_id, private_data=b"", *, handler=None, queue=None, context=None, **kw):
         """A new :class:`CmId` that has sent a SIDR_REQ (see
         :meth:`CmId.sidr_request`)."""
@@ -734,6 +887,7 @@ class Device:
             return
         if in_callback():
             raise CmError(errno.EDEADLK, "ibcm_close_device", "cannot close a device from an ibcm handler")
+        self._closing = True  # waiters woken by the destroys below raise ENODEV
         while True:
             ids = self.ids
             if not ids:
