@@ -133,7 +133,9 @@ wheel:
 		-w $(WHEEL_DIR) $(WHEEL_DIR)/src
 	@ls $(WHEEL_DIR)/ibcm-*.whl
 
+# The package and its examples must pass `mypy --strict` (typed API, py.typed).
 test-python:
+	python3 -m mypy --strict --cache-dir $(BUILD)/mypy-cache python/ibcm python/examples
 	@if [ -d python/tests ]; then \
 		IBCM_LIB=$(STAGE)/lib/libibcm.so python3 -m pytest -q python/tests; \
 	else echo "== no Python tests yet"; fi
