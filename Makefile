@@ -16,7 +16,7 @@ PKG        := PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config
 CTESTS     := abi_static cm_scenarios misuse
 VALGRIND   ?= valgrind
 
-.PHONY: all lib install demo deps test test-rust test-c test-python clean
+.PHONY: all lib install demo deps test test-rust test-c test-python wheel clean
 
 all: lib
 
@@ -116,7 +116,26 @@ interop:
 test-netns: lib
 	bash tests/netns/run.sh
 
+# A wheel of the Python package with the library inside (ibcm/libibcm.so,
+# debug info stripped), tagged for this platform (python/setup.py):
+# `pip install build/wheel/ibcm-*.whl` is the only step on a matching host.
+# Built from a copy of python/ so the source tree stays library-free.
+WHEEL_DIR := $(BUILD)/wheel
+wheel:
+	$(CARGO) build --release --lib
+	rm -rf $(WHEEL_DIR)/src $(WHEEL_DIR)/ibcm-*.whl
+	mkdir -p $(WHEEL_DIR)/src
+	cp -r python/ibcm python/pyproject.toml python/setup.py python/README.md $(WHEEL_DIR)/src/
+	rm -rf $(WHEEL_DIR)/src/ibcm/__pycache__
+	install -m 0755 target/release/libibcm.so $(WHEEL_DIR)/src/ibcm/libibcm.so
+	strip --strip-debug $(WHEEL_DIR)/src/ibcm/libibcm.so
+	python3 -m pip wheel -q --no-deps --no-build-isolation --disable-pip-version-check \
+		-w $(WHEEL_DIR) $(WHEEL_DIR)/src
+	@ls $(WHEEL_DIR)/ibcm-*.whl
+
+# The package and its examples must pass `mypy --strict` (typed API, py.typed).
 test-python:
+	python3 -m mypy --strict --cache-dir $(BUILD)/mypy-cache python/ibcm python/examples
 	@if [ -d python/tests ]; then \
 		IBCM_LIB=$(STAGE)/lib/libibcm.so python3 -m pytest -q python/tests; \
 	else echo "== no Python tests yet"; fi

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs beyond the Rust toolchain, gcc and python3:
 # pkg-config, valgrind, tshark (live decode cross-check), iproute2 (network
-# namespace tests) and pytest. Installs only what is missing; needs root
-# (or sudo) for the Debian packages.
+# namespace tests), python3-venv (the wheel test's clean venv), pytest,
+# mypy (`mypy --strict` on the Python package) and wheel (`make wheel`).
+# Installs only what is missing; needs root (or sudo) for the Debian
+# packages.
 set -euo pipefail
 
 need=()
@@ -10,6 +12,7 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v valgrind   >/dev/null || need+=(valgrind)
 command -v tshark     >/dev/null || need+=(tshark)
 command -v ip         >/dev/null || need+=(iproute2)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 
 if ((${#need[@]})); then
     SUDO=""
@@ -25,7 +28,11 @@ if ((${#need[@]})); then
     $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import pytest' 2>/dev/null; then
-    echo "deps: installing pytest"
-    python3 -m pip install -q --disable-pip-version-check pytest
+pip_need=()
+python3 -c 'import pytest' 2>/dev/null || pip_need+=(pytest)
+python3 -c 'import mypy' 2>/dev/null || pip_need+=(mypy)
+python3 -c 'import wheel' 2>/dev/null || pip_need+=(wheel)
+if ((${#pip_need[@]})); then
+    echo "deps: installing ${pip_need[*]}"
+    python3 -m pip install -q --disable-pip-version-check "${pip_need[@]}"
 fi

@@ -4,15 +4,17 @@
     python3 listen.py [ADDRESS [SERVICE_ID]]     (default 127.0.0.2 0x1000)
 """
 import sys
+from typing import Optional
 
 import ibcm
 
 
-def finish(cm_id, event):  # an accepted connection's later events (library thread)
+def finish(cm_id: ibcm.CmId, event: ibcm.Event) -> Optional[int]:  # an accepted connection's later events (library thread)
     if event.type == ibcm.DREQ_RECEIVED:
         cm_id.drep()
     elif event.type == ibcm.TIMEWAIT_EXIT:
         return 1  # done: the library destroys the id
+    return None
 
 
 with ibcm.Device(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.2") as dev:

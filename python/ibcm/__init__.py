@@ -62,14 +62,36 @@ from .types import AhAttr, Ece, Gid, GidAttr, GlobalRoute, PathRecord, QpAttrs, 
 
 __version__ = "0.1.0"
 
-# Event kinds at package level, for cm_id.wait(ibcm.REP_RECEIVED).
-globals().update({name: member for name, member in EventType.__members__.items()})
+# Event kinds at package level, for cm_id.wait(ibcm.REP_RECEIVED)
+# (tests/test_enums.py checks that this is every EventType member).
+REQ_ERROR = EventType.REQ_ERROR
+REQ_RECEIVED = EventType.REQ_RECEIVED
+REP_ERROR = EventType.REP_ERROR
+REP_RECEIVED = EventType.REP_RECEIVED
+RTU_RECEIVED = EventType.RTU_RECEIVED
+USER_ESTABLISHED = EventType.USER_ESTABLISHED
+DREQ_ERROR = EventType.DREQ_ERROR
+DREQ_RECEIVED = EventType.DREQ_RECEIVED
+DREP_RECEIVED = EventType.DREP_RECEIVED
+TIMEWAIT_EXIT = EventType.TIMEWAIT_EXIT
+MRA_RECEIVED = EventType.MRA_RECEIVED
+REJ_RECEIVED = EventType.REJ_RECEIVED
+LAP_ERROR = EventType.LAP_ERROR
+LAP_RECEIVED = EventType.LAP_RECEIVED
+APR_RECEIVED = EventType.APR_RECEIVED
+SIDR_REQ_ERROR = EventType.SIDR_REQ_ERROR
+SIDR_REQ_RECEIVED = EventType.SIDR_REQ_RECEIVED
+SIDR_REP_RECEIVED = EventType.SIDR_REP_RECEIVED
 
 __all__ = [
-    "raw", "Device", "CmId", "CmError", "Rejected", "WaitTimeout", "LibraryNotFoundError",
-    "Event", "ReqEvent", "RepEvent", "RejEvent", "MraEvent", "LapEvent", "AprEvent", "SidrReqEvent",
-    "SidrRepEvent", "ErrorEvent", "PathRecord", "GidAttr", "Gid", "Ece", "AhAttr", "GlobalRoute", "QpAttrs",
-    "QpCap", "CmState", "LapState", "EventType", "RejReason", "AprStatus", "SidrStatus", "QpType", "QpState",
-    "QpAttrMask", "AccessFlags", "Mtu", "Rate", "IbEvent", "WcStatus", "GidType", "PathRecType",
-    "AhAttrType", "MigState", "reject_msg", "gid_from_string", "to_gid", "in_callback",
-] + list(EventType.__members__)
+    "raw", "Device", "CmId", "CmError", "Rejected", "WaitTimeout", "LibraryNotFoundError", "Event",
+    "ReqEvent", "RepEvent", "RejEvent", "MraEvent", "LapEvent", "AprEvent", "SidrReqEvent",
+    "SidrRepEvent", "ErrorEvent", "PathRecord", "GidAttr", "Gid", "Ece", "AhAttr", "GlobalRoute",
+    "QpAttrs", "QpCap", "CmState", "LapState", "EventType", "RejReason", "AprStatus", "SidrStatus",
+    "QpType", "QpState", "QpAttrMask", "AccessFlags", "Mtu", "Rate", "IbEvent", "WcStatus",
+    "GidType", "PathRecType", "AhAttrType", "MigState", "reject_msg", "gid_from_string", "to_gid",
+    "in_callback", "REQ_ERROR", "REQ_RECEIVED", "REP_ERROR", "REP_RECEIVED", "RTU_RECEIVED",
+    "USER_ESTABLISHED", "DREQ_ERROR", "DREQ_RECEIVED", "DREP_RECEIVED", "TIMEWAIT_EXIT",
+    "MRA_RECEIVED", "REJ_RECEIVED", "LAP_ERROR", "LAP_RECEIVED", "APR_RECEIVED", "SIDR_REQ_ERROR",
+    "SIDR_REQ_RECEIVED", "SIDR_REP_RECEIVED",
+]

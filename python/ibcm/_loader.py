@@ -14,10 +14,15 @@ skipped).  If nothing loads, :class:`LibraryNotFoundError` lists every
 path tried and why it failed.
 """
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import os
 from pathlib import Path
+from typing import Iterable, List, Mapping, Optional, Tuple, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -28,7 +33,7 @@ _MARKER = "ibcm_open_device"
 class LibraryNotFoundError(OSError):
     """libibcm could not be loaded; ``tried`` is a list of (path, reason)."""
 
-    def __init__(self, tried):
+    def __init__(self, tried: Iterable[Tuple[str, str]]) -> None:
         self.tried = list(tried)
         lines = "\n".join(f"  {path}: {why}" for path, why in self.tried)
         super().__init__(
@@ -36,17 +41,17 @@ class LibraryNotFoundError(OSError):
         )
 
 
-def _package_copies(directory):
+def _package_copies(directory: PathLike) -> List[str]:
     """libibcm.so* files in ``directory``, the unversioned name first."""
 
-    def key(p):
+    def key(p: Path) -> Tuple[int, str]:
         # libibcm.so, libibcm.so.0, libibcm.so.0.1.0, ...
         return (len(p.name), p.name)
 
     return [str(p) for p in sorted(Path(directory).glob("libibcm.so*"), key=key) if p.is_file()]
 
 
-def candidates(env=None, package_dir=None):
+def candidates(env: Optional[Mapping[str, str]] = None, package_dir: Optional[PathLike] = None) -> List[str]:
     """The paths/names to try, in order (see the module docstring)."""
     env = os.environ if env is None else env
     explicit = env.get("IBCM_LIB")
@@ -57,11 +62,11 @@ def candidates(env=None, package_dir=None):
     if found:
         out.append(found)
     out += ["libibcm.so.0", "libibcm.so"]
-    seen = set()
-    return [c for c in out if not (c in seen or seen.add(c))]
+    return list(dict.fromkeys(out))  # without duplicates, first occurrence kept
 
 
-def load(env=None, package_dir=None):
+def load(env: Optional[Mapping[str, str]] = None,
+         package_dir: Optional[PathLike] = None) -> Tuple[ctypes.CDLL, str]:
     """Loads the first usable candidate; returns (CDLL, path)."""
     tried = []
     for cand in candidates(env, package_dir):

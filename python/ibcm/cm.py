@@ -32,8 +32,23 @@ library destroy it as soon as the handler returns.  Destroying a different
 id from a handler is done at once.  ``wait()``/``events()``/
 ``next_request()`` and ``Device.close()`` raise if called from a handler
 (they would wait for the very thread they block).
+
+asyncio
+-------
+``Device.connect_async`` and ``CmId.wait_async`` / ``get_event_async`` /
+``events_async`` / ``next_request_async`` read the same per-id queue as the
+blocking calls.  An awaiter parks a future in ``CmId._waiters``; whenever
+the trampoline queues an event on that id, or the id is destroyed, every
+parked future is completed through ``loop.call_soon_threadsafe`` and its
+awaiter rescans the queue.  Nothing polls or sleeps; an event leaves the
+queue only in the step that returns it, so cancelling an awaiter never
+loses one.  ``Device.close`` wakes pending awaiters with ``CmError``
+(ENODEV); destroying the id wakes them with EINVAL.
 """
 
+from __future__ import annotations
+
+import asyncio
 import atexit
 import ctypes
 import dataclasses
@@ -45,6 +60,22 @@ import os
 import random
 import threading
 import time
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    AsyncIterator,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Set,
+    Tuple,
+    Union,
+    cast,
+)
 
 from . import raw
 from .enums import (
@@ -62,33 +93,49 @@ from .enums import (
     lookup,
 )
 from .errors import CmError, Rejected, WaitTimeout, check
-from .events import ErrorEvent, RejEvent, decode
-from .types import Ece, Gid, PathRecord, QpAttrs, gid_from_c, gid_to_c, to_gid
+from .events import ErrorEvent, Event, RejEvent, RepEvent, ReqEvent, SidrReqEvent, decode
+from .events import reject_msg as _reject_msg
+from .types import Ece, Gid, GidLike, PathRecord, QpAttrs, gid_from_c, gid_to_c, to_gid
+
+if TYPE_CHECKING:
+    from ctypes import _Pointer
+
+#: ``handler(cm_id, event)``: None/0 keeps the id, non-zero destroys it.
+Handler = Callable[["CmId", Event], Optional[int]]
+#: Private data, ARI and info arguments.
+BytesLike = Union[bytes, bytearray, memoryview]
+#: An event kind: an EventType, its value, or its name.
+EventKind = Union[EventType, int, str]
+#: Where to connect: a path record, or an address/GID for Device.path_to.
+Dest = Union[PathRecord, GidLike]
+#: An async waiter: the loop it waits on and its one-shot future.
+_Waiter = Tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
 log = logging.getLogger("ibcm")
 
 _registry_lock = threading.RLock()
-_ids = {}  # C address -> CmId
-_devices = {}  # C address -> Device
+_ids: Dict[int, CmId] = {}  # C address -> CmId
+_devices: Dict[int, Device] = {}  # C address -> Device
 _tls = threading.local()
 
 #: What the trampoline returns to have the library destroy an id.
 _DESTROY = 1
 
 
-def _callback_stack():
-    s = getattr(_tls, "stack", None)
+def _callback_stack() -> List[CmId]:
+    s: Optional[List[CmId]] = getattr(_tls, "stack", None)
     if s is None:
         s = _tls.stack = []
     return s
 
 
-def in_callback():
+def in_callback() -> bool:
     """True when the current thread runs an ibcm handler."""
     return bool(getattr(_tls, "stack", None))
 
 
-def _area(data, call, what="private data"):
+def _area(data: Optional[BytesLike], call: str,
+          what: str = "private data") -> Tuple[Optional[ctypes.Array[ctypes.c_char]], int]:
     """(buffer or None, length) for a bytes-like argument; lengths above
     255 cannot be expressed in the C API's u8 and are -EINVAL here."""
     if data is None:
@@ -103,11 +150,11 @@ def _area(data, call, what="private data"):
     return ctypes.create_string_buffer(b, len(b)), len(b)
 
 
-def _addr_of(buf):
+def _addr_of(buf: Optional[ctypes.Array[ctypes.c_char]]) -> Optional[int]:
     return ctypes.addressof(buf) if buf is not None else None
 
 
-def _ece(value, c):
+def _ece(value: Union[Ece, Tuple[int, int], None], c: raw.rdma_ucm_ece) -> None:
     if value is None:
         return
     if isinstance(value, tuple):
@@ -115,7 +162,7 @@ def _ece(value, c):
     value.to_c(c)
 
 
-def _retval(r, cm_id, event):
+def _retval(r: object, cm_id: CmId, event: Event) -> int:
     if r is None:
         return 0
     if isinstance(r, int):
@@ -125,8 +172,7 @@ def _retval(r, cm_id, event):
     return 0
 
 
-@raw.ib_cm_handler
-def _trampoline(id_ptr, ev_ptr):
+def _deliver(id_ptr: _Pointer[raw.ib_cm_id], ev_ptr: _Pointer[raw.ib_cm_event]) -> int:
     try:
         return _dispatch(id_ptr, ev_ptr)
     except BaseException:  # never let anything unwind into the library
@@ -134,12 +180,16 @@ def _trampoline(id_ptr, ev_ptr):
         return 0
 
 
-def _dispatch(id_ptr, ev_ptr):
+#: The one C callback of every id (alive as long as the module).
+_trampoline = raw.ib_cm_handler(_deliver)
+
+
+def _dispatch(id_ptr: _Pointer[raw.ib_cm_id], ev_ptr: _Pointer[raw.ib_cm_event]) -> int:
     addr = raw._address(id_ptr)
     c_id = id_ptr.contents
     ev = ev_ptr.contents
-    kind = ev.event
-    queue_on = None
+    kind: int = ev.event
+    queue_on: Optional[CmId] = None
     if kind in (raw.IB_CM_REQ_RECEIVED, raw.IB_CM_SIDR_REQ_RECEIVED):
         lp = ev.param.req_rcvd.listen_id if kind == raw.IB_CM_REQ_RECEIVED else ev.param.sidr_req_rcvd.listen_id
         with _registry_lock:
@@ -156,18 +206,19 @@ def _dispatch(id_ptr, ev_ptr):
             queue_on = obj
     else:
         with _registry_lock:
-            obj = _ids.get(addr)
-        if obj is None:
+            found = _ids.get(addr)
+        if found is None:
             log.warning("ibcm: event %d for unknown cm_id %#x ignored", kind, addr)
             return 0
+        obj = found
         queue_on = obj if obj._queueing else None
     ret = 0
-    event = None
+    event: Optional[Event] = None
     stack = _callback_stack()
     stack.append(obj)
     try:
         event = decode(ev, obj, c_id, lambda a: _ids.get(a))
-        if kind == raw.IB_CM_REQ_RECEIVED:
+        if isinstance(event, ReqEvent):
             obj.request = event
         if obj.handler is not None:
             ret = _retval(obj.handler(obj, event), obj, event)
@@ -175,7 +226,7 @@ def _dispatch(id_ptr, ev_ptr):
         if event is None:
             log.exception("ibcm: cannot decode event %d for %r; the id will be destroyed", kind, obj)
         else:
-            log.exception("ibcm: handler of %r raised on %s; the id will be destroyed", obj, event.type.name)
+            log.exception("ibcm: handler of %r raised on %s; the id will be destroyed", obj, _kind_name(event.type))
         ret = _DESTROY
     finally:
         stack.pop()
@@ -189,26 +240,26 @@ def _dispatch(id_ptr, ev_ptr):
                 ret = 0
             else:
                 obj._destroyed = True
-                obj._cond.notify_all()
+                obj._notify_locked()
     if ret != 0:
         obj._unregister()
     is_request = kind in (raw.IB_CM_REQ_RECEIVED, raw.IB_CM_SIDR_REQ_RECEIVED)
     if queue_on is not None and event is not None and not (is_request and ret != 0):
         with queue_on._cond:
             queue_on._queue.append(event)
-            queue_on._cond.notify_all()
+            queue_on._notify_locked()
     return ret
 
 
-def _failure(event, call):
+def _failure(event: Event, call: str) -> CmError:
     if isinstance(event, RejEvent):
         return Rejected(errno.ECONNREFUSED, call, f"rejected: {event.reason_text}", event,
                         event.reason, event.reason_text, event.ari)
     if isinstance(event, ErrorEvent):
         err = errno.ETIMEDOUT if event.send_status == WcStatus.RESP_TIMEOUT_ERR else errno.EIO
         status = getattr(event.send_status, "name", event.send_status)
-        return CmError(err, call, f"{event.type.name} ({status})", event)
-    return None
+        return CmError(err, call, f"{_kind_name(event.type)} ({status})", event)
+    return CmError(errno.EIO, call, f"unexpected {_kind_name(event.type)}", event)
 
 
 class CmId:
@@ -222,31 +273,33 @@ class CmId:
     any).  The C state is read live through the properties.
     """
 
-    def __init__(self, device, ptr, handler=None, queue=None, context=None):
+    def __init__(self, device: Device, ptr: _Pointer[raw.ib_cm_id], handler: Optional[Handler] = None,
+                 queue: Optional[bool] = None, context: Any = None) -> None:
         self.device = device
         self._ptr = ctypes.cast(ptr, ctypes.POINTER(raw.ib_cm_id))
         self._addr = raw._address(ptr)
         self.handler = handler
         self.context = context
-        self.request = None
-        self._queue = []
+        self.request: Optional[ReqEvent] = None
+        self._queue: List[Event] = []
         self._queueing = bool(handler is None if queue is None else queue)
         self._cond = threading.Condition(threading.Lock())
         self._destroyed = False
         self._destroying = False
         self._destroy_requested = False
         self._listening = False
+        self._waiters: List[_Waiter] = []  # async waiters, completed on any change
         with _registry_lock:
             _ids[self._addr] = self
             device._ids.add(self)
 
     @classmethod
-    def _adopt(cls, device, ptr, listener):
+    def _adopt(cls, device: Device, ptr: _Pointer[raw.ib_cm_id], listener: Optional[CmId]) -> CmId:
         if listener is None:
             return cls(device, ptr, None, True, None)
         return cls(device, ptr, listener.handler, listener._queueing, listener.context)
 
-    def _unregister(self):
+    def _unregister(self) -> None:
         with _registry_lock:
             if _ids.get(self._addr) is self:
                 del _ids[self._addr]
@@ -254,55 +307,56 @@ class CmId:
 
     # ---------------------------------------------------------------- state
 
-    def _c(self, call="cm_id"):
+    def _c(self, call: str = "cm_id") -> _Pointer[raw.ib_cm_id]:
         """The live C struct; CmError(EINVAL) once destroyed."""
         if self._destroyed or self._destroying:
             raise CmError(errno.EINVAL, call, "the cm_id was destroyed")
         return self._ptr
 
-    def _is_listener(self):
+    def _is_listener(self) -> bool:
         # Tracked here rather than read from the C state: see
         # tests/test_library_issues.py (the listener's public fields change
         # when a REQ arrives).
         return self._listening
 
     @property
-    def destroyed(self):
+    def destroyed(self) -> bool:
         return self._destroyed
 
     @property
-    def address(self):
+    def address(self) -> int:
         """The C ``struct ib_cm_id *`` value."""
         return self._addr
 
     @property
-    def state(self):
+    def state(self) -> Union[CmState, int]:
         return coerce(CmState, self._c().contents.state)
 
     @property
-    def lap_state(self):
+    def lap_state(self) -> Union[LapState, int]:
         return coerce(LapState, self._c().contents.lap_state)
 
     @property
-    def local_id(self):
+    def local_id(self) -> int:
         """Local communication ID (host order)."""
         return raw.be32_to_cpu(self._c().contents.local_id)
 
     @property
-    def remote_id(self):
+    def remote_id(self) -> int:
         """Remote communication ID (host order)."""
         return raw.be32_to_cpu(self._c().contents.remote_id)
 
     @property
-    def service_id(self):
+    def service_id(self) -> int:
         """Service ID (host order)."""
         return raw.be64_to_cpu(self._c().contents.service_id)
 
     @property
-    def remote_cm_qpn(self):
-        return self._c().contents.remote_cm_qpn
+    def remote_cm_qpn(self) -> int:
+        qpn: int = self._c().contents.remote_cm_qpn
+        return qpn
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         if self._destroyed or self._destroying:
             return f"<CmId {self._addr:#x} destroyed>"
         c = self._ptr.contents
@@ -313,7 +367,7 @@ class CmId:
         return (f"<CmId {self._addr:#x} {st} local_id={raw.be32_to_cpu(c.local_id):#x} "
                 f"remote_id={raw.be32_to_cpu(c.remote_id):#x} service_id={raw.be64_to_cpu(c.service_id):#x}>")
 
-    def set_handler(self, handler, *, queue=None):
+    def set_handler(self, handler: Optional[Handler], *, queue: Optional[bool] = None) -> None:
         """Replaces the handler for the id's next events; ``queue`` (default:
         True exactly when ``handler`` is None) turns queueing on or off.
         Events already queued stay queued.  Typical use: hand an accepted
@@ -325,7 +379,7 @@ class CmId:
 
     # ------------------------------------------------------------ CM calls
 
-    def listen(self, service_id=None):
+    def listen(self, service_id: Optional[int] = None) -> CmId:
         """``ib_cm_listen``; None asks for an assigned service ID (read it
         back from ``service_id``)."""
         sid = raw.IB_CM_ASSIGN_SERVICE_ID if service_id is None else raw.cpu_to_be64(service_id)
@@ -333,11 +387,14 @@ class CmId:
         self._listening = True
         return self
 
-    def send_req(self, dest, service_id, private_data=b"", *, qp_num=None, starting_psn=None,
-                 qp_type=QpType.RC, responder_resources=1, initiator_depth=1,
-                 remote_cm_response_timeout=20, local_cm_response_timeout=20, retry_count=7,
-                 rnr_retry_count=7, max_cm_retries=15, flow_control=True, srq=False,
-                 alternate_path=None, packet_life_time=None, ece=None, port=1):
+    def send_req(self, dest: Dest, service_id: int, private_data: Optional[BytesLike] = b"", *,
+                 qp_num: Optional[int] = None, starting_psn: Optional[int] = None,
+                 qp_type: Union[QpType, int, str] = QpType.RC, responder_resources: int = 1,
+                 initiator_depth: int = 1, remote_cm_response_timeout: int = 20,
+                 local_cm_response_timeout: int = 20, retry_count: int = 7, rnr_retry_count: int = 7,
+                 max_cm_retries: int = 15, flow_control: bool = True, srq: bool = False,
+                 alternate_path: Optional[PathRecord] = None, packet_life_time: Optional[int] = None,
+                 ece: Union[Ece, Tuple[int, int], None] = None, port: int = 1) -> CmId:
         """``ib_send_cm_req``.  ``dest``: a PathRecord, or an address/GID
         (the path then comes from :meth:`Device.path_to`).  The timeouts are
         IBTA exponents (4.096 us * 2**n); ``packet_life_time`` overrides the
@@ -374,9 +431,10 @@ class CmId:
         check(raw.ib_send_cm_req(p, ctypes.byref(prm)), call)
         return self
 
-    def accept(self, private_data=b"", *, qp_num=None, starting_psn=None, responder_resources=None,
-               initiator_depth=None, failover_accepted=0, flow_control=True, rnr_retry_count=7,
-               srq=False, ece=None):
+    def accept(self, private_data: Optional[BytesLike] = b"", *, qp_num: Optional[int] = None,
+               starting_psn: Optional[int] = None, responder_resources: Optional[int] = None,
+               initiator_depth: Optional[int] = None, failover_accepted: int = 0, flow_control: bool = True,
+               rnr_retry_count: int = 7, srq: bool = False, ece: Union[Ece, Tuple[int, int], None] = None) -> None:
         """``ib_send_cm_rep``: accept a received REQ.  Responder resources /
         initiator depth default to those of the REQ event (which the CM
         reports from the receiver's side); ``qp_num``/``starting_psn`` as
@@ -405,41 +463,42 @@ class CmId:
         _ece(ece, prm.ece)
         check(raw.ib_send_cm_rep(p, ctypes.byref(prm)), call)
 
-    def rtu(self, private_data=b""):
+    def rtu(self, private_data: Optional[BytesLike] = b"") -> None:
         """``ib_send_cm_rtu``: complete the connection (active side)."""
         buf, n = _area(private_data, "ib_send_cm_rtu")
         check(raw.ib_send_cm_rtu(self._c("ib_send_cm_rtu"), buf, n), "ib_send_cm_rtu")
 
-    def disconnect(self, private_data=b""):
+    def disconnect(self, private_data: Optional[BytesLike] = b"") -> None:
         """``ib_send_cm_dreq``."""
         buf, n = _area(private_data, "ib_send_cm_dreq")
         check(raw.ib_send_cm_dreq(self._c("ib_send_cm_dreq"), buf, n), "ib_send_cm_dreq")
 
     dreq = disconnect
 
-    def drep(self, private_data=b""):
+    def drep(self, private_data: Optional[BytesLike] = b"") -> None:
         """``ib_send_cm_drep``: answer a DREQ."""
         buf, n = _area(private_data, "ib_send_cm_drep")
         check(raw.ib_send_cm_drep(self._c("ib_send_cm_drep"), buf, n), "ib_send_cm_drep")
 
-    def reject(self, reason=RejReason.CONSUMER_DEFINED, ari=b"", private_data=b""):
+    def reject(self, reason: Union[RejReason, int, str] = RejReason.CONSUMER_DEFINED,
+               ari: Optional[BytesLike] = b"", private_data: Optional[BytesLike] = b"") -> None:
         """``ib_send_cm_rej``."""
         call = "ib_send_cm_rej"
         abuf, an = _area(ari, call, "ARI")
         pbuf, pn = _area(private_data, call)
         check(raw.ib_send_cm_rej(self._c(call), int(lookup(RejReason, reason)), abuf, an, pbuf, pn), call)
 
-    def prepare_mra(self):
+    def prepare_mra(self) -> None:
         """``ib_prepare_cm_mra``: this will take a while (an MRA answers the
         peer's next retransmission)."""
         check(raw.ib_prepare_cm_mra(self._c("ib_prepare_cm_mra")), "ib_prepare_cm_mra")
 
-    def notify(self, event=IbEvent.COMM_EST):
+    def notify(self, event: Union[IbEvent, int, str] = IbEvent.COMM_EST) -> None:
         """``ib_cm_notify``: IbEvent.COMM_EST or IbEvent.PATH_MIG (or their
         names)."""
         check(raw.ib_cm_notify(self._c("ib_cm_notify"), int(lookup(IbEvent, event))), "ib_cm_notify")
 
-    def init_qp_attr(self, state):
+    def init_qp_attr(self, state: Union[QpState, int, str]) -> QpAttrs:
         """``ib_cm_init_qp_attr`` for a target QP state (QpState.INIT/RTR/
         RTS or a name): a :class:`QpAttrs` dict of the masked attributes."""
         attr = raw.ib_qp_attr()
@@ -449,7 +508,8 @@ class CmId:
               "ib_cm_init_qp_attr")
         return QpAttrs.from_c(attr, mask.value)
 
-    def sidr_request(self, dest, service_id, private_data=b"", *, timeout_ms=1000, max_cm_retries=3, port=1):
+    def sidr_request(self, dest: Dest, service_id: int, private_data: Optional[BytesLike] = b"", *,
+                     timeout_ms: int = 1000, max_cm_retries: int = 3, port: int = 1) -> CmId:
         """``ib_send_cm_sidr_req``: ask ``dest`` which UD QP serves
         ``service_id``; the answer is a SIDR_REP_RECEIVED (or
         SIDR_REQ_ERROR) event."""
@@ -468,7 +528,9 @@ class CmId:
         check(raw.ib_send_cm_sidr_req(p, ctypes.byref(prm)), call)
         return self
 
-    def sidr_reply(self, status=SidrStatus.SUCCESS, *, qp_num=None, qkey=0, info=b"", private_data=b"", ece=None):
+    def sidr_reply(self, status: Union[SidrStatus, int, str] = SidrStatus.SUCCESS, *, qp_num: Optional[int] = None,
+                   qkey: int = 0, info: Optional[BytesLike] = b"", private_data: Optional[BytesLike] = b"",
+                   ece: Union[Ece, Tuple[int, int], None] = None) -> None:
         """``ib_send_cm_sidr_rep``: answer a SIDR_REQ."""
         call = "ib_send_cm_sidr_rep"
         p = self._c(call)
@@ -485,7 +547,7 @@ class CmId:
         _ece(ece, prm.ece)
         check(raw.ib_send_cm_sidr_rep(p, ctypes.byref(prm)), call)
 
-    def destroy(self):
+    def destroy(self) -> None:
         """``ib_destroy_cm_id`` (sends whatever the state requires: REJ,
         DREQ, ...).  Blocks until no handler for this id runs.  From this
         id's own handler it is deferred until the handler returns (see the
@@ -501,52 +563,114 @@ class CmId:
         raw.ib_destroy_cm_id(self._ptr)
         with self._cond:
             self._destroyed = True
-            self._cond.notify_all()
+            self._notify_locked()
         self._unregister()
 
     # -------------------------------------------------------------- events
 
-    def _take(self, match, timeout, raise_on_error, call, what):
+    def _notify_locked(self) -> None:
+        """Wakes every waiter, blocking and async (``_cond`` held): the
+        queue changed or the id was destroyed.  Async waiters are one-shot
+        futures, completed on their own loop's thread."""
+        self._cond.notify_all()
+        waiters, self._waiters = self._waiters, []
+        for loop, fut in waiters:
+            try:
+                loop.call_soon_threadsafe(_complete, fut)
+            except RuntimeError:  # that loop is closed: nobody waits there any more
+                pass
+
+    def _gone(self, call: str, what: str) -> CmError:
+        if self.device._closing:
+            return CmError(errno.ENODEV, call, f"the device was closed (no {what} queued)")
+        return CmError(errno.EINVAL, call, f"the cm_id was destroyed (no {what} queued)")
+
+    def _scan_locked(self, match: Callable[[Event], bool], raise_on_error: bool, call: str,
+                     what: str) -> Optional[Event]:
+        """Removes and returns the first queued event ``match`` accepts
+        (``_cond`` held); raises for a failure event queued before it, or
+        when the id is destroyed and nothing matches; None otherwise."""
+        for i, ev in enumerate(self._queue):
+            if match(ev):
+                del self._queue[i]
+                return ev
+            if raise_on_error and ev.type in _FAILURES:
+                del self._queue[i]
+                raise _failure(ev, call)
+        if self._destroyed:
+            raise self._gone(call, what)
+        return None
+
+    def _check_waitable(self, call: str) -> None:
         if not self._queueing and not self._queue:
             raise RuntimeError(f"{self!r} does not queue events (it has a handler; pass queue=True)")
         if in_callback():
             raise RuntimeError(f"{call}() cannot block inside an ibcm handler")
+
+    def _take(self, match: Callable[[Event], bool], timeout: Optional[float], raise_on_error: bool, call: str,
+              what: str) -> Event:
+        self._check_waitable(call)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
-                for i, ev in enumerate(self._queue):
-                    if match(ev):
-                        del self._queue[i]
-                        return ev
-                    if raise_on_error and ev.type in _FAILURES:
-                        del self._queue[i]
-                        raise _failure(ev, call)
-                if self._destroyed:
-                    raise CmError(errno.EINVAL, call, f"the cm_id was destroyed (no {what} queued)")
+                ev = self._scan_locked(match, raise_on_error, call, what)
+                if ev is not None:
+                    return ev
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise WaitTimeout(errno.ETIMEDOUT, call, f"no {what} within {timeout} s")
                 self._cond.wait(remaining)
 
-    def get_event(self, timeout=None):
+    async def _take_async(self, match: Callable[[Event], bool], timeout: Optional[float], raise_on_error: bool,
+                          call: str, what: str) -> Event:
+        """The asyncio twin of :meth:`_take`.  Nothing polls: the waiter is
+        a future that the library thread completes through
+        ``loop.call_soon_threadsafe`` when an event is queued or the id is
+        destroyed (and ``loop.call_later`` for the timeout).  An event is
+        removed from the queue only in the same step that returns it, so a
+        cancelled waiter never takes one."""
+        self._check_waitable(call)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            with self._cond:
+                ev = self._scan_locked(match, raise_on_error, call, what)
+                if ev is not None:
+                    return ev
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    raise WaitTimeout(errno.ETIMEDOUT, call, f"no {what} within {timeout} s")
+                fut = loop.create_future()
+                waiter = (loop, fut)
+                self._waiters.append(waiter)
+            timer = None if remaining is None else loop.call_later(remaining, _complete, fut)
+            try:
+                await fut
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                with self._cond:
+                    if waiter in self._waiters:
+                        self._waiters.remove(waiter)
+
+    def get_event(self, timeout: Optional[float] = None) -> Event:
         """The next queued event (waits up to ``timeout`` seconds, None =
         forever; WaitTimeout after that)."""
         return self._take(lambda ev: True, timeout, False, "get_event", "event")
 
-    def wait(self, kind, timeout=None, *, raise_on_error=True):
+    def wait(self, kind: Union[EventKind, Iterable[EventKind]], timeout: Optional[float] = None, *,
+             raise_on_error: bool = True) -> Event:
         """Removes and returns the first queued event of type ``kind`` (an
         EventType, a name like ``"REP_RECEIVED"``, or a tuple of them),
         leaving other events queued.  With ``raise_on_error`` a REJ
         (:class:`Rejected`) or ``*_ERROR`` event (:class:`CmError`,
         ETIMEDOUT for a response timeout) queued before it is raised
         instead.  WaitTimeout when nothing matches within ``timeout``."""
-        kinds = kind if isinstance(kind, (tuple, list, set, frozenset)) else (kind,)
-        kinds = frozenset(lookup(EventType, k) for k in kinds)
-        what = "/".join(sorted(k.name for k in kinds))
+        kinds = _kinds(kind)
         return self._take(lambda ev: ev.type in kinds, timeout, raise_on_error and not (kinds & _FAILURES),
-                          "wait", what)
+                          "wait", _what(kinds))
 
-    def events(self, timeout=None):
+    def events(self, timeout: Optional[float] = None) -> Iterator[Event]:
         """Iterates over events as they arrive; stops when none arrives
         within ``timeout`` seconds, or when the id is destroyed and its
         queue is empty."""
@@ -556,31 +680,93 @@ class CmId:
             except WaitTimeout:
                 return
             except CmError as e:
-                if e.errno == errno.EINVAL and self._destroyed:
+                if e.errno in (errno.EINVAL, errno.ENODEV) and self._destroyed:
                     return
                 raise
 
-    def next_request(self, timeout=None):
+    def next_request(self, timeout: Optional[float] = None) -> Union[ReqEvent, SidrReqEvent]:
         """Listener: the next REQ (or SIDR_REQ) event, like socket.accept();
         ``event.cm_id`` is the new id, to :meth:`accept`/:meth:`reject`."""
-        return self.wait((EventType.REQ_RECEIVED, EventType.SIDR_REQ_RECEIVED), timeout, raise_on_error=False)
+        return cast(Union[ReqEvent, SidrReqEvent], self._take(_is_request, timeout, False, "next_request",
+                                                              "REQ/SIDR_REQ"))
 
-    def pending(self):
+    # ----------------------------------------------------------- asyncio
+
+    async def get_event_async(self, timeout: Optional[float] = None) -> Event:
+        """``await``-able :meth:`get_event`: the next queued event, without
+        blocking the event loop."""
+        return await self._take_async(lambda ev: True, timeout, False, "get_event_async", "event")
+
+    async def wait_async(self, kind: Union[EventKind, Iterable[EventKind]], timeout: Optional[float] = None, *,
+                         raise_on_error: bool = True) -> Event:
+        """``await``-able :meth:`wait` (same arguments and exceptions)."""
+        kinds = _kinds(kind)
+        return await self._take_async(lambda ev: ev.type in kinds, timeout,
+                                      raise_on_error and not (kinds & _FAILURES), "wait_async", _what(kinds))
+
+    async def events_async(self, timeout: Optional[float] = None) -> AsyncIterator[Event]:
+        """``async for ev in cm_id.events_async():`` -- :meth:`events` for
+        asyncio: ends when no event arrives within ``timeout`` seconds, or
+        when the id is destroyed (also by :meth:`Device.close`) and its
+        queue is empty."""
+        while True:
+            try:
+                ev = await self.get_event_async(timeout)
+            except WaitTimeout:
+                return
+            except CmError as e:
+                if e.errno in (errno.EINVAL, errno.ENODEV) and self._destroyed:
+                    return
+                raise
+            yield ev
+
+    async def next_request_async(self, timeout: Optional[float] = None) -> Union[ReqEvent, SidrReqEvent]:
+        """``await``-able :meth:`next_request`, like ``loop.sock_accept``."""
+        ev = await self._take_async(_is_request, timeout, False, "next_request_async", "REQ/SIDR_REQ")
+        return cast(Union[ReqEvent, SidrReqEvent], ev)
+
+    def pending(self) -> List[Event]:
         """A snapshot of the queued events."""
         with self._cond:
             return list(self._queue)
 
-    def __enter__(self):
+    def __enter__(self) -> CmId:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.destroy()
 
 
 _FAILURES = frozenset({EventType.REJ_RECEIVED}) | ERROR_EVENTS
+_REQUESTS = frozenset({EventType.REQ_RECEIVED, EventType.SIDR_REQ_RECEIVED})
 
 
-def _device_name(name):
+def _kinds(kind: Union[EventKind, Iterable[EventKind]]) -> FrozenSet[EventType]:
+    """A frozenset of EventType from a kind or a collection of kinds."""
+    kinds = kind if isinstance(kind, (tuple, list, set, frozenset)) else (kind,)
+    return frozenset(lookup(EventType, k) for k in kinds)
+
+
+def _what(kinds: FrozenSet[EventType]) -> str:
+    return "/".join(sorted(k.name for k in kinds))
+
+
+def _kind_name(kind: Union[EventType, int]) -> str:
+    return kind.name if isinstance(kind, EventType) else str(kind)
+
+
+def _is_request(ev: Event) -> bool:
+    return ev.type in _REQUESTS
+
+
+def _complete(fut: asyncio.Future[None]) -> None:
+    """Completes an async waiter's future (on its loop's thread) unless it
+    is already done or cancelled."""
+    if not fut.done():
+        fut.set_result(None)
+
+
+def _device_name(name: Union[str, ipaddress.IPv4Address, ipaddress.IPv6Address, None]) -> Optional[str]:
     if name is None:
         return None
     if isinstance(name, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
@@ -599,60 +785,61 @@ class Device:
     soft:127.0.0.1).  A context manager; :meth:`close` destroys the ids
     still alive on it first."""
 
-    def __init__(self, name=None):
+    def __init__(self, name: Union[str, ipaddress.IPv4Address, ipaddress.IPv6Address, None] = None) -> None:
         self.name = _device_name(name)
         p = raw.ibcm_open_device(self.name.encode() if self.name is not None else None)
         if raw.IS_ERR(p):
             err = -raw.PTR_ERR(p)
             raise CmError(err, "ibcm_open_device", f"cannot open {self.name or '(default)'}: {os.strerror(err)}")
-        self._ptr = p
+        self._ptr: _Pointer[raw.ib_device] = p
         self._addr = raw._address(p)
-        self._ids = set()
+        self._ids: Set[CmId] = set()
         self._closed = False
+        self._closing = False
         self._qpn_iter = itertools.count(random.randrange(0x1000, 0x800000))
         with _registry_lock:
             _devices[self._addr] = self
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Device {self.name or '(default)'}{' closed' if self._closed else ''}>"
 
-    def __enter__(self):
+    def __enter__(self) -> Device:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
-    def _c(self, call):
+    def _c(self, call: str) -> _Pointer[raw.ib_device]:
         if self._closed:
             raise CmError(errno.ENODEV, call, "the device is closed")
         return self._ptr
 
-    def _qpn(self):
+    def _qpn(self) -> int:
         """A placeholder 24-bit QPN, unique on this device (2 .. 0xFFFFFF)."""
         return next(self._qpn_iter) % 0xFFFFFE + 2
 
     @property
-    def ids(self):
+    def ids(self) -> List[CmId]:
         """The live ids of this device."""
         with _registry_lock:
             return list(self._ids)
 
-    def query_gid(self, port=1, index=0):
+    def query_gid(self, port: int = 1, index: int = 0) -> Gid:
         """``ibcm_query_gid``."""
         g = raw.ib_gid()
         check(raw.ibcm_query_gid(self._c("ibcm_query_gid"), port, index, ctypes.byref(g)), "ibcm_query_gid")
         return gid_from_c(g)
 
     @property
-    def gid(self):
+    def gid(self) -> Gid:
         """Port 1, GID index 0: the device's address as a GID."""
         return self.query_gid(1, 0)
 
-    def path_to(self, dest, port=1):
+    def path_to(self, dest: GidLike, port: int = 1) -> PathRecord:
         """``ibcm_init_path``: a :class:`PathRecord` from ``port`` to
         ``dest`` (an IP address string, ipaddress object, GID or 16 bytes)."""
         dgid = gid_to_c(to_gid(dest))
@@ -661,7 +848,7 @@ class Device:
               "ibcm_init_path")
         return PathRecord.from_c(rec)
 
-    def counters(self):
+    def counters(self) -> Dict[str, Any]:
         """``ibcm_get_counters``: a dict of the device's counters.  The
         per-attribute arrays are dicts keyed "req", "rep", ...; ``drops`` is
         keyed by cause ("malformed", "duplicate", ...); ``rej_tx``/``rej_rx``
@@ -674,13 +861,13 @@ class Device:
         c = raw.ibcm_counters()
         check(fn(self._c(call), ctypes.byref(c), ctypes.sizeof(c)), call)
 
-        def names(tag, prefix):
+        def names(tag: str, prefix: str) -> List[str]:
             m = sorted(raw.ENUMS[tag].items(), key=lambda kv: kv[1])
             return [k[len(prefix):].lower() for k, _v in m if not k.endswith("_COUNT")]
 
         attrs, drops = names("ibcm_attr_index", "IBCM_ATTR_"), names("ibcm_drop_cause", "IBCM_DROP_")
-        out = {}
-        for name, _t in c._fields_:
+        out: Dict[str, Any] = {}
+        for name, *_t in c._fields_:
             v = getattr(c, name)
             if isinstance(v, ctypes.Array):
                 if name == "drops":
@@ -692,7 +879,8 @@ class Device:
             out[name] = v
         return out
 
-    def create_id(self, handler=None, *, queue=None, context=None):
+    def create_id(self, handler: Optional[Handler] = None, *, queue: Optional[bool] = None,
+                  context: Any = None) -> CmId:
         """``ib_create_cm_id``: an idle :class:`CmId`.  ``queue`` (default:
         True exactly when there is no handler) makes its events available
         to wait()/events()/next_request()."""
@@ -701,7 +889,8 @@ class Device:
             raise CmError(-raw.PTR_ERR(p), "ib_create_cm_id")
         return CmId(self, p, handler, queue, context)
 
-    def _new(self, handler, queue, context, action):
+    def _new(self, handler: Optional[Handler], queue: Optional[bool], context: Any,
+             action: Callable[[CmId], object]) -> CmId:
         cm_id = self.create_id(handler, queue=queue, context=context)
         try:
             action(cm_id)
@@ -710,30 +899,63 @@ class Device:
             raise
         return cm_id
 
-    def listen(self, service_id=None, handler=None, *, queue=None, context=None):
+    def listen(self, service_id: Optional[int] = None, handler: Optional[Handler] = None, *,
+               queue: Optional[bool] = None, context: Any = None) -> CmId:
         """A listening :class:`CmId` for ``service_id`` (None: assigned).
         Incoming requests either go to ``handler(new_cm_id, event)`` or, by
         default, queue up for :meth:`CmId.next_request`."""
         return self._new(handler, queue, context, lambda c: c.listen(service_id))
 
-    def connect(self, dest, service_id, private_data=b"", *, handler=None, queue=None, context=None, **kw):
+    def connect(self, dest: Dest, service_id: int, private_data: Optional[BytesLike] = b"", *,
+                handler: Optional[Handler] = None, queue: Optional[bool] = None, context: Any = None,
+                **kw: Any) -> CmId:
         """A new :class:`CmId` that has sent a REQ to ``dest`` (address, GID
         or PathRecord); keyword arguments as :meth:`CmId.send_req`.  Then
         e.g. ``cm_id.wait("REP_RECEIVED"); cm_id.rtu()``."""
         return self._new(handler, queue, context, lambda c: c.send_req(dest, service_id, private_data, **kw))
 
-    def sidr_request(self, dest, service_id, private_data=b"", *, handler=None, queue=None, context=None, **kw):
+    async def connect_async(self, dest: Dest, service_id: int, private_data: Optional[BytesLike] = b"", *,
+                            timeout: Optional[float] = None, rtu: bool = True,
+                            rtu_private_data: Optional[BytesLike] = b"", context: Any = None,
+                            **kw: Any) -> Tuple[CmId, RepEvent]:
+        """asyncio :meth:`connect`: sends a REQ, awaits the REP and (with
+        ``rtu``, the default) answers it with an RTU carrying
+        ``rtu_private_data``; returns ``(cm_id, rep_event)``.  Pass
+        ``rtu=False`` to move a real QP to RTR/RTS first
+        (``cm_id.init_qp_attr``) and call ``cm_id.rtu()`` yourself.
+
+        A REJ raises :class:`Rejected`, a REQ nobody answered
+        :class:`CmError` (ETIMEDOUT), ``timeout`` seconds without an answer
+        :class:`WaitTimeout`; after any failure, and when the awaiting task
+        is cancelled, the new id is destroyed (which sends the REJ the
+        state calls for), so nothing is left behind.  The returned id queues
+        its events: continue with :meth:`CmId.wait_async` /
+        :meth:`CmId.events_async`."""
+        cm_id = self.connect(dest, service_id, private_data, queue=True, context=context, **kw)
+        try:
+            rep = cast(RepEvent, await cm_id.wait_async(EventType.REP_RECEIVED, timeout))
+            if rtu:
+                cm_id.rtu(rtu_private_data)
+        except BaseException:
+            cm_id.destroy()
+            raise
+        return cm_id, rep
+
+    def sidr_request(self, dest: Dest, service_id: int, private_data: Optional[BytesLike] = b"", *,
+                     handler: Optional[Handler] = None, queue: Optional[bool] = None, context: Any = None,
+                     **kw: Any) -> CmId:
         """A new :class:`CmId` that has sent a SIDR_REQ (see
         :meth:`CmId.sidr_request`)."""
         return self._new(handler, queue, context, lambda c: c.sidr_request(dest, service_id, private_data, **kw))
 
-    def close(self):
+    def close(self) -> None:
         """Destroys the live ids (listeners first), then
         ``ibcm_close_device``.  Idempotent."""
         if self._closed:
             return
         if in_callback():
             raise CmError(errno.EDEADLK, "ibcm_close_device", "cannot close a device from an ibcm handler")
+        self._closing = True  # waiters woken by the destroys below raise ENODEV
         while True:
             ids = self.ids
             if not ids:
@@ -747,13 +969,13 @@ class Device:
         raw.ibcm_close_device(self._ptr)
 
 
-def reject_msg(reason):
+def reject_msg(reason: int) -> str:
     """``ibcm_reject_msg``."""
-    return raw.ibcm_reject_msg(int(reason)).decode()
+    return _reject_msg(reason)
 
 
 @atexit.register
-def _close_all():
+def _close_all() -> None:
     """At exit: close what is still open, so the library's threads never
     call into a finalizing interpreter."""
     with _registry_lock:

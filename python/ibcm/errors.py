@@ -2,8 +2,15 @@
 :class:`CmError` (an :class:`OSError`, so ``e.errno`` / ``e.strerror`` work
 as usual)."""
 
+from __future__ import annotations
+
 import errno as _errno
 import os
+from typing import TYPE_CHECKING, Optional, Union
+
+if TYPE_CHECKING:
+    from .enums import RejReason
+    from .events import Event
 
 
 class CmError(OSError):
@@ -16,7 +23,12 @@ class CmError(OSError):
     and ``ari`` (bytes).
     """
 
-    def __init__(self, err, call=None, message=None, event=None, reason=None, reason_text=None, ari=b""):
+    errno: int
+    strerror: str
+
+    def __init__(self, err: int, call: Optional[str] = None, message: Optional[str] = None,
+                 event: Optional[Event] = None, reason: Union[RejReason, int, None] = None,
+                 reason_text: Optional[str] = None, ari: bytes = b"") -> None:
         err = abs(int(err))
         text = message or os.strerror(err)
         super().__init__(err, text)
@@ -27,10 +39,10 @@ class CmError(OSError):
         self.ari = ari
 
     @property
-    def errno_name(self):
+    def errno_name(self) -> str:
         return _errno.errorcode.get(self.errno, f"E{self.errno}")
 
-    def __str__(self):
+    def __str__(self) -> str:
         where = f"{self.call}: " if self.call else ""
         s = f"{where}[{self.errno_name}] {self.strerror}"
         if self.reason is not None:
@@ -46,7 +58,7 @@ class WaitTimeout(CmError, TimeoutError):
     """``wait()``/``next_request()``/``get_event()`` timed out (ETIMEDOUT)."""
 
 
-def check(rc, call):
+def check(rc: int, call: str) -> int:
     """Raises CmError for a negative return code; returns rc otherwise."""
     if rc < 0:
         raise CmError(-rc, call)

@@ -9,9 +9,11 @@ areas are ``bytes`` of their reported length, paths are
 event is for -- for REQ/SIDR_REQ a new id, whose listener is ``listen_id``.
 """
 
+from __future__ import annotations
+
 import ctypes
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Union
 
 from . import raw
 from .enums import (
@@ -27,13 +29,17 @@ from .enums import (
 )
 from .types import Ece, GidAttr, PathRecord
 
+if TYPE_CHECKING:
+    from .cm import CmId
 
-def reject_msg(reason):
+
+def reject_msg(reason: int) -> str:
     """``ibcm_reject_msg``: the text for a REJ reason."""
-    return raw.ibcm_reject_msg(int(reason)).decode()
+    text: bytes = raw.ibcm_reject_msg(int(reason))
+    return text.decode()
 
 
-def _short(b):
+def _short(b: bytes) -> str:
     t = b.rstrip(b"\0")
     s = repr(t[:32]) + ("..." if len(t) > 32 else "")
     return f"{s}+{len(b) - len(t)}x00" if len(b) != len(t) else s
@@ -44,11 +50,12 @@ class Event:
     """An event without parameters (RTU, DREQ, DREP, TIMEWAIT_EXIT,
     USER_ESTABLISHED) and the base of all others."""
 
-    type: EventType
-    cm_id: Any
+    #: An EventType; a plain int only for a value this package does not know.
+    type: Union[EventType, int]
+    cm_id: CmId
     private_data: bytes
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         parts = []
         for f in fields(self):
             v = getattr(self, f.name)
@@ -67,7 +74,7 @@ class Event:
 class ReqEvent(Event):
     """IB_CM_REQ_RECEIVED (``cm_id`` is the new id, owned by you)."""
 
-    listen_id: Any
+    listen_id: Optional[CmId]
     service_id: int
     bth_pkey: int
     port: int
@@ -77,7 +84,7 @@ class ReqEvent(Event):
     remote_ca_guid: int
     remote_qkey: int
     remote_qpn: int
-    qp_type: QpType
+    qp_type: Union[QpType, int]
     starting_psn: int
     responder_resources: int
     initiator_depth: int
@@ -112,7 +119,7 @@ class RepEvent(Event):
 class RejEvent(Event):
     """IB_CM_REJ_RECEIVED."""
 
-    reason: RejReason
+    reason: Union[RejReason, int]
     reason_text: str
     ari: bytes
 
@@ -135,7 +142,7 @@ class LapEvent(Event):
 class AprEvent(Event):
     """IB_CM_APR_RECEIVED."""
 
-    ap_status: AprStatus
+    ap_status: Union[AprStatus, int]
     apr_info: bytes
 
 
@@ -143,7 +150,7 @@ class AprEvent(Event):
 class SidrReqEvent(Event):
     """IB_CM_SIDR_REQ_RECEIVED (``cm_id`` is the new id, owned by you)."""
 
-    listen_id: Any
+    listen_id: Optional[CmId]
     service_id: int
     sgid_attr: Optional[GidAttr]
     bth_pkey: int
@@ -155,7 +162,7 @@ class SidrReqEvent(Event):
 class SidrRepEvent(Event):
     """IB_CM_SIDR_REP_RECEIVED."""
 
-    status: SidrStatus
+    status: Union[SidrStatus, int]
     qkey: int
     qpn: int
     info: bytes
@@ -167,22 +174,23 @@ class ErrorEvent(Event):
     """IB_CM_REQ_ERROR, REP_ERROR, DREQ_ERROR, LAP_ERROR, SIDR_REQ_ERROR:
     a message was not answered; ``send_status`` says why."""
 
-    send_status: WcStatus
+    send_status: Union[WcStatus, int]
 
 
-def _bytes(ptr, n):
+def _bytes(ptr: Optional[int], n: int) -> bytes:
     return ctypes.string_at(ptr, n) if ptr and n else b""
 
 
-def decode(ev, cm_id, c_id, find_id):
+def decode(ev: raw.ib_cm_event, cm_id: CmId, c_id: raw.ib_cm_id,
+           find_id: Callable[[int], Optional[CmId]]) -> Event:
     """Builds the Event for a ``raw.ib_cm_event``.
 
     ``cm_id``: the Python id object; ``c_id``: its ``raw.ib_cm_id``;
     ``find_id(address)``: the Python id object for a listener pointer.
     """
     t = coerce(EventType, ev.event)
-    size = PRIVATE_DATA_SIZE.get(t, 0)
-    base = dict(type=t, cm_id=cm_id, private_data=_bytes(ev.private_data, size))
+    size = PRIVATE_DATA_SIZE.get(t, 0) if isinstance(t, EventType) else 0
+    base: Dict[str, Any] = dict(type=t, cm_id=cm_id, private_data=_bytes(ev.private_data, size))
     p = ev.param
     if t == EventType.REQ_RECEIVED:
         r = p.req_rcvd
@@ -192,7 +200,7 @@ def decode(ev, cm_id, c_id, find_id):
             service_id=raw.be64_to_cpu(c_id.service_id),
             bth_pkey=r.bth_pkey,
             port=r.port,
-            primary_path=PathRecord.from_ptr(r.primary_path),
+            primary_path=PathRecord.from_c(r.primary_path.contents),  # never NULL in a REQ event
             alternate_path=PathRecord.from_ptr(r.alternate_path),
             sgid_attr=GidAttr.from_ptr(r.ppath_sgid_attr),
             remote_ca_guid=raw.be64_to_cpu(r.remote_ca_guid),

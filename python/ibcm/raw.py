@@ -21,10 +21,14 @@ long as the library may call them, i.e. until ``ib_destroy_cm_id`` returned
 for every id using them.
 """
 
+from __future__ import annotations
+
 import ctypes
 import re
 import sys
 import threading
+import typing
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, Type, TypeVar
 from ctypes import (
     CFUNCTYPE,
     POINTER,
@@ -44,6 +48,15 @@ from ctypes import (
 
 from . import _loader
 
+if TYPE_CHECKING:
+    from _ctypes import _CData, _CDataType
+
+    #: A ctypes type: c_int, POINTER(ib_cm_id), a Structure subclass, ...
+    CType = Type[_CDataType]
+    #: What _address() and the error-pointer helpers take: a ctypes
+    #: pointer or c_void_p, an address, or None (NULL).
+    PointerLike = typing.Union[None, int, _CData]
+
 if sys.byteorder != "little" or ctypes.sizeof(c_void_p) != 8:  # pragma: no cover
     raise ImportError("ibcm.raw mirrors the x86_64/LP64 little-endian layout only")
 
@@ -59,19 +72,19 @@ c_enum = c_uint
 # ---------------------------------------------------------------------------
 
 
-def _swap(value, nbytes):
+def _swap(value: int, nbytes: int) -> int:
     return int.from_bytes((value & ((1 << (8 * nbytes)) - 1)).to_bytes(nbytes, "big"), "little")
 
 
-def cpu_to_be16(x):
+def cpu_to_be16(x: int) -> int:
     return _swap(x, 2)
 
 
-def cpu_to_be32(x):
+def cpu_to_be32(x: int) -> int:
     return _swap(x, 4)
 
 
-def cpu_to_be64(x):
+def cpu_to_be64(x: int) -> int:
     return _swap(x, 8)
 
 
@@ -82,7 +95,7 @@ _PTR_BITS = 8 * ctypes.sizeof(c_void_p)
 _PTR_MASK = (1 << _PTR_BITS) - 1
 
 
-def _address(ptr):
+def _address(ptr: PointerLike) -> int:
     """The address held by a ctypes pointer, c_void_p, int or None (0)."""
     if ptr is None:
         return 0
@@ -91,31 +104,31 @@ def _address(ptr):
     return ctypes.cast(ptr, c_void_p).value or 0
 
 
-def IS_ERR_VALUE(x):
+def IS_ERR_VALUE(x: PointerLike) -> bool:
     return _address(x) >= (-MAX_ERRNO & _PTR_MASK)
 
 
-def IS_ERR(ptr):
+def IS_ERR(ptr: PointerLike) -> bool:
     """True when ``ptr`` encodes an errno value (NULL is not an error)."""
     return IS_ERR_VALUE(ptr)
 
 
-def IS_ERR_OR_NULL(ptr):
+def IS_ERR_OR_NULL(ptr: PointerLike) -> bool:
     return _address(ptr) == 0 or IS_ERR(ptr)
 
 
-def PTR_ERR(ptr):
+def PTR_ERR(ptr: PointerLike) -> int:
     """The (negative) value of a pointer as a C ``long``: ``-errno`` for an
     error pointer."""
     a = _address(ptr)
     return a - (1 << _PTR_BITS) if a >> (_PTR_BITS - 1) else a
 
 
-def PTR_ERR_OR_ZERO(ptr):
+def PTR_ERR_OR_ZERO(ptr: PointerLike) -> int:
     return PTR_ERR(ptr) if IS_ERR(ptr) else 0
 
 
-def ERR_PTR(error, ptype=None):
+def ERR_PTR(error: int, ptype: Optional[Type[ctypes._Pointer[Any]]] = None) -> Any:
     """A pointer holding the negative errno value ``error``: a ``c_void_p``,
     or a ``ptype`` (e.g. ``POINTER(ib_cm_id)``) when given."""
     p = c_void_p(error & _PTR_MASK)
@@ -128,11 +141,12 @@ def ERR_PTR(error, ptype=None):
 # starting with "_"); values follow C rules (implicit = previous + 1).
 # ---------------------------------------------------------------------------
 
-ENUMS = {}
+ENUMS: Dict[str, Dict[str, int]] = {}
 
 
-def _enum(tag, spec):
-    members, value = {}, -1
+def _enum(tag: str, spec: str) -> Dict[str, int]:
+    members: Dict[str, int] = {}
+    value = -1
     for tok in spec.split():
         if "=" in tok:
             name, expr = tok.split("=", 1)
@@ -290,7 +304,7 @@ _enum("ibcm_drop_cause", """
 # byte-swapped like cpu_to_be*() does on this little-endian host).
 # ---------------------------------------------------------------------------
 
-MACROS = {
+MACROS: Dict[str, int] = {
     "CM_REQ_ATTR_ID": cpu_to_be16(0x0010),
     "CM_MRA_ATTR_ID": cpu_to_be16(0x0011),
     "CM_REJ_ATTR_ID": cpu_to_be16(0x0012),
@@ -325,10 +339,12 @@ globals().update(MACROS)
 # named ones for the ABI test.
 # ---------------------------------------------------------------------------
 
-STRUCTS = []
+STRUCTS: List[Type[typing.Union[Structure, Union]]] = []
+
+_T = TypeVar("_T", bound=Type[typing.Union[Structure, Union]])
 
 
-def _named(cls):
+def _named(cls: _T) -> _T:
     STRUCTS.append(cls)
     return cls
 
@@ -764,7 +780,7 @@ class ibcm_counters(Structure):
 
 
 #: Struct/union C tag -> ctypes class, for the named C types.
-C_TYPES = {cls.__name__: cls for cls in STRUCTS}
+C_TYPES: Dict[str, Type[typing.Union[Structure, Union]]] = {cls.__name__: cls for cls in STRUCTS}
 
 # ---------------------------------------------------------------------------
 # Functions.  Each is declared by its C prototype, copied from the headers;
@@ -800,7 +816,7 @@ PROTOTYPES = [
 ]
 
 #: Scalar C type names -> ctypes.
-SCALARS = {
+SCALARS: Dict[str, Optional[CType]] = {
     "void": None,
     "int": c_int,
     "unsigned long": c_ulong,
@@ -818,12 +834,12 @@ SCALARS = {
 _DECL = re.compile(r"^(?P<type>.*?[\s*])(?P<name>[A-Za-z_]\w*)$")
 
 
-def ctype_of(ctype):
-    """The ctypes type for a C type name as written in PROTOTYPES."""
+def ctype_of(ctype: str) -> Optional[CType]:
+    """The ctypes type for a C type name as written in PROTOTYPES (None
+    for ``void``)."""
     t = " ".join(ctype.replace("*", " * ").split())
     stars = t.count("*")
-    base = t.replace("*", " ").replace("const ", " ").split()
-    base = " ".join(base)
+    base = " ".join(t.replace("*", " ").replace("const ", " ").split())
     if stars == 0:
         if base.startswith("enum "):
             if base[5:] not in ENUMS:
@@ -844,35 +860,46 @@ def ctype_of(ctype):
         if cls is None:
             raise ValueError(f"unknown type in {ctype!r}")
         return POINTER(cls)
-    return POINTER(SCALARS[base])
+    scalar = SCALARS.get(base)
+    if scalar is None:
+        raise ValueError(f"unknown C type {ctype!r}")
+    return POINTER(scalar)
 
 
-def parse_prototype(proto):
+def _decl(text: str) -> Tuple[str, str]:
+    """(type, name) of a C declaration like ``struct ib_cm_id *cm_id``."""
+    m = _DECL.match(text.strip())
+    if m is None:
+        raise ValueError(f"cannot parse C declaration {text!r}")
+    return m.group("type").strip(), m.group("name")
+
+
+def parse_prototype(proto: str) -> Tuple[str, Optional[CType], List[Tuple[str, str, Optional[CType]]]]:
     """(name, restype, [(param name, C type, ctypes type)]) of a prototype."""
     head, params = proto.rstrip(")").split("(", 1)
-    m = _DECL.match(head.strip())
-    ret, name = m.group("type").strip(), m.group("name")
+    ret, name = _decl(head)
     args = []
     for p in params.split(","):
-        pm = _DECL.match(p.strip())
-        args.append((pm.group("name"), pm.group("type").strip(), ctype_of(pm.group("type"))))
+        ptype, pname = _decl(p)
+        args.append((pname, ptype, ctype_of(ptype)))
     return name, ctype_of(ret), args
 
 
-FUNCTIONS = {}
+#: Function name -> (prototype, restype, argtypes).
+FUNCTIONS: Dict[str, Tuple[str, Optional[CType], List[Optional[CType]]]] = {}
 for _proto in PROTOTYPES:
     _name, _res, _args = parse_prototype(_proto)
     FUNCTIONS[_name] = (_proto, _res, [a[2] for a in _args])
 del _proto, _name, _res, _args
 
-_lib = None
-_lib_path = None
+_lib: Optional[ctypes.CDLL] = None
+_lib_path: Optional[str] = None
 #: Functions of the headers that the loaded library does not export.
-MISSING = set()
+MISSING: Set[str] = set()
 _lib_lock = threading.Lock()
 
 
-def load_library():
+def load_library() -> ctypes.CDLL:
     """Loads libibcm (once), sets argtypes/restype of every function and
     exports them as globals of this module; returns the ctypes.CDLL."""
     global _lib, _lib_path
@@ -889,16 +916,19 @@ def load_library():
                 fn.restype = res
                 globals()[name] = fn
             _lib, _lib_path = lib, path
-    return _lib
+        return _lib
 
 
-def library_path():
+def library_path() -> str:
     """The path/name libibcm was loaded from (loads it if needed)."""
     load_library()
+    assert _lib_path is not None
     return _lib_path
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
+    # Type checkers see every enumerator, macro and function of the C API
+    # (defined at run time through globals()) as Any, through this hook.
     # PEP 562: the functions appear on first use.
     if name in FUNCTIONS:
         load_library()
@@ -908,5 +938,5 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> List[str]:
     return sorted(set(globals()) | set(FUNCTIONS))

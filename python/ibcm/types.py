@@ -7,10 +7,15 @@ in ``to_c()`` / ``from_c()``.  GIDs are :class:`ipaddress.IPv6Address`
 (an IPv4 RoCE address is the IPv4-mapped ``::ffff:a.b.c.d``).
 """
 
+from __future__ import annotations
+
 import ctypes
 import ipaddress
 from dataclasses import dataclass, fields
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    from ctypes import _Pointer
 
 from . import raw
 from .enums import AccessFlags, AhAttrType, GidType, MigState, Mtu, PathRecType, QpAttrMask, QpState, Rate, coerce
@@ -18,13 +23,16 @@ from .errors import CmError
 
 Gid = ipaddress.IPv6Address
 
+#: What to_gid() accepts.
+GidLike = Union[Gid, ipaddress.IPv4Address, bytes, bytearray, str]
 
-def gid_from_c(g):
+
+def gid_from_c(g: raw.ib_gid) -> Gid:
     """An ``union ib_gid`` as an IPv6Address."""
     return Gid(bytes(g.raw))
 
 
-def to_gid(value):
+def to_gid(value: GidLike) -> Gid:
     """A GID from an IPv6Address, IPv4Address (mapped), 16 bytes, or text
     (an IPv4 or IPv6 address, parsed by ``ibcm_gid_from_string``)."""
     if isinstance(value, Gid):
@@ -40,16 +48,16 @@ def to_gid(value):
     raise TypeError(f"cannot make a GID from {value!r}")
 
 
-def gid_from_string(text):
+def gid_from_string(text: str) -> Gid:
     """``ibcm_gid_from_string``: an IPv4/IPv6 address in text form as a GID."""
     g = raw.ib_gid()
-    rc = raw.ibcm_gid_from_string(text.encode(), ctypes.byref(g))
+    rc: int = raw.ibcm_gid_from_string(text.encode(), ctypes.byref(g))
     if rc < 0:
         raise CmError(-rc, "ibcm_gid_from_string", f"not an IP address: {text!r}")
     return gid_from_c(g)
 
 
-def gid_to_c(value):
+def gid_to_c(value: GidLike) -> raw.ib_gid:
     g = raw.ib_gid()
     ctypes.memmove(g.raw, to_gid(value).packed, 16)
     return g
@@ -63,10 +71,10 @@ class Ece:
     attr_mod: int = 0
 
     @classmethod
-    def from_c(cls, c):
+    def from_c(cls, c: raw.rdma_ucm_ece) -> Ece:
         return cls(c.vendor_id, c.attr_mod)
 
-    def to_c(self, c):
+    def to_c(self, c: raw.rdma_ucm_ece) -> None:
         c.vendor_id, c.attr_mod = self.vendor_id, self.attr_mod
 
 
@@ -75,12 +83,12 @@ class GidAttr:
     """struct ib_gid_attr (the device/net_device pointers are left out)."""
 
     gid: Gid
-    gid_type: GidType
+    gid_type: Union[GidType, int]
     index: int
     port_num: int
 
     @classmethod
-    def from_ptr(cls, p):
+    def from_ptr(cls, p: Optional[_Pointer[raw.ib_gid_attr]]) -> Optional[GidAttr]:
         if not p:
             return None
         a = p.contents
@@ -108,13 +116,13 @@ class PathRecord:
     qos_class: int = 0
     sl: int = 0
     mtu_selector: int = 0
-    mtu: Mtu = Mtu.MTU_1024
+    mtu: Union[Mtu, int] = Mtu.MTU_1024
     rate_selector: int = 0
-    rate: Rate = Rate.RATE_PORT_CURRENT
+    rate: Union[Rate, int] = Rate.RATE_PORT_CURRENT
     packet_life_time_selector: int = 0
     packet_life_time: int = 0
     preference: int = 0
-    rec_type: PathRecType = PathRecType.ROCE_V2
+    rec_type: Union[PathRecType, int] = PathRecType.ROCE_V2
     flags: int = 0
     dlid: int = 0
     slid: int = 0
@@ -123,7 +131,7 @@ class PathRecord:
     dmac: bytes = b"\0" * 6
 
     @classmethod
-    def from_c(cls, r):
+    def from_c(cls, r: raw.sa_path_rec) -> PathRecord:
         p = cls(
             dgid=gid_from_c(r.dgid),
             sgid=gid_from_c(r.sgid),
@@ -155,10 +163,10 @@ class PathRecord:
         return p
 
     @classmethod
-    def from_ptr(cls, p):
+    def from_ptr(cls, p: Optional[_Pointer[raw.sa_path_rec]]) -> Optional[PathRecord]:
         return cls.from_c(p.contents) if p else None
 
-    def to_c(self):
+    def to_c(self) -> raw.sa_path_rec:
         """A new ``raw.sa_path_rec``."""
         r = raw.sa_path_rec()
         r.dgid, r.sgid = gid_to_c(self.dgid), gid_to_c(self.sgid)
@@ -193,7 +201,7 @@ class GlobalRoute:
     sgid_attr: Optional[GidAttr] = None
 
     @classmethod
-    def from_c(cls, g):
+    def from_c(cls, g: raw.ib_global_route) -> GlobalRoute:
         return cls(gid_from_c(g.dgid), g.flow_label, g.sgid_index, g.hop_limit, g.traffic_class,
                    GidAttr.from_ptr(g.sgid_attr))
 
@@ -205,22 +213,22 @@ class AhAttr:
 
     grh: GlobalRoute
     sl: int
-    static_rate: Rate
+    static_rate: Union[Rate, int]
     port_num: int
     ah_flags: int
-    type: AhAttrType
+    type: Union[AhAttrType, int]
     dlid: int = 0
     src_path_bits: int = 0
     make_grd: bool = False
     dmac: bytes = b""
 
     @property
-    def has_grh(self):
+    def has_grh(self) -> bool:
         return bool(self.ah_flags & raw.IB_AH_GRH)
 
     @classmethod
-    def from_c(cls, a):
-        kw = {}
+    def from_c(cls, a: raw.rdma_ah_attr) -> AhAttr:
+        kw: Dict[str, Any] = {}
         t = coerce(AhAttrType, a.type)
         if t == AhAttrType.IB:
             kw = dict(dlid=a.ib.dlid, src_path_bits=a.ib.src_path_bits)
@@ -241,12 +249,12 @@ class QpCap:
     max_rdma_ctxs: int
 
     @classmethod
-    def from_c(cls, c):
+    def from_c(cls, c: raw.ib_qp_cap) -> QpCap:
         return cls(*(getattr(c, f.name) for f in fields(cls)))
 
 
 #: Which struct ib_qp_attr members each IB_QP_* mask bit makes meaningful.
-MASK_MEMBERS = {
+MASK_MEMBERS: Dict[QpAttrMask, Tuple[str, ...]] = {
     QpAttrMask.STATE: ("qp_state",),
     QpAttrMask.CUR_STATE: ("cur_qp_state",),
     QpAttrMask.EN_SQD_ASYNC_NOTIFY: ("en_sqd_async_notify",),
@@ -272,7 +280,7 @@ MASK_MEMBERS = {
 }
 
 
-def _qp_value(attr, name):
+def _qp_value(attr: raw.ib_qp_attr, name: str) -> Any:
     v = getattr(attr, name)
     if name in ("qp_state", "cur_qp_state"):
         return coerce(QpState, v)
@@ -289,27 +297,27 @@ def _qp_value(attr, name):
     return v
 
 
-class QpAttrs(dict):
+class QpAttrs(Dict[str, Any]):
     """The result of ``ib_cm_init_qp_attr``: a dict holding only the
     members selected by the returned mask (``mask``, a QpAttrMask), keyed
     by their struct ib_qp_attr names; also readable as attributes."""
 
-    def __init__(self, mask, items):
+    def __init__(self, mask: int, items: Mapping[str, Any]) -> None:
         super().__init__(items)
         self.mask = QpAttrMask(mask)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         try:
             return self[name]
         except KeyError:
             raise AttributeError(name) from None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"QpAttrs(mask={self.mask!r}, {dict.__repr__(self)})"
 
     @classmethod
-    def from_c(cls, attr, mask):
-        items = {}
+    def from_c(cls, attr: raw.ib_qp_attr, mask: int) -> QpAttrs:
+        items: Dict[str, Any] = {}
         for bit, names in MASK_MEMBERS.items():
             if mask & bit:
                 for n in names:

@@ -5,6 +5,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from conftest import PYTHON_DIR, library_path
 
 EXAMPLES = PYTHON_DIR / "examples"
@@ -16,10 +18,11 @@ def _env():
     return env
 
 
-def test_listen_and_connect_examples(addrs):
+@pytest.mark.parametrize("listen_script", ["listen.py", "aio_listen.py"])
+def test_listen_and_connect_examples(addrs, listen_script):
     server, client = addrs.take(2)
     env = _env()
-    listener = subprocess.Popen([sys.executable, str(EXAMPLES / "listen.py"), server, "0x4321"],
+    listener = subprocess.Popen([sys.executable, str(EXAMPLES / listen_script), server, "0x4321"],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert listener.stdout.readline().strip() == f"listening on {server}"
