@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what `make test` needs beyond the Rust toolchain, gcc and python3:
 # pkg-config, valgrind, tshark (live decode cross-check), iproute2 (network
-# namespace tests) and pytest. Installs only what is missing; needs root
-# (or sudo) for the Debian packages.
+# namespace tests), mandoc, man-db and col (man page checks) and pytest.
+# Installs only what is missing; needs root (or sudo) for the Debian packages.
 set -euo pipefail
 
 need=()
@@ -10,6 +10,9 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v valgrind   >/dev/null || need+=(valgrind)
 command -v tshark     >/dev/null || need+=(tshark)
 command -v ip         >/dev/null || need+=(iproute2)
+command -v mandoc     >/dev/null || need+=(mandoc)
+command -v man        >/dev/null || need+=(man-db)
+command -v col        >/dev/null || need+=(bsdextrautils)
 
 if ((${#need[@]})); then
     SUDO=""
