@@ -23,6 +23,8 @@
 # Usage: scripts/check-man.sh   (IBCM_BIN overrides target/release/ibcm,
 #                                CC the compiler)
 set -uo pipefail
+# One locale everywhere (man-db warns on stderr about a broken one).
+export LC_ALL=C
 cd "$(dirname "$0")/.."
 
 MAN=man
