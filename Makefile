@@ -1,7 +1,7 @@
 # ibcm — build, install, demo and test.
 #
 #   make demo            the main job (README): a CM demo on the software fabric
-#   make test            every test: Rust, C (ASan, valgrind, LD_PRELOAD), Python
+#   make test            every test: Rust, man pages, C (ASan, valgrind, LD_PRELOAD), Python
 #   make interop         ibcm against the Linux kernel CM in qemu guests, and on
 #                        real (Soft-RoCE) devices with real QPs (root)
 #   make install PREFIX=/usr/local
@@ -16,7 +16,7 @@ PKG        := PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config
 CTESTS     := abi_static cm_scenarios misuse
 VALGRIND   ?= valgrind
 
-.PHONY: all lib install demo deps test test-rust test-c test-python wheel clean
+.PHONY: all lib install demo deps test test-rust test-man test-c test-python wheel clean
 
 all: lib
 
@@ -34,12 +34,17 @@ install: lib
 	install -m 0755 target/release/ibcm $(DESTDIR)$(PREFIX)/bin/ibcm
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/ibcm.pc.in \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ibcm.pc
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \
+		$(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 0644 man/man1/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
+	install -m 0644 man/man7/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 
 demo: lib
 	./target/release/ibcm bench --baseline
 
 test: deps
-	$(MAKE) --no-print-directory test-rust test-c test-python test-netns
+	$(MAKE) --no-print-directory test-rust test-man test-c test-python test-netns
 
 deps:
 	./scripts/deps.sh
@@ -47,6 +52,12 @@ deps:
 test-rust:
 	$(CARGO) build --release --lib
 	$(CARGO) test --release
+
+# Man pages (man/): mandoc lint and groff render of every page, a page for
+# every function of ibcm.map, .so links resolve, every `ibcm --help`
+# command has its section in ibcm.1 (scripts/check-man.sh).
+test-man: lib
+	./scripts/check-man.sh
 
 # C tests build against the installed header and library through pkg-config,
 # exactly as a user's program does.
