@@ -1397,6 +1397,70 @@ mod tests {
     }
 
     #[test]
+    fn over_long_info_lengths_are_clamped_to_their_area() {
+        let rej = Rej {
+            local_comm_id: 1,
+            remote_comm_id: 2,
+            message_rejected: MsgCode::Req,
+            ari_length: 0,
+            reason: rej_reason::CONSUMER_DEFINED,
+            ari: [0; pdata::REJ_ARI],
+            private_data: [0; pdata::REJ],
+        };
+        let sidr = SidrRep {
+            request_id: 1,
+            status: 2,
+            info_length: 0,
+            vendor_id: 0,
+            qpn: 0,
+            service_id: 0,
+            qkey: 0,
+            info: [0; pdata::SIDR_REP_INFO],
+            private_data: [0; pdata::SIDR_REP],
+        };
+        let apr = Apr {
+            local_comm_id: 1,
+            remote_comm_id: 2,
+            info_length: 0,
+            ap_status: 3,
+            info: [0; pdata::APR_INFO],
+            private_data: [0; pdata::APR],
+        };
+        let cases: [(CmMsg, usize, u8, u8); 3] = [
+            // (message, byte of the length, how it sits in the byte)
+            (CmMsg::Rej(rej), 33, 1, 127),
+            (CmMsg::SidrRep(sidr), 29, 0, 255),
+            (CmMsg::Apr(apr), 32, 0, 73),
+        ];
+        for (msg, at, shift, value) in cases {
+            let mut m = CmMad::send(9, 0, msg).to_bytes();
+            m[at] = (m[at] & !(0xff << shift)) | (value << shift);
+            assert!(CmMad::parse(&m).is_err(), "{at}: rejected as reserved");
+            let (field, was) = clamp_info_length(&mut m).expect("clamped");
+            assert_eq!(was, value, "{field}");
+            let parsed = CmMad::parse(&m).expect("parses after clamping");
+            let len = match parsed.msg {
+                CmMsg::Rej(r) => r.ari_length,
+                CmMsg::SidrRep(r) => r.info_length,
+                CmMsg::Apr(r) => r.info_length,
+                _ => unreachable!(),
+            };
+            assert_eq!(len, 72, "{field}");
+            // In range: nothing to clamp.
+            assert_eq!(clamp_info_length(&mut m), None);
+        }
+        // Not a message with such a field, or too short: untouched.
+        let rtu = Rtu {
+            local_comm_id: 1,
+            remote_comm_id: 2,
+            private_data: [0; pdata::RTU],
+        };
+        let mut rtu = CmMad::send(1, 0, CmMsg::Rtu(rtu)).to_bytes();
+        assert_eq!(clamp_info_length(&mut rtu), None);
+        assert_eq!(clamp_info_length(&mut [0u8; 40]), None);
+    }
+
+    #[test]
     fn kernel_req_fields() {
         // First 128 bytes of rping.pcap frame 8 (the rest is private data
         // tail and zeros, checked by the golden tests).
