@@ -29,7 +29,7 @@ use ibcm::wire::{
 const CAPTURES: [&str; 5] = ["rping", "ucmatose", "rej", "sidr-rej", "mra"];
 
 fn vectors() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors")
 }
 
 fn vector(name: &str, ext: &str) -> PathBuf {
