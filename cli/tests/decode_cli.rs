@@ -2156,33 +2156,36 @@ fn strange_file_names_are_escaped() {
 #[test]
 fn usage_errors_exit_2() {
     for args in [
-        &["--help"][..],
-        &["-h"],
-        &[],
+        &[][..],
         &["frobnicate"],
-        &["decode", "--help"],
         &["decode"],
         &["decode", "--bogus", "x.pcap"],
         &["decode", "-x"],
     ] {
         let r = ibcm(args);
         assert_eq!(r.code, 2, "{args:?}");
-        let all = format!("{}{}", r.stdout, r.stderr);
-        assert!(all.contains("usage: ibcm"), "{args:?}: {all}");
+        assert!(r.stderr.contains("Usage: ibcm"), "{args:?}: {}", r.stderr);
         if args.first() == Some(&"decode") {
             assert!(
-                all.contains("usage: ibcm decode [--json] [--summary] FILE..."),
-                "{all}"
+                r.stderr
+                    .contains("Usage: ibcm decode [--json] [--summary] FILE..."),
+                "{}",
+                r.stderr
             );
-        } else {
-            for cmd in ["decode", "listen", "connect", "bench", "devices"] {
-                assert!(all.contains(&format!("  {cmd} ")), "{cmd}: {all}");
-            }
         }
     }
+    // The error names the argument and says what to do.
     let r = ibcm(&["decode", "--bogus", "x.pcap"]);
     assert!(
-        r.stderr.contains("unknown option '--bogus'"),
+        r.stderr.contains("unexpected argument '--bogus'") && r.stderr.contains("--help"),
+        "{}",
+        r.stderr
+    );
+    let r = ibcm(&["decode"]);
+    assert!(r.stderr.contains("<FILE>"), "{}", r.stderr);
+    let r = ibcm(&["frobnicate"]);
+    assert!(
+        r.stderr.contains("unrecognized subcommand 'frobnicate'"),
         "{}",
         r.stderr
     );
@@ -2190,6 +2193,42 @@ fn usage_errors_exit_2() {
     let r = ibcm(&["decode", "--", "--json"]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("ibcm decode: --json: "), "{}", r.stderr);
+}
+
+#[test]
+fn help_exits_0_and_lists_the_commands() {
+    for args in [&["--help"][..], &["-h"], &["help"], &["decode", "--help"]] {
+        let r = ibcm(args);
+        assert_eq!(r.code, 0, "{args:?}");
+        if args.first() == Some(&"decode") {
+            assert!(
+                r.stdout
+                    .contains("Usage: ibcm decode [--json] [--summary] FILE..."),
+                "{}",
+                r.stdout
+            );
+            for opt in ["--json", "--summary", "<FILE>"] {
+                assert!(r.stdout.contains(opt), "{opt}: {}", r.stdout);
+            }
+        } else {
+            for cmd in [
+                "decode",
+                "listen",
+                "connect",
+                "bench",
+                "devices",
+                "completions",
+            ] {
+                assert!(
+                    r.stdout.contains(&format!("  {cmd} ")),
+                    "{cmd}: {}",
+                    r.stdout
+                );
+            }
+            // The exit statuses are documented.
+            assert!(r.stdout.contains("2  usage error"), "{}", r.stdout);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
