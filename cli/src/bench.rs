@@ -1393,3 +1393,60 @@ fn scale(o: &Opts) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_report_round_trip() {
+        let pct = Pct {
+            p50: 12.34,
+            p99: 56.78,
+            max: 99.99,
+        };
+        let plain = ServerReport {
+            rep_rtu_us: pct,
+            cpu_s: 0.1234,
+            max_rss_kib: 4096,
+            established: 10,
+            errors: 1,
+            verify: None,
+        };
+        let s = serde_json::to_string(&plain).unwrap();
+        assert_eq!(
+            s,
+            "{\"rep_rtu_us\":{\"p50\":12.3,\"p99\":56.8,\"max\":100.0},\"cpu_s\":0.123,\
+             \"max_rss_kib\":4096,\"established\":10,\"errors\":1}"
+        );
+        let back: ServerReport = serde_json::from_str(&s).unwrap();
+        assert_eq!(back.verify, None);
+        assert_eq!(back.established, 10);
+        let verified = ServerReport {
+            verify: Some(ServerVerify {
+                live_ids: 0,
+                timers: 2,
+                ids_created: 11,
+                ids_destroyed: 11,
+                rep_errors: 1,
+                rejected: 0,
+                ok_ids: vec![5, 7],
+                err_ids: vec![9],
+            }),
+            ..plain
+        };
+        let s = serde_json::to_string(&verified).unwrap();
+        // Flat: the verify keys sit next to the others.
+        assert!(
+            s.contains("\"errors\":1,\"live_ids\":0,\"timers\":2"),
+            "{s}"
+        );
+        let back: ServerReport = serde_json::from_str(&s).unwrap();
+        assert_eq!(back.verify, verified.verify);
+        // The one-process run's report has no more than the REP->RTU times.
+        let local: ServerReport =
+            serde_json::from_str("{\"rep_rtu_us\":{\"p50\":1.0,\"p99\":2.0,\"max\":3.0}}").unwrap();
+        assert_eq!(local.rep_rtu_us.max, 3.0);
+        assert_eq!(local.verify, None);
+    }
+}

@@ -2153,6 +2153,38 @@ fn strange_file_names_are_escaped() {
     }
 }
 
+/// The CLI writes its JSON with serde_json from `ibcm::decode::frame_fields`;
+/// the library's own writer (`frame_json`) gives the same bytes, line for
+/// line, in both forms.
+#[test]
+fn json_is_the_librarys_frame_json() {
+    for name in CAPTURES {
+        let path = vector(name, "pcap");
+        let data = std::fs::read(&path).unwrap();
+        let frames: Vec<_> = ibcm::capture::Reader::new(&data)
+            .unwrap()
+            .map(|p| p.unwrap())
+            .filter_map(|p| ibcm::capture::decode_packet(&p).ok())
+            .collect();
+        assert!(!frames.is_empty(), "{name}");
+        for summary in [false, true] {
+            let mut args = vec![OsString::from("decode"), "--json".into()];
+            if summary {
+                args.push("--summary".into());
+            }
+            args.push(path.clone().into_os_string());
+            let r = ibcm(&args);
+            assert_eq!(r.code, 0, "{}", r.stderr);
+            let want: Vec<String> = frames
+                .iter()
+                .map(|f| ibcm::decode::frame_json(f, None, !summary))
+                .collect();
+            let got: Vec<&str> = r.stdout.lines().collect();
+            assert_eq!(got, want, "{name} summary={summary}");
+        }
+    }
+}
+
 #[test]
 fn usage_errors_exit_2() {
     for args in [
