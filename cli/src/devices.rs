@@ -386,7 +386,7 @@ fn text(r: &Report, sysfs: &Path, out: &mut impl Write) -> io::Result<()> {
     }
     writeln!(
         out,
-        "  (soft:<ip>:<udp port> picks another port than 4791; loop:<ip> is the in-process fabric)"
+        "  (every 127.0.0.x works on lo, for several devices on one host; soft:<ip>:<udp port>\n   picks another UDP port than 4791; loop:<ip> is the in-process fabric)"
     )?;
     writeln!(out)?;
     let class = sysfs.join("class/infiniband");
