@@ -32,6 +32,11 @@ install: lib
 	install -m 0644 include/rdma/*.h $(DESTDIR)$(PREFIX)/include/rdma/
 	install -m 0644 include/ibcm.h $(DESTDIR)$(PREFIX)/include/ibcm.h
 	install -m 0755 target/release/ibcm $(DESTDIR)$(PREFIX)/bin/ibcm
+	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	target/release/ibcm completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ibcm
+	target/release/ibcm completions zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_ibcm
+	target/release/ibcm completions fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/ibcm.fish
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' pkgconfig/ibcm.pc.in \
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/ibcm.pc
 	install -d $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man3 \

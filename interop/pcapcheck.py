@@ -13,7 +13,7 @@ usage: pcapcheck.py --ibcm BIN --host IP --expect REGEX [--tshark BIN] PCAP
    decodes the fields of REQ, REP, RTU, REJ, DREQ and DREP; for MRA and
    SIDR it names the attribute only, so only the headers are compared).
    Known tshark 4.0 misreadings of the REQ (flow label, packet rate, the
-   reserved bits between them) are skipped; tests/decode_cli.rs asserts
+   reserved bits between them) are skipped; cli/tests/decode_cli.rs asserts
    them byte by byte.
 
 Prints one line `wire: ...` and one line `tshark: ...`; exit 0 when both

@@ -905,42 +905,49 @@ impl JsonObject {
     }
 }
 
-/// One CM MAD of a capture as one line of JSON (no trailing newline).
+/// The keys and values of one CM MAD's JSON object, in order: what
+/// [`frame_json`] writes (and what the CLI serialises).
 ///
 /// `file` adds a `file` key first; `with_message` false leaves out the
 /// message fields (the `--summary` form: frame, transport and MAD header
-/// keys only, plus `error` for a malformed MAD).
-pub fn frame_json(f: &RoceFrame, file: Option<&str>, with_message: bool) -> String {
-    let mut o = JsonObject::new();
+/// keys only, plus `error` and `mad` for a malformed MAD). Every field's
+/// JSON form follows its [`Value`]: integers as numbers, `Bool` as a
+/// boolean, `Text`/`Gid`/`Ip` as strings, `Bytes` as a hex string.
+pub fn frame_fields(f: &RoceFrame, file: Option<&str>, with_message: bool) -> Vec<Field> {
+    let mut v = Vec::with_capacity(64);
     if let Some(file) = file {
-        o.str("file", file);
+        v.push(text("file", file));
     }
-    o.uint("frame", f.frame)
-        .uint("ts_nanos", f.ts_nanos)
-        .str("src", &f.src.to_string())
-        .str("dst", &f.dst.to_string())
-        .uint("src_port", f.src_port as u64)
-        .uint("dst_port", f.dst_port as u64);
-    for field in transport_rows(f).iter().flatten() {
-        o.field(field);
-    }
-    for field in header_fields(&header_of(f)) {
-        o.field(&field);
-    }
+    v.extend([
+        dec("frame", f.frame),
+        dec("ts_nanos", f.ts_nanos),
+        Field::new("src", Value::Ip(f.src)),
+        Field::new("dst", Value::Ip(f.dst)),
+        dec("src_port", f.src_port),
+        dec("dst_port", f.dst_port),
+    ]);
+    v.extend(transport_rows(f).into_iter().flatten());
+    v.extend(header_fields(&header_of(f)));
     match CmMad::parse(&f.mad) {
         Ok(m) => {
             if with_message {
-                for row in message_rows(&m.msg) {
-                    for field in &row.fields {
-                        o.field(field);
-                    }
-                }
+                v.extend(message_rows(&m.msg).into_iter().flat_map(|r| r.fields));
             }
         }
         Err(e) => {
-            o.str("error", &e.to_string());
-            o.str("mad", &hex(&f.mad));
+            v.push(text("error", e.to_string()));
+            v.push(Field::new("mad", Value::Bytes(f.mad.to_vec())));
         }
+    }
+    v
+}
+
+/// One CM MAD of a capture as one line of JSON (no trailing newline): the
+/// [`frame_fields`] as one object.
+pub fn frame_json(f: &RoceFrame, file: Option<&str>, with_message: bool) -> String {
+    let mut o = JsonObject::new();
+    for field in frame_fields(f, file, with_message) {
+        o.field(&field);
     }
     o.finish()
 }

@@ -14,61 +14,64 @@ use std::ffi::OsString;
 use std::io::{self, Read, Write};
 
 use ibcm::capture::{self, CaptureError, Reader, Skipped};
-use ibcm::decode as render;
+use ibcm::decode::{self as render, Field, Value};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use crate::EXIT_USAGE;
+/// The long description in `ibcm decode --help`.
+pub const ABOUT: &str = "Prints every InfiniBand CM MAD (RoCEv2, UDP port 4791) found in pcap or \
+pcapng captures.";
 
-const USAGE: &str = "\
-usage: ibcm decode [--json] [--summary] FILE...
-
-Prints every InfiniBand CM MAD (RoCEv2, UDP port 4791) found in pcap or
-pcapng captures. FILE '-' reads standard input.
-
-options:
-  --json      one JSON object per CM MAD per line (keys: see the ibcm::decode
-              docs); the per-file summaries go to stderr
-  --summary   one line per CM MAD instead of all fields (with --json: the
-              frame, transport and MAD header keys only)
-  -h, --help  this text
-
+/// `ibcm decode`'s command line.
+#[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "ibcm decode [--json] [--summary] FILE...",
+    after_help = "\
 At the end, one summary line per file: packets, CM MADs by attribute,
 malformed MADs, ICRC failures and the other packets skipped, by cause.
 Exit status: 0 if every file was read to its end, 1 if one was not,
-2 for usage errors.
-";
-
-struct Options {
-    json: bool,
-    summary: bool,
-    files: Vec<OsString>,
+2 for usage errors."
+)]
+pub struct Args {
+    /// one JSON object per CM MAD per line (keys: see the ibcm::decode
+    /// docs); the per-file summaries go to stderr
+    #[arg(long)]
+    pub json: bool,
+    /// one line per CM MAD instead of all fields (with --json: the frame,
+    /// transport and MAD header keys only)
+    #[arg(long)]
+    pub summary: bool,
+    /// pcap or pcapng capture files; '-' reads standard input
+    #[arg(value_name = "FILE", required = true, value_hint = clap::ValueHint::FilePath)]
+    pub files: Vec<OsString>,
 }
 
-/// `Err(None)`: help was asked for; `Err(Some(msg))`: a usage error.
-fn parse_args(args: &[OsString]) -> Result<Options, Option<String>> {
-    let mut o = Options {
-        json: false,
-        summary: false,
-        files: Vec::new(),
-    };
-    let mut options_done = false;
-    for a in args {
-        let s = a.to_string_lossy();
-        if options_done || s == "-" || !s.starts_with('-') {
-            o.files.push(a.clone());
-            continue;
-        }
-        match s.as_ref() {
-            "--" => options_done = true,
-            "--json" => o.json = true,
-            "--summary" => o.summary = true,
-            "-h" | "--help" => return Err(None),
-            other => return Err(Some(format!("unknown option '{other}'"))),
+/// A [`Field`]'s value in its JSON form (see `ibcm::decode::frame_fields`).
+struct JsonValue<'a>(&'a Value);
+
+impl Serialize for JsonValue<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Hex(v, _) | Value::Dec(v) => s.serialize_u64(*v),
+            Value::Bool(b) => s.serialize_bool(*b),
+            Value::Text(t) => s.serialize_str(t),
+            Value::Gid(g) => s.collect_str(g),
+            Value::Ip(ip) => s.collect_str(ip),
+            Value::Bytes(b) => s.serialize_str(&ibcm::wire::hex(b)),
         }
     }
-    if o.files.is_empty() {
-        return Err(Some("no capture file given".to_string()));
+}
+
+/// One CM MAD's fields as one JSON object, keys in the library's order.
+struct JsonFrame(Vec<Field>);
+
+impl Serialize for JsonFrame {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for f in &self.0 {
+            m.serialize_entry(f.name, &JsonValue(&f.value))?;
+        }
+        m.end()
     }
-    Ok(o)
 }
 
 /// What one file held.
@@ -127,7 +130,7 @@ fn read_input(name: &OsString) -> io::Result<Vec<u8>> {
 /// Decodes one file, writing its MADs to `out`. Only errors writing `out`
 /// are returned; problems with the file are in the report.
 fn decode_file(
-    o: &Options,
+    o: &Args,
     file_key: Option<&str>,
     data: &[u8],
     out: &mut impl Write,
@@ -168,7 +171,9 @@ fn decode_file(
         }
         let t0 = *t0.get_or_insert(f.ts_nanos);
         if o.json {
-            writeln!(out, "{}", render::frame_json(&f, file_key, !o.summary))?;
+            let frame = JsonFrame(render::frame_fields(&f, file_key, !o.summary));
+            serde_json::to_writer(&mut *out, &frame)?;
+            writeln!(out)?;
         } else if o.summary {
             writeln!(out, "{}", render::frame_summary_line(&f, t0))?;
         } else {
@@ -181,7 +186,7 @@ fn decode_file(
     Ok(r)
 }
 
-fn run(o: &Options) -> io::Result<i32> {
+fn run(o: &Args) -> io::Result<i32> {
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let several = o.files.len() > 1;
@@ -225,20 +230,8 @@ fn run(o: &Options) -> io::Result<i32> {
     Ok(status)
 }
 
-pub fn main(args: &[OsString]) -> i32 {
-    let o = match parse_args(args) {
-        Ok(o) => o,
-        Err(None) => {
-            print!("{USAGE}");
-            return EXIT_USAGE;
-        }
-        Err(Some(msg)) => {
-            eprintln!("ibcm decode: {msg}\n");
-            eprint!("{USAGE}");
-            return EXIT_USAGE;
-        }
-    };
-    match run(&o) {
+pub fn main(o: &Args) -> i32 {
+    match run(o) {
         Ok(status) => status,
         // The reader went away (`ibcm decode f.pcap | head`): stop quietly.
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => 0,

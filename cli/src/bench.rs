@@ -9,12 +9,12 @@
 //! Over the UDP fabric the server runs in a second process (this binary,
 //! `bench --serve`), as two hosts would; `--processes 1` keeps it in one.
 
-use crate::EXIT_USAGE;
+use crate::args;
 use crate::baseline;
 use ibcm::engine::{Event, EventType, RepParams, ReqParams, qp_type};
 use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -51,130 +51,136 @@ struct Opts {
     settle: Duration,
 }
 
-const USAGE: &str = "\
-usage: ibcm bench [--connections N] [--concurrency C] [--fabric udp|loopback]
+/// The long description in `ibcm bench --help`.
+pub const ABOUT: &str = "\
+Establishes N connections between a client and a server device with C
+connects in flight, then disconnects them. Reports connect/disconnect
+rates, latency percentiles per step (REQ->REP, REP->RTU, full connect,
+DREQ->DREP), CPU seconds and peak memory.";
+
+/// `ibcm bench`'s command line.
+#[derive(clap::Args, Debug)]
+#[command(override_usage = "\
+ibcm bench [--connections N] [--concurrency C] [--fabric udp|loopback]
                   [--server soft:IP] [--client soft:IP] [--threads T]
                   [--processes 1|2] [--baseline] [--json] [--timeout SEC]
                   [--server-wrap CMD] [--cm-timeout X] [--cm-local-timeout X]
-                  [--cm-retries N] [--verify] [--settle SEC]
+                  [--cm-retries N] [--verify] [--settle SEC] [--scale]")]
+pub struct Args {
+    /// how many connections
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 10_000)]
+    pub connections: usize,
+    /// connects (and disconnects) in flight
+    #[arg(short = 'c', long, value_name = "C", default_value_t = 256,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub concurrency: usize,
+    /// udp: the software fabric (server in a second process unless
+    /// --processes 1); loopback: MADs stay in one process
+    #[arg(long, value_name = "FABRIC", default_value = "udp", value_parser = ["udp", "loopback"])]
+    pub fabric: String,
+    /// the server device (loop: with --fabric loopback)
+    #[arg(long, value_name = "DEVICE", default_value = "soft:127.0.0.2", value_parser = args::soft_or_loop_device)]
+    pub server: String,
+    /// the client device (loop: with --fabric loopback)
+    #[arg(long, value_name = "DEVICE", default_value = "soft:127.0.0.3", value_parser = args::soft_or_loop_device)]
+    pub client: String,
+    /// engine shards and event-loop threads per device
+    #[arg(long, value_name = "T", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub threads: u32,
+    /// 2: the server runs in a second process (this binary), as on two
+    /// hosts; 1: both in this one
+    #[arg(long, value_name = "1|2", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=2))]
+    pub processes: u32,
+    /// first run a plain UDP 3-datagram exchange with the same sizes and
+    /// pattern and report ratio_to_udp
+    #[arg(long)]
+    pub baseline: bool,
+    /// one JSON object instead of the text report
+    #[arg(long)]
+    pub json: bool,
+    /// give up after SEC seconds
+    #[arg(long, value_name = "SEC", default_value = "120", value_parser = args::seconds)]
+    pub timeout: Duration,
+    /// hold all N connections open in one process (loopback fabric), then
+    /// report memory per id, id lookup cost and the time N pending timewait
+    /// timers take to fire (e.g. --scale --connections 1000000)
+    #[arg(long)]
+    pub scale: bool,
+    /// run the server process under this command, split on spaces (e.g.
+    /// 'ip netns exec NS')
+    #[arg(long, value_name = "CMD")]
+    pub server_wrap: Option<String>,
+    /// the REQ's remote CM response timeout (4.096 us * 2^X)
+    #[arg(long, value_name = "X", default_value_t = 20, value_parser = clap::value_parser!(u8).range(0..=31))]
+    pub cm_timeout: u8,
+    /// the REQ's local CM response timeout (4.096 us * 2^X)
+    #[arg(long, value_name = "X", default_value_t = 20, value_parser = clap::value_parser!(u8).range(0..=31))]
+    pub cm_local_timeout: u8,
+    /// the REQ's max CM retries
+    #[arg(long, value_name = "N", default_value_t = 15, value_parser = clap::value_parser!(u8).range(0..=15))]
+    pub cm_retries: u8,
+    /// check every connection's outcome on both sides (established and
+    /// cleanly disconnected on both, or an error on both), report leaked
+    /// ids and timers on both sides, fail on any mismatch
+    #[arg(long)]
+    pub verify: bool,
+    /// with --verify: how long the server waits for its ids to finish
+    #[arg(long, value_name = "SEC", default_value = "20", value_parser = args::seconds)]
+    pub settle: Duration,
+    /// (internal) run as the server process of a two-process run
+    #[arg(long, hide = true)]
+    pub serve: bool,
+    /// (internal) run as the baseline's responder process
+    #[arg(long, hide = true)]
+    pub serve_baseline: bool,
+}
 
-Establishes N connections (default 10000) between a client and a server
-device with C connects in flight (default 256), then disconnects them.
-Reports connect/disconnect rates, latency percentiles per step (REQ->REP,
-REP->RTU, full connect, DREQ->DREP), CPU seconds and peak memory.
---fabric udp (default) uses the software fabric (server in a second
-process unless --processes 1); loopback keeps MADs in-process.
---scale holds all N connections open in one process (loopback fabric),
-then reports memory per id, id lookup cost, and the time a million pending
-timewait timers take to fire (e.g. --scale --connections 1000000).
---baseline first runs a plain UDP 3-datagram exchange with the same sizes
-and pattern and reports ratio_to_udp. --threads sets engine shards and
-event-loop threads per device (default 1).
-Fault testing: --server-wrap runs the server process under a command
-(e.g. 'ip netns exec NS'); --cm-timeout/--cm-local-timeout/--cm-retries set
-the REQ's remote and local CM response timeouts (4.096 us * 2^X, default 20)
-and max CM retries (default 15); --verify checks every connection's outcome
-on both sides (established and cleanly disconnected on both, or an error on
-both), waits up to --settle SEC (default 20) for the server's ids to finish,
-reports leaked ids and timers on both sides and fails on any mismatch.
-";
-
-fn parse(args: &[OsString]) -> Result<Opts, String> {
-    let mut o = Opts {
-        connections: 10_000,
-        concurrency: 256,
-        fabric: "udp".into(),
-        server: "soft:127.0.0.2".into(),
-        client: "soft:127.0.0.3".into(),
-        threads: 1,
-        processes: 2,
-        json: false,
-        baseline: false,
-        timeout: Duration::from_secs(120),
-        serve: false,
-        serve_baseline: false,
-        scale: false,
-        server_wrap: None,
-        cm_timeout: 20,
-        cm_local_timeout: 20,
-        cm_retries: 15,
-        verify: false,
-        settle: Duration::from_secs(20),
-    };
-    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
-    while let Some(a) = it.next() {
-        let mut val = |n: &str| it.next().ok_or(format!("{n} needs a value"));
-        let num = |n: &str, v: String| {
-            v.parse::<usize>()
-                .map_err(|_| format!("{n}: not a number: {v}"))
+impl Opts {
+    fn new(a: &Args) -> Opts {
+        let mut o = Opts {
+            connections: a.connections,
+            concurrency: a.concurrency,
+            fabric: a.fabric.clone(),
+            server: a.server.clone(),
+            client: a.client.clone(),
+            threads: a.threads,
+            processes: a.processes,
+            json: a.json,
+            baseline: a.baseline,
+            timeout: a.timeout,
+            serve: a.serve,
+            serve_baseline: a.serve_baseline,
+            scale: a.scale,
+            server_wrap: a.server_wrap.clone(),
+            cm_timeout: a.cm_timeout,
+            cm_local_timeout: a.cm_local_timeout,
+            cm_retries: a.cm_retries,
+            verify: a.verify,
+            settle: a.settle,
         };
-        match a.as_str() {
-            "-n" | "--connections" => o.connections = num("--connections", val("--connections")?)?,
-            "-c" | "--concurrency" => {
-                o.concurrency = num("--concurrency", val("--concurrency")?)?.max(1)
+        if o.fabric == "loopback" {
+            if o.server.starts_with("soft:") {
+                o.server = o.server.replacen("soft:", "loop:", 1);
             }
-            "--fabric" => o.fabric = val("--fabric")?,
-            "--server" => o.server = val("--server")?,
-            "--client" => o.client = val("--client")?,
-            "--threads" => o.threads = num("--threads", val("--threads")?)?.clamp(1, 64) as u32,
-            "--processes" => {
-                o.processes = num("--processes", val("--processes")?)?.clamp(1, 2) as u32
+            if o.client.starts_with("soft:") {
+                o.client = o.client.replacen("soft:", "loop:", 1);
             }
-            "--timeout" => {
-                let v = val("--timeout")?;
-                o.timeout =
-                    Duration::from_secs_f64(v.parse().map_err(|_| format!("--timeout: {v}"))?);
-            }
-            "--server-wrap" => o.server_wrap = Some(val("--server-wrap")?),
-            "--cm-timeout" => {
-                o.cm_timeout = num("--cm-timeout", val("--cm-timeout")?)?.min(31) as u8
-            }
-            "--cm-local-timeout" => {
-                o.cm_local_timeout =
-                    num("--cm-local-timeout", val("--cm-local-timeout")?)?.min(31) as u8
-            }
-            "--cm-retries" => {
-                o.cm_retries = num("--cm-retries", val("--cm-retries")?)?.min(15) as u8
-            }
-            "--verify" => o.verify = true,
-            "--settle" => {
-                let v = val("--settle")?;
-                o.settle =
-                    Duration::from_secs_f64(v.parse().map_err(|_| format!("--settle: {v}"))?);
-            }
-            "--json" => o.json = true,
-            "--baseline" => o.baseline = true,
-            "--serve" => o.serve = true,
-            "--serve-baseline" => o.serve_baseline = true,
-            "--scale" => o.scale = true,
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown option {other}")),
+            o.processes = 1;
         }
+        o
     }
-    if !matches!(o.fabric.as_str(), "udp" | "loopback") {
-        return Err(format!(
-            "--fabric must be udp or loopback, not {}",
-            o.fabric
-        ));
-    }
-    if o.fabric == "loopback" {
-        if o.server.starts_with("soft:") {
-            o.server = o.server.replacen("soft:", "loop:", 1);
-        }
-        if o.client.starts_with("soft:") {
-            o.client = o.client.replacen("soft:", "loop:", 1);
-        }
-        o.processes = 1;
-    }
-    Ok(o)
 }
 
 // ------------------------------------------------------------ statistics
 
-#[derive(Default, Clone, Copy)]
+/// Latency percentiles in microseconds (one decimal in JSON).
+#[derive(Default, Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 struct Pct {
+    #[serde(serialize_with = "round1")]
     p50: f64,
+    #[serde(serialize_with = "round1")]
     p99: f64,
+    #[serde(serialize_with = "round1")]
     max: f64,
 }
 
@@ -191,36 +197,157 @@ fn pct(mut v: Vec<u64>) -> Pct {
     }
 }
 
-fn pct_json(p: &Pct) -> String {
-    format!(
-        "{{\"p50\":{:.1},\"p99\":{:.1},\"max\":{:.1}}}",
-        p.p50, p.p99, p.max
-    )
+/// `x` rounded to `digits` decimals (what the JSON reports show).
+fn rounded(x: f64, digits: i32) -> f64 {
+    let m = 10f64.powi(digits);
+    (x * m).round() / m
 }
 
-fn pct_from_json(s: &str, key: &str) -> Pct {
-    let field = |name: &str| -> f64 {
-        let k = format!("\"{key}\":{{");
-        let Some(i) = s.find(&k) else { return 0.0 };
-        let sub = &s[i + k.len()..];
-        let sub = &sub[..sub.find('}').unwrap_or(sub.len())];
-        let kk = format!("\"{name}\":");
-        sub.find(&kk)
-            .and_then(|j| sub[j + kk.len()..].split([',', '}']).next()?.parse().ok())
-            .unwrap_or(0.0)
-    };
-    Pct {
-        p50: field("p50"),
-        p99: field("p99"),
-        max: field("max"),
+fn round1<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(rounded(*x, 1))
+}
+
+fn round3<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(rounded(*x, 3))
+}
+
+fn round4<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(rounded(*x, 4))
+}
+
+/// A rate, as a whole number per second.
+fn per_s(x: f64) -> u64 {
+    x.round() as u64
+}
+
+/// What the server process (`bench --serve`) prints on one line when its
+/// stdin closes, and the client reads back.
+#[derive(Default, Debug, PartialEq, Serialize, Deserialize)]
+struct ServerReport {
+    rep_rtu_us: Pct,
+    #[serde(default, serialize_with = "round3")]
+    cpu_s: f64,
+    #[serde(default)]
+    max_rss_kib: u64,
+    #[serde(default)]
+    established: usize,
+    #[serde(default)]
+    errors: usize,
+    /// With `--verify`.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    verify: Option<ServerVerify>,
+}
+
+/// The server's side of `--verify`.
+#[derive(Default, Debug, PartialEq, Serialize, Deserialize)]
+struct ServerVerify {
+    live_ids: usize,
+    timers: usize,
+    ids_created: u64,
+    ids_destroyed: u64,
+    rep_errors: usize,
+    rejected: usize,
+    /// The client comm IDs of the connections that ended cleanly here, and
+    /// of the others.
+    ok_ids: Vec<u32>,
+    err_ids: Vec<u32>,
+}
+
+/// The client's `--verify` verdict (`"verify"` in the JSON report).
+#[derive(Debug, Serialize)]
+struct Verify {
+    both_ok: usize,
+    both_error: usize,
+    client_ok_server_error: usize,
+    client_error_server_ok: usize,
+    client_ok_server_unknown: usize,
+    mismatches: usize,
+    client_live_ids: usize,
+    client_timers: usize,
+    server_live_ids: usize,
+    server_timers: usize,
+    server_rep_errors: usize,
+    server_rejected: usize,
+    server_ids_created: u64,
+    server_ids_destroyed: u64,
+}
+
+/// `ibcm bench --json`.
+#[derive(Debug, Serialize)]
+struct Report {
+    connections: usize,
+    established: usize,
+    failed: usize,
+    connect_per_s: u64,
+    disconnect_per_s: u64,
+    connect_us: Pct,
+    disconnect_us: Pct,
+    req_rep_us: Pct,
+    rep_rtu_us: Pct,
+    #[serde(serialize_with = "round3")]
+    cpu_s: f64,
+    max_rss_kib: u64,
+    fabric: String,
+    processes: u32,
+    concurrency: usize,
+    threads: u32,
+    #[serde(serialize_with = "round4")]
+    connect_s: f64,
+    #[serde(serialize_with = "round4")]
+    disconnect_s: f64,
+    retries: u64,
+    timeouts: u64,
+    rej_rx: u64,
+    drops: u64,
+    tx_errors: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verify: Option<Verify>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    udp_baseline: Option<UdpBaseline>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_to_udp: Option<Ratio>,
+}
+
+#[derive(Debug, Serialize)]
+struct UdpBaseline {
+    exchanges_per_s: u64,
+    exchange_us: Pct,
+}
+
+#[derive(Debug, Serialize)]
+struct Ratio {
+    #[serde(serialize_with = "round3")]
+    rate: f64,
+    #[serde(serialize_with = "round3")]
+    p50: f64,
+}
+
+/// `ibcm bench --scale --json`.
+#[derive(Debug, Serialize)]
+struct ScaleReport {
+    connections: usize,
+    established: usize,
+    failed: usize,
+    live_ids: usize,
+    connect_per_s: u64,
+    rss_kib_before: u64,
+    rss_kib_established: u64,
+    bytes_per_id: u64,
+    #[serde(serialize_with = "round1")]
+    lookup_ns: f64,
+    disconnect_per_s: u64,
+    pending_timers: usize,
+    #[serde(serialize_with = "round3")]
+    timers_fired_s: f64,
+    leftover_ids: usize,
+}
+
+/// Prints `v` as one line of JSON on stdout.
+fn print_json(v: &impl Serialize) {
+    match serde_json::to_string(v) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("ibcm bench: cannot write the JSON report: {e}"),
     }
-}
-
-fn num_from_json(s: &str, key: &str) -> f64 {
-    let k = format!("\"{key}\":");
-    s.find(&k)
-        .and_then(|i| s[i + k.len()..].split([',', '}']).next()?.parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// (user+system CPU seconds, peak RSS KiB) of this process.
@@ -431,7 +558,7 @@ fn serve(o: &Opts) -> i32 {
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     let _ = listener.destroy();
-    let mut verify = String::new();
+    let mut verify = None;
     if o.verify {
         // Let retransmissions and timewait run out: every incoming id ends
         // destroyed (TIMEWAIT_EXIT, REP_ERROR, REJ) unless it is left
@@ -444,32 +571,30 @@ fn serve(o: &Opts) -> i32 {
         let list = |ok: bool| {
             out.values()
                 .filter(|(_, f)| (f & S_DREQ != 0 && f & (S_REP_ERR | S_REJ) == 0) == ok)
-                .map(|(p, _)| p.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
+                .map(|&(p, _)| p)
+                .collect::<Vec<u32>>()
         };
         let c = dev.counters();
-        verify = format!(
-            ",\"live_ids\":{},\"timers\":{},\"ids_created\":{},\"ids_destroyed\":{},\
-             \"rep_errors\":{},\"rejected\":{},\"ok_ids\":[{}],\"err_ids\":[{}]",
-            dev.live_ids(),
-            dev.timer_count(),
-            c.ids_created,
-            c.ids_destroyed,
-            out.values().filter(|(_, f)| f & S_REP_ERR != 0).count(),
-            out.values().filter(|(_, f)| f & S_REJ != 0).count(),
-            list(true),
-            list(false)
-        );
+        verify = Some(ServerVerify {
+            live_ids: dev.live_ids(),
+            timers: dev.timer_count(),
+            ids_created: c.ids_created,
+            ids_destroyed: c.ids_destroyed,
+            rep_errors: out.values().filter(|(_, f)| f & S_REP_ERR != 0).count(),
+            rejected: out.values().filter(|(_, f)| f & S_REJ != 0).count(),
+            ok_ids: list(true),
+            err_ids: list(false),
+        });
     }
-    let (cpu, rss) = usage();
-    let rr = pct(std::mem::take(&mut *stats.rep_rtu_ns.lock().unwrap()));
-    println!(
-        "{{\"rep_rtu_us\":{},\"cpu_s\":{cpu:.3},\"max_rss_kib\":{rss},\"established\":{},\"errors\":{}{verify}}}",
-        pct_json(&rr),
-        stats.established.load(Ordering::Relaxed),
-        stats.errors.load(Ordering::Relaxed)
-    );
+    let (cpu_s, max_rss_kib) = usage();
+    print_json(&ServerReport {
+        rep_rtu_us: pct(std::mem::take(&mut *stats.rep_rtu_ns.lock().unwrap())),
+        cpu_s,
+        max_rss_kib,
+        established: stats.established.load(Ordering::Relaxed),
+        errors: stats.errors.load(Ordering::Relaxed),
+        verify,
+    });
     let _ = std::io::stdout().flush();
     dev.close();
     0
@@ -634,17 +759,8 @@ impl Conn {
     }
 }
 
-pub fn main(args: &[OsString]) -> i32 {
-    let o = match parse(args) {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("ibcm bench: {e}\n");
-            }
-            eprint!("{USAGE}");
-            return EXIT_USAGE;
-        }
-    };
+pub fn main(a: &Args) -> i32 {
+    let o = Opts::new(a);
     if o.serve {
         return serve(&o);
     }
@@ -913,7 +1029,6 @@ fn run(o: &Opts) -> Result<(), String> {
     }
     // With --verify: let this side's ids finish too, then check each
     // connection against the server's view.
-    let mut verify_json = String::new();
     let mut mismatches = 0usize;
     if o.verify {
         let until = Instant::now() + o.settle;
@@ -924,34 +1039,28 @@ fn run(o: &Opts) -> Result<(), String> {
     let (client_live, client_timers) = (dev.live_ids(), dev.timer_count());
     let counters = dev.counters();
     // Server report.
-    let (srv_json, srv_cpu, srv_rss) = if let Some(mut c) = child {
+    let srv: ServerReport = if let Some(mut c) = child {
         drop(c.stdin.take());
         let mut out = String::new();
         if let Some(mut so) = c.stdout.take() {
             let _ = std::io::Read::read_to_string(&mut so, &mut out);
         }
         let _ = c.wait();
-        let cpu = num_from_json(&out, "cpu_s");
-        let rss = num_from_json(&out, "max_rss_kib") as u64;
-        (out, cpu, rss)
+        serde_json::from_str(out.trim())
+            .map_err(|e| format!("unreadable report from the server process ({e}): {out:?}"))?
     } else {
-        let rr = pct(std::mem::take(&mut *local_stats.rep_rtu_ns.lock().unwrap()));
-        (format!("{{\"rep_rtu_us\":{}}}", pct_json(&rr)), 0.0, 0)
+        ServerReport {
+            rep_rtu_us: pct(std::mem::take(&mut *local_stats.rep_rtu_ns.lock().unwrap())),
+            ..ServerReport::default()
+        }
     };
-    let rep_rtu = pct_from_json(&srv_json, "rep_rtu_us");
+    let mut verify = None;
     if o.verify {
-        let ids_of = |key: &str| -> std::collections::HashSet<u32> {
-            let k = format!("\"{key}\":[");
-            srv_json
-                .find(&k)
-                .map(|i| &srv_json[i + k.len()..])
-                .map(|r| &r[..r.find(']').unwrap_or(0)])
-                .unwrap_or("")
-                .split(',')
-                .filter_map(|v| v.parse().ok())
-                .collect()
+        let Some(sv) = &srv.verify else {
+            return Err(format!("no verify report from the server: {srv:?}"));
         };
-        let (ok, err) = (ids_of("ok_ids"), ids_of("err_ids"));
+        let ok: std::collections::HashSet<u32> = sv.ok_ids.iter().copied().collect();
+        let err: std::collections::HashSet<u32> = sv.err_ids.iter().copied().collect();
         let (mut both_ok, mut both_err, mut c_ok_s_err, mut c_err_s_ok, mut c_ok_s_none) =
             (0, 0, 0, 0, 0);
         for c in conns.iter() {
@@ -966,25 +1075,23 @@ fn run(o: &Opts) -> Result<(), String> {
             }
         }
         mismatches = c_ok_s_err + c_err_s_ok + c_ok_s_none;
-        let sv = |k: &str| num_from_json(&srv_json, k) as u64;
-        verify_json = format!(
-            ",\"verify\":{{\"both_ok\":{both_ok},\"both_error\":{both_err},\
-             \"client_ok_server_error\":{c_ok_s_err},\"client_error_server_ok\":{c_err_s_ok},\
-             \"client_ok_server_unknown\":{c_ok_s_none},\"mismatches\":{mismatches},\
-             \"client_live_ids\":{client_live},\"client_timers\":{client_timers},\
-             \"server_live_ids\":{},\"server_timers\":{},\"server_rep_errors\":{},\
-             \"server_rejected\":{},\"server_ids_created\":{},\"server_ids_destroyed\":{}}}",
-            sv("live_ids"),
-            sv("timers"),
-            sv("rep_errors"),
-            sv("rejected"),
-            sv("ids_created"),
-            sv("ids_destroyed"),
-        );
-        if srv_json.find("\"live_ids\"").is_none() {
-            return Err(format!("no verify report from the server: {srv_json:?}"));
-        }
-        if sv("live_ids") != 0 || sv("timers") != 0 || client_live != 0 || client_timers != 0 {
+        verify = Some(Verify {
+            both_ok,
+            both_error: both_err,
+            client_ok_server_error: c_ok_s_err,
+            client_error_server_ok: c_err_s_ok,
+            client_ok_server_unknown: c_ok_s_none,
+            mismatches,
+            client_live_ids: client_live,
+            client_timers,
+            server_live_ids: sv.live_ids,
+            server_timers: sv.timers,
+            server_rep_errors: sv.rep_errors,
+            server_rejected: sv.rejected,
+            server_ids_created: sv.ids_created,
+            server_ids_destroyed: sv.ids_destroyed,
+        });
+        if sv.live_ids != 0 || sv.timers != 0 || client_live != 0 || client_timers != 0 {
             mismatches += 1;
         }
     }
@@ -999,43 +1106,44 @@ fn run(o: &Opts) -> Result<(), String> {
     let cp = pct(connect);
     let dp = pct(disc);
     let qp = pct(req_rep);
-    let cpu_s = (cpu1 - cpu0) + srv_cpu;
-    let max_rss = rss.max(srv_rss);
+    let rep_rtu = srv.rep_rtu_us;
+    let cpu_s = (cpu1 - cpu0) + srv.cpu_s;
+    let max_rss = rss.max(srv.max_rss_kib);
     let failed = failed.load(Ordering::Relaxed);
     if o.json {
-        let mut s = format!(
-            "{{\"connections\":{n},\"established\":{established},\"failed\":{failed},\
-             \"connect_per_s\":{connect_per_s:.0},\"disconnect_per_s\":{disconnect_per_s:.0},\
-             \"connect_us\":{},\"disconnect_us\":{},\"req_rep_us\":{},\"rep_rtu_us\":{},\
-             \"cpu_s\":{cpu_s:.3},\"max_rss_kib\":{max_rss},\"fabric\":\"{}\",\"processes\":{},\
-             \"concurrency\":{},\"threads\":{},\"connect_s\":{connect_s:.4},\"disconnect_s\":{disconnect_s:.4},\
-             \"retries\":{},\"timeouts\":{},\"rej_rx\":{},\"drops\":{},\"tx_errors\":{}{verify_json}",
-            pct_json(&cp),
-            pct_json(&dp),
-            pct_json(&qp),
-            pct_json(&rep_rtu),
-            o.fabric,
-            o.processes,
-            o.concurrency,
-            o.threads,
-            counters.tx_retries.iter().sum::<u64>(),
-            counters.timeouts.iter().sum::<u64>(),
-            counters.rej_rx.iter().sum::<u64>(),
-            counters.total_drops(),
-            dev.transport().stats().tx_errors.load(Ordering::Relaxed),
-        );
-        if let Some(b) = &baseline {
-            s += &format!(
-                ",\"udp_baseline\":{{\"exchanges_per_s\":{:.0},\"exchange_us\":{}}},\
-                 \"ratio_to_udp\":{{\"rate\":{:.3},\"p50\":{:.3}}}",
-                b.rate,
-                pct_json(&b.lat),
-                connect_per_s / b.rate,
-                cp.p50 / b.lat.p50.max(1e-9)
-            );
-        }
-        s.push('}');
-        println!("{s}");
+        print_json(&Report {
+            connections: n,
+            established,
+            failed,
+            connect_per_s: per_s(connect_per_s),
+            disconnect_per_s: per_s(disconnect_per_s),
+            connect_us: cp,
+            disconnect_us: dp,
+            req_rep_us: qp,
+            rep_rtu_us: rep_rtu,
+            cpu_s,
+            max_rss_kib: max_rss,
+            fabric: o.fabric.clone(),
+            processes: o.processes,
+            concurrency: o.concurrency,
+            threads: o.threads,
+            connect_s,
+            disconnect_s,
+            retries: counters.tx_retries.iter().sum::<u64>(),
+            timeouts: counters.timeouts.iter().sum::<u64>(),
+            rej_rx: counters.rej_rx.iter().sum::<u64>(),
+            drops: counters.total_drops(),
+            tx_errors: dev.transport().stats().tx_errors.load(Ordering::Relaxed),
+            verify: verify.take(),
+            udp_baseline: baseline.as_ref().map(|b| UdpBaseline {
+                exchanges_per_s: per_s(b.rate),
+                exchange_us: b.lat,
+            }),
+            ratio_to_udp: baseline.as_ref().map(|b| Ratio {
+                rate: connect_per_s / b.rate,
+                p50: cp.p50 / b.lat.p50.max(1e-9),
+            }),
+        });
     } else {
         println!(
             "ibcm bench: {n} connections over the {} fabric ({} process{}), {} in flight, {} thread(s)",
@@ -1077,8 +1185,11 @@ fn run(o: &Opts) -> Result<(), String> {
     if established + failed < n {
         return Err("not every connection finished".into());
     }
-    if !o.json && o.verify {
-        println!("  verify{}", verify_json.trim_start_matches(",\"verify\":"));
+    if !o.json
+        && let Some(v) = &verify
+    {
+        let v = serde_json::to_string(v).map_err(|e| e.to_string())?;
+        println!("  verify{v}");
     }
     if mismatches > 0 {
         return Err(format!(
@@ -1246,14 +1357,21 @@ fn scale(o: &Opts) -> Result<(), String> {
     }
     let failed = failed.load(Ordering::Relaxed);
     if o.json {
-        println!(
-            "{{\"connections\":{n},\"established\":{established},\"failed\":{failed},\"live_ids\":{live},\
-             \"connect_per_s\":{:.0},\"rss_kib_before\":{rss0},\"rss_kib_established\":{rss1},\
-             \"bytes_per_id\":{bytes_per_id:.0},\"lookup_ns\":{lookup_ns:.1},\"disconnect_per_s\":{:.0},\
-             \"pending_timers\":{pending_timers},\"timers_fired_s\":{timers_s:.3},\"leftover_ids\":{leftover}}}",
-            n as f64 / connect_s,
-            n as f64 / disconnect_s,
-        );
+        print_json(&ScaleReport {
+            connections: n,
+            established,
+            failed,
+            live_ids: live,
+            connect_per_s: per_s(n as f64 / connect_s),
+            rss_kib_before: rss0,
+            rss_kib_established: rss1,
+            bytes_per_id: bytes_per_id.round() as u64,
+            lookup_ns,
+            disconnect_per_s: per_s(n as f64 / disconnect_s),
+            pending_timers,
+            timers_fired_s: timers_s,
+            leftover_ids: leftover,
+        });
     } else {
         println!(
             "ibcm bench --scale: {n} connections held in one process ({} fabric)",
@@ -1275,4 +1393,61 @@ fn scale(o: &Opts) -> Result<(), String> {
         return Err("not every connection was established and released".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_report_round_trip() {
+        let pct = Pct {
+            p50: 12.34,
+            p99: 56.78,
+            max: 99.99,
+        };
+        let plain = ServerReport {
+            rep_rtu_us: pct,
+            cpu_s: 0.1234,
+            max_rss_kib: 4096,
+            established: 10,
+            errors: 1,
+            verify: None,
+        };
+        let s = serde_json::to_string(&plain).unwrap();
+        assert_eq!(
+            s,
+            "{\"rep_rtu_us\":{\"p50\":12.3,\"p99\":56.8,\"max\":100.0},\"cpu_s\":0.123,\
+             \"max_rss_kib\":4096,\"established\":10,\"errors\":1}"
+        );
+        let back: ServerReport = serde_json::from_str(&s).unwrap();
+        assert_eq!(back.verify, None);
+        assert_eq!(back.established, 10);
+        let verified = ServerReport {
+            verify: Some(ServerVerify {
+                live_ids: 0,
+                timers: 2,
+                ids_created: 11,
+                ids_destroyed: 11,
+                rep_errors: 1,
+                rejected: 0,
+                ok_ids: vec![5, 7],
+                err_ids: vec![9],
+            }),
+            ..plain
+        };
+        let s = serde_json::to_string(&verified).unwrap();
+        // Flat: the verify keys sit next to the others.
+        assert!(
+            s.contains("\"errors\":1,\"live_ids\":0,\"timers\":2"),
+            "{s}"
+        );
+        let back: ServerReport = serde_json::from_str(&s).unwrap();
+        assert_eq!(back.verify, verified.verify);
+        // The one-process run's report has no more than the REP->RTU times.
+        let local: ServerReport =
+            serde_json::from_str("{\"rep_rtu_us\":{\"p50\":1.0,\"p99\":2.0,\"max\":3.0}}").unwrap();
+        assert_eq!(local.rep_rtu_us.max, 3.0);
+        assert_eq!(local.verify, None);
+    }
 }

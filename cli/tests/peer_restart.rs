@@ -13,6 +13,7 @@
 //! * after the stale connection's timewait, new connections succeed and
 //!   nothing is left: no ids, no timers on either side.
 
+#[path = "../../tests/rel_common/mod.rs"]
 mod rel_common;
 
 use ibcm::engine::EventType as E;

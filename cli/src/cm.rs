@@ -4,7 +4,7 @@
 //! (the IP private-data header of `ib_cm_facts.md` §C.14 and rdma_cm port
 //! spaces), with `--sidr` they do service ID resolution (UD) instead.
 
-use crate::EXIT_USAGE;
+use crate::args;
 use ibcm::engine::{
     Errno, Event, EventParam, EventType, RepParams, ReqParams, SidrRepParams, SidrReqParams,
     qp_type,
@@ -13,6 +13,7 @@ use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
 use ibcm::wire::Gid;
 use std::ffi::OsString;
 use std::net::IpAddr;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,133 @@ const RDMA_UDP_QKEY: u32 = 0x0123_4567;
 /// Size of the rdma_cm IP private-data header (`struct cma_hdr`).
 const CMA_HDR: usize = 36;
 
-/// Options shared by both commands.
+/// Options shared by `ibcm listen` and `ibcm connect`.
+#[derive(clap::Args, Debug)]
+pub struct Common {
+    /// the device: soft:<ip>[:<udp port>], soft:<ip>@<rdma device>,
+    /// loop:<ip> or an RDMA device name ('ibcm devices' lists them)
+    #[arg(
+        short = 'd',
+        long,
+        value_name = "DEVICE",
+        env = "IBCM_DEVICE",
+        default_value = "soft:127.0.0.1",
+        value_parser = args::device
+    )]
+    pub device: String,
+    /// the service ID, decimal or 0x hex (default: the rdma_cm service ID
+    /// of --port)
+    #[arg(short = 's', long, value_name = "ID", value_parser = args::u64_hex_or_dec)]
+    pub service_id: Option<u64>,
+    /// the rdma_cm service ID of port P (TCP port space; UDP with --sidr):
+    /// 0x10600000000 | P (0x11100000000 | P); default 7174
+    #[arg(long, value_name = "P", value_parser = args::port, conflicts_with = "service_id")]
+    pub port: Option<u16>,
+    /// how many connections (SIDR requests)
+    #[arg(short = 'c', long, value_name = "N", default_value_t = 1)]
+    pub count: u32,
+    /// private data for every message that carries it
+    #[arg(short = 'p', long, value_name = "TEXT", default_value = "")]
+    pub private_data: OsString,
+    /// give up waiting after SEC seconds (fractions allowed)
+    #[arg(short = 't', long, value_name = "SEC", default_value = "30", value_parser = args::seconds)]
+    pub timeout: Duration,
+    /// print only the counters and the result, not every event
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+/// The long description in `ibcm listen --help`.
+pub const LISTEN_ABOUT: &str = "\
+Listens on a service ID (default 0x1061c06, rdma_cm TCP port 7174), accepts
+N connections (default 1) with the private data given, answers their
+disconnect, prints every event, then the counters. With --reject REASON
+every request is rejected with that reason instead. --count 0 serves until
+the timeout or SIGINT/SIGTERM (exit 0): requests for other service IDs are
+rejected (REJ 8).";
+
+/// `ibcm listen`'s command line.
+#[derive(clap::Args, Debug)]
+#[command(override_usage = "\
+ibcm listen [--device soft:IP] [--service-id ID | --port P] [--count N]
+                   [--private-data TEXT] [--reject REASON]
+                   [--disconnect | --disconnect-delay MS]
+                   [--rdma-cm] [--sidr [--qkey Q]] [--timeout SEC] [--quiet]")]
+pub struct ListenArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// reject every request with this reason (with --sidr: answer with
+    /// this SIDR status)
+    #[arg(long, value_name = "REASON")]
+    pub reject: Option<u32>,
+    /// send the DREQ as soon as a connection is established
+    #[arg(long)]
+    pub disconnect: bool,
+    /// send the DREQ MS milliseconds after the connection is established
+    /// (implies --disconnect)
+    #[arg(long, value_name = "MS", value_parser = args::millis)]
+    pub disconnect_delay: Option<Duration>,
+    /// decode the rdma_cm IP header of the requests' private data
+    #[arg(long)]
+    pub rdma_cm: bool,
+    /// answer SIDR_REQs with a SIDR_REP (status 0, or --reject's value as
+    /// the SIDR status) instead of accepting connections
+    #[arg(long)]
+    pub sidr: bool,
+    /// the Q_Key of the SIDR_REPs (default: rdma_cm's RDMA_UDP_QKEY)
+    #[arg(long, value_name = "Q", default_value = "0x01234567", value_parser = args::u32_hex_or_dec)]
+    pub qkey: u32,
+}
+
+/// The long description in `ibcm connect --help`.
+pub const CONNECT_ABOUT: &str = "\
+Connects N times (default 1) to a listener at IP, sends the private data in
+the REQ, RTU and DREQ, prints every event with its timing, disconnects, and
+prints the counters.";
+
+/// `ibcm connect`'s command line.
+#[derive(clap::Args, Debug)]
+#[command(override_usage = "\
+ibcm connect --dest IP [--device soft:IP] [--service-id ID | --port P]
+                    [--count N] [--private-data TEXT] [--rdma-cm] [--sidr]
+                    [--wait-disconnect] [--expect-reject REASON]
+                    [--response-timeout T] [--timeout SEC] [--quiet]")]
+pub struct ConnectArgs {
+    /// the listener's IP address
+    #[arg(long, value_name = "IP", value_parser = args::dest)]
+    pub dest: Gid,
+    #[command(flatten)]
+    pub common: Common,
+    /// put the rdma_cm IP header (version 0, IPv4/6, source port, source
+    /// and destination address) before the private data, as rdma_connect()
+    /// does
+    #[arg(long)]
+    pub rdma_cm: bool,
+    /// resolve the service ID (SIDR_REQ) instead of connecting; success is
+    /// a SIDR_REP with status 0
+    #[arg(long)]
+    pub sidr: bool,
+    /// do not send the DREQ: wait for the peer's and answer it
+    #[arg(long)]
+    pub wait_disconnect: bool,
+    /// success is the peer rejecting with reason R (SIDR: a SIDR_REP with
+    /// status R)
+    #[arg(long, value_name = "R")]
+    pub expect_reject: Option<u32>,
+    /// the REQ's CM response timeouts (IBA exponent 8..31, default 20 =
+    /// 4.3 s; 16 makes the REQ retransmit after ~0.4 s)
+    #[arg(long, value_name = "T", default_value = "20", value_parser = response_timeout)]
+    pub response_timeout: u8,
+}
+
+fn response_timeout(s: &str) -> Result<u8, String> {
+    match args::u64_hex_or_dec(s)? {
+        v @ 8..=31 => Ok(v as u8),
+        v => Err(format!("an IBA timeout exponent from 8 to 31, not {v}")),
+    }
+}
+
+/// What both commands run with.
 struct Opts {
     device: String,
     dest: Option<Gid>,
@@ -48,6 +175,48 @@ struct Opts {
 }
 
 impl Opts {
+    fn common(c: &Common, rdma_cm: bool, sidr: bool) -> Opts {
+        Opts {
+            device: c.device.clone(),
+            dest: None,
+            service_id: c.service_id,
+            port: c.port,
+            count: c.count,
+            private_data: c.private_data.as_bytes().to_vec(),
+            reject: None,
+            timeout: c.timeout,
+            quiet: c.quiet,
+            rdma_cm,
+            sidr,
+            qkey: RDMA_UDP_QKEY,
+            disconnect: false,
+            disconnect_delay: Duration::ZERO,
+            wait_disconnect: false,
+            expect_reject: None,
+            response_timeout: 20,
+        }
+    }
+
+    fn listen(a: &ListenArgs) -> Opts {
+        Opts {
+            reject: a.reject,
+            qkey: a.qkey,
+            disconnect: a.disconnect || a.disconnect_delay.is_some(),
+            disconnect_delay: a.disconnect_delay.unwrap_or(Duration::ZERO),
+            ..Opts::common(&a.common, a.rdma_cm, a.sidr)
+        }
+    }
+
+    fn connect(a: &ConnectArgs) -> Opts {
+        Opts {
+            dest: Some(a.dest),
+            wait_disconnect: a.wait_disconnect,
+            expect_reject: a.expect_reject,
+            response_timeout: a.response_timeout,
+            ..Opts::common(&a.common, a.rdma_cm, a.sidr)
+        }
+    }
+
     /// The service ID: `--service-id`, else the rdma_cm service ID of
     /// `--port` (TCP port space, UDP with `--sidr`), else rdma_cm TCP 7174.
     fn service_id(&self) -> u64 {
@@ -56,156 +225,6 @@ impl Opts {
             .unwrap_or((1 << 24) | (ps << 16) | self.port.unwrap_or(7174) as u64)
     }
 }
-
-fn parse_u64(s: &str) -> Option<u64> {
-    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u64::from_str_radix(h, 16).ok(),
-        None => s.parse().ok(),
-    }
-}
-
-fn parse(args: &[OsString], connect: bool) -> Result<Opts, String> {
-    let mut o = Opts {
-        device: std::env::var("IBCM_DEVICE").unwrap_or_else(|_| "soft:127.0.0.1".into()),
-        dest: None,
-        service_id: None,
-        port: None,
-        count: 1,
-        private_data: Vec::new(),
-        reject: None,
-        timeout: Duration::from_secs(30),
-        quiet: false,
-        rdma_cm: false,
-        sidr: false,
-        qkey: RDMA_UDP_QKEY,
-        disconnect: false,
-        disconnect_delay: Duration::ZERO,
-        wait_disconnect: false,
-        expect_reject: None,
-        response_timeout: 20,
-    };
-    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
-    while let Some(a) = it.next() {
-        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
-        let num = |name: &str, v: String| -> Result<u64, String> {
-            parse_u64(&v).ok_or(format!("{name}: not a number: {v}"))
-        };
-        match a.as_str() {
-            "-d" | "--device" => o.device = val("--device")?,
-            "--dest" if connect => {
-                let v = val("--dest")?;
-                o.dest = Some(
-                    v.parse()
-                        .map_err(|_| format!("--dest: not an IP address: {v}"))?,
-                );
-            }
-            "-s" | "--service-id" => o.service_id = Some(num(&a, val(&a)?)?),
-            "--port" => {
-                let v = num(&a, val(&a)?)?;
-                o.port = Some(u16::try_from(v).map_err(|_| format!("--port: too big: {v}"))?);
-            }
-            "-c" | "--count" => {
-                let v = val("--count")?;
-                o.count = v
-                    .parse()
-                    .map_err(|_| format!("--count: not a number: {v}"))?;
-            }
-            "-p" | "--private-data" => o.private_data = val("--private-data")?.into_bytes(),
-            "--reject" if !connect => {
-                let v = val("--reject")?;
-                o.reject = Some(
-                    v.parse()
-                        .map_err(|_| format!("--reject: not a number: {v}"))?,
-                );
-            }
-            "--expect-reject" if connect => {
-                let v = val(&a)?;
-                o.expect_reject = Some(
-                    v.parse()
-                        .map_err(|_| format!("--expect-reject: not a number: {v}"))?,
-                );
-            }
-            "-t" | "--timeout" => {
-                let v = val("--timeout")?;
-                let s: f64 = v
-                    .parse()
-                    .map_err(|_| format!("--timeout: not a number: {v}"))?;
-                o.timeout = Duration::from_secs_f64(s.max(0.0));
-            }
-            "--response-timeout" if connect => {
-                let v = num(&a, val(&a)?)?;
-                if !(8..=31).contains(&v) {
-                    return Err(format!("--response-timeout: 8..31, not {v}"));
-                }
-                o.response_timeout = v as u8;
-            }
-            "--qkey" => o.qkey = num(&a, val(&a)?)? as u32,
-            "--rdma-cm" => o.rdma_cm = true,
-            "--sidr" => o.sidr = true,
-            "--disconnect" if !connect => o.disconnect = true,
-            "--disconnect-delay" if !connect => {
-                o.disconnect = true;
-                o.disconnect_delay = Duration::from_millis(num(&a, val(&a)?)?);
-            }
-            "--wait-disconnect" if connect => o.wait_disconnect = true,
-            "-q" | "--quiet" => o.quiet = true,
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown option {other}")),
-        }
-    }
-    if connect && o.dest.is_none() {
-        return Err("--dest is required".into());
-    }
-    Ok(o)
-}
-
-const LISTEN_USAGE: &str = "\
-usage: ibcm listen [--device soft:IP] [--service-id ID | --port P] [--count N]
-                   [--private-data TEXT] [--reject REASON]
-                   [--disconnect | --disconnect-delay MS]
-                   [--rdma-cm] [--sidr [--qkey Q]] [--timeout SEC] [--quiet]
-
-Listens on a service ID (default 0x1061c06, rdma_cm TCP port 7174), accepts
-N connections (default 1) with the private data given, answers their
-disconnect, prints every event, then the counters. With --reject REASON
-every request is rejected with that reason instead. --count 0 serves until
-the timeout or SIGINT/SIGTERM (exit 0): requests for other service IDs are
-rejected (REJ 8).
-
-  --port P       the rdma_cm service ID of port P (TCP port space; UDP with
-                 --sidr): 0x10600000000 | P
-  --disconnect   send the DREQ as soon as a connection is established
-  --disconnect-delay MS
-                 send it MS milliseconds after the connection is established
-  --rdma-cm      decode the rdma_cm IP header of the requests' private data
-  --sidr         answer SIDR_REQs with a SIDR_REP (status 0, or --reject's
-                 value as the SIDR status), Q_Key --qkey (default 0x01234567,
-                 rdma_cm's RDMA_UDP_QKEY)
-";
-
-const CONNECT_USAGE: &str = "\
-usage: ibcm connect --dest IP [--device soft:IP] [--service-id ID | --port P]
-                    [--count N] [--private-data TEXT] [--rdma-cm] [--sidr]
-                    [--wait-disconnect] [--expect-reject REASON]
-                    [--response-timeout T] [--timeout SEC] [--quiet]
-
-Connects N times (default 1) to a listener at IP, sends the private data in
-the REQ, RTU and DREQ, prints every event with its timing, disconnects, and
-prints the counters.
-
-  --port P            the rdma_cm service ID of port P (TCP port space; UDP
-                      with --sidr)
-  --rdma-cm           put the rdma_cm IP header (version 0, IPv4/6, source
-                      port, source and destination address) before the
-                      private data, as rdma_connect() does
-  --sidr              resolve the service ID (SIDR_REQ) instead of
-                      connecting; success is a SIDR_REP with status 0
-  --wait-disconnect   do not send the DREQ: wait for the peer's and answer it
-  --expect-reject R   success is the peer rejecting with reason R (SIDR:
-                      a SIDR_REP with status R)
-  --response-timeout  the REQ's CM response timeouts (IBA exponent, default
-                      20 = 4.3 s; 16 makes the REQ retransmit after ~0.4 s)
-";
 
 /// Printable private data: text when it is mostly text, else hex.
 fn show(bytes: &[u8]) -> String {
@@ -306,7 +325,7 @@ fn describe(ev: &Event, rdma_cm: bool) -> String {
 
 fn open(dev: &str) -> Result<Arc<Device>, i32> {
     Device::open(dev, DeviceOptions::default()).map_err(|e: Errno| {
-        eprintln!("ibcm: cannot open {dev}: {e}");
+        eprintln!("ibcm: cannot open {dev}: {e} ('ibcm devices' lists the devices this host has)");
         1
     })
 }
@@ -338,17 +357,8 @@ fn next_done(rx: &mpsc::Receiver<u32>, until: Instant) -> Option<u32> {
     }
 }
 
-pub fn listen_main(args: &[OsString]) -> i32 {
-    let o = match parse(args, false) {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("ibcm listen: {e}\n");
-            }
-            eprint!("{LISTEN_USAGE}");
-            return EXIT_USAGE;
-        }
-    };
+pub fn listen_main(a: &ListenArgs) -> i32 {
+    let o = Opts::listen(a);
     let Ok(dev) = open(&o.device) else { return 1 };
     let service_id = o.service_id();
     let start = Instant::now();
@@ -538,17 +548,8 @@ pub fn listen_main(args: &[OsString]) -> i32 {
 /// SIDR status).
 type Note = (u32, EventType, u32);
 
-pub fn connect_main(args: &[OsString]) -> i32 {
-    let o = match parse(args, true) {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("ibcm connect: {e}\n");
-            }
-            eprint!("{CONNECT_USAGE}");
-            return EXIT_USAGE;
-        }
-    };
+pub fn connect_main(a: &ConnectArgs) -> i32 {
+    let o = Opts::connect(a);
     let Ok(dev) = open(&o.device) else { return 1 };
     let dest = o.dest.unwrap();
     let path = match ibcm::ffi::init_path(&dev, 1, dest) {

@@ -29,7 +29,7 @@ use ibcm::wire::{
 const CAPTURES: [&str; 5] = ["rping", "ucmatose", "rej", "sidr-rej", "mra"];
 
 fn vectors() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/vectors")
 }
 
 fn vector(name: &str, ext: &str) -> PathBuf {
@@ -2153,36 +2153,71 @@ fn strange_file_names_are_escaped() {
     }
 }
 
+/// The CLI writes its JSON with serde_json from `ibcm::decode::frame_fields`;
+/// the library's own writer (`frame_json`) gives the same bytes, line for
+/// line, in both forms.
+#[test]
+fn json_is_the_librarys_frame_json() {
+    for name in CAPTURES {
+        let path = vector(name, "pcap");
+        let data = std::fs::read(&path).unwrap();
+        let frames: Vec<_> = ibcm::capture::Reader::new(&data)
+            .unwrap()
+            .map(|p| p.unwrap())
+            .filter_map(|p| ibcm::capture::decode_packet(&p).ok())
+            .collect();
+        assert!(!frames.is_empty(), "{name}");
+        for summary in [false, true] {
+            let mut args = vec![OsString::from("decode"), "--json".into()];
+            if summary {
+                args.push("--summary".into());
+            }
+            args.push(path.clone().into_os_string());
+            let r = ibcm(&args);
+            assert_eq!(r.code, 0, "{}", r.stderr);
+            let want: Vec<String> = frames
+                .iter()
+                .map(|f| ibcm::decode::frame_json(f, None, !summary))
+                .collect();
+            let got: Vec<&str> = r.stdout.lines().collect();
+            assert_eq!(got, want, "{name} summary={summary}");
+        }
+    }
+}
+
 #[test]
 fn usage_errors_exit_2() {
     for args in [
-        &["--help"][..],
-        &["-h"],
-        &[],
+        &[][..],
         &["frobnicate"],
-        &["decode", "--help"],
         &["decode"],
         &["decode", "--bogus", "x.pcap"],
         &["decode", "-x"],
     ] {
         let r = ibcm(args);
         assert_eq!(r.code, 2, "{args:?}");
-        let all = format!("{}{}", r.stdout, r.stderr);
-        assert!(all.contains("usage: ibcm"), "{args:?}: {all}");
+        assert!(r.stderr.contains("Usage: ibcm"), "{args:?}: {}", r.stderr);
         if args.first() == Some(&"decode") {
             assert!(
-                all.contains("usage: ibcm decode [--json] [--summary] FILE..."),
-                "{all}"
+                r.stderr
+                    .contains("Usage: ibcm decode [--json] [--summary] FILE..."),
+                "{}",
+                r.stderr
             );
-        } else {
-            for cmd in ["decode", "listen", "connect", "bench", "devices"] {
-                assert!(all.contains(&format!("  {cmd} ")), "{cmd}: {all}");
-            }
         }
     }
+    // The error names the argument and says what to do.
     let r = ibcm(&["decode", "--bogus", "x.pcap"]);
     assert!(
-        r.stderr.contains("unknown option '--bogus'"),
+        r.stderr.contains("unexpected argument '--bogus'") && r.stderr.contains("--help"),
+        "{}",
+        r.stderr
+    );
+    let r = ibcm(&["decode"]);
+    assert!(r.stderr.contains("<FILE>"), "{}", r.stderr);
+    let r = ibcm(&["frobnicate"]);
+    assert!(
+        r.stderr.contains("unrecognized subcommand 'frobnicate'"),
         "{}",
         r.stderr
     );
@@ -2190,6 +2225,42 @@ fn usage_errors_exit_2() {
     let r = ibcm(&["decode", "--", "--json"]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("ibcm decode: --json: "), "{}", r.stderr);
+}
+
+#[test]
+fn help_exits_0_and_lists_the_commands() {
+    for args in [&["--help"][..], &["-h"], &["help"], &["decode", "--help"]] {
+        let r = ibcm(args);
+        assert_eq!(r.code, 0, "{args:?}");
+        if args.first() == Some(&"decode") {
+            assert!(
+                r.stdout
+                    .contains("Usage: ibcm decode [--json] [--summary] FILE..."),
+                "{}",
+                r.stdout
+            );
+            for opt in ["--json", "--summary", "<FILE>"] {
+                assert!(r.stdout.contains(opt), "{opt}: {}", r.stdout);
+            }
+        } else {
+            for cmd in [
+                "decode",
+                "listen",
+                "connect",
+                "bench",
+                "devices",
+                "completions",
+            ] {
+                assert!(
+                    r.stdout.contains(&format!("  {cmd} ")),
+                    "{cmd}: {}",
+                    r.stdout
+                );
+            }
+            // The exit statuses are documented.
+            assert!(r.stdout.contains("2  usage error"), "{}", r.stdout);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
