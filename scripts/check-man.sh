@@ -154,12 +154,13 @@ done
 if [ ! -x "$IBCM_BIN" ]; then
     fail "$IBCM_BIN not built (make lib), cannot read its command list"
 else
-    # `ibcm --help` exits 2 (usage); only its text matters here.
+    # clap's list: "Commands:" then one indented line per command; its
+    # own `help` command needs no page section.
     help=$("$IBCM_BIN" --help 2>&1)
     mapfile -t cmds < <(printf '%s\n' "$help" | awk '
-        /^commands:/ { c = 1; next }
+        /^[Cc]ommands:/ { c = 1; next }
         c && /^[[:space:]]*$/ { exit }
-        c && /^  [a-z]/ { print $1 }')
+        c && /^  [a-z]/ && $1 != "help" { print $1 }')
     if ((${#cmds[@]} == 0)); then
         fail "no command list in '$IBCM_BIN --help'"
     fi
