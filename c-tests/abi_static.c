@@ -4,8 +4,8 @@
  * have the Linux kernel's ABI: sizes, alignments, member offsets, member
  * sizes and signedness, enumerator and macro values, function prototypes.
  * The expected numbers are the kernel's on x86_64 (LP64), typed in from
- * the project's kernel facts document (sections A and B), not from our
- * headers.
+ * the kernel headers' member lists (laid out by gcc; docs/CM_RULES.md
+ * §abi has the rules and the struct sizes), not from our headers.
  *
  *   gcc -std=c11 -Wall -Wextra -Werror -pedantic -Iinclude \
  *       c-tests/abi_static.c -o /tmp/abi_static && /tmp/abi_static
@@ -47,7 +47,7 @@
 	_Static_assert(_Generic(&(fn), type: 1, default: 0), "prototype of " #fn)
 
 /* =====================================================================
- * B.1 GIDs
+ * GIDs (ib_verbs.h)
  * ================================================================== */
 SZ(union ib_gid, 16, 8);
 OFFU(union ib_gid, raw[0], 0, 1);
@@ -71,7 +71,7 @@ OFFU(struct ib_gid_attr, index, 36, 2);
 OFFU(struct ib_gid_attr, port_num, 40, 4);
 
 /* =====================================================================
- * B.2 path records
+ * path records (ib_sa.h)
  * ================================================================== */
 VAL(SA_PATH_REC_TYPE_IB, 0);
 VAL(SA_PATH_REC_TYPE_ROCE_V1, 1);
@@ -137,7 +137,7 @@ OFFU(struct sa_path_rec, rec_type, 76, 4);
 OFFU(struct sa_path_rec, flags, 80, 4);
 
 /* =====================================================================
- * B.3 enumerations from ib_verbs.h
+ * enumerations from ib_verbs.h
  * ================================================================== */
 VAL(IB_EVENT_CQ_ERR, 0);
 VAL(IB_EVENT_QP_FATAL, 1);
@@ -308,7 +308,7 @@ VAL(IB_QPN_MASK, 0xFFFFFF);
 VAL(ETH_ALEN, 6);
 
 /* =====================================================================
- * B.4 structures from ib_verbs.h
+ * structures from ib_verbs.h
  * ================================================================== */
 SZ(struct ib_global_route, 32, 8);
 OFF(struct ib_global_route, sgid_attr, 0, 8);
@@ -379,7 +379,7 @@ OFFU(struct ib_qp_attr, rate_limit, 204, 4);
 OFF(struct ib_qp_attr, xmit_slave, 208, 8);
 
 /* =====================================================================
- * B.5 ECE and port spaces
+ * ECE and port spaces
  * ================================================================== */
 SZ(struct rdma_ucm_ece, 8, 4);
 OFFU(struct rdma_ucm_ece, vendor_id, 0, 4);
@@ -391,7 +391,7 @@ VAL(RDMA_PS_TCP, 0x0106);
 VAL(RDMA_PS_UDP, 0x0111);
 
 /* =====================================================================
- * ib_mad.h (C.1, A.5)
+ * ib_mad.h: MAD header, ClassPortInfo, management classes
  * ================================================================== */
 VAL(IB_MGMT_BASE_VERSION, 1);
 VAL(OPA_MGMT_BASE_VERSION, 0x80);
@@ -488,7 +488,7 @@ OFFU(struct ib_class_port_info, trap_hlqp, 64, 4);
 OFFU(struct ib_class_port_info, trap_qkey, 68, 4);
 
 /* =====================================================================
- * A.1 ib_cm.h enumerations
+ * ib_cm.h enumerations
  * ================================================================== */
 VAL(IB_CM_IDLE, 0);
 VAL(IB_CM_LISTEN, 1);
@@ -606,7 +606,7 @@ VAL(IB_SIDR_REDIRECT, 4);
 VAL(IB_SIDR_UNSUPPORTED_VERSION, 5);
 
 /* =====================================================================
- * A.5 macros: values as stored (big-endian) and in host order
+ * ib_cm.h macros: values as stored (big-endian) and in host order
  * ================================================================== */
 _Static_assert(sizeof(IB_SERVICE_ID_AGN_MASK) == 8, "be64 macro size");
 _Static_assert(sizeof(CM_REQ_ATTR_ID) == 2, "be16 macro size");
@@ -642,7 +642,7 @@ VAL(be32_to_cpu(0x04030201), 0x01020304);
 VAL(MAX_ERRNO, 4095);
 
 /* =====================================================================
- * A.2 ib_cm.h structures
+ * ib_cm.h structures
  * ================================================================== */
 SZ(struct ib_cm_id, 56, 8);
 OFF(struct ib_cm_id, cm_handler, 0, 8);
@@ -783,7 +783,7 @@ OFFU(struct ib_cm_sidr_rep_param, private_data_len, 40, 1);
 OFF(struct ib_cm_sidr_rep_param, ece, 44, 8);
 
 /* =====================================================================
- * A.3 / A.4 callback type and prototypes
+ * ib_cm.h callback type and prototypes
  * ================================================================== */
 _Static_assert(_Generic((ib_cm_handler)0,
 		int (*)(struct ib_cm_id *, const struct ib_cm_event *): 1,
@@ -899,7 +899,7 @@ static void check_bitfields(void)
 {
 	volatile unsigned int ones = ~0u;
 
-	/* struct ib_cm_req_event_param, bytes 66..68 (facts A.2) */
+	/* struct ib_cm_req_event_param, bytes 66..68 (CM_RULES.md §abi) */
 	BITFIELD(struct ib_cm_req_event_param, local_cm_response_timeout, 66, 0x1F);
 	BITFIELD(struct ib_cm_req_event_param, flow_control, 66, 0x20);
 	BITFIELD(struct ib_cm_req_event_param, remote_cm_response_timeout, 66, 0xC0, 0x07);

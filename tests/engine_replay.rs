@@ -183,7 +183,7 @@ fn assert_same(ours: &[u8; 256], kernel: &[u8; 256], what: &str) {
 // ------------------------------------------------------------ parameters
 
 /// The REQ parameters the kernel's rdma_cm used, read back from its REQ
-/// (§D.17: response timeouts 20, 15 retries; the path's packet life time
+/// (CM_RULES.md §rdma-cm: response timeouts 20, 15 retries; the path's packet life time
 /// is the one that gives the REQ's PrimaryLocalACKTimeout with ack delay 15
 /// and the 6144 ms retransmission seen in mra.pcap).
 fn req_params_from(k: &Req, packet_life_time: u8) -> ReqParams {

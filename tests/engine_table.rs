@@ -1,10 +1,11 @@
-//! Table-driven unit tests of the protocol engine against the kernel facts
-//! (`ib_cm_facts.md` §A.4, §D.3–§D.10, §D.13, §D.15).
+//! Table-driven unit tests of the protocol engine against the kernel's
+//! rules (`docs/CM_RULES.md` §states, §api-calls, §timers, §request-errors,
+//! §req-received … §notify, §qp-attributes, §tids, §message-fields).
 //!
 //! Two engines ("A", the active side, and "P", the passive side) are joined
 //! by a tiny in-test wire that moves `poll_transmit()` output into the other
 //! engine's `handle_mad()`, and can hold, drop or re-inject any MAD. A
-//! fixture builder drives an id into every `State` the facts name; the
+//! fixture builder drives an id into every `State` the rules name; the
 //! tables then apply every API call and every received message kind to it
 //! and check the return value, the new state, the event and what went on
 //! the wire.
@@ -247,7 +248,7 @@ fn kinds(evs: &[Event]) -> Vec<EventType> {
     evs.iter().map(|e| e.kind).collect()
 }
 
-/// The TID of a new request from side `side` on id `h` (§D.15).
+/// The TID of a new request from side `side` on id `h` (CM_RULES.md §tids).
 fn new_tid(side: usize, h: Handle) -> u64 {
     (HI_TID[side] as u64) << 32 | (h.0 as u32).swap_bytes() as u64
 }
@@ -541,8 +542,8 @@ fn reach(target: State, side: usize) -> Fx {
     reach_opts(target, side, Opts::default())
 }
 
-/// Every state the facts name, each on the side(s) it occurs, plus IDLE
-/// reached again after a whole connection. (label, state, side, opts)
+/// Every state CM_RULES.md §states names, each on the side(s) it occurs,
+/// plus IDLE reached again after a whole connection. (label, state, side, opts)
 fn fixtures() -> Vec<(String, State, usize, Opts)> {
     use State::*;
     let d = Opts::default();
@@ -671,7 +672,8 @@ fn call(fx: &mut Fx, api: Api) -> ApiResult {
     }
 }
 
-/// §D.4: (return value, state afterwards, attribute sent).
+/// CM_RULES.md §api-calls: (return value, state afterwards, attribute
+/// sent).
 fn expected(api: Api, s: State) -> (ApiResult, State, Option<u16>) {
     use State::*;
     let einval = (Err(Errno::EINVAL), s, None);
@@ -711,7 +713,8 @@ fn expected(api: Api, s: State) -> (ApiResult, State, Option<u16>) {
     }
 }
 
-/// Checks the key fields of the MAD an API call sent (§D.15).
+/// Checks the key fields of the MAD an API call sent (CM_RULES.md
+/// §message-fields, §tids).
 fn check_sent(fx: &Fx, api: Api, before: State, remote_before: u32, m: &[u8; 256], label: &str) {
     use State::*;
     let l = lid_of(fx.id);
@@ -983,7 +986,8 @@ fn craft(fx: &Fx, rx: Rx) -> [u8; 256] {
     send_mad(PEER_TID, msg)
 }
 
-/// §D.5: (state afterwards, event, attribute of the reply).
+/// CM_RULES.md §req-received … §lap-apr: (state afterwards, event, attribute
+/// of the reply).
 fn rx_expected(rx: Rx, s: State, remote_known: bool) -> (State, Option<EventType>, Option<u16>) {
     use EventType as E;
     use State::*;
@@ -1560,7 +1564,8 @@ fn stale_connection_req_gets_rej_and_old_connection_dreq() {
 
 // ------------------------------------------------------- destroy per state
 
-/// §D.6: what `destroy` sends in each state, and what the peer makes of it.
+/// CM_RULES.md §destroy: what `destroy` sends in each state, and what the
+/// peer makes of it.
 #[test]
 fn destroy_in_every_state_sends_the_kernel_mad() {
     use State::*;
@@ -2561,8 +2566,9 @@ fn send_rej_stops_the_retransmission() {
 
 // -------------------------------------------------------------------- TIDs
 
-/// §D.15: REQ, DREQ and SIDR_REQ get `hi_tid << 32 | local ID (as stored)`;
-/// everything else reuses the id's remembered TID.
+/// CM_RULES.md §tids: REQ, DREQ and SIDR_REQ get
+/// `hi_tid << 32 | local ID (as stored)`; everything else reuses the id's
+/// remembered TID.
 #[test]
 fn tids_follow_the_kernel_rules() {
     // Active side disconnects.

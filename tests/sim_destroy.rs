@@ -1,4 +1,4 @@
-//! `ib_destroy_cm_id` in every state (facts §D.6), end to end on the
+//! `ib_destroy_cm_id` in every state (CM_RULES.md §destroy), end to end on the
 //! simulated fabric: one side destroys its id in the state under test, and
 //! the peer must see what a kernel peer would (REJ(TIMEOUT) found through
 //! the ARI GUID, REJ(CONSUMER_DEFINED), a DREQ, a DREP, SIDR_REP(REJECT),

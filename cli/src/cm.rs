@@ -1,8 +1,8 @@
 //! `ibcm listen` and `ibcm connect`: establish connections, exchange private
 //! data, disconnect, print every event and the counters (like librdmacm's
 //! ucmatose, at the CM level). With `--rdma-cm` they speak to rdma_cm peers
-//! (the IP private-data header of `ib_cm_facts.md` §C.14 and rdma_cm port
-//! spaces), with `--sidr` they do service ID resolution (UD) instead.
+//! (the IP private-data header and port spaces of `docs/CM_RULES.md`
+//! §rdma-cm), with `--sidr` they do service ID resolution (UD) instead.
 
 use crate::args;
 use ibcm::engine::{
@@ -241,7 +241,7 @@ fn show(bytes: &[u8]) -> String {
 }
 
 /// The rdma_cm IP private-data header for a request from `src`:`sport`
-/// to `dst`, followed by `user` (§C.14).
+/// to `dst`, followed by `user` (CM_RULES.md §rdma-cm).
 fn cma_header(src: IpAddr, sport: u16, dst: IpAddr, user: &[u8]) -> Vec<u8> {
     let mut h = vec![0u8; CMA_HDR];
     let put = |h: &mut [u8], off: usize, ip: IpAddr| match ip {

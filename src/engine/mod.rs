@@ -9,8 +9,8 @@
 //!
 //! Behaviour follows the Linux kernel's `drivers/infiniband/core/cm.c`
 //! (state rules, timeouts, duplicate and stale handling); see
-//! `docs/ARCHITECTURE.md` and the facts in `ib_cm_facts.md` §D. Deliberate
-//! differences are marked "ibcm:" in comments.
+//! `docs/ARCHITECTURE.md` and the rules in `docs/CM_RULES.md`. Deliberate
+//! differences are marked "ibcm:" in comments (CM_RULES.md §differences).
 
 mod admission;
 pub mod counters;
@@ -1523,7 +1523,7 @@ impl Engine {
             return false;
         };
         let node_guid = self.cfg.node_guid;
-        // The protocol action of the state (the kernel's, table D.6); the
+        // The protocol action of the state (CM_RULES.md §destroy); the
         // id then goes away at once, so its passage through timewait or
         // IDLE is not observable and is skipped.
         let mad = match r.state {

@@ -1,6 +1,6 @@
 //! `ib_cm_init_qp_attr`: the QP attributes for INIT, RTR and RTS that the
 //! CM knows from the connection, exactly the fields and mask bits the
-//! kernel fills (facts §D.13). Everything not listed is left to the caller.
+//! kernel fills (CM_RULES.md §qp-attributes). Everything not listed is left to the caller.
 
 use super::IdRec;
 use super::types::*;

@@ -1,5 +1,6 @@
 //! Received MADs: parsing, dispatch and one handler per attribute, after
-//! the kernel's `cm_*_handler` functions (facts §D.5, §D.8).
+//! the kernel's `cm_*_handler` functions (CM_RULES.md §req-received,
+//! §duplicates-and-stale).
 
 use super::counters::{DropCause, attr_index};
 use super::*;
@@ -64,7 +65,8 @@ fn issue_rej(
     CmMad::send(tid, 0, CmMsg::Rej(rej)).to_bytes()
 }
 
-/// The path record the passive side builds from a REQ (facts §D.14).
+/// The path record the passive side builds from a REQ (CM_RULES.md
+/// §path-from-req).
 fn path_from_req(
     r: &Req,
     p: &ReqPath,

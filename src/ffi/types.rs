@@ -1353,8 +1353,8 @@ zeroed_default!(
 );
 
 // ===========================================================================
-// Tests: every number below is typed in from the kernel facts document
-// (x86_64), not computed from the definitions above.
+// Tests: every number below is typed in from the kernel's x86_64 layout
+// (docs/CM_RULES.md §abi), not computed from the definitions above.
 // ===========================================================================
 
 #[cfg(all(test, target_pointer_width = "64"))]
