@@ -16,7 +16,7 @@ PKG        := PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config
 CTESTS     := abi_static cm_scenarios misuse
 VALGRIND   ?= valgrind
 
-.PHONY: all lib install demo deps test test-rust test-man test-c test-python wheel clean
+.PHONY: all lib install demo deps test test-rust test-man test-docs test-c test-python wheel clean
 
 all: lib
 
@@ -49,7 +49,7 @@ demo: lib
 	./target/release/ibcm bench --baseline
 
 test: deps
-	$(MAKE) --no-print-directory test-rust test-man test-c test-python test-netns
+	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-python test-netns
 
 deps:
 	./scripts/deps.sh
@@ -63,6 +63,12 @@ test-rust:
 # command has its section in ibcm.1 (scripts/check-man.sh).
 test-man: lib
 	./scripts/check-man.sh
+
+# References stay inside the repository: no pointers to notes elsewhere,
+# and every `CM_RULES.md §<section>` cited names a section of
+# docs/CM_RULES.md (scripts/check-refs.sh).
+test-docs:
+	./scripts/check-refs.sh
 
 # C tests build against the installed header and library through pkg-config,
 # exactly as a user's program does.
