@@ -151,77 +151,17 @@ fn bytes(name: &'static str, b: &[u8]) -> Field {
 
 /// The kernel's `ibcm_reject_msg()` text for a REJ reason.
 pub fn reject_reason_text(reason: u16) -> &'static str {
-    match reason {
-        1 => "no QP",
-        2 => "no EEC",
-        3 => "no resources",
-        4 => "timeout",
-        5 => "unsupported",
-        6 => "invalid comm ID",
-        7 => "invalid comm instance",
-        8 => "invalid service ID",
-        9 => "invalid transport type",
-        10 => "stale conn",
-        11 => "RDC not exist",
-        12 => "invalid GID",
-        13 => "invalid LID",
-        14 => "invalid SL",
-        15 => "invalid traffic class",
-        16 => "invalid hop limit",
-        17 => "invalid packet rate",
-        18 => "invalid alt GID",
-        19 => "invalid alt LID",
-        20 => "invalid alt SL",
-        21 => "invalid alt traffic class",
-        22 => "invalid alt hop limit",
-        23 => "invalid alt packet rate",
-        24 => "port CM redirect",
-        25 => "port redirect",
-        26 => "invalid MTU",
-        27 => "insufficient resp resources",
-        28 => "consumer defined",
-        29 => "invalid RNR retry",
-        30 => "duplicate local comm ID",
-        31 => "invalid class version",
-        32 => "invalid flow label",
-        33 => "invalid alt flow label",
-        35 => "vendor option is not supported",
-        _ => "unrecognized reason",
-    }
+    wire::rej_reason::text_str(reason as i64)
 }
 
 /// `enum ib_cm_sidr_status` name of a SIDR_REP status.
 pub fn sidr_status_text(status: u8) -> &'static str {
-    match status {
-        0 => "IB_SIDR_SUCCESS",
-        1 => "IB_SIDR_UNSUPPORTED",
-        2 => "IB_SIDR_REJECT",
-        3 => "IB_SIDR_NO_QP",
-        4 => "IB_SIDR_REDIRECT",
-        5 => "IB_SIDR_UNSUPPORTED_VERSION",
-        _ => "unknown",
-    }
+    wire::sidr_status::name(status)
 }
 
 /// `enum ib_cm_apr_status` name of an APR status.
 pub fn apr_status_text(status: u8) -> &'static str {
-    match status {
-        0 => "IB_CM_APR_SUCCESS",
-        1 => "IB_CM_APR_INVALID_COMM_ID",
-        2 => "IB_CM_APR_UNSUPPORTED",
-        3 => "IB_CM_APR_REJECT",
-        4 => "IB_CM_APR_REDIRECT",
-        5 => "IB_CM_APR_IS_CURRENT",
-        6 => "IB_CM_APR_INVALID_QPN_EECN",
-        7 => "IB_CM_APR_INVALID_LID",
-        8 => "IB_CM_APR_INVALID_GID",
-        9 => "IB_CM_APR_INVALID_FLOW_LABEL",
-        10 => "IB_CM_APR_INVALID_TCLASS",
-        11 => "IB_CM_APR_INVALID_HOP_LIMIT",
-        12 => "IB_CM_APR_INVALID_PACKET_RATE",
-        13 => "IB_CM_APR_INVALID_SL",
-        _ => "unknown",
-    }
+    wire::apr_status::name(status)
 }
 
 /// `enum ib_rate` value as text.

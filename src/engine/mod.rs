@@ -28,7 +28,7 @@ pub use types::*;
 
 use crate::wire::{
     CmMad, CmMsg, Drep, Dreq, Gid, MsgCode, Rej, Rep, Req, ReqPath, Rtu, SidrRep, SidrReq, attr,
-    pdata, pdata_area, rej_reason,
+    pdata, pdata_area, rej_reason, sidr_status,
 };
 use ids::IdSlab;
 use std::collections::VecDeque;
@@ -1539,7 +1539,7 @@ impl Engine {
             }
             State::SidrReqRcvd => {
                 let p = SidrRepParams {
-                    status: 2,
+                    status: sidr_status::REJECT as u32,
                     ..Default::default()
                 };
                 Some(self.sidr_rep_mad(id, r, &p))

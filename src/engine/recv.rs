@@ -5,7 +5,8 @@
 use super::counters::{DropCause, attr_index};
 use super::*;
 use crate::wire::{
-    self, ClassPortInfo, Lap, MadHeader, Mra, SidrReq, method, rej_reason, status as mad_status,
+    self, ClassPortInfo, Lap, MadHeader, Mra, SidrReq, method, rej_reason, sidr_status,
+    status as mad_status,
 };
 
 /// Why `handle_mad` dropped a MAD (also counted in `Counters::drops`).
@@ -889,7 +890,7 @@ impl Engine {
         let Some(listener) = self.shared.listen_lookup(s.service_id) else {
             let rep = SidrRep {
                 request_id: s.request_id,
-                status: 1,
+                status: sidr_status::UNSUPPORTED,
                 info_length: 0,
                 vendor_id: 0,
                 qpn: 0,

@@ -671,73 +671,15 @@ pub unsafe extern "C" fn ib_send_cm_sidr_rep(
     })
 }
 
-/// The kernel's reject reason strings (`ibcm_reject_msg`), NUL-terminated.
-const REJECT_MSGS: [&str; 36] = [
-    "",
-    "no QP\0",
-    "no EEC\0",
-    "no resources\0",
-    "timeout\0",
-    "unsupported\0",
-    "invalid comm ID\0",
-    "invalid comm instance\0",
-    "invalid service ID\0",
-    "invalid transport type\0",
-    "stale conn\0",
-    "RDC not exist\0",
-    "invalid GID\0",
-    "invalid LID\0",
-    "invalid SL\0",
-    "invalid traffic class\0",
-    "invalid hop limit\0",
-    "invalid packet rate\0",
-    "invalid alt GID\0",
-    "invalid alt LID\0",
-    "invalid alt SL\0",
-    "invalid alt traffic class\0",
-    "invalid alt hop limit\0",
-    "invalid alt packet rate\0",
-    "port CM redirect\0",
-    "port redirect\0",
-    "invalid MTU\0",
-    "insufficient resp resources\0",
-    "consumer defined\0",
-    "invalid RNR retry\0",
-    "duplicate local comm ID\0",
-    "invalid class version\0",
-    "invalid flow label\0",
-    "invalid alt flow label\0",
-    "",
-    "vendor option is not supported\0",
-];
-
 /// The reject message text for a reason (Rust side).
 pub fn reject_msg(reason: i32) -> &'static str {
-    let s = usize::try_from(reason)
-        .ok()
-        .and_then(|i| REJECT_MSGS.get(i))
-        .copied()
-        .unwrap_or("");
-    if s.is_empty() {
-        "unrecognized reason"
-    } else {
-        s.trim_end_matches('\0')
-    }
+    crate::wire::rej_reason::text_str(reason as i64)
 }
 
 /// `ibcm_reject_msg`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibcm_reject_msg(reason: c_int) -> *const c_char {
-    let s = usize::try_from(reason)
-        .ok()
-        .and_then(|i| REJECT_MSGS.get(i))
-        .copied()
-        .unwrap_or("");
-    if s.is_empty() {
-        c"unrecognized reason".as_ptr()
-    } else {
-        s.as_ptr() as *const c_char
-    }
+    crate::wire::rej_reason::text(reason as i64).as_ptr()
 }
 
 #[cfg(test)]

@@ -412,43 +412,133 @@ impl Mra {
     }
 }
 
-/// REJ reasons (`enum ib_cm_rej_reason`, IBTA table 109); 34 is not
-/// defined.
-pub mod rej_reason {
-    pub const NO_QP: u16 = 1;
-    pub const NO_EEC: u16 = 2;
-    pub const NO_RESOURCES: u16 = 3;
-    pub const TIMEOUT: u16 = 4;
-    pub const UNSUPPORTED: u16 = 5;
-    pub const INVALID_COMM_ID: u16 = 6;
-    pub const INVALID_COMM_INSTANCE: u16 = 7;
-    pub const INVALID_SERVICE_ID: u16 = 8;
-    pub const INVALID_TRANSPORT_TYPE: u16 = 9;
-    pub const STALE_CONN: u16 = 10;
-    pub const RDC_NOT_EXIST: u16 = 11;
-    pub const INVALID_GID: u16 = 12;
-    pub const INVALID_LID: u16 = 13;
-    pub const INVALID_SL: u16 = 14;
-    pub const INVALID_TRAFFIC_CLASS: u16 = 15;
-    pub const INVALID_HOP_LIMIT: u16 = 16;
-    pub const INVALID_PACKET_RATE: u16 = 17;
-    pub const INVALID_ALT_GID: u16 = 18;
-    pub const INVALID_ALT_LID: u16 = 19;
-    pub const INVALID_ALT_SL: u16 = 20;
-    pub const INVALID_ALT_TRAFFIC_CLASS: u16 = 21;
-    pub const INVALID_ALT_HOP_LIMIT: u16 = 22;
-    pub const INVALID_ALT_PACKET_RATE: u16 = 23;
-    pub const PORT_CM_REDIRECT: u16 = 24;
-    pub const PORT_REDIRECT: u16 = 25;
-    pub const INVALID_MTU: u16 = 26;
-    pub const INSUFFICIENT_RESP_RESOURCES: u16 = 27;
-    pub const CONSUMER_DEFINED: u16 = 28;
-    pub const INVALID_RNR_RETRY: u16 = 29;
-    pub const DUPLICATE_LOCAL_COMM_ID: u16 = 30;
-    pub const INVALID_CLASS_VERSION: u16 = 31;
-    pub const INVALID_FLOW_LABEL: u16 = 32;
-    pub const INVALID_ALT_FLOW_LABEL: u16 = 33;
-    pub const VENDOR_OPTION_NOT_SUPPORTED: u16 = 35;
+/// Declares the REJ reasons once: the constant, and the kernel's
+/// `ibcm_reject_msg()` text (used by the C API, `ibcm decode` and, checked
+/// against it, the Python package).
+macro_rules! rej_reasons {
+    ($($name:ident = $v:literal, $text:literal;)*) => {
+        /// REJ reasons (`enum ib_cm_rej_reason`, IBTA table 109); 34 is
+        /// not defined.
+        pub mod rej_reason {
+            $(pub const $name: u16 = $v;)*
+
+            /// Every defined reason with its text, in value order.
+            pub const ALL: &[(u16, &core::ffi::CStr)] = &[$(($v, $text),)*];
+
+            /// The kernel's `ibcm_reject_msg()` text of a reason
+            /// ("unrecognized reason" for an undefined one).
+            pub fn text(reason: i64) -> &'static core::ffi::CStr {
+                match reason {
+                    $($v => $text,)*
+                    _ => c"unrecognized reason",
+                }
+            }
+
+            /// [`text`] as a `str`.
+            pub fn text_str(reason: i64) -> &'static str {
+                text(reason).to_str().unwrap_or("unrecognized reason")
+            }
+        }
+    };
+}
+
+rej_reasons! {
+    NO_QP = 1, c"no QP";
+    NO_EEC = 2, c"no EEC";
+    NO_RESOURCES = 3, c"no resources";
+    TIMEOUT = 4, c"timeout";
+    UNSUPPORTED = 5, c"unsupported";
+    INVALID_COMM_ID = 6, c"invalid comm ID";
+    INVALID_COMM_INSTANCE = 7, c"invalid comm instance";
+    INVALID_SERVICE_ID = 8, c"invalid service ID";
+    INVALID_TRANSPORT_TYPE = 9, c"invalid transport type";
+    STALE_CONN = 10, c"stale conn";
+    RDC_NOT_EXIST = 11, c"RDC not exist";
+    INVALID_GID = 12, c"invalid GID";
+    INVALID_LID = 13, c"invalid LID";
+    INVALID_SL = 14, c"invalid SL";
+    INVALID_TRAFFIC_CLASS = 15, c"invalid traffic class";
+    INVALID_HOP_LIMIT = 16, c"invalid hop limit";
+    INVALID_PACKET_RATE = 17, c"invalid packet rate";
+    INVALID_ALT_GID = 18, c"invalid alt GID";
+    INVALID_ALT_LID = 19, c"invalid alt LID";
+    INVALID_ALT_SL = 20, c"invalid alt SL";
+    INVALID_ALT_TRAFFIC_CLASS = 21, c"invalid alt traffic class";
+    INVALID_ALT_HOP_LIMIT = 22, c"invalid alt hop limit";
+    INVALID_ALT_PACKET_RATE = 23, c"invalid alt packet rate";
+    PORT_CM_REDIRECT = 24, c"port CM redirect";
+    PORT_REDIRECT = 25, c"port redirect";
+    INVALID_MTU = 26, c"invalid MTU";
+    INSUFFICIENT_RESP_RESOURCES = 27, c"insufficient resp resources";
+    CONSUMER_DEFINED = 28, c"consumer defined";
+    INVALID_RNR_RETRY = 29, c"invalid RNR retry";
+    DUPLICATE_LOCAL_COMM_ID = 30, c"duplicate local comm ID";
+    INVALID_CLASS_VERSION = 31, c"invalid class version";
+    INVALID_FLOW_LABEL = 32, c"invalid flow label";
+    INVALID_ALT_FLOW_LABEL = 33, c"invalid alt flow label";
+    VENDOR_OPTION_NOT_SUPPORTED = 35, c"vendor option is not supported";
+}
+
+/// `enum ib_cm_sidr_status`: SIDR_REP statuses.
+pub mod sidr_status {
+    pub const SUCCESS: u8 = 0;
+    pub const UNSUPPORTED: u8 = 1;
+    pub const REJECT: u8 = 2;
+    pub const NO_QP: u8 = 3;
+    pub const REDIRECT: u8 = 4;
+    pub const UNSUPPORTED_VERSION: u8 = 5;
+
+    /// The enumerator's name ("unknown" for other values).
+    pub fn name(status: u8) -> &'static str {
+        match status {
+            SUCCESS => "IB_SIDR_SUCCESS",
+            UNSUPPORTED => "IB_SIDR_UNSUPPORTED",
+            REJECT => "IB_SIDR_REJECT",
+            NO_QP => "IB_SIDR_NO_QP",
+            REDIRECT => "IB_SIDR_REDIRECT",
+            UNSUPPORTED_VERSION => "IB_SIDR_UNSUPPORTED_VERSION",
+            _ => "unknown",
+        }
+    }
+}
+
+/// `enum ib_cm_apr_status`: APR statuses.
+pub mod apr_status {
+    pub const SUCCESS: u8 = 0;
+    pub const INVALID_COMM_ID: u8 = 1;
+    pub const UNSUPPORTED: u8 = 2;
+    pub const REJECT: u8 = 3;
+    pub const REDIRECT: u8 = 4;
+    pub const IS_CURRENT: u8 = 5;
+    pub const INVALID_QPN_EECN: u8 = 6;
+    pub const INVALID_LID: u8 = 7;
+    pub const INVALID_GID: u8 = 8;
+    pub const INVALID_FLOW_LABEL: u8 = 9;
+    pub const INVALID_TCLASS: u8 = 10;
+    pub const INVALID_HOP_LIMIT: u8 = 11;
+    pub const INVALID_PACKET_RATE: u8 = 12;
+    pub const INVALID_SL: u8 = 13;
+
+    /// The enumerator's name ("unknown" for other values).
+    pub fn name(status: u8) -> &'static str {
+        match status {
+            SUCCESS => "IB_CM_APR_SUCCESS",
+            INVALID_COMM_ID => "IB_CM_APR_INVALID_COMM_ID",
+            UNSUPPORTED => "IB_CM_APR_UNSUPPORTED",
+            REJECT => "IB_CM_APR_REJECT",
+            REDIRECT => "IB_CM_APR_REDIRECT",
+            IS_CURRENT => "IB_CM_APR_IS_CURRENT",
+            INVALID_QPN_EECN => "IB_CM_APR_INVALID_QPN_EECN",
+            INVALID_LID => "IB_CM_APR_INVALID_LID",
+            INVALID_GID => "IB_CM_APR_INVALID_GID",
+            INVALID_FLOW_LABEL => "IB_CM_APR_INVALID_FLOW_LABEL",
+            INVALID_TCLASS => "IB_CM_APR_INVALID_TCLASS",
+            INVALID_HOP_LIMIT => "IB_CM_APR_INVALID_HOP_LIMIT",
+            INVALID_PACKET_RATE => "IB_CM_APR_INVALID_PACKET_RATE",
+            INVALID_SL => "IB_CM_APR_INVALID_SL",
+            _ => "unknown",
+        }
+    }
 }
 
 /// Clamps a length field that exceeds its area (REJ RejectedInfoLength,
