@@ -5,6 +5,7 @@ pub mod capture;
 pub mod decode;
 pub mod engine;
 pub mod fabric;
+pub mod ladder;
 #[macro_use]
 pub mod log;
 pub mod ffi;
