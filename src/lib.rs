@@ -11,4 +11,5 @@ pub mod log;
 pub mod ffi;
 pub mod runtime;
 pub mod sim;
+pub mod svg;
 pub mod wire;
