@@ -1378,3 +1378,182 @@ fn finish(c: &mut Connection) {
         Outcome::TimedOut { unanswered: "REQ" }
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::roce::{Bth, Deth};
+    use crate::wire::{Drep, Dreq, Req, Rtu, pdata};
+    use std::net::Ipv4Addr;
+
+    fn frame(n: u64, ms: u64, src: [u8; 4], dst: [u8; 4], tid: u64, msg: CmMsg) -> RoceFrame {
+        RoceFrame {
+            frame: n,
+            ts_nanos: 1_000_000_000 + ms * 1_000_000,
+            src: IpAddr::V4(Ipv4Addr::from(src)),
+            dst: IpAddr::V4(Ipv4Addr::from(dst)),
+            src_port: 49152,
+            dst_port: 4791,
+            bth: Bth::gsi(0),
+            deth: Deth::GSI,
+            mad: CmMad::send(tid, 0, msg).to_bytes(),
+            icrc: 0,
+            icrc_ok: true,
+        }
+    }
+    fn req(local: u32) -> CmMsg {
+        CmMsg::Req(Req {
+            local_comm_id: local,
+            local_qpn: 7,
+            ..Req::default()
+        })
+    }
+    fn rtu(local: u32, remote: u32) -> CmMsg {
+        CmMsg::Rtu(Rtu {
+            local_comm_id: local,
+            remote_comm_id: remote,
+            private_data: [0; pdata::RTU],
+        })
+    }
+    fn dreq(local: u32, remote: u32) -> CmMsg {
+        CmMsg::Dreq(Dreq {
+            local_comm_id: local,
+            remote_comm_id: remote,
+            remote_qpn: 7,
+            private_data: [0; pdata::DREQ],
+        })
+    }
+    fn drep(local: u32, remote: u32) -> CmMsg {
+        CmMsg::Drep(Drep {
+            local_comm_id: local,
+            remote_comm_id: remote,
+            private_data: [0; pdata::DREP],
+        })
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        assert_eq!(percentile(&[], 0.5), 0);
+        assert_eq!(percentile(&[7], 0.01), 7);
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(percentile(&v, 0.50), 50);
+        assert_eq!(percentile(&v, 0.90), 90);
+        assert_eq!(percentile(&v, 0.99), 99);
+        assert_eq!(percentile(&v, 1.0), 100);
+        let s = LatencyStats::of(Step::Connect, &[30, 10, 20]);
+        assert_eq!((s.count, s.p50, s.p90, s.p99, s.max), (3, 20, 30, 30, 30));
+        assert_eq!(LatencyStats::of(Step::Sidr, &[]).max, 0);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(duration_text(999), "999ns");
+        assert_eq!(duration_text(12_345), "12.3us");
+        assert_eq!(duration_text(4_567_890), "4.568ms");
+        assert_eq!(duration_text(8_760_000_000), "8.760s");
+    }
+
+    #[test]
+    fn both_ends_on_one_node_are_told_apart_by_comm_id() {
+        // Two CMs behind one IP address (e.g. two ports of a loopback test).
+        let ip = [127, 0, 0, 1];
+        let frames = [
+            frame(1, 0, ip, ip, 1, req(0x10)),
+            frame(2, 1, ip, ip, 1, rtu(0x20, 0x10)),
+            frame(3, 2, ip, ip, 2, dreq(0x10, 0x20)),
+            frame(4, 3, ip, ip, 2, drep(0x20, 0x10)),
+        ];
+        let s = summarize(&frames);
+        assert_eq!(s.connections.len(), 1, "{}", s.to_text());
+        let c = &s.connections[0];
+        let from: Vec<usize> = c.messages.iter().map(|m| m.from).collect();
+        assert_eq!(from, [0, 1, 0, 1]);
+        assert_eq!(c.ends[1].comm_id, Some(0x20));
+        assert_eq!(c.outcome, Outcome::Disconnected);
+        assert_eq!(c.latency.dreq_drep, Some(1_000_000));
+        // No REP in the capture: no REQ->REP and no REP->RTU.
+        assert_eq!((c.latency.req_rep, c.latency.rep_rtu), (None, None));
+        assert_eq!(c.latency.connect, Some(1_000_000));
+    }
+
+    #[test]
+    fn late_dreq_for_an_unknown_id_and_unparsable_mads() {
+        let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+        let mut bad = frame(3, 2, a, b, 9, rtu(1, 2));
+        bad.mad[1] = 0x03; // not the CM class
+        let frames = [
+            frame(1, 0, a, b, 5, dreq(0x1, 0x2)),
+            frame(2, 1, b, a, 5, drep(0x2, 0x1)),
+            bad,
+        ];
+        let s = summarize(&frames);
+        assert_eq!((s.mads, s.malformed, s.connections.len()), (3, 1, 1));
+        let c = &s.connections[0];
+        assert_eq!(c.outcome, Outcome::Incomplete { missing: "REQ" });
+        assert_eq!(c.role(1), "unknown");
+        assert_eq!(
+            c.messages[0].states,
+            [Some(CmState::DreqSent), Some(CmState::DreqRcvd)]
+        );
+        assert_eq!(
+            c.messages[1].states,
+            [Some(CmState::Timewait), Some(CmState::Timewait)]
+        );
+        assert!(
+            s.to_text()
+                .contains("0 retransmission(s), 0 duplicate(s); 3 CM MADs, 1 malformed")
+        );
+    }
+
+    #[test]
+    fn rej_states_follow_the_kernel() {
+        use CmState::*;
+        let rej = |reason| {
+            CmMsg::Rej(crate::wire::Rej {
+                local_comm_id: 1,
+                remote_comm_id: 2,
+                message_rejected: MsgCode::Rep,
+                ari_length: 0,
+                reason,
+                ari: [0; pdata::REJ_ARI],
+                private_data: [0; pdata::REJ],
+            })
+        };
+        // Active side rejects the REP: it goes idle, the passive side (REP_SENT) too.
+        assert_eq!(
+            transition(&rej(28), Some(RepRcvd), Some(RepSent)),
+            (Some(Idle), Some(Idle))
+        );
+        // Passive side rejects after its REP: timewait; the active side, in
+        // REP_RCVD, enters timewait too.
+        assert_eq!(
+            transition(&rej(28), Some(RepSent), Some(RepRcvd)),
+            (Some(Timewait), Some(Timewait))
+        );
+        // A stale-connection REJ puts a requester in timewait.
+        assert_eq!(
+            transition(&rej(10), Some(ReqRcvd), Some(ReqSent)),
+            (Some(Idle), Some(Timewait))
+        );
+    }
+
+    #[test]
+    fn outcome_texts() {
+        assert_eq!(Outcome::Disconnected.text(), "established+disconnected");
+        let r = Outcome::Rejected {
+            reason: 28,
+            text: "consumer defined",
+            by: 0,
+            message: "REP",
+        };
+        assert_eq!(
+            r.text(),
+            "rejected by A: consumer defined (28), REP rejected"
+        );
+        assert_eq!(r.key(), "rejected");
+        assert_eq!(
+            Outcome::Incomplete { missing: "RTU" }.text(),
+            "incomplete: no RTU in the capture"
+        );
+    }
+}

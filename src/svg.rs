@@ -709,3 +709,45 @@ pub fn rate_svg(points: &[(f64, f64)], label: &str) -> String {
     out.push_str("</svg>\n");
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes() {
+        assert_eq!(
+            xml_escape("a<b>&\"c\"'d'"),
+            "a&lt;b&gt;&amp;&quot;c&quot;&apos;d&apos;"
+        );
+        assert_eq!(xml_escape("x\u{1}y\tz\u{ffff}"), "x\u{fffd}y\tz\u{fffd}");
+        assert_eq!(xml_escape("µs ✓"), "µs ✓");
+    }
+
+    #[test]
+    fn axis_helpers() {
+        assert_eq!(nice_step(0.3), 0.5);
+        assert_eq!(nice_step(1.0), 1.0);
+        assert_eq!(nice_step(130.0), 200.0);
+        assert_eq!(nice_step(6000.0), 10000.0);
+        assert_eq!(nice_step(f64::NAN), 1.0);
+        assert_eq!(trim_num(2.5), "2.5");
+        assert_eq!(trim_num(100.0), "100");
+        assert_eq!(trim_num(-0.0001), "0");
+        assert_eq!(us_label(1e-1), "0.1 µs");
+        assert_eq!(us_label(1e4), "10 ms");
+        assert_eq!(us_label(1e6), "1 s");
+        assert_eq!(us_text(1234.5), "1.234 ms");
+    }
+
+    #[test]
+    fn rate_bins() {
+        assert!(rate_series(&[], 1.0).is_empty());
+        assert!(rate_series(&[1.0], 0.0).is_empty());
+        assert_eq!(
+            rate_series(&[0.1, 0.2, 1.5, f64::NAN, -1.0], 1.0),
+            [(0.5, 2.0), (1.5, 1.0)]
+        );
+        assert_eq!(ns_to_us(&[1500, 2_000_000]), [1.5, 2000.0]);
+    }
+}
