@@ -432,7 +432,8 @@ const T0: u64 = 1_800_000_000_000_000_000;
 /// 2. C->B comm 0x111 (the same comm ID as 0, another node): REQ, REJ stale.
 /// 3. A<->B: DREQ / DREP of a connection whose start is not captured.
 /// 4. A->B SIDR 0x5: SIDR_REQ, SIDR_REP status 0.
-/// 5. A->B comm 0x333: REQ, MRA, then nothing.
+/// 5. A->B comm 0x333: REQ, MRA, the REQ again (the MRA's wait is still
+///    open: it ends with the MRA sender's next message), then nothing.
 /// 6. A->B comm 0x111 again after 0 ended (reused comm ID, new QPN): REQ, REP.
 fn synthetic() -> Vec<(u64, Ipv4Addr, Ipv4Addr, CmMad)> {
     let p = |ms: u64, s, d, tid: u64, msg| (T0 + ms * MS, s, d, CmMad::send(tid, 0, msg));
@@ -449,6 +450,7 @@ fn synthetic() -> Vec<(u64, Ipv4Addr, Ipv4Addr, CmMad)> {
         p(9, B, A, 5, mra(0x444, 0x333)),
         p(1000, A, B, 1, req(0x111, 10)),
         p(1001, A, B, 2, req(0x222, 11)),
+        p(1009, A, B, 5, req(0x333, 13)),
         p(2000, A, B, 1, req(0x111, 10)),
         p(2004, B, A, 1, rep(0x777, 0x111, 20)),
         p(2007, A, B, 1, rtu(0x111, 0x777)),
@@ -465,7 +467,7 @@ fn synthetic() -> Vec<(u64, Ipv4Addr, Ipv4Addr, CmMad)> {
 fn synthetic_capture() {
     let bytes = write_pcap(&synthetic());
     let cap = capture::read_bytes(&bytes).expect("the pcap written above");
-    assert_eq!(cap.frames.len(), 21);
+    assert_eq!(cap.frames.len(), 22);
     assert!(cap.frames.iter().all(|f| f.icrc_ok));
     let s = ladder::summarize(&cap.frames);
     let text = s.to_text();
@@ -542,6 +544,10 @@ fn synthetic_capture() {
 
     // 5: REQ acknowledged by an MRA, then the capture ends.
     let c5 = &s.connections[5];
+    assert_eq!(
+        sequence(&s, 5),
+        [(0, "REQ", F), (1, "MRA", F), (0, "REQ", r1)]
+    );
     assert_eq!(c5.outcome, Outcome::TimedOut { unanswered: "REQ" });
     assert_eq!(c5.mra_waits.len(), 1);
     assert_eq!(c5.mra_waits[0].waited_ns, None);
@@ -568,7 +574,7 @@ fn synthetic_capture() {
     );
     assert_eq!(
         (t.retransmissions, t.duplicates, t.with_mra_waits),
-        (4, 1, 1)
+        (5, 1, 1)
     );
     assert!(text.contains("timed out: REQ never answered"), "{text}");
     assert!(text.contains("A>REQ(retx) +1.000s"), "{text}");
