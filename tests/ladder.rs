@@ -806,6 +806,10 @@ fn xml_checker_rejects_broken_documents() {
         "<svg xmlns=\"http://www.w3.org/2000/svg\"><text>1 < 2</text></svg>",
         "<svg xmlns=\"http://www.w3.org/2000/svg\" a=b></svg>",
         "<svg xmlns=\"http://www.w3.org/2000/svg\"></svg><svg/>",
+        "<svg xmlns=\"http://www.w3.org/2000/svg\"><a></b></svg>",
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" a=\"x<y\"/>",
+        "<svg xmlns=\"http://www.w3.org/2000/svg\"><text>&bogus;</text></svg>",
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" a=\"1\" a=\"2\"/>",
     ] {
         assert!(
             std::panic::catch_unwind(|| parse_xml(bad)).is_err(),
