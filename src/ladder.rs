@@ -7,6 +7,16 @@
 //! per-step latency percentiles. [`Summary::to_text`] and
 //! [`Summary::to_json`] render it; [`crate::svg::ladder_svg`] draws it.
 //!
+//! ```
+//! let cap = ibcm::capture::read_file(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors/rej.pcap"))?;
+//! let summary = ibcm::ladder::summarize(&cap.frames);
+//! assert_eq!(summary.totals.rejected, 1);
+//! print!("{}", summary.to_text()); // #0 A 10.77.0.2 comm 0x6a287b56 ... rejected by B: invalid service ID (8) ...
+//! let svg = ibcm::svg::ladder_svg(&summary, &[0]);
+//! # assert!(svg.contains("invalid service ID"));
+//! # Ok::<(), ibcm::capture::CaptureError>(())
+//! ```
+//!
 //! # Grouping
 //!
 //! A comm ID is unique per CM, so a connection end is keyed by (IP address
@@ -14,7 +24,7 @@
 //!
 //! * A REQ opens a connection; end 0 is its sender (the active side, comm ID
 //!   = REQ.LocalCommID), end 1 its destination (comm ID not known yet).
-//!   A REQ whose sender, comm ID, TID, QPN and starting PSN equal those of
+//!   A REQ whose sender, comm ID, TID, QPN and service ID equal those of
 //!   the connection's REQ is a retransmission; any other REQ from a known
 //!   (node, comm ID) is a new connection (the comm ID was reused).
 //! * Every other connection MAD (MRA, REJ, REP, RTU, DREQ, DREP, LAP, APR)

@@ -13,6 +13,23 @@
 //!   `<text class="state">` per CM state change.
 //! * CDF: one `<path class="cdf">` per series that has values.
 //! * rate: one `<path class="rate">` when there are points.
+//!
+//! What `ibcm bench` collects fits directly: per-connection step latencies
+//! in nanoseconds and completion times since the start:
+//!
+//! ```
+//! use ibcm::svg::{latency_cdf_svg, ns_to_us, rate_series, rate_svg};
+//! let connect_ns: Vec<u64> = vec![41_000, 52_000, 47_500]; // t_est - t_req
+//! let udp_ns: Vec<u64> = vec![20_000, 22_000, 25_000]; // the UDP baseline
+//! let cdf = latency_cdf_svg(&[
+//!     ("ibcm connect", ns_to_us(&connect_ns)),
+//!     ("UDP baseline", ns_to_us(&udp_ns)),
+//! ]);
+//! let established_s = [0.010, 0.012, 0.250]; // t_est, seconds since the start
+//! let rate = rate_svg(&rate_series(&established_s, 0.1), "connections established per second");
+//! assert_eq!(cdf.matches("class=\"cdf\"").count(), 2);
+//! assert!(rate.contains("class=\"rate\""));
+//! ```
 
 use std::fmt::Write as _;
 
