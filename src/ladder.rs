@@ -1097,32 +1097,42 @@ impl Builder {
     }
 
     /// The connection and sending end of a MAD from `src` to `dst` with
-    /// LocalCommID `local` and RemoteCommID `remote`.
+    /// LocalCommID `local` and RemoteCommID `remote`: the connection whose
+    /// end at `src` has `local`, or whose end at `dst` has `remote`, the
+    /// other end's comm ID not contradicting the MAD. When both lookups
+    /// find a connection (a comm ID reused), the newer one wins.
     fn find(&self, src: IpAddr, dst: IpAddr, local: u32, remote: u32) -> Option<(usize, usize)> {
         let fits = |id: Option<u32>, want: u32| want == 0 || id.is_none() || id == Some(want);
-        if local != 0 {
-            if let Some(&c) = self.by_end.get(&(src, local)) {
-                let conn = &self.conns[c];
-                for from in 0..2 {
-                    let (me, peer) = (&conn.ends[from], &conn.ends[1 - from]);
-                    if me.ip == src && me.comm_id == Some(local) && fits(peer.comm_id, remote) {
-                        return Some((c, from));
-                    }
-                }
-            }
+        let by_sender = (local != 0)
+            .then(|| self.by_end.get(&(src, local)))
+            .flatten()
+            .and_then(|&c| {
+                let e = &self.conns[c].ends;
+                (0..2)
+                    .find(|&from| {
+                        e[from].ip == src
+                            && e[from].comm_id == Some(local)
+                            && fits(e[1 - from].comm_id, remote)
+                    })
+                    .map(|from| (c, from))
+            });
+        let by_receiver = (remote != 0)
+            .then(|| self.by_end.get(&(dst, remote)))
+            .flatten()
+            .and_then(|&c| {
+                let e = &self.conns[c].ends;
+                (0..2)
+                    .find(|&to| {
+                        e[to].ip == dst
+                            && e[to].comm_id == Some(remote)
+                            && fits(e[1 - to].comm_id, local)
+                    })
+                    .map(|to| (c, 1 - to))
+            });
+        match (by_sender, by_receiver) {
+            (Some(a), Some(b)) => Some(if b.0 > a.0 { b } else { a }),
+            (a, b) => a.or(b),
         }
-        if remote != 0 {
-            if let Some(&c) = self.by_end.get(&(dst, remote)) {
-                let conn = &self.conns[c];
-                for to in 0..2 {
-                    let (me, peer) = (&conn.ends[1 - to], &conn.ends[to]);
-                    if peer.ip == dst && peer.comm_id == Some(remote) && fits(me.comm_id, local) {
-                        return Some((c, 1 - to));
-                    }
-                }
-            }
-        }
-        None
     }
 
     fn push(&mut self, c: usize, from: usize, m: &Mad<'_>) {

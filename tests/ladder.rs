@@ -434,7 +434,8 @@ const T0: u64 = 1_800_000_000_000_000_000;
 /// 4. A->B SIDR 0x5: SIDR_REQ, SIDR_REP status 0.
 /// 5. A->B comm 0x333: REQ, MRA, the REQ again (the MRA's wait is still
 ///    open: it ends with the MRA sender's next message), then nothing.
-/// 6. A->B comm 0x111 again after 0 ended (reused comm ID, new QPN): REQ, REP.
+/// 6. A->B comm 0x111 again after 0 ended (reused comm ID, new QPN): REQ,
+///    and a REP from B reusing its comm ID 0x777 too.
 fn synthetic() -> Vec<(u64, Ipv4Addr, Ipv4Addr, CmMad)> {
     let p = |ms: u64, s, d, tid: u64, msg| (T0 + ms * MS, s, d, CmMad::send(tid, 0, msg));
     vec![
@@ -459,7 +460,7 @@ fn synthetic() -> Vec<(u64, Ipv4Addr, Ipv4Addr, CmMad)> {
         p(3100, A, B, 6, dreq(0x111, 0x777)),
         p(3102, B, A, 6, drep(0x777, 0x111)),
         p(4000, A, B, 7, req(0x111, 30)),
-        p(4001, B, A, 7, rep(0x555, 0x111, 31)),
+        p(4001, B, A, 7, rep(0x777, 0x111, 31)),
     ]
 }
 
@@ -559,7 +560,13 @@ fn synthetic_capture() {
         s.connections[6].outcome,
         Outcome::Incomplete { missing: "RTU" }
     );
-    assert_eq!(s.connections[6].ends[1].comm_id, Some(0x555));
+    assert_eq!(s.connections[6].ends[1].comm_id, Some(0x777));
+    assert_eq!(s.connections[6].ends[1].qpn, Some(31));
+    assert_eq!(
+        s.connections[0].messages.len(),
+        9,
+        "the reused IDs' REP is not in #0"
+    );
 
     let t = s.totals;
     assert_eq!(
