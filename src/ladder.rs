@@ -341,7 +341,8 @@ pub enum Outcome {
     },
     /// A REJ with reason 10 (stale connection).
     Stale { by: usize, message: &'static str },
-    /// The REQ (or SIDR_REQ) was never answered in the capture.
+    /// The REQ (or SIDR_REQ) got no REP or REJ (SIDR_REP) in the capture
+    /// (an MRA may have answered it: see [`Connection::mra_waits`]).
     TimedOut { unanswered: &'static str },
     /// SIDR_REP with status 0.
     SidrResolved { qpn: u32 },
@@ -388,7 +389,12 @@ impl Outcome {
                 format!("stale connection (REJ by {} of the {message})", end(*by))
             }
             Outcome::TimedOut { unanswered } => {
-                format!("timed out: {unanswered} never answered")
+                let answer = if *unanswered == "REQ" {
+                    "REP or REJ"
+                } else {
+                    "SIDR_REP"
+                };
+                format!("timed out: no {answer} to the {unanswered}")
             }
             Outcome::SidrResolved { qpn } => format!("SIDR resolved: QPN {qpn:#08x}"),
             Outcome::SidrRejected { status, text } => {

@@ -583,7 +583,10 @@ fn synthetic_capture() {
         (t.retransmissions, t.duplicates, t.with_mra_waits),
         (5, 1, 1)
     );
-    assert!(text.contains("timed out: REQ never answered"), "{text}");
+    assert!(
+        text.contains("timed out: no REP or REJ to the REQ"),
+        "{text}"
+    );
     assert!(text.contains("A>REQ(retx) +1.000s"), "{text}");
     assert!(text.contains("A>RTU(dup)"), "{text}");
 }
