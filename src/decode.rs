@@ -828,6 +828,13 @@ impl JsonObject {
         self.buf.push_str(if v { "true" } else { "false" });
         self
     }
+    /// Writes `json` as the value as it is: the caller guarantees it is one
+    /// well-formed JSON value (a nested object or array, `null`, ...).
+    pub fn raw(&mut self, k: &str, json: &str) -> &mut Self {
+        self.key(k);
+        self.buf.push_str(json);
+        self
+    }
     /// Writes a [`Field`] (its JSON form; notes are not written).
     pub fn field(&mut self, f: &Field) -> &mut Self {
         match &f.value {

@@ -5,9 +5,11 @@ pub mod capture;
 pub mod decode;
 pub mod engine;
 pub mod fabric;
+pub mod ladder;
 #[macro_use]
 pub mod log;
 pub mod ffi;
 pub mod runtime;
 pub mod sim;
+pub mod svg;
 pub mod wire;
