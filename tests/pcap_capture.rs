@@ -11,7 +11,7 @@ mod rel_common;
 use ibcm::capture::{self, Direction, Reader};
 use ibcm::engine::{Event, EventType as E, RepParams};
 use ibcm::ffi::{ibcm_pcap_start, ibcm_pcap_stop};
-use ibcm::runtime::CmId;
+use ibcm::runtime::{CmId, Device};
 use rel_common::{open, req};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -70,8 +70,8 @@ impl Log {
 }
 
 /// One connection from `client` to `server` (device names), established
-/// and disconnected by the client; both devices are closed at the end.
-fn connection(server: &str, client: &str, server_ip: &str) {
+/// and disconnected by the client; returns the two devices, still open.
+fn connection(server: &str, client: &str, server_ip: &str) -> [Arc<Device>; 2] {
     let sdev = open(server, 0);
     let cdev = open(client, 0);
     let slog = Arc::new(Log::default());
@@ -131,12 +131,17 @@ fn connection(server: &str, client: &str, server_ip: &str) {
         p.destroy().unwrap();
     }
     listener.destroy().unwrap();
-    cdev.close();
-    sdev.close();
+    [sdev, cdev]
+}
+
+fn close(devs: [Arc<Device>; 2]) {
+    for d in devs {
+        d.close();
+    }
 }
 
 /// One record of a capture as this test looks at it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct Rec {
     iface: String,
     dir: Option<Direction>,
@@ -144,6 +149,20 @@ struct Rec {
     icrc_ok: bool,
     ts_nanos: u64,
     frame: Vec<u8>,
+}
+
+impl std::fmt::Debug for Rec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {:?} {} (ICRC ok: {}, {} bytes)",
+            self.iface,
+            self.dir,
+            self.attr,
+            self.icrc_ok,
+            self.frame.len()
+        )
+    }
 }
 
 fn records(path: &Path) -> Vec<Rec> {
@@ -336,10 +355,35 @@ fn loopback_connection_is_captured_from_both_sides() {
     let path = tmp("loop.pcapng");
     let began = now_nanos();
     assert_eq!(start(&path, 0), 0);
-    connection("loop:127.0.91.1", "loop:127.0.91.2", "127.0.91.1");
+    close(connection(
+        "loop:127.0.91.1",
+        "loop:127.0.91.2",
+        "127.0.91.1",
+    ));
     assert_eq!(stop(), 0);
     let recs = records(&path);
     check_connection(&recs, "loop:127.0.91.1", "loop:127.0.91.2", began);
+    check_with_tshark(&path, &recs);
+}
+
+#[test]
+fn ipv6_loopback_connection_is_captured() {
+    let _s = serial();
+    let path = tmp("loop6.pcapng");
+    let began = now_nanos();
+    assert_eq!(start(&path, 0), 0);
+    close(connection(
+        "loop:fd00::91:1",
+        "loop:fd00::91:2",
+        "fd00::91:1",
+    ));
+    assert_eq!(stop(), 0);
+    let recs = records(&path);
+    check_connection(&recs, "loop:fd00::91:1", "loop:fd00::91:2", began);
+    let data = std::fs::read(&path).unwrap();
+    for f in capture::read_bytes(&data).unwrap().frames {
+        assert!(f.src.is_ipv6() && f.dst.is_ipv6());
+    }
     check_with_tshark(&path, &recs);
 }
 
@@ -349,18 +393,27 @@ fn soft_connection_is_captured_from_both_sides() {
     let path = tmp("soft.pcapng");
     let began = now_nanos();
     assert_eq!(start(&path, 0), 0);
-    connection("soft:127.0.91.3", "soft:127.0.91.4", "127.0.91.3");
+    // A non-default UDP port: the frames keep the real source port, go to
+    // 4791 (so decoders see RoCEv2) and carry the ICRC for that header.
+    let devs = connection("soft:127.0.91.3:4799", "soft:127.0.91.4:4799", "127.0.91.3");
+    // Written within 100 ms, without a stop or a close.
+    assert!(
+        rel_common::until(Duration::from_secs(5), || records(&path).len() == 10),
+        "buffered records not written: {} of 10",
+        records(&path).len()
+    );
+    close(devs);
     assert_eq!(stop(), 0);
     let recs = records(&path);
-    check_connection(&recs, "soft:127.0.91.3:4791", "soft:127.0.91.4:4791", began);
-    // The real addresses and ports.
+    check_connection(&recs, "soft:127.0.91.3:4799", "soft:127.0.91.4:4799", began);
+    // The real addresses and source port.
     let data = std::fs::read(&path).unwrap();
     for f in capture::read_bytes(&data).unwrap().frames {
         assert!(matches!(
             f.src.to_string().as_str(),
             "127.0.91.3" | "127.0.91.4"
         ));
-        assert_eq!((f.src_port, f.dst_port), (4791, 4791));
+        assert_eq!((f.src_port, f.dst_port), (4799, 4791));
     }
     check_with_tshark(&path, &recs);
 }
@@ -370,7 +423,11 @@ fn size_limit_is_honoured() {
     let _s = serial();
     let full = tmp("full.pcapng");
     assert_eq!(start(&full, 0), 0);
-    connection("loop:127.0.91.7", "loop:127.0.91.8", "127.0.91.7");
+    close(connection(
+        "loop:127.0.91.7",
+        "loop:127.0.91.8",
+        "127.0.91.7",
+    ));
     assert_eq!(stop(), 0);
     let all = records(&full);
     assert_eq!(all.len(), 10);
@@ -378,7 +435,11 @@ fn size_limit_is_honoured() {
     for limit in [1u64, 200, 1500, 3000, full_len - 1, full_len] {
         let path = tmp(&format!("limit-{limit}.pcapng"));
         assert_eq!(start(&path, limit), 0);
-        connection("loop:127.0.91.7", "loop:127.0.91.8", "127.0.91.7");
+        close(connection(
+            "loop:127.0.91.7",
+            "loop:127.0.91.8",
+            "127.0.91.7",
+        ));
         assert_eq!(stop(), 0, "limit {limit}");
         let size = std::fs::metadata(&path).unwrap().len();
         let got = records(&path);
@@ -422,12 +483,14 @@ fn c_api_errors() {
 }
 
 /// Runs only as the child of `environment_variable_starts_a_capture`.
+/// Exits with both devices open and the last records likely still
+/// buffered: the exit handler must complete the file.
 #[test]
 fn env_capture_child() {
     if std::env::var_os("IBCM_PCAP_TEST_CHILD").is_none() {
         return;
     }
-    connection("soft:127.0.91.5", "soft:127.0.91.6", "127.0.91.5");
+    let _still_open = connection("soft:127.0.91.5", "soft:127.0.91.6", "127.0.91.5");
 }
 
 fn run_child(path: &Path, limit: Option<&str>) -> String {
