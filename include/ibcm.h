@@ -170,8 +170,9 @@ int ibcm_get_counters(struct ib_device *device, struct ibcm_counters *counters,
  * ibcm_pcap_start - start capturing CM MADs to a pcapng file.
  * @path: the file, created or truncated.
  * @max_bytes: the largest size the file may reach (0 means 256 MiB,
- *   UINT64_MAX no limit); the MAD that would pass it ends the capture,
- *   with one warning on stderr.
+ *   UINT64_MAX no limit; the short section header is written whatever
+ *   the value); the MAD that would pass it ends the capture, with one
+ *   warning on stderr.
  *
  * Records are buffered and written every 100 ms, and completely on
  * ibcm_pcap_stop(), ibcm_close_device() and exit().  Thread-safe.

@@ -31,10 +31,34 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ibcm-pcap-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A capture file in the temporary directory, named after this process,
+/// removed when the test passes (kept for a look when it fails).
+struct Tmp(PathBuf);
+
+impl std::ops::Deref for Tmp {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Tmp {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+fn tmp(name: &str) -> Tmp {
+    let file = format!("ibcm-pcap-test-{}-{name}", std::process::id());
+    Tmp(std::env::temp_dir().join(file))
 }
 
 fn start(path: &Path, limit: u64) -> i32 {
@@ -538,4 +562,9 @@ fn environment_variable_starts_a_capture() {
         1,
         "{err}"
     );
+
+    // A file that cannot be opened: said once, and the CM works on.
+    let err = run_child(Path::new("/nonexistent-dir/x.pcapng"), None);
+    let want = "IBCM_PCAP=/nonexistent-dir/x.pcapng: cannot capture: No such file";
+    assert_eq!(err.matches(want).count(), 1, "{err}");
 }

@@ -276,12 +276,12 @@ pub fn start_from_env() {
         };
         let limit = match std::env::var("IBCM_PCAP_LIMIT") {
             Err(_) => DEFAULT_LIMIT,
-            Ok(v) => parse_limit(&v).unwrap_or_else(|| {
+            Ok(v) => parse_limit(&v).filter(|&n| n > 0).unwrap_or_else(|| {
                 crate::log::always(
                     WARN,
                     format_args!(
-                        "IBCM_PCAP_LIMIT={v:?} is not a byte count (e.g. 1000000, 64M); \
-                         using {DEFAULT_LIMIT}"
+                        "IBCM_PCAP_LIMIT={v:?} is not a positive byte count (e.g. 1000000, \
+                         64M); using {DEFAULT_LIMIT}"
                     ),
                 );
                 DEFAULT_LIMIT
