@@ -384,6 +384,7 @@ fn loopback_connection_is_captured_from_both_sides() {
         "loop:127.0.91.2",
         "127.0.91.1",
     ));
+    assert_eq!(records(&path).len(), 10, "written when the devices closed");
     assert_eq!(stop(), 0);
     let recs = records(&path);
     check_connection(&recs, "loop:127.0.91.1", "loop:127.0.91.2", began);

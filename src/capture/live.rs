@@ -409,7 +409,8 @@ impl Tap {
 impl Drop for Tap {
     /// A closing device's records reach the file now.
     fn drop(&mut self) {
-        if (self.iface.load(Ordering::Relaxed) >> 32) as u32 == GENERATION.load(Ordering::Relaxed) {
+        let cached = self.iface.load(Ordering::Relaxed);
+        if cached != 0 && (cached >> 32) as u32 == GENERATION.load(Ordering::Relaxed) {
             flush();
         }
     }
