@@ -161,9 +161,10 @@ int ibcm_get_counters(struct ib_device *device, struct ibcm_counters *counters,
  * synthetic Ethernet/IP/UDP frame to port 4791 with BTH, DETH, the MAD and
  * a valid ICRC, the real time in nanoseconds and the direction in the
  * packet flags).  The environment variable IBCM_PCAP=<file> starts one at
- * the first ibcm_open_device() (IBCM_PCAP_LIMIT=<bytes> caps it, K/M/G
- * suffixes allowed).  While no capture runs the cost is one test of a
- * flag per MAD.
+ * the first ibcm_open_device() ("%p" in <file> becomes the process ID;
+ * IBCM_PCAP_LIMIT=<bytes> caps it, K/M/G suffixes allowed).  While no
+ * capture runs the cost is one test of a flag per MAD.  A child made by
+ * fork() records nothing and leaves its parent's capture alone.
  */
 
 /**

@@ -15,7 +15,7 @@ use ibcm::runtime::{CmId, Device};
 use rel_common::{open, req};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -518,7 +518,8 @@ fn env_capture_child() {
     let _still_open = connection("soft:127.0.91.5", "soft:127.0.91.6", "127.0.91.5");
 }
 
-fn run_child(path: &Path, limit: Option<&str>) -> String {
+/// Runs `env_capture_child` with `IBCM_PCAP=path`; its stderr and PID.
+fn run_child(path: &Path, limit: Option<&str>) -> (String, u32) {
     let mut c = Command::new(std::env::current_exe().unwrap());
     c.args([
         "--exact",
@@ -529,32 +530,41 @@ fn run_child(path: &Path, limit: Option<&str>) -> String {
     .env("IBCM_PCAP_TEST_CHILD", "1")
     .env("IBCM_PCAP", path)
     .env_remove("IBCM_PCAP_LIMIT")
-    .env_remove("IBCM_LOG");
+    .env_remove("IBCM_LOG")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     if let Some(l) = limit {
         c.env("IBCM_PCAP_LIMIT", l);
     }
-    let out = c.output().unwrap();
+    let child = c.spawn().unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
         "child failed:\n{}\n{err}",
         String::from_utf8_lossy(&out.stdout)
     );
-    err
+    (err, pid)
 }
 
 #[test]
 fn environment_variable_starts_a_capture() {
-    let path = tmp("env.pcapng");
+    // `%p` is the process ID.
+    let pattern = tmp("env-%p.pcapng");
     let began = now_nanos();
-    let err = run_child(&path, None);
+    let (err, pid) = run_child(&pattern, None);
     assert!(!err.contains("capture"), "unexpected messages: {err}");
+    let path = Tmp(PathBuf::from(
+        pattern.to_str().unwrap().replace("%p", &pid.to_string()),
+    ));
+    assert!(!pattern.exists());
     let recs = records(&path);
     check_connection(&recs, "soft:127.0.91.5:4791", "soft:127.0.91.6:4791", began);
 
     // With a cap: the file stays under it and one warning says so.
     let path = tmp("env-limit.pcapng");
-    let err = run_child(&path, Some("2k"));
+    let (err, _) = run_child(&path, Some("2k"));
     assert!(std::fs::metadata(&path).unwrap().len() <= 2048);
     let n = records(&path).len();
     assert!((1..10).contains(&n), "{n} records");
@@ -565,7 +575,7 @@ fn environment_variable_starts_a_capture() {
     );
 
     // A file that cannot be opened: said once, and the CM works on.
-    let err = run_child(Path::new("/nonexistent-dir/x.pcapng"), None);
+    let (err, _) = run_child(Path::new("/nonexistent-dir/x.pcapng"), None);
     let want = "IBCM_PCAP=/nonexistent-dir/x.pcapng: cannot capture: No such file";
     assert_eq!(err.matches(want).count(), 1, "{err}");
 }

@@ -1,5 +1,6 @@
 //! Capture of every CM MAD this process sends and receives, to a pcapng
-//! file (`IBCM_PCAP=FILE`, `ibcm_pcap_start` / `ibcm_pcap_stop`).
+//! file (`IBCM_PCAP=FILE`, `%p` in FILE = the process ID;
+//! `ibcm_pcap_start` / `ibcm_pcap_stop`).
 //!
 //! * The hook: each transport (`fabric::udp`, `fabric::loopback`,
 //!   `fabric::umad`) owns a [`Tap`] and, per MAD, tests [`active`] — one
@@ -23,6 +24,8 @@
 //!   is always written); the record that would pass it ends the capture
 //!   with one warning on stderr. A write error also ends it (one line) and
 //!   is returned by `ibcm_pcap_stop`.
+//! * `fork`: the child does not touch its parent's capture (records stop
+//!   in it, its exit does not write or close the parent's file).
 
 use super::Direction;
 use super::writer;
@@ -49,6 +52,20 @@ const FLUSH_AT: usize = 256 << 10;
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 /// Capture number; 0 is never used, so a fresh [`Tap`] matches none.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
+/// The process the capture state belongs to (0: none yet). A child made
+/// by `fork` inherits the state but not the writer thread, and its locks
+/// may have been held by threads it does not have: it leaves it alone.
+static OWNER: AtomicU32 = AtomicU32::new(0);
+
+fn inherited() -> bool {
+    let o = OWNER.load(Ordering::Relaxed);
+    o != 0 && o != std::process::id()
+}
+
+/// `pthread_atfork` child handler: records stop at once in the child.
+extern "C" fn forked_child() {
+    ACTIVE.store(false, Ordering::Relaxed);
+}
 
 /// What recorders touch: the buffer and its accounting.
 struct Session {
@@ -94,6 +111,9 @@ pub fn active() -> bool {
 /// Starts capturing to `path` (created or truncated), the file capped at
 /// `limit` bytes. `EBUSY` if a capture runs; an open error's errno.
 pub fn start(path: &Path, limit: u64) -> Result<(), Errno> {
+    if inherited() {
+        return Err(Errno::EBUSY);
+    }
     let mut out = lock(&OUTPUT);
     if out.is_some() {
         return Err(Errno::EBUSY);
@@ -134,9 +154,11 @@ pub fn start(path: &Path, limit: u64) -> Result<(), Errno> {
         writer: Some(writer),
     });
     drop(out);
+    OWNER.store(std::process::id(), Ordering::Relaxed);
     static AT_EXIT: Once = Once::new();
     AT_EXIT.call_once(|| unsafe {
         libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(forked_child));
     });
     ACTIVE.store(true, Ordering::Release);
     crate::ibcm_log!(
@@ -150,6 +172,9 @@ pub fn start(path: &Path, limit: u64) -> Result<(), Errno> {
 /// Stops the capture: writes what is buffered and closes the file.
 /// `ENOENT` if none runs; the errno of the first failed write, if any.
 pub fn stop() -> Result<(), Errno> {
+    if inherited() {
+        return Err(Errno::ENOENT);
+    }
     let (writer, result) = {
         let mut guard = lock(&OUTPUT);
         let Some(mut out) = guard.take() else {
@@ -179,6 +204,9 @@ pub fn stop() -> Result<(), Errno> {
 
 /// Writes what is buffered now (device close).
 pub fn flush() {
+    if inherited() {
+        return;
+    }
     let mut guard = lock(&OUTPUT);
     if let Some(out) = guard.as_mut() {
         flush_output(out);
@@ -287,7 +315,7 @@ pub fn start_from_env() {
                 DEFAULT_LIMIT
             }),
         };
-        let path = PathBuf::from(path);
+        let path = with_pid(&path);
         match start(&path, limit) {
             Ok(()) => {}
             Err(Errno::EBUSY) => crate::log::always(
@@ -308,6 +336,26 @@ pub fn start_from_env() {
             ),
         }
     });
+}
+
+/// `path` with every `%p` replaced by the process ID, so processes that
+/// share an `IBCM_PCAP` value write separate files.
+pub fn with_pid(path: &std::ffi::OsStr) -> PathBuf {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let b = path.as_bytes();
+    let pid = std::process::id().to_string();
+    let mut out = Vec::with_capacity(b.len() + 8);
+    let mut i = 0;
+    while i < b.len() {
+        if b[i..].starts_with(b"%p") {
+            out.extend_from_slice(pid.as_bytes());
+            i += 2;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// A GID for an InfiniBand end known only by its LID: `fe80::<LID>`.
@@ -376,6 +424,7 @@ impl Tap {
     }
 
     fn write(&self, dir: Direction, ts: u64, frame: &[u8]) {
+        // (A forked child never gets here: its ACTIVE is cleared at fork.)
         let mut guard = lock(&SESSION);
         let Some(s) = guard.as_mut() else {
             return;
@@ -464,6 +513,20 @@ mod tests {
         assert_eq!(parse_limit(""), None);
         assert_eq!(parse_limit("-1"), None);
         assert_eq!(parse_limit("99999999999999999999G"), None);
+    }
+
+    #[test]
+    fn pid_in_paths() {
+        let pid = std::process::id();
+        assert_eq!(
+            with_pid("/tmp/cm-%p.pcapng".as_ref()),
+            PathBuf::from(format!("/tmp/cm-{pid}.pcapng"))
+        );
+        assert_eq!(
+            with_pid("a%pb%p".as_ref()),
+            PathBuf::from(format!("a{pid}b{pid}"))
+        );
+        assert_eq!(with_pid("plain%".as_ref()), PathBuf::from("plain%"));
     }
 
     #[test]
