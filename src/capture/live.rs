@@ -153,8 +153,8 @@ pub fn start(path: &Path, limit: u64) -> Result<(), Errno> {
         error: None,
         writer: Some(writer),
     });
-    drop(out);
     OWNER.store(std::process::id(), Ordering::Relaxed);
+    drop(out);
     static AT_EXIT: Once = Once::new();
     AT_EXIT.call_once(|| unsafe {
         libc::atexit(at_exit);
@@ -181,6 +181,7 @@ pub fn stop() -> Result<(), Errno> {
             return Err(Errno::ENOENT);
         };
         ACTIVE.store(false, Ordering::Release);
+        OWNER.store(0, Ordering::Relaxed);
         let session = lock(&SESSION).take();
         WAKE.notify_all();
         if let Some(s) = session.filter(|s| s.number == out.number) {
