@@ -820,6 +820,8 @@ PROTO(ibcm_init_path, int (*)(struct ib_device *, u32, const union ib_gid *,
 			      struct sa_path_rec *));
 PROTO(ibcm_gid_from_string, int (*)(const char *, union ib_gid *));
 PROTO(ibcm_get_counters, int (*)(struct ib_device *, struct ibcm_counters *, size_t));
+PROTO(ibcm_pcap_start, int (*)(const char *, uint64_t));
+PROTO(ibcm_pcap_stop, int (*)(void));
 _Static_assert(sizeof(struct ibcm_counters) == 8 * (5 * 12 + 2 * 37 + 8 + 5 + 7 + 3),
 	       "struct ibcm_counters size");
 _Static_assert(offsetof(struct ibcm_counters, rej_tx) == 8 * 60, "rej_tx");

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/wait.h>
 
 #include <rdma/ib_cm.h>
 #include <ibcm.h>
@@ -366,6 +367,87 @@ static void concurrent_destroy(void)
 		pthread_join(t[i], NULL);
 }
 
+/*
+ * The capture calls: bad paths, double start/stop, then a capture left
+ * running for the whole test (every MAD of the misuse scenarios, under
+ * the sanitizers), stopped and checked at the end.
+ */
+static char pcap_path[64];
+
+static void pcap_errors_and_start(void)
+{
+	CHECK(ibcm_pcap_stop() == -ENOENT, "pcap_stop without a capture");
+	CHECK(ibcm_pcap_start(NULL, 0) == -EINVAL, "pcap_start NULL path");
+	CHECK(ibcm_pcap_start("", 0) == -EINVAL, "pcap_start empty path");
+	CHECK(ibcm_pcap_start("/nonexistent-dir/x.pcapng", 0) == -ENOENT,
+	      "pcap_start unopenable path");
+	snprintf(pcap_path, sizeof(pcap_path), "/tmp/ibcm-misuse-%ld.pcapng", (long)getpid());
+	CHECK(ibcm_pcap_start(pcap_path, 0) == 0, "pcap_start");
+	CHECK(ibcm_pcap_start(pcap_path, 0) == -EBUSY, "pcap_start twice");
+}
+
+/*
+ * A child made by fork() while the capture runs (the writer thread and
+ * the event loops exist only in the parent) must leave the parent's
+ * capture alone: no capture of its own to stop, and exit() must neither
+ * hang (joining a thread it does not have) nor write to the file.
+ */
+static void pcap_fork(void)
+{
+	int status = 0, fds[2];
+	char verdict = 0;
+	pid_t pid;
+
+	if (pipe(fds) != 0) {
+		CHECK(0, "pipe");
+		return;
+	}
+	pid = fork();
+	if (pid == 0) {
+		char v = ibcm_pcap_stop() == -ENOENT ? 'y' : 'n';
+
+		alarm(20); /* a hang in exit() ends as SIGALRM */
+		if (write(fds[1], &v, 1) != 1)
+			_exit(4);
+#ifdef __SANITIZE_ADDRESS__
+		/* LeakSanitizer would report the parent's threads' memory
+		 * at the exit of a forked child: skip the exit handlers. */
+		_exit(0);
+#else
+		exit(0);
+#endif
+	}
+	close(fds[1]);
+	CHECK(pid > 0, "fork");
+	if (pid > 0) {
+		CHECK(read(fds[0], &verdict, 1) == 1 && verdict == 'y',
+		      "forked child: ibcm_pcap_stop() must be -ENOENT (got '%c')", verdict);
+		CHECK(waitpid(pid, &status, 0) == pid, "waitpid");
+		CHECK(WIFEXITED(status), "forked child with a capture running: status %#x",
+		      status);
+	}
+	close(fds[0]);
+}
+
+static void pcap_stop_and_check(void)
+{
+	FILE *f;
+	long size = -1;
+
+	pcap_fork();
+	CHECK(ibcm_pcap_stop() == 0, "pcap_stop");
+	CHECK(ibcm_pcap_stop() == -ENOENT, "pcap_stop twice");
+	f = fopen(pcap_path, "rb");
+	if (f) {
+		fseek(f, 0, SEEK_END);
+		size = ftell(f);
+		fclose(f);
+	}
+	/* Section header, two interfaces and many 300-odd-byte records. */
+	CHECK(size > 10000, "capture file %s: %ld bytes", pcap_path, size);
+	unlink(pcap_path);
+}
+
 static struct ibcm_counters counters(struct ib_device *d)
 {
 	struct ibcm_counters c;
@@ -387,6 +469,7 @@ int main(int argc, char **argv)
 	}
 	snprintf(sname, sizeof(sname), "soft:%s", argv[1]);
 	snprintf(cname, sizeof(cname), "soft:%s", argv[2]);
+	pcap_errors_and_start();
 	sdev = ibcm_open_device(sname);
 	cdev = ibcm_open_device(cname);
 	if (IS_ERR(sdev) || IS_ERR(cdev)) {
@@ -423,6 +506,7 @@ int main(int argc, char **argv)
 	ib_destroy_cm_id(listener); /* twice: logged no-op */
 	ibcm_close_device(cdev);
 	ibcm_close_device(sdev);
+	pcap_stop_and_check();
 	printf("misuse: %d REQ events, %d client events, %d destroys refused in callbacks\n",
 	       atomic_load(&req_events), atomic_load(&client_events),
 	       atomic_load(&in_cb_destroys));

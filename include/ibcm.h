@@ -20,6 +20,7 @@
 #define IBCM_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <rdma/ib_cm.h>
 
 #ifdef __cplusplus
@@ -156,6 +157,43 @@ struct ibcm_counters {
  */
 int ibcm_get_counters(struct ib_device *device, struct ibcm_counters *counters,
 		      size_t size);
+
+/*
+ * Capture: every CM MAD the process sends and receives, on every device
+ * and fabric, written to a pcapng file that tshark/Wireshark decode as
+ * RoCE v2 (one interface per device, named like the device; each record a
+ * synthetic Ethernet/IP/UDP frame to port 4791 with BTH, DETH, the MAD and
+ * a valid ICRC, the real time in nanoseconds and the direction in the
+ * packet flags).  The environment variable IBCM_PCAP=<file> starts one at
+ * the first ibcm_open_device() ("%p" in <file> becomes the process ID;
+ * IBCM_PCAP_LIMIT=<bytes> caps it, K/M/G suffixes allowed).  While no
+ * capture runs the cost is one test of a flag per MAD.  A child made by
+ * fork() records nothing and leaves its parent's capture alone.
+ */
+
+/**
+ * ibcm_pcap_start - start capturing CM MADs to a pcapng file.
+ * @path: the file, created or truncated.
+ * @max_bytes: the largest size the file may reach (0 means 256 MiB,
+ *   UINT64_MAX no limit; the short section header is written whatever
+ *   the value); the MAD that would pass it ends the capture, with one
+ *   warning on stderr.
+ *
+ * Records are buffered and written every 100 ms, and completely on
+ * ibcm_pcap_stop(), ibcm_close_device() and exit().  Thread-safe.
+ *
+ * Returns 0, -EINVAL for a NULL or empty @path, -EBUSY if a capture (from
+ * this function or IBCM_PCAP) already runs, or -errno from opening @path.
+ */
+int ibcm_pcap_start(const char *path, uint64_t max_bytes);
+
+/**
+ * ibcm_pcap_stop - end the capture: write what is buffered, close the file.
+ *
+ * Returns 0, -ENOENT if no capture runs, or -errno of the first write that
+ * failed (the capture ended at that point).
+ */
+int ibcm_pcap_stop(void);
 
 #ifdef __cplusplus
 }

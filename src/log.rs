@@ -59,6 +59,18 @@ pub fn write(l: u8, args: std::fmt::Arguments<'_>) {
     eprintln!("ibcm[{}] {tag}: {args}", std::process::id());
 }
 
+/// Writes a line even when `IBCM_LOG` is unset, for failures the caller
+/// would otherwise see only as an errno (or not at all). `IBCM_LOG=off`
+/// (or 0, none) silences it.
+pub fn always(l: u8, args: std::fmt::Arguments<'_>) {
+    let off = std::env::var("IBCM_LOG")
+        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "0" | "none"))
+        .unwrap_or(false);
+    if enabled(l) || !off {
+        write(l, args);
+    }
+}
+
 /// `ibcm_log!(WARN, "...", args)`.
 #[macro_export]
 macro_rules! ibcm_log {

@@ -813,6 +813,8 @@ PROTOTYPES = [
     "int ibcm_init_path(struct ib_device *device, u32 port_num, const union ib_gid *dgid, struct sa_path_rec *rec)",
     "int ibcm_gid_from_string(const char *ip, union ib_gid *gid)",
     "int ibcm_get_counters(struct ib_device *device, struct ibcm_counters *counters, size_t size)",
+    "int ibcm_pcap_start(const char *path, uint64_t max_bytes)",
+    "int ibcm_pcap_stop(void)",
 ]
 
 #: Scalar C type names -> ctypes.
@@ -825,6 +827,7 @@ SCALARS: Dict[str, Optional[CType]] = {
     "u16": u16,
     "u32": u32,
     "u64": u64,
+    "uint64_t": ctypes.c_uint64,
     "__be16": __be16,
     "__be32": __be32,
     "__be64": __be64,
@@ -879,7 +882,9 @@ def parse_prototype(proto: str) -> Tuple[str, Optional[CType], List[Tuple[str, s
     head, params = proto.rstrip(")").split("(", 1)
     ret, name = _decl(head)
     args = []
-    for p in params.split(","):
+    if params.strip() == "void":
+        params = ""
+    for p in filter(None, (p.strip() for p in params.split(","))):
         ptype, pname = _decl(p)
         args.append((pname, ptype, ctype_of(ptype)))
     return name, ctype_of(ret), args

@@ -26,8 +26,10 @@
 //!   only counted. Nothing panics on arbitrary input.
 
 pub mod link;
+pub mod live;
 mod pcap;
 mod pcapng;
+pub mod writer;
 
 use core::fmt;
 use std::net::IpAddr;
@@ -95,6 +97,37 @@ pub struct Packet<'a> {
     pub orig_len: u32,
     /// The captured bytes.
     pub data: &'a [u8],
+    /// Interface (pcapng IDB index within its section; 0 in pcap files).
+    pub interface: u32,
+    /// Direction from a pcapng EPB `epb_flags` option, when it says one.
+    pub direction: Option<Direction>,
+}
+
+/// Which way a packet went, seen from the capturing interface (pcapng
+/// `epb_flags` bits 0-1: 1 inbound, 2 outbound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Inbound,
+    Outbound,
+}
+
+impl Direction {
+    /// The `epb_flags` value for this direction.
+    pub const fn epb_flags(self) -> u32 {
+        match self {
+            Direction::Inbound => 1,
+            Direction::Outbound => 2,
+        }
+    }
+
+    /// The direction in an `epb_flags` value (`None`: not recorded).
+    pub const fn from_epb_flags(flags: u32) -> Option<Direction> {
+        match flags & 3 {
+            1 => Some(Direction::Inbound),
+            2 => Some(Direction::Outbound),
+            _ => None,
+        }
+    }
 }
 
 /// A record-level reader over the bytes of a pcap or pcapng file.
@@ -153,6 +186,15 @@ impl<'a> Reader<'a> {
             Inner::Pcapng(_) => FileFormat::Pcapng,
         }
     }
+
+    /// The `if_name` of interface `id` of the current pcapng section (as
+    /// far as the file has been read), if it has a UTF-8 one.
+    pub fn interface_name(&self, id: u32) -> Option<&'a str> {
+        match &self.inner {
+            Inner::Pcap(_) => None,
+            Inner::Pcapng(p) => p.interface_name(id),
+        }
+    }
 }
 
 /// What a format reader hands back for one packet record.
@@ -162,6 +204,8 @@ pub(crate) struct RawRecord<'a> {
     pub ts_nanos: u64,
     pub orig_len: u32,
     pub data: &'a [u8],
+    pub interface: u32,
+    pub direction: Option<Direction>,
 }
 
 impl<'a> Iterator for Reader<'a> {
@@ -185,6 +229,8 @@ impl<'a> Iterator for Reader<'a> {
                     ts_nanos: rec.ts_nanos,
                     orig_len: rec.orig_len,
                     data: rec.data,
+                    interface: rec.interface,
+                    direction: rec.direction,
                 }))
             }
             Ok(None) => {

@@ -115,6 +115,8 @@ impl<'a> PcapReader<'a> {
             ts_nanos: (sec as u64) * 1_000_000_000 + frac_nanos,
             orig_len: orig,
             data: &self.data[start..end],
+            interface: 0,
+            direction: None,
         }))
     }
 }

@@ -7,10 +7,11 @@
 //! no timestamp: reported as 0) and the obsolete Packet Block. Every other
 //! block type (NRB, ISB, DSB, custom, unknown) is skipped. Block lengths must
 //! be multiples of 4 and the trailing copy must match; options are walked
-//! only in SHB (not at all) and IDB, and their values must stay inside the
-//! block. Section lengths in the SHB are ignored (blocks are read in order).
+//! in IDBs (`if_name`, `if_tsresol`, `if_tsoffset`) and EPBs (`epb_flags`:
+//! the direction), and their values must stay inside the block. Section
+//! lengths in the SHB are ignored (blocks are read in order).
 
-use super::{CaptureError, Endian, RawRecord};
+use super::{CaptureError, Direction, Endian, RawRecord};
 
 const BT_SHB: u32 = 0x0A0D_0D0A;
 const BT_IDB: u32 = 0x0000_0001;
@@ -20,6 +21,8 @@ const BT_EPB: u32 = 0x0000_0006;
 const BYTE_ORDER_MAGIC: u32 = 0x1A2B_3C4D;
 
 const OPT_END: u16 = 0;
+const OPT_IF_NAME: u16 = 2;
+const OPT_EPB_FLAGS: u16 = 2;
 const OPT_IF_TSRESOL: u16 = 9;
 const OPT_IF_TSOFFSET: u16 = 14;
 
@@ -28,7 +31,9 @@ pub(crate) fn is_pcapng(magic: [u8; 4]) -> bool {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Interface {
+struct Interface<'a> {
+    /// `if_name`, when present and UTF-8.
+    name: Option<&'a str>,
     link_type: u32,
     snaplen: u32,
     /// `if_tsresol`: bit 7 clear = 10^-n s, set = 2^-n s; default 6 (µs).
@@ -42,7 +47,7 @@ pub(crate) struct PcapngReader<'a> {
     data: &'a [u8],
     off: usize,
     endian: Endian,
-    interfaces: Vec<Interface>,
+    interfaces: Vec<Interface<'a>>,
 }
 
 /// Converts a timestamp in interface units to nanoseconds since the epoch
@@ -201,7 +206,47 @@ impl<'a> PcapngReader<'a> {
         Ok(())
     }
 
-    fn interface(&mut self, off: usize, body: &[u8]) -> Result<(), CaptureError> {
+    /// Walks the options in `opts` (a block body from its options on),
+    /// calling `f(code, value)` for each until `opt_endofopt` or the end.
+    fn options(
+        &self,
+        off: usize,
+        what: &str,
+        opts: &'a [u8],
+        mut f: impl FnMut(u16, &'a [u8]),
+    ) -> Result<(), CaptureError> {
+        let e = self.endian;
+        let mut o = 0;
+        while o < opts.len() {
+            let (Some(code), Some(len)) = (e.u16(opts, o), e.u16(opts, o + 2)) else {
+                return Err(CaptureError::new(
+                    off,
+                    format!("{what} option header cut at byte {o} of its options"),
+                ));
+            };
+            if code == OPT_END {
+                break;
+            }
+            let len = len as usize;
+            let vstart = o + 4;
+            let Some(value) = opts.get(vstart..vstart + len) else {
+                return Err(CaptureError::new(
+                    off,
+                    format!("{what} option {code} of length {len} runs past the end of the block"),
+                ));
+            };
+            f(code, value);
+            o = vstart + len.div_ceil(4) * 4;
+        }
+        Ok(())
+    }
+
+    /// The `if_name` of interface `id` of the current section.
+    pub fn interface_name(&self, id: u32) -> Option<&'a str> {
+        self.interfaces.get(id as usize).and_then(|i| i.name)
+    }
+
+    fn interface(&mut self, off: usize, body: &'a [u8]) -> Result<(), CaptureError> {
         // link type(2) reserved(2) snaplen(4) options
         let e = self.endian;
         if body.len() < 8 {
@@ -214,42 +259,25 @@ impl<'a> PcapngReader<'a> {
             ));
         }
         let mut ifc = Interface {
+            name: None,
             link_type: e.u16(body, 0).unwrap_or(0) as u32,
             snaplen: e.u32(body, 4).unwrap_or(0),
             tsresol: 6,
             tsoffset: 0,
         };
-        let mut o = 8;
-        while o < body.len() {
-            let (Some(code), Some(len)) = (e.u16(body, o), e.u16(body, o + 2)) else {
-                return Err(CaptureError::new(
-                    off,
-                    format!("IDB option header cut at byte {o} of the block body"),
-                ));
-            };
-            if code == OPT_END {
-                break;
+        self.options(off, "IDB", &body[8..], |code, value| match code {
+            OPT_IF_NAME => ifc.name = std::str::from_utf8(value).ok(),
+            OPT_IF_TSRESOL if !value.is_empty() => ifc.tsresol = value[0],
+            OPT_IF_TSOFFSET if value.len() >= 8 => {
+                ifc.tsoffset = e.u64(value, 0).unwrap_or(0) as i64
             }
-            let len = len as usize;
-            let vstart = o + 4;
-            let Some(value) = body.get(vstart..vstart + len) else {
-                return Err(CaptureError::new(
-                    off,
-                    format!("IDB option {code} of length {len} runs past the end of the block"),
-                ));
-            };
-            match code {
-                OPT_IF_TSRESOL if len >= 1 => ifc.tsresol = value[0],
-                OPT_IF_TSOFFSET if len >= 8 => ifc.tsoffset = e.u64(value, 0).unwrap_or(0) as i64,
-                _ => {}
-            }
-            o = vstart + len.div_ceil(4) * 4;
-        }
+            _ => {}
+        })?;
         self.interfaces.push(ifc);
         Ok(())
     }
 
-    fn iface(&self, off: usize, what: &str, id: u32) -> Result<Interface, CaptureError> {
+    fn iface(&self, off: usize, what: &str, id: u32) -> Result<Interface<'a>, CaptureError> {
         self.interfaces.get(id as usize).copied().ok_or_else(|| {
             CaptureError::new(
                 off,
@@ -289,15 +317,26 @@ impl<'a> PcapngReader<'a> {
         }
         let e = self.endian;
         let rd = |o| e.u32(body, o).unwrap_or(0);
-        let ifc = self.iface(off, WHAT, rd(0))?;
+        let iface = rd(0);
+        let ifc = self.iface(off, WHAT, iface)?;
         let ts = ((rd(4) as u64) << 32) | rd(8) as u64;
         let data = Self::packet_data(off, WHAT, body, rd(12))?;
+        let opts = &body[(20 + data.len().div_ceil(4) * 4).min(body.len())..];
+        // Lenient: a malformed option list only loses the direction.
+        let mut direction = None;
+        let _ = self.options(off, WHAT, opts, |code, value| {
+            if code == OPT_EPB_FLAGS && value.len() >= 4 {
+                direction = Direction::from_epb_flags(e.u32(value, 0).unwrap_or(0));
+            }
+        });
         Ok(RawRecord {
             offset: off,
             link_type: ifc.link_type,
             ts_nanos: ts_to_nanos(ts, ifc.tsresol, ifc.tsoffset),
             orig_len: rd(16),
             data,
+            interface: iface,
+            direction,
         })
     }
 
@@ -312,7 +351,8 @@ impl<'a> PcapngReader<'a> {
         }
         let e = self.endian;
         let rd = |o| e.u32(body, o).unwrap_or(0);
-        let ifc = self.iface(off, WHAT, e.u16(body, 0).unwrap_or(0) as u32)?;
+        let iface = e.u16(body, 0).unwrap_or(0) as u32;
+        let ifc = self.iface(off, WHAT, iface)?;
         let ts = ((rd(4) as u64) << 32) | rd(8) as u64;
         let data = Self::packet_data(off, WHAT, body, rd(12))?;
         Ok(RawRecord {
@@ -321,6 +361,8 @@ impl<'a> PcapngReader<'a> {
             ts_nanos: ts_to_nanos(ts, ifc.tsresol, ifc.tsoffset),
             orig_len: rd(16),
             data,
+            interface: iface,
+            direction: None,
         })
     }
 
@@ -344,6 +386,8 @@ impl<'a> PcapngReader<'a> {
             ts_nanos: 0,
             orig_len: orig,
             data: &body[4..4 + caplen],
+            interface: 0,
+            direction: None,
         })
     }
 }

@@ -917,6 +917,8 @@ fn every_skip_cause() {
             ts_nanos: 0,
             orig_len: f.len() as u32,
             data: f,
+            interface: 0,
+            direction: None,
         };
         match r {
             Some(r) => {
@@ -988,7 +990,7 @@ proptest! {
         frame in proptest::collection::vec(any::<u8>(), 0..400),
     ) {
         let _ = link::decode_udp(link, &frame);
-        let p = Packet { frame: 1, offset: 0, link_type: link, ts_nanos: 0, orig_len: 0, data: &frame };
+        let p = Packet { frame: 1, offset: 0, link_type: link, ts_nanos: 0, orig_len: 0, data: &frame, interface: 0, direction: None };
         let _ = decode_packet(&p);
     }
 

@@ -3,6 +3,8 @@
 //! the kernel's UDP path. Devices are named by GID like soft devices.
 
 use super::{Received, Transport, TransportStats};
+use crate::capture::Direction;
+use crate::capture::live::{self, Tap};
 use crate::engine::{MadSource, PortInfo, Transmit};
 use crate::wire::Gid;
 use std::collections::{HashMap, VecDeque};
@@ -27,6 +29,7 @@ pub struct LoopbackTransport {
     gid: Gid,
     guid: u64,
     stats: TransportStats,
+    tap: Tap,
 }
 
 impl LoopbackTransport {
@@ -41,11 +44,13 @@ impl LoopbackTransport {
             return Err(io::Error::from(io::ErrorKind::AddrInUse));
         }
         reg.insert(gid, Arc::downgrade(&ep));
+        drop(reg);
         Ok(LoopbackTransport {
             ep,
             gid,
             guid,
             stats: TransportStats::default(),
+            tap: Tap::new(format!("loop:{}", gid.to_ip())),
         })
     }
 }
@@ -71,6 +76,11 @@ impl Transport for LoopbackTransport {
                 continue;
             };
             TransportStats::inc(&self.stats.tx_datagrams);
+            if live::active() {
+                let d = &t.dest;
+                self.tap
+                    .mad(Direction::Outbound, &self.gid, &d.dgid, d.pkey, &t.mad);
+            }
             let r = Received {
                 src: MadSource {
                     port: 1,
@@ -110,9 +120,18 @@ impl Transport for LoopbackTransport {
             };
         }
         q.1 = false;
+        let start = out.len();
         for r in q.0.drain(..) {
             TransportStats::inc(&self.stats.rx_datagrams);
             out.push(r);
+        }
+        drop(q);
+        if live::active() {
+            for r in &out[start..] {
+                let s = &r.src;
+                self.tap
+                    .mad(Direction::Inbound, &s.sgid, &s.dgid, s.pkey, &r.mad);
+            }
         }
         Ok(())
     }

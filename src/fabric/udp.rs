@@ -16,6 +16,8 @@
 //! this path rests on the UDP checksum and the MAD parser's checks.
 
 use super::{Received, Transport, TransportStats, soft_node_guid};
+use crate::capture::Direction;
+use crate::capture::live::{self, Tap};
 use crate::engine::{MadSource, PortInfo, Transmit};
 use crate::wire::Gid;
 use crate::wire::roce::{self, Bth, Deth, GSI_PAYLOAD_LEN, IcrcInput};
@@ -37,6 +39,7 @@ pub struct UdpTransport {
     guid: u64,
     psn: AtomicU32,
     stats: TransportStats,
+    tap: Tap,
 }
 
 /// Socket buffer sizes a soft device asks for (best effort).
@@ -140,6 +143,7 @@ impl UdpTransport {
         }
         let wake_fd = unsafe { OwnedFd::from_raw_fd(efd) };
         let port = sock.local_addr()?.port();
+        let tap = Tap::new(soft_name(ip, port));
         Ok(UdpTransport {
             sock,
             wake_fd,
@@ -149,7 +153,13 @@ impl UdpTransport {
             guid: soft_node_guid(&ip, port),
             psn: AtomicU32::new(0),
             stats: TransportStats::default(),
+            tap,
         })
+    }
+
+    /// Names the device in captures (`soft:<ip>@<verbs device>`).
+    pub fn set_capture_name(&mut self, name: String) {
+        self.tap = Tap::new(name);
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -311,6 +321,11 @@ impl UdpTransport {
                 .unwrap_or(IpAddr::V6(v6)),
             v4 => v4,
         };
+        if live::active() {
+            let src = Gid::from(src_ip);
+            self.tap
+                .gsi(Direction::Inbound, &src, &self.gid, from.port(), payload);
+        }
         Some(Received {
             src: MadSource {
                 port: 1,
@@ -359,6 +374,11 @@ impl UdpTransport {
             let f = sc.frames.last_mut().unwrap();
             if self.frame(t, &dest, f) {
                 sc.addrs.push(sockaddr_of(&dest));
+                if live::active() {
+                    let dst = Gid::from(dest.ip());
+                    self.tap
+                        .gsi(Direction::Outbound, &self.gid, &dst, self.port, &f[..]);
+                }
             } else {
                 sc.frames.pop();
             }
@@ -465,9 +485,14 @@ impl Transport for UdpTransport {
     }
 
     fn describe(&self) -> String {
-        match self.ip {
-            IpAddr::V4(v4) => format!("soft:{v4}:{}", self.port),
-            IpAddr::V6(v6) => format!("soft:[{v6}]:{}", self.port),
-        }
+        soft_name(self.ip, self.port)
+    }
+}
+
+/// `soft:<ip>:<port>` (IPv6 in brackets).
+fn soft_name(ip: IpAddr, port: u16) -> String {
+    match ip {
+        IpAddr::V4(v4) => format!("soft:{v4}:{port}"),
+        IpAddr::V6(v6) => format!("soft:[{v6}]:{port}"),
     }
 }

@@ -23,6 +23,8 @@
 
 use super::verbs::VerbsInfo;
 use super::{Received, Transport, TransportStats};
+use crate::capture::Direction;
+use crate::capture::live::{self, Tap, lid_gid};
 use crate::engine::{Errno, GidType, MadSource, PortInfo, Transmit, errno};
 use crate::log::{DEBUG, ERROR, INFO, WARN};
 use crate::wire::Gid;
@@ -85,6 +87,7 @@ pub struct UmadTransport {
     ack_delay: u8,
     stats: TransportStats,
     watcher: Option<super::verbs::Watcher>,
+    tap: Tap,
 }
 
 fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -142,15 +145,9 @@ fn kernel_cm_loaded() -> bool {
 }
 
 /// Writes an error line even when `IBCM_LOG` is unset: a refused device
-/// leaves the caller nothing but an errno otherwise. `IBCM_LOG=off` (or 0,
-/// none) silences it.
+/// leaves the caller nothing but an errno otherwise.
 fn always_log(args: std::fmt::Arguments<'_>) {
-    let off = std::env::var("IBCM_LOG")
-        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "off" | "0" | "none"))
-        .unwrap_or(false);
-    if crate::log::enabled(ERROR) || !off {
-        crate::log::write(ERROR, args);
-    }
+    crate::log::always(ERROR, args)
 }
 
 /// The log line and errno when the CM class cannot be registered.
@@ -254,7 +251,30 @@ impl UmadTransport {
             ack_delay: info.ack_delay,
             stats: TransportStats::default(),
             watcher: watcher(dev),
+            tap: Tap::new(dev.clone()),
         })
+    }
+
+    /// Records an outbound MAD in the capture: the GIDs it travels
+    /// between, or LIDs as `fe80::<LID>` where there is no GRH.
+    fn capture_tx(&self, pf: &PortFd, t: &Transmit) {
+        let d = &t.dest;
+        let (lid, grh) = {
+            let port = read(&pf.port);
+            (port.lid, port.is_roce || d.has_grh)
+        };
+        let src = if d.sgid.is_zero() {
+            lid_gid(lid)
+        } else {
+            d.sgid
+        };
+        let dst = if grh && !d.dgid.is_zero() {
+            d.dgid
+        } else {
+            lid_gid(d.dlid)
+        };
+        self.tap
+            .mad(Direction::Outbound, &src, &dst, d.pkey, &t.mad);
     }
 
     /// The GID index to send from: the entry equal to `sgid` (a RoCE v2
@@ -374,7 +394,15 @@ impl UmadTransport {
             n += 1;
             TransportStats::inc(&self.stats.rx_datagrams);
             match Self::accept(pf, &buf[..r as usize]) {
-                Some(m) => out.push(m),
+                Some(m) => {
+                    if live::active() {
+                        let s = &m.src;
+                        let src = if s.has_grh { s.sgid } else { lid_gid(s.slid) };
+                        self.tap
+                            .mad(Direction::Inbound, &src, &s.dgid, s.pkey, &m.mad);
+                    }
+                    out.push(m)
+                }
                 None => TransportStats::inc(&self.stats.rx_garbage),
             }
         }
@@ -395,6 +423,9 @@ impl Transport for UmadTransport {
                 continue;
             };
             Self::frame(pf, t, &mut buf);
+            if live::active() {
+                self.capture_tx(pf, t);
+            }
             loop {
                 let r =
                     unsafe { libc::write(pf.fd.as_raw_fd(), buf.as_ptr() as *const _, buf.len()) };
@@ -535,7 +566,8 @@ fn watcher(dev: &str) -> Option<super::verbs::Watcher> {
 }
 
 impl SoftVerbsTransport {
-    pub fn new(udp: super::udp::UdpTransport, info: VerbsInfo) -> SoftVerbsTransport {
+    pub fn new(mut udp: super::udp::UdpTransport, info: VerbsInfo) -> SoftVerbsTransport {
+        udp.set_capture_name(format!("{}@{}", udp.describe(), info.name));
         let g = udp.gid();
         let known = info.ports.iter().any(|p| p.gids.iter().any(|e| e.gid == g));
         if !known {

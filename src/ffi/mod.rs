@@ -401,6 +401,37 @@ pub unsafe extern "C" fn ibcm_get_counters(
     })
 }
 
+/// `ibcm_pcap_start`: capture every CM MAD of the process to a pcapng file.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_pcap_start(path: *const c_char, max_bytes: u64) -> c_int {
+    guard("ibcm_pcap_start", || {
+        if path.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+        if bytes.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        let path = std::path::Path::new(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes),
+        );
+        let limit = if max_bytes == 0 {
+            crate::capture::live::DEFAULT_LIMIT
+        } else {
+            max_bytes
+        };
+        crate::capture::live::start(path, limit).map(|()| 0)
+    })
+}
+
+/// `ibcm_pcap_stop`: end the capture, flushing and closing the file.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ibcm_pcap_stop() -> c_int {
+    guard("ibcm_pcap_stop", || {
+        crate::capture::live::stop().map(|()| 0)
+    })
+}
+
 // ---------------------------------------------------------------- ib_cm.h
 
 /// `ib_create_cm_id`.
