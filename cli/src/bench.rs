@@ -49,6 +49,7 @@ struct Opts {
     verify: bool,
     /// How long the server waits for its ids to finish before reporting.
     settle: Duration,
+    svg: Option<std::path::PathBuf>,
 }
 
 /// The long description in `ibcm bench --help`.
@@ -127,6 +128,10 @@ pub struct Args {
     /// with --verify: how long the server waits for its ids to finish
     #[arg(long, value_name = "SEC", default_value = "20", value_parser = args::seconds)]
     pub settle: Duration,
+    /// write the latency CDFs per step (against the UDP baseline with
+    /// --baseline) and the connection rate over time to FILE as SVG
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub svg: Option<std::path::PathBuf>,
     /// (internal) run as the server process of a two-process run
     #[arg(long, hide = true)]
     pub serve: bool,
@@ -157,6 +162,7 @@ impl Opts {
             cm_retries: a.cm_retries,
             verify: a.verify,
             settle: a.settle,
+            svg: a.svg.clone(),
         };
         if o.fabric == "loopback" {
             if o.server.starts_with("soft:") {
@@ -600,6 +606,65 @@ fn serve(o: &Opts) -> i32 {
     0
 }
 
+// ------------------------------------------------------------- --svg
+
+/// `--svg`: the latency CDFs per step (µs, log scale) against the UDP
+/// baseline's exchange, above the rate of established connections over
+/// the connect phase, as one SVG document.
+fn bench_svg(
+    req_rep: &[u64],
+    connect: &[u64],
+    disc: &[u64],
+    baseline: Option<&[u64]>,
+    established_s: &[f64],
+    connect_s: f64,
+) -> String {
+    use ibcm::svg::{latency_cdf_svg, ns_to_us, rate_series, rate_svg};
+    let mut series = vec![
+        ("REQ->REP", ns_to_us(req_rep)),
+        ("connect (REQ->RTU)", ns_to_us(connect)),
+        ("DREQ->DREP", ns_to_us(disc)),
+    ];
+    if let Some(b) = baseline {
+        series.push(("UDP baseline exchange", ns_to_us(b)));
+    }
+    let cdf = latency_cdf_svg(&series);
+    let bin = (connect_s / 50.0).max(1e-3);
+    let rate = rate_svg(
+        &rate_series(established_s, bin),
+        "connections established per second",
+    );
+    stack_svgs(&[cdf, rate])
+}
+
+/// Several standalone SVG documents one above the other in one document.
+fn stack_svgs(docs: &[String]) -> String {
+    let size = |d: &str, attr: &str| -> f64 {
+        let tag = d.find("<svg").map(|i| &d[i..]).unwrap_or("");
+        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+        tag.find(&format!(" {attr}=\""))
+            .and_then(|i| tag[i + attr.len() + 3..].split('"').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let width = docs.iter().map(|d| size(d, "width")).fold(0.0, f64::max);
+    let height: f64 = docs.iter().map(|d| size(d, "height")).sum();
+    let mut out = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" \
+         version=\"1.1\" width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\">\n"
+    );
+    let mut y = 0.0;
+    for d in docs {
+        let body = d.find("<svg").map(|i| &d[i..]).unwrap_or(d);
+        // The nested document keeps its own size and viewBox; `y` moves it.
+        out.push_str(&body.replacen("<svg", &format!("<svg y=\"{y:.0}\""), 1));
+        out.push('\n');
+        y += size(d, "height");
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
 // -------------------------------------------------------- UDP baseline
 
 fn ip_of(dev: &str) -> Result<IpAddr, String> {
@@ -644,6 +709,8 @@ fn serve_baseline(o: &Opts) -> i32 {
 struct BaseResult {
     rate: f64,
     lat: Pct,
+    /// Every exchange's round trip, ns (for `--svg`).
+    lat_ns: Vec<u64>,
 }
 
 /// The client half of the baseline (see `baseline.rs`): N exchanges of 3
@@ -681,7 +748,8 @@ fn run_baseline(o: &Opts) -> Result<BaseResult, String> {
     }
     Ok(BaseResult {
         rate,
-        lat: pct(lat),
+        lat: pct(lat.clone()),
+        lat_ns: lat,
     })
 }
 
@@ -1103,6 +1171,31 @@ fn run(o: &Opts) -> Result<(), String> {
 
     let connect_per_s = n as f64 / connect_s;
     let disconnect_per_s = to_close as f64 / disconnect_s.max(1e-9);
+    if let Some(path) = &o.svg {
+        let start = conns
+            .iter()
+            .map(|c| c.t_req.load(Ordering::Relaxed))
+            .filter(|&t| t > 0)
+            .min()
+            .unwrap_or(0);
+        let established: Vec<f64> = conns
+            .iter()
+            .map(|c| c.t_est.load(Ordering::Relaxed))
+            .filter(|&t| t > 0)
+            .map(|t| t.saturating_sub(start) as f64 / 1e9)
+            .collect();
+        let svg = bench_svg(
+            &req_rep,
+            &connect,
+            &disc,
+            baseline.as_ref().map(|b| &b.lat_ns[..]),
+            &established,
+            connect_s,
+        );
+        if let Err(e) = std::fs::write(path, svg) {
+            return Err(format!("cannot write {}: {e}", path.display()));
+        }
+    }
     let cp = pct(connect);
     let dp = pct(disc);
     let qp = pct(req_rep);

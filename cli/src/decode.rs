@@ -1,6 +1,8 @@
-//! `ibcm decode [--json] [--summary] FILE...`: prints the CM MADs found in
-//! pcap / pcapng captures (see `ibcm::capture` for what is recognised and
-//! `ibcm::decode` for the output formats).
+//! `ibcm decode [--json] [--oneline | --summary [--svg FILE] [--conn N]...]
+//! FILE...`: prints the CM MADs found in pcap / pcapng captures (see
+//! `ibcm::capture` for what is recognised and `ibcm::decode` for the output
+//! formats), or, with `--summary`, the connections they form
+//! (`ibcm::ladder`) and their ladder diagram (`ibcm::svg`).
 //!
 //! Files are read one after the other. A file that cannot be read, or whose
 //! records stop making sense, gets one message on stderr naming the file and
@@ -24,10 +26,13 @@ pcapng captures.";
 /// `ibcm decode`'s command line.
 #[derive(clap::Args, Debug)]
 #[command(
-    override_usage = "ibcm decode [--json] [--summary] FILE...",
+    override_usage = "ibcm decode [--json] [--oneline] FILE...\n       \
+                      ibcm decode --summary [--json] [--svg FILE] [--conn N]... FILE...",
     after_help = "\
 At the end, one summary line per file: packets, CM MADs by attribute,
 malformed MADs, ICRC failures and the other packets skipped, by cause.
+With --summary: one line per connection (the MADs of every file together),
+then totals and latency percentiles per step.
 Exit status: 0 if every file was read to its end, 1 if one was not,
 2 for usage errors."
 )]
@@ -38,8 +43,21 @@ pub struct Args {
     pub json: bool,
     /// one line per CM MAD instead of all fields (with --json: the frame,
     /// transport and MAD header keys only)
+    #[arg(long, conflicts_with = "summary")]
+    pub oneline: bool,
+    /// one line per connection: service ID, comm IDs, endpoints, the
+    /// message sequence with step times, CM states, outcome,
+    /// retransmissions; then totals and latency percentiles per step
+    /// (with --json: one JSON document)
     #[arg(long)]
     pub summary: bool,
+    /// write a ladder diagram (SVG, for a browser) of the connections to
+    /// FILE; implies --summary
+    #[arg(long, value_name = "FILE", value_hint = clap::ValueHint::FilePath)]
+    pub svg: Option<std::path::PathBuf>,
+    /// draw only connection N (the #N of --summary) in the SVG; repeatable
+    #[arg(long = "conn", value_name = "N", requires = "svg")]
+    pub conns: Vec<usize>,
     /// pcap or pcapng capture files; '-' reads standard input
     #[arg(value_name = "FILE", required = true, value_hint = clap::ValueHint::FilePath)]
     pub files: Vec<OsString>,
@@ -171,10 +189,10 @@ fn decode_file(
         }
         let t0 = *t0.get_or_insert(f.ts_nanos);
         if o.json {
-            let frame = JsonFrame(render::frame_fields(&f, file_key, !o.summary));
+            let frame = JsonFrame(render::frame_fields(&f, file_key, !o.oneline));
             serde_json::to_writer(&mut *out, &frame)?;
             writeln!(out)?;
-        } else if o.summary {
+        } else if o.oneline {
             writeln!(out, "{}", render::frame_summary_line(&f, t0))?;
         } else {
             if r.mads > 1 {
@@ -186,7 +204,70 @@ fn decode_file(
     Ok(r)
 }
 
+/// `--summary` / `--svg`: the connections of every file together.
+fn run_summary(o: &Args) -> io::Result<i32> {
+    let mut status = 0;
+    let mut frames = Vec::new();
+    for file in &o.files {
+        let name = file.to_string_lossy().into_owned();
+        let data = match read_input(file) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("ibcm decode: {name}: cannot read the file: {e}");
+                status = 1;
+                continue;
+            }
+        };
+        let reader = match Reader::new(&data) {
+            Ok(r) => r,
+            Err(CaptureError { offset, message }) => {
+                eprintln!(
+                    "ibcm decode: {name}: error at byte offset {offset} ({offset:#x}): {message}"
+                );
+                status = 1;
+                continue;
+            }
+        };
+        for p in reader {
+            match p {
+                Ok(p) => {
+                    if let Ok(f) = capture::decode_packet(&p) {
+                        frames.push(f);
+                    }
+                }
+                Err(CaptureError { offset, message }) => {
+                    eprintln!(
+                        "ibcm decode: {name}: error at byte offset {offset} ({offset:#x}): {message}"
+                    );
+                    status = 1;
+                    break;
+                }
+            }
+        }
+    }
+    let summary = ibcm::ladder::summarize(&frames);
+    if let Some(path) = &o.svg {
+        let svg = ibcm::svg::ladder_svg(&summary, &o.conns);
+        if let Err(e) = std::fs::write(path, svg) {
+            eprintln!("ibcm decode: cannot write {}: {e}", path.display());
+            return Ok(1);
+        }
+    }
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    if o.json {
+        writeln!(out, "{}", summary.to_json())?;
+    } else {
+        write!(out, "{}", summary.to_text())?;
+    }
+    out.flush()?;
+    Ok(status)
+}
+
 fn run(o: &Args) -> io::Result<i32> {
+    if o.summary || o.svg.is_some() {
+        return run_summary(o);
+    }
     let stdout = io::stdout();
     let mut out = io::BufWriter::new(stdout.lock());
     let several = o.files.len() > 1;

@@ -181,6 +181,9 @@ mod tests {
             "bench --baseline --json -n 10 -c 4 --fabric loopback --threads 2 --processes 1",
             "bench --scale --connections 1000000",
             "decode --json --summary a.pcap -",
+            "decode --oneline a.pcap",
+            "decode --summary --svg ladder.svg --conn 0 --conn 2 a.pcap b.pcapng",
+            "bench --baseline --svg bench.svg -n 100",
             "devices --json",
             "completions bash",
         ] {

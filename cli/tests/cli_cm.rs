@@ -198,6 +198,54 @@ fn bench_over_loopback_with_two_shards_completes() {
     );
 }
 
+/// `bench --svg`: one SVG document holding the latency CDFs (one curve per
+/// step) and the rate over time.
+#[test]
+fn bench_svg_draws_cdfs_and_rate() {
+    let path = std::env::temp_dir().join(format!("ibcm-bench-{}.svg", std::process::id()));
+    let out = ibcm()
+        .args([
+            "bench",
+            "--fabric",
+            "loopback",
+            "--server",
+            "loop:10.9.1.1",
+            "--client",
+            "loop:10.9.1.2",
+            "-n",
+            "500",
+            "-c",
+            "16",
+            "--svg",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>"));
+    assert_eq!(
+        svg.matches("<svg").count(),
+        3,
+        "a document holding two pictures"
+    );
+    assert_eq!(svg.matches("</svg>").count(), 3);
+    for label in [
+        "REQ-&gt;REP",
+        "connect (REQ-&gt;RTU)",
+        "DREQ-&gt;DREP",
+        "established per second",
+    ] {
+        assert!(svg.contains(label), "{label} missing");
+    }
+    assert!(!svg.contains("no data"), "every step has latencies");
+}
+
 /// Runs `ibcm listen ARGS` in the background, then `ibcm connect ARGS`;
 /// returns (listen stdout, connect stdout, connect success).
 fn listen_connect(listen: &[&str], connect: &[&str]) -> (String, String, bool) {

@@ -3,7 +3,7 @@
 //!
 //! * the capture tooling's `*.mads.txt` (every listed field, and every MAD's
 //!   256 bytes rebuilt from the JSON fields alone),
-//! * the capture tooling's `*.summary.txt` (`--summary` reproduces it),
+//! * the capture tooling's `*.summary.txt` (`--oneline` reproduces it),
 //! * the stored `tshark -V` output of tshark 4.0 (`*.tshark.txt`), field by
 //!   field, with the places where tshark 4.0 does not follow the IBTA layout
 //!   asserted byte by byte (see [`Cmp::FlowLabelTshark`]),
@@ -915,7 +915,7 @@ fn summary_reproduces_the_summary_files() {
     for name in CAPTURES {
         let r = ibcm(&[
             OsStr::new("decode"),
-            OsStr::new("--summary"),
+            OsStr::new("--oneline"),
             vector(name, "pcap").as_os_str(),
         ]);
         assert_eq!(r.code, 0, "{name}: {}", r.stderr);
@@ -934,12 +934,12 @@ fn summary_reproduces_the_summary_files() {
         assert!(s.contains(&format!(" {n} CM MADs (")), "{s}");
         assert!(s.contains(" 0 malformed, 0 ICRC failures, "), "{s}");
     }
-    // --json --summary: the header keys, no message fields.
+    // --json --oneline: the header keys, no message fields.
     let rej = vector("rej", "pcap");
     let r = ibcm(&[
         OsStr::new("decode"),
         OsStr::new("--json"),
-        OsStr::new("--summary"),
+        OsStr::new("--oneline"),
         rej.as_os_str(),
     ]);
     let objs = json_lines(&r.stdout);
@@ -2060,7 +2060,7 @@ fn malformed_mads_are_shown_with_their_error() {
     );
     let r = ibcm(&[
         OsStr::new("decode"),
-        OsStr::new("--summary"),
+        OsStr::new("--oneline"),
         bad_rej.as_os_str(),
     ]);
     assert!(
@@ -2110,7 +2110,7 @@ fn mutated_captures_never_panic() {
         }
         files.push(dir.write(&format!("m{i}.pcap"), &data).into_os_string());
     }
-    for mode in [None, Some("--json"), Some("--summary")] {
+    for mode in [None, Some("--json"), Some("--oneline")] {
         let mut args: Vec<OsString> = vec!["decode".into()];
         args.extend(mode.map(OsString::from));
         args.extend(files.iter().cloned());
@@ -2170,7 +2170,7 @@ fn json_is_the_librarys_frame_json() {
         for summary in [false, true] {
             let mut args = vec![OsString::from("decode"), "--json".into()];
             if summary {
-                args.push("--summary".into());
+                args.push("--oneline".into());
             }
             args.push(path.clone().into_os_string());
             let r = ibcm(&args);
@@ -2200,7 +2200,7 @@ fn usage_errors_exit_2() {
         if args.first() == Some(&"decode") {
             assert!(
                 r.stderr
-                    .contains("Usage: ibcm decode [--json] [--summary] FILE..."),
+                    .contains("Usage: ibcm decode [--json] [--oneline] FILE..."),
                 "{}",
                 r.stderr
             );
@@ -2235,11 +2235,11 @@ fn help_exits_0_and_lists_the_commands() {
         if args.first() == Some(&"decode") {
             assert!(
                 r.stdout
-                    .contains("Usage: ibcm decode [--json] [--summary] FILE..."),
+                    .contains("Usage: ibcm decode [--json] [--oneline] FILE..."),
                 "{}",
                 r.stdout
             );
-            for opt in ["--json", "--summary", "<FILE>"] {
+            for opt in ["--json", "--oneline", "--summary", "<FILE>"] {
                 assert!(r.stdout.contains(opt), "{opt}: {}", r.stdout);
             }
         } else {
@@ -2365,4 +2365,59 @@ fn every_attribute_round_trips_through_json() {
     assert_eq!(string(&o, "attr"), "RTU");
     assert_eq!(string(&o, "error"), "CM class version 1 (expected 2)");
     assert_eq!(string(&o, "mad"), hex(&mad));
+}
+
+/// `--summary`: one line per connection of the kernel captures, the JSON
+/// document, and the ladder SVG of a selection.
+#[test]
+fn summary_groups_connections_and_draws_the_ladder() {
+    let rej = vector("rej", "pcap");
+    let r = ibcm(&[
+        OsString::from("decode"),
+        "--summary".into(),
+        rej.clone().into(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("rejected"), "{}", r.stdout);
+    assert!(r.stdout.contains("invalid service ID"), "{}", r.stdout);
+    let rping = vector("rping", "pcap");
+    let r = ibcm(&[
+        OsString::from("decode"),
+        "--summary".into(),
+        "--json".into(),
+        rping.clone().into(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.trim()).expect("one JSON document");
+    let conns = v["connections"].as_array().expect("connections");
+    assert_eq!(conns.len(), 1, "{v}");
+    assert_eq!(conns[0]["outcome"], "disconnected", "{v}");
+    let dir = std::env::temp_dir().join(format!("ibcm-ladder-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("ladder.svg");
+    let r = ibcm(&[
+        OsString::from("decode"),
+        "--svg".into(),
+        svg.clone().into(),
+        "--conn".into(),
+        "0".into(),
+        rping.into(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.starts_with("<?xml") && text.contains("<svg") && text.trim_end().ends_with("</svg>")
+    );
+    assert!(
+        text.contains("REQ") && text.contains("DREP"),
+        "arrows labelled"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    // --conn needs --svg; --oneline and --summary exclude each other.
+    for bad in [vec!["--conn", "1"], vec!["--oneline", "--summary"]] {
+        let mut args = vec![OsString::from("decode")];
+        args.extend(bad.iter().map(OsString::from));
+        args.push(rej.clone().into());
+        assert_eq!(ibcm(&args).code, 2, "{bad:?}");
+    }
 }
