@@ -10,6 +10,7 @@ command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v valgrind   >/dev/null || need+=(valgrind)
 command -v tshark     >/dev/null || need+=(tshark)
 command -v ip         >/dev/null || need+=(iproute2)
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 
 if ((${#need[@]})); then
     SUDO=""
