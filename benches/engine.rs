@@ -69,8 +69,8 @@ fn handshake(
     while a.poll_change().is_some() {}
     while b.poll_change().is_some() {}
     // Tear down without protocol traffic: both ids forgotten.
-    a.destroy(now, id, 0);
-    b.destroy(now, ev.id, 0);
+    a.destroy(id, 0);
+    b.destroy(ev.id, 0);
     while a.poll_transmit().is_some() {}
     while b.poll_transmit().is_some() {}
 }

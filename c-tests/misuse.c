@@ -287,10 +287,16 @@ static struct ib_cm_id *connect_once(u8 first_byte, u32 qpn)
 	struct sa_path_rec path;
 	u8 pd[8] = { first_byte };
 	struct ib_cm_id *id = ib_create_cm_id(cdev, client_handler, NULL);
+	int err;
 
 	if (IS_ERR(id))
 		return id;
-	ibcm_init_path(cdev, 1, &server_gid, &path);
+	err = ibcm_init_path(cdev, 1, &server_gid, &path);
+	CHECK(err == 0, "init path for the REQ: %d", err);
+	if (err) {
+		ib_destroy_cm_id(id);
+		return ERR_PTR(err);
+	}
 	memset(&req, 0, sizeof(req));
 	req.primary_path = &path;
 	req.service_id = cpu_to_be64(SVC);
@@ -319,6 +325,8 @@ static void destroy_in_callback(struct ib_cm_id *listener)
 	for (i = 0; i < 5; i++) {
 		id = connect_once(0xdd, 0x300 + (u32)i);
 		CHECK(!IS_ERR(id), "create");
+		if (IS_ERR(id))
+			continue;
 		for (int t = 0; t < 300 && atomic_load(&in_cb_destroys) <= i; t++)
 			msleep(10);
 		ib_destroy_cm_id(id);
@@ -337,6 +345,7 @@ static void *racer(void *arg)
 	unsigned seed = (unsigned)(uintptr_t)arg;
 	for (int i = 0; i < PER_THREAD; i++) {
 		struct ib_cm_id *id = connect_once(0, 0x1000 + (u32)((uintptr_t)arg * 1000 + (u32)i));
+		CHECK(!IS_ERR(id), "create");
 		if (IS_ERR(id))
 			continue;
 		/* Destroy at a random moment: before the REP, while it is

@@ -111,8 +111,8 @@ fn main() {
         t_conn += t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
         for &(x, y) in &ids {
-            a.destroy(now, x, 0);
-            b.destroy(now, y, 0);
+            a.destroy(x, 0);
+            b.destroy(y, 0);
             while a.poll_transmit().is_some() {}
             while b.poll_transmit().is_some() {}
             while a.poll_change().is_some() {}

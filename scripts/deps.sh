@@ -17,6 +17,7 @@ python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 command -v mandoc     >/dev/null || need+=(mandoc)
 command -v man        >/dev/null || need+=(man-db)
 command -v col        >/dev/null || need+=(bsdextrautils)
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 
 if ((${#need[@]})); then
     SUDO=""

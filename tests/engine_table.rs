@@ -1399,8 +1399,7 @@ fn rej_timeout_is_found_through_the_ari_guid() {
         // The active side gives up in REQ_SENT: REJ(TIMEOUT), ARI = GUID.
         let mut fx = reach(s, P);
         let a = fx.peer.unwrap();
-        let now = fx.w.now;
-        fx.w.e[A].destroy(now, a, 0);
+        fx.w.e[A].destroy(a, 0);
         let rej = fx.w.take(A);
         let CmMsg::Rej(r) = parse(&rej[0]) else {
             panic!()
@@ -1585,9 +1584,8 @@ fn destroy_in_every_state_sends_the_kernel_mad() {
         let l = lid_of(fx.id);
         let r = fx.remote_id();
         let peer_state = fx.peer.and_then(|p| fx.w.e[1 - side].state(p));
-        let now = fx.w.now;
         let err = if enomem { -12 } else { 0 };
-        fx.w.e[side].destroy(now, fx.id, err);
+        fx.w.e[side].destroy(fx.id, err);
         assert_eq!(fx.state(), None, "{label}: gone");
         let sent = fx.take_own();
         // What the peer must make of it: (event, its state afterwards).
@@ -1706,7 +1704,7 @@ fn destroy_in_every_state_sends_the_kernel_mad() {
 fn destroy_of_a_listener_stops_matching() {
     let mut fx = reach(State::Listen, P);
     let now = fx.w.now;
-    fx.w.e[P].destroy(now, fx.listener, 0);
+    fx.w.e[P].destroy(fx.listener, 0);
     assert_eq!(fx.w.e[P].shared().listen_count(), 0);
     let a = fx.w.e[A].create_id(1).unwrap();
     fx.w.e[A]
@@ -1723,8 +1721,7 @@ fn destroy_of_a_listener_stops_matching() {
 #[test]
 fn destroy_in_req_rcvd_with_enomem_lets_the_retry_succeed() {
     let mut fx = reach(State::ReqRcvd, P);
-    let now = fx.w.now;
-    fx.w.e[P].destroy(now, fx.id, -12);
+    fx.w.e[P].destroy(fx.id, -12);
     assert!(fx.w.take(P).is_empty(), "no REJ");
     // The active side's retransmission is a new REQ.
     fx.w.advance(REQ_INTERVAL);
@@ -2150,7 +2147,7 @@ fn insert_listen_shares_compatible_listeners() {
     assert_eq!(e.insert_listen(0, SERVICE2, 0xabc), Err(Errno::EINVAL));
     // The first destroy only drops a share.
     let now = w.now;
-    w.e[P].destroy(now, h1, 0);
+    w.e[P].destroy(h1, 0);
     assert_eq!(w.e[P].state(h1), Some(State::Listen));
     let a = w.e[A].create_id(1).unwrap();
     w.e[A]
@@ -2163,7 +2160,7 @@ fn insert_listen_shares_compatible_listeners() {
     };
     assert_eq!(p.listen_id, h1);
     // The last one removes the listener.
-    w.e[P].destroy(now, h1, 0);
+    w.e[P].destroy(h1, 0);
     assert_eq!(w.e[P].state(h1), None);
     let a2 = w.e[A].create_id(1).unwrap();
     let mut rp = req_params(A, &Opts::default());
@@ -2694,4 +2691,37 @@ fn stale_connection_rep_gets_rej_and_old_connection_dreq() {
     assert_eq!(fx.w.e[A].state(a2), Some(State::ReqSent));
     assert_eq!(fx.w.e[A].info(a2).unwrap().remote_id, 0);
     assert!(fx.w.events(A).is_empty());
+}
+
+/// A stale connection's old id gets `ib_send_cm_dreq` (`dreq_stale_local`):
+/// established, it sends a DREQ; otherwise (or already destroyed) it sends
+/// none and leaves a notice instead of dropping the refusal silently.
+#[test]
+fn stale_dreq_not_sent_is_a_notice() {
+    let mut fx = reach(State::Established, A);
+    let (now, lid) = (fx.w.now, lid_of(fx.id));
+    fx.w.take(A);
+    while fx.w.e[A].poll_notice().is_some() {}
+    fx.w.e[A].dreq_stale_local(now, lid);
+    assert_eq!(fx.state(), Some(State::DreqSent));
+    assert!(matches!(parse(&fx.w.take(A)[0]), CmMsg::Dreq(_)));
+    assert_eq!(fx.w.e[A].poll_notice(), None);
+    fx.w.e[A].dreq_stale_local(now, lid);
+    assert!(fx.w.take(A).is_empty(), "no second DREQ");
+    assert_eq!(
+        fx.w.e[A].poll_notice(),
+        Some(Notice::StaleNoDreq {
+            local_id: lid,
+            state: Some(State::DreqSent)
+        })
+    );
+    fx.w.e[A].destroy(fx.id, 0);
+    fx.w.e[A].dreq_stale_local(now, lid);
+    assert_eq!(
+        fx.w.e[A].poll_notice(),
+        Some(Notice::StaleNoDreq {
+            local_id: lid,
+            state: None
+        })
+    );
 }

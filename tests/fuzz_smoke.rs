@@ -609,9 +609,9 @@ mod regressions {
         // wrapped one (0).
         let rts = a.init_qp_attr(h, qp_state::RTS).unwrap();
         assert_eq!(rts.timeout, 31);
-        for (e, now) in [(&mut a, now), (&mut b, now)] {
+        for e in [&mut a, &mut b] {
             for id in e.handles() {
-                e.destroy(now, id, 0);
+                e.destroy(id, 0);
             }
         }
     }
@@ -636,7 +636,7 @@ mod regressions {
         };
         assert_eq!(b.send_sidr_req(now, l, &p), Err(Errno::EINVAL));
         assert_eq!(b.info(l).unwrap().service_id, SVC);
-        assert!(b.destroy(now, l, 0));
+        assert!(b.destroy(l, 0));
         assert_eq!(b.shared().listen_count(), 0);
         // A REQ for the service now finds no listener.
         let h = a.create_id(0).unwrap();
@@ -656,6 +656,6 @@ mod regressions {
         let ev = events(&mut a);
         assert_eq!(ev.len(), 1);
         assert_eq!(ev[0].kind, EventType::RejReceived);
-        a.destroy(now, h, 0);
+        a.destroy(h, 0);
     }
 }

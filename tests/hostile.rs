@@ -380,9 +380,21 @@ fn hostile_input() {
     let flood_secs = t2.elapsed().as_secs_f64();
     // Real connections during and right after the flood: REJ(3) while the
     // cap is full, then they get through.
+    let client_rej3_before = cdev.counters().rej_rx[3];
     let (ok2, busy) = real_connections(&cdev, &crec, 10, Duration::from_secs(30));
     max_live = max_live.max(sdev.live_ids());
     assert_eq!(ok2, 10, "real connections after the REQ flood");
+    // Each refused real connect was a REJ(NO_RESOURCES) the client counted
+    // (a REQ retransmission can draw one more, for an id already gone), and
+    // the refusals stop once the flood's backlog is handled: each retry
+    // waits 50 ms, so 10 refusals would mean half a second of a table full
+    // of entries the consumer has not answered yet.
+    let client_rej3 = cdev.counters().rej_rx[3] - client_rej3_before;
+    assert!(
+        client_rej3 >= busy as u64,
+        "{busy} refused real connects, {client_rej3} REJ(NO_RESOURCES) counted by the client"
+    );
+    assert!(busy < 10, "{busy} real connects refused after the flood");
     if !until(Duration::from_secs(15), || sdev.live_ids() == 1) {
         let mut st = std::collections::HashMap::new();
         for (_, s) in sids.lock().unwrap().iter() {
@@ -591,8 +603,31 @@ fn req_then_rej_in_one_batch_goes_to_the_new_id() {
     for t in threads {
         t.join().unwrap();
     }
-    std::thread::sleep(Duration::from_millis(300));
-    let on_listener = srec.kinds_of(listener.local_id());
+    // Every REQ that arrived created its own id (REQ_RECEIVED) and every
+    // REJ that arrived reached that id: REJ_RECEIVED on a new id, none on
+    // the listener. At least one of each, or nothing was tested.
+    let l = listener.local_id();
+    let count = |k: E| -> u64 {
+        let evs = srec.events.lock().unwrap();
+        evs.iter().filter(|r| r.0 != l && r.1 == k).count() as u64
+    };
+    let settled = until(Duration::from_secs(10), || {
+        let c = sdev.counters();
+        // rx[1] = REQ, rx[3] = REJ (counters::ATTR_NAMES)
+        count(E::ReqReceived) == c.rx[1] && count(E::RejReceived) == c.rx[3]
+    });
+    let (reqs, rejs, c) = (
+        count(E::ReqReceived),
+        count(E::RejReceived),
+        sdev.counters(),
+    );
+    assert!(
+        settled,
+        "REQ_RECEIVED {reqs} of {} REQs, REJ_RECEIVED on new ids {rejs} of {} REJs",
+        c.rx[1], c.rx[3]
+    );
+    assert!(reqs > 0 && rejs > 0, "no REQ/REJ reached the server");
+    let on_listener = srec.kinds_of(l);
     assert!(
         on_listener.is_empty(),
         "events on the listener: {on_listener:?}"

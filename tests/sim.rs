@@ -274,7 +274,7 @@ fn connect_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), Stri
             }
             (_, EventType::TimewaitExit) => {
                 out.tw_exits += 1;
-                e.destroy(now, ev.id, 0);
+                e.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(ctx.node, ev.id);
             }
             (_, k) => out
@@ -308,8 +308,7 @@ fn connect_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), Stri
         ));
     }
     let l = out.listener.unwrap();
-    let now = sim.now;
-    sim.nodes[s].engine.destroy(now, l, 0);
+    sim.nodes[s].engine.destroy(l, 0);
     sim.check_clean(c)?;
     sim.check_clean(s)
 }
@@ -353,10 +352,10 @@ fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<
                 server_reqs += 1;
                 if via_callback {
                     // A handler returning non-zero: destroy with that error.
-                    ctx.engine.destroy(now, ev.id, -1);
+                    ctx.engine.destroy(ev.id, -1);
                 } else {
                     ctx.engine.send_rej(now, ev.id, 28, &ari, &rej_pd).unwrap();
-                    ctx.engine.destroy(now, ev.id, 0);
+                    ctx.engine.destroy(ev.id, 0);
                 }
                 hist.borrow_mut().destroy(ctx.node, ev.id);
             }
@@ -376,7 +375,7 @@ fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<
                         errors.push("REJ private data corrupted".into());
                     }
                 }
-                ctx.engine.destroy(now, ev.id, 0);
+                ctx.engine.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(ctx.node, ev.id);
             }
             (_, k) => errors.push(format!("n{} unexpected {}", ctx.node, k.name())),
@@ -397,8 +396,7 @@ fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<
         ));
     }
     let l = sim.nodes[s].engine.handles()[0];
-    let now = sim.now;
-    sim.nodes[s].engine.destroy(now, l, 0);
+    sim.nodes[s].engine.destroy(l, 0);
     sim.check_clean(c)?;
     sim.check_clean(s)
 }
@@ -443,7 +441,7 @@ fn unanswered(seed: u64, trace: bool, listener_host_up: bool) -> Result<(), Stri
             _ => 0,
         };
         outcome.push((ev.kind, ctx.now, reason));
-        ctx.engine.destroy(ctx.now, ev.id, 0);
+        ctx.engine.destroy(ev.id, 0);
         hist.borrow_mut().destroy(ctx.node, ev.id);
     };
     let retries = (seed % 16) as u8;
@@ -565,9 +563,8 @@ fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
     // MRA extended the client's REQ timeout: no REQ_ERROR although the
     // REP came after 3 REQ timeouts.
     for n in [c, s] {
-        let now = sim.now;
         for h in sim.nodes[n].engine.handles() {
-            sim.nodes[n].engine.destroy(now, h, 0);
+            sim.nodes[n].engine.destroy(h, 0);
         }
     }
     sim.run(Time::from_millis(LIMIT_MS), &mut |_: &mut Ctx, _| {});
@@ -606,7 +603,6 @@ fn sidr(seed: u64, trace: bool, faults: Faults, listening: bool) -> Result<(), S
     let mut app = |ctx: &mut Ctx, input: Input| {
         let Input::Event(ev) = input else { return };
         hist.borrow_mut().record(ctx.node, &ev);
-        let now = ctx.now;
         match (ctx.node == s, ev.kind) {
             (true, EventType::SidrReqReceived) => {
                 if ev.private_data() != Some(&req_pd[..]) {
@@ -621,7 +617,7 @@ fn sidr(seed: u64, trace: bool, faults: Faults, listening: bool) -> Result<(), S
                     ..SidrRepParams::default()
                 };
                 ctx.engine.send_sidr_rep(ev.id, &p).unwrap();
-                ctx.engine.destroy(now, ev.id, 0);
+                ctx.engine.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(ctx.node, ev.id);
             }
             (false, EventType::SidrRepReceived) => {
@@ -637,12 +633,12 @@ fn sidr(seed: u64, trace: bool, faults: Faults, listening: bool) -> Result<(), S
                         errors.push("SIDR_REP private data corrupted".into());
                     }
                 }
-                ctx.engine.destroy(now, ev.id, 0);
+                ctx.engine.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(ctx.node, ev.id);
             }
             (false, EventType::SidrReqError) => {
                 replies.push(u32::MAX);
-                ctx.engine.destroy(now, ev.id, 0);
+                ctx.engine.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(ctx.node, ev.id);
             }
             (_, k) => errors.push(format!("n{} unexpected {}", ctx.node, k.name())),
@@ -669,8 +665,7 @@ fn sidr(seed: u64, trace: bool, faults: Faults, listening: bool) -> Result<(), S
         return Err(format!("client outcomes {replies:?}, expected [{want}]"));
     }
     for h in sim.nodes[s].engine.handles() {
-        let now = sim.now;
-        sim.nodes[s].engine.destroy(now, h, 0);
+        sim.nodes[s].engine.destroy(h, 0);
     }
     sim.check_clean(c)?;
     sim.check_clean(s)
@@ -736,7 +731,7 @@ fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(),
             (_, EventType::DrepReceived | EventType::DreqError) => {}
             (_, EventType::TimewaitExit) => {
                 tw += 1;
-                ctx.engine.destroy(now, ev.id, 0);
+                ctx.engine.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(ctx.node, ev.id);
             }
             (_, k) => errors.push(format!("n{} unexpected {}", ctx.node, k.name())),
@@ -758,8 +753,7 @@ fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(),
         return Err(format!("{tw} timewait exits"));
     }
     let l = sim.nodes[s].engine.handles()[0];
-    let now = sim.now;
-    sim.nodes[s].engine.destroy(now, l, 0);
+    sim.nodes[s].engine.destroy(l, 0);
     sim.check_clean(c)?;
     sim.check_clean(s)
 }
@@ -816,7 +810,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
                 server_old_down.set(server_old_down.get() + 1)
             }
             (true, EventType::TimewaitExit) => {
-                ctx.engine.destroy(now, ev.id, 0);
+                ctx.engine.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(ctx.node, ev.id);
             }
             // A duplicated or retransmitted copy of the stale REQ that
@@ -824,7 +818,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
             // whose client id no longer exists: its REP times out, as with
             // the kernel.
             (true, EventType::RepError) if phase.get() == 2 => {
-                ctx.engine.destroy(now, ev.id, 0);
+                ctx.engine.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(ctx.node, ev.id);
             }
             (false, EventType::RepReceived) => {
@@ -840,7 +834,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
                 } else {
                     errors.push(format!("REJ reason {reason}"));
                 }
-                ctx.engine.destroy(now, ev.id, 0);
+                ctx.engine.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(ctx.node, ev.id);
                 // Try again once the old connection has gone.
                 ctx.wake_at(now.plus_millis(1000), 0);
@@ -950,7 +944,7 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
             _ => Ok(()),
         };
         if roll == 9 {
-            e.destroy(now, ev.id, 0);
+            e.destroy(ev.id, 0);
             hist.borrow_mut().destroy(ctx.node, ev.id);
         }
     };
@@ -986,7 +980,7 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
                     let _ = sim.nodes[n].engine.send_dreq(now, h, &[]);
                 }
                 1 => {
-                    sim.nodes[n].engine.destroy(now, h, 0);
+                    sim.nodes[n].engine.destroy(h, 0);
                     hist.borrow_mut().destroy(n, h);
                 }
                 _ => {}
@@ -997,8 +991,7 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
     sim.run(t, &mut app);
     for n in [c, s] {
         for h in sim.nodes[n].engine.handles() {
-            let now = sim.now;
-            sim.nodes[n].engine.destroy(now, h, 0);
+            sim.nodes[n].engine.destroy(h, 0);
             hist.borrow_mut().destroy(n, h);
         }
     }
@@ -1006,8 +999,7 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
     sim.run(Time::from_millis(LIMIT_MS), &mut app);
     for n in [c, s] {
         for h in sim.nodes[n].engine.handles() {
-            let now = sim.now;
-            sim.nodes[n].engine.destroy(now, h, 0);
+            sim.nodes[n].engine.destroy(h, 0);
         }
     }
     sim.check_clean(c)?;
@@ -1103,7 +1095,7 @@ fn table_pressure(seed: u64, trace: bool, faults: Faults) -> Result<(), String> 
             (n, EventType::RepError) if n == s => {
                 o.flood_ended += 1;
                 o.last_flood_end = Some(now);
-                e.destroy(now, ev.id, 0);
+                e.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(n, ev.id);
             }
             (n, EventType::RtuReceived) if n == s => o.server_client_est += 1,
@@ -1117,7 +1109,7 @@ fn table_pressure(seed: u64, trace: bool, faults: Faults) -> Result<(), String> 
             }
             (n, EventType::DrepReceived) if n == c => o.client_down += 1,
             (n, EventType::TimewaitExit) => {
-                e.destroy(now, ev.id, 0);
+                e.destroy(ev.id, 0);
                 hist.borrow_mut().destroy(n, ev.id);
             }
             (n, EventType::RepReceived) if n == c => {
@@ -1152,8 +1144,7 @@ fn table_pressure(seed: u64, trace: bool, faults: Faults) -> Result<(), String> 
     sim.run(t_flood.plus_millis(50), &mut app);
     for (a, id) in flood_ids {
         sim.nodes[a].up = false;
-        let now = sim.now;
-        sim.nodes[a].engine.destroy(now, id, 0);
+        sim.nodes[a].engine.destroy(id, 0);
     }
     // A real client while the table is full of flood entries.
     let params = req_params(&sim, c, s, b"", 0x77, 15);
@@ -1197,8 +1188,7 @@ fn table_pressure(seed: u64, trace: bool, faults: Faults) -> Result<(), String> 
     {
         return Err(format!("a flood entry lived until {t:?} (bound {bound:?})"));
     }
-    let now = sim.now;
-    sim.nodes[s].engine.destroy(now, listener, 0);
+    sim.nodes[s].engine.destroy(listener, 0);
     for n in [s, c].into_iter().chain(attackers.iter().copied()) {
         sim.check_clean(n)?;
     }

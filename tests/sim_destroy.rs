@@ -269,7 +269,7 @@ impl Consumer {
     }
 
     fn destroy(&self, ctx: &mut Ctx, h: Handle, err: i32) {
-        ctx.engine.destroy(ctx.now, h, err);
+        ctx.engine.destroy(h, err);
         self.rec.borrow_mut().destroyed.push((ctx.node, h));
     }
 
@@ -614,9 +614,8 @@ fn run(case: Case, seed: u64, faults: Faults, trace: bool) -> Result<bool, Strin
     }
     // Tear down whatever is left and let stray packets drain.
     for n in [C, S] {
-        let now = sim.now;
         for h in sim.nodes[n].engine.handles() {
-            sim.nodes[n].engine.destroy(now, h, 0);
+            sim.nodes[n].engine.destroy(h, 0);
             con.rec.borrow_mut().destroyed.push((n, h));
         }
     }

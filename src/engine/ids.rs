@@ -303,9 +303,21 @@ mod tests {
         assert_eq!(s.remove(a), Some(a));
         assert_eq!(s.get(a), None);
         assert_eq!(s.remove(a), None);
-        // An ID from another shard never resolves here.
-        let other: IdSlab<u32> = IdSlab::new(IdCodec::new(7), 0, 1, u32::MAX);
-        let _ = other;
+        // An ID from another shard never resolves here, even where this
+        // slab holds a live record in the same slot and generation.
+        let mut s0: IdSlab<u32> = IdSlab::new(IdCodec::new(7), 0, 1, u32::MAX);
+        let mut s1: IdSlab<u32> = IdSlab::new(IdCodec::new(7), 1, 1, u32::MAX);
+        let (id0, id1) = (
+            s0.insert_with(|id| id).unwrap(),
+            s1.insert_with(|id| id).unwrap(),
+        );
+        assert_eq!(shard_of(&IdCodec::new(7), 1, id0), 0);
+        assert_eq!(shard_of(&IdCodec::new(7), 1, id1), 1);
+        assert_eq!(s1.get(id0), None, "shard 1 resolved shard 0's ID");
+        assert_eq!(s1.get_mut(id0), None, "shard 1 resolved shard 0's ID");
+        assert_eq!(s1.remove(id0), None, "shard 1 removed shard 0's ID");
+        assert_eq!(s0.get(id1), None, "shard 0 resolved shard 1's ID");
+        assert_eq!((s0.get(id0), s1.get(id1)), (Some(&id0), Some(&id1)));
         let mut ids = HashSet::new();
         for _ in 0..5000 {
             let id = s.insert_with(|id| id).unwrap();

@@ -163,18 +163,8 @@ pub enum Foreign {
     SendDreq { shard: u32, local_id: u32 },
 }
 
-/// What kind of request is outstanding on an id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Pending {
-    Req,
-    Rep,
-    Dreq,
-    SidrReq,
-}
-
 /// The one retransmitted request an id may have outstanding.
 struct Outstanding {
-    kind: Pending,
     mad: [u8; 256],
     dest: MadDest,
     /// Retransmissions left.
@@ -369,6 +359,10 @@ pub enum Notice {
     },
     /// A REQ from `source` whose path names `requester` was rejected.
     OffPathReq { source: Gid, requester: Gid },
+    /// A stale connection was found (REJ(STALE_CONN) sent) but the old id
+    /// was no longer established (`None`: already destroyed), so it got no
+    /// DREQ (`ib_send_cm_dreq` fails; the kernel ignores that there).
+    StaleNoDreq { local_id: u32, state: Option<State> },
 }
 
 impl std::fmt::Display for Notice {
@@ -397,6 +391,18 @@ impl std::fmt::Display for Notice {
                 "REQ from {source} names requester GID {requester}: rejected \
                  (INVALID_GID) instead of sending REPs to another host (counter rx_off_path)"
             ),
+            Notice::StaleNoDreq { local_id, state } => match state {
+                Some(s) => write!(
+                    f,
+                    "stale connection {local_id:#010x} is in state {s:?}, not established: \
+                     no DREQ sent (REJ(STALE_CONN) went to the peer)"
+                ),
+                None => write!(
+                    f,
+                    "stale connection {local_id:#010x} was already destroyed: no DREQ sent \
+                     (REJ(STALE_CONN) went to the peer)"
+                ),
+            },
         }
     }
 }
@@ -819,21 +825,12 @@ impl Engine {
     }
 
     /// Sends a request with retransmission (REQ, REP, DREQ, SIDR_REQ).
-    fn send_request(
-        &mut self,
-        now: Time,
-        id: u32,
-        kind: Pending,
-        mad: [u8; 256],
-        timeout_ms: u64,
-        retries: u8,
-    ) {
+    fn send_request(&mut self, now: Time, id: u32, mad: [u8; 256], timeout_ms: u64, retries: u8) {
         let Some(r) = self.ids.get(id) else { return };
         let dest = self.dest_of(&r.av);
         let state_at_send = r.state;
         if let Some(r) = self.ids.get_mut(id) {
             r.send = Some(Box::new(Outstanding {
-                kind,
                 mad,
                 dest,
                 retries_left: retries,
@@ -1174,7 +1171,7 @@ impl Engine {
         r.remote_id = 0;
         let retries = r.max_cm_retries;
         self.set_state(id, State::ReqSent);
-        self.send_request(now, id, Pending::Req, mad, timeout_ms, retries);
+        self.send_request(now, id, mad, timeout_ms, retries);
         Ok(())
     }
 
@@ -1222,7 +1219,7 @@ impl Engine {
         r.rq_psn = p.starting_psn & 0xff_ffff;
         r.local_qpn = p.qp_num & 0xff_ffff;
         self.set_state(id, State::RepSent);
-        self.send_request(now, id, Pending::Rep, mad, timeout, retries);
+        self.send_request(now, id, mad, timeout, retries);
         self.queue_evictable(id);
         Ok(())
     }
@@ -1276,7 +1273,7 @@ impl Engine {
         }
         self.cancel_send(id);
         self.set_state(id, State::DreqSent);
-        self.send_request(now, id, Pending::Dreq, mad, timeout, retries);
+        self.send_request(now, id, mad, timeout, retries);
         Ok(())
     }
 
@@ -1451,18 +1448,11 @@ impl Engine {
         let mad = CmMad::send(tid, 0, CmMsg::SidrReq(req)).to_bytes();
         self.ids.get_mut(id).unwrap().tid = tid;
         self.set_state(id, State::SidrReqSent);
-        self.send_request(
-            now,
-            id,
-            Pending::SidrReq,
-            mad,
-            p.timeout_ms,
-            p.max_cm_retries,
-        );
+        self.send_request(now, id, mad, p.timeout_ms, p.max_cm_retries);
         Ok(())
     }
 
-    fn sidr_rep_mad(&self, id: u32, r: &IdRec, p: &SidrRepParams) -> [u8; 256] {
+    fn sidr_rep_mad(r: &IdRec, p: &SidrRepParams) -> [u8; 256] {
         let rep = SidrRep {
             request_id: r.remote_id,
             status: p.status as u8,
@@ -1475,7 +1465,6 @@ impl Engine {
             info: pdata_area(&p.info),
             private_data: pdata_area(&p.private_data),
         };
-        let _ = id;
         CmMad::send(r.tid, p.ece.attr_mod, CmMsg::SidrRep(rep)).to_bytes()
     }
 
@@ -1496,7 +1485,7 @@ impl Engine {
         if r.state != State::SidrReqRcvd {
             return Err(Errno::EINVAL);
         }
-        let mad = self.sidr_rep_mad(id, r, p);
+        let mad = Self::sidr_rep_mad(r, p);
         self.leave_sidr_table(id);
         self.set_state(id, State::Idle);
         self.send_once(id, mad);
@@ -1517,7 +1506,7 @@ impl Engine {
     ///
     /// Returns false when the id lives on: an unknown handle, or a shared
     /// listener (`ib_cm_insert_listen`) that other users still hold.
-    pub fn destroy(&mut self, _now: Time, h: Handle, err: i32) -> bool {
+    pub fn destroy(&mut self, h: Handle, err: i32) -> bool {
         let id = h.0 as u32;
         let Some(r) = self.ids.get(id) else {
             return false;
@@ -1542,7 +1531,7 @@ impl Engine {
                     status: sidr_status::REJECT as u32,
                     ..Default::default()
                 };
-                Some(self.sidr_rep_mad(id, r, &p))
+                Some(Self::sidr_rep_mad(r, &p))
             }
             State::ReqSent | State::MraReqRcvd => {
                 Some(self.rej_mad(id, r, 4, &node_guid.to_be_bytes(), &[]))
@@ -1650,7 +1639,6 @@ impl Engine {
             }
             _ => {}
         }
-        let _ = send.kind;
     }
 
     /// A pseudo-random 24-bit PSN (for tools that need one).

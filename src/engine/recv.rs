@@ -163,12 +163,23 @@ impl Engine {
     /// Asks for `ib_send_cm_dreq(old, NULL, 0)` on a stale connection.
     fn dreq_stale(&mut self, now: Time, old: IdRef) {
         if old.shard == self.cfg.shard {
-            let _ = self.send_dreq(now, Handle(old.local_id as u64), &[]);
+            self.dreq_stale_local(now, old.local_id);
         } else {
             self.foreign.push_back(Foreign::SendDreq {
                 shard: old.shard,
                 local_id: old.local_id,
             });
+        }
+    }
+
+    /// `ib_send_cm_dreq(old, NULL, 0)` on a stale connection of this shard
+    /// (the runtime calls it for [`Foreign::SendDreq`]). An old id that is
+    /// no longer established gets no DREQ; that is a notice, not an error.
+    pub fn dreq_stale_local(&mut self, now: Time, local_id: u32) {
+        let h = Handle(local_id as u64);
+        if self.send_dreq(now, h, &[]).is_err() {
+            let state = self.state(h);
+            self.notice(Notice::StaleNoDreq { local_id, state });
         }
     }
 

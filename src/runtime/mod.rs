@@ -587,11 +587,10 @@ impl Device {
             let mut out = Outputs::default();
             {
                 let mut e = lock(s);
-                let now = self.now();
                 for h in e.handles() {
                     leftovers += 1;
                     let user = e.info(h).map(|c| c.user).unwrap_or(0);
-                    e.destroy(now, h, 0);
+                    e.destroy(h, 0);
                     if user != 0 {
                         let sh = unsafe { &*(user as *const Shell) };
                         let mut d = lock(&sh.dq);
@@ -624,8 +623,8 @@ impl Device {
             std::thread::sleep(Duration::from_micros(200));
         }
         for t in threads {
-            if t.thread().id() != me {
-                let _ = t.join();
+            if t.thread().id() != me && t.join().is_err() {
+                ibcm_log!(ERROR, "{}: an event loop thread had panicked", self.name);
             }
         }
     }
@@ -703,7 +702,12 @@ impl Device {
             // One reference for the engine's user token / the consumer,
             // released by destroy.
             let raw = Arc::into_raw(shell.clone());
-            let _ = e.set_user(ev.id, raw as u64);
+            if let Err(err) = e.set_user(ev.id, raw as u64) {
+                // The event's id is gone: nothing to deliver to.
+                ibcm_log!(ERROR, "{}: new id {:#x}: {err}", self.name, ev.id.0);
+                drop(unsafe { Arc::from_raw(raw) });
+                return None;
+            }
             register(raw);
             self.live_ids[shard as usize]
                 .0
@@ -756,7 +760,7 @@ impl Device {
             if let Some(s) = self.shards.get(shard as usize) {
                 let mut e = lock(s);
                 let now = self.now();
-                let _ = e.send_dreq(now, Handle(local_id as u64), &[]);
+                e.dreq_stale_local(now, local_id);
                 self.drain(shard, &mut e, &mut o);
                 self.note_deadline(&e);
             }
@@ -1012,7 +1016,13 @@ impl Device {
         match r {
             Ok(()) => Ok(id),
             Err(e) => {
-                let _ = id.destroy();
+                if let Err(d) = id.destroy() {
+                    ibcm_log!(
+                        WARN,
+                        "{}: destroying the id of a failed listen: {d}",
+                        self.name
+                    );
+                }
                 Err(e)
             }
         }
@@ -1153,7 +1163,7 @@ impl Shell {
         {
             let mut e = lock(dev.shard_of(self));
             is_listener = e.state(self.handle()) == Some(State::Listen);
-            gone = e.destroy(dev.now(), self.handle(), err);
+            gone = e.destroy(self.handle(), err);
             dev.drain(self.shard, &mut e, &mut out);
         }
         dev.finish(out);

@@ -925,8 +925,7 @@ impl<'t> World<'t> {
     }
 
     fn destroy(&mut self, ei: usize, h: Handle, err: i32) {
-        let now = self.now;
-        let gone = self.engs[ei].e.destroy(now, h, err);
+        let gone = self.engs[ei].e.destroy(h, err);
         self.log(|| format!("e{ei} destroy {h:?} err {err} -> {gone}"));
         if gone {
             let eng = &mut self.engs[ei];
@@ -1734,12 +1733,11 @@ impl<'t> World<'t> {
             }
         }
         self.log(|| "destroying everything".to_string());
-        let now = self.now;
         for ei in 0..self.engs.len() {
             for h in self.engs[ei].e.handles() {
                 // A shared listener needs one destroy per user.
                 for _ in 0..1000 {
-                    if self.engs[ei].e.destroy(now, h, 0) || self.engs[ei].e.state(h).is_none() {
+                    if self.engs[ei].e.destroy(h, 0) || self.engs[ei].e.state(h).is_none() {
                         break;
                     }
                 }
