@@ -2,6 +2,7 @@
 //! kernel's `ib_cm` C ABI. See `docs/ARCHITECTURE.md` for the map.
 
 pub mod capture;
+pub mod cma;
 pub mod decode;
 pub mod engine;
 pub mod fabric;
