@@ -591,7 +591,8 @@ fn forged_reqs_cannot_reflect_reps_at_a_bystander() {
         r.primary.local_gid = gid("127.0.84.77");
     });
     send(&bystander, v4(server), &spoofed);
-    let got = receive(&bystander, Duration::from_millis(1500));
+    // Long enough for every REP the cap allows even on a loaded machine.
+    let got = receive(&bystander, Duration::from_secs(3));
     let reps = got
         .iter()
         .filter(|m| matches!(m.msg, CmMsg::Rep(_)))
