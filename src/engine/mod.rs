@@ -28,7 +28,7 @@ pub use types::*;
 
 use crate::wire::{
     CmMad, CmMsg, Drep, Dreq, Gid, MsgCode, Rej, Rep, Req, ReqPath, Rtu, SidrRep, SidrReq, attr,
-    pdata, pdata_area, rej_reason, sidr_status,
+    pdata, pdata_area, peek, rej_reason, sidr_status,
 };
 use ids::IdSlab;
 use std::collections::VecDeque;
@@ -663,10 +663,8 @@ impl Engine {
     }
 
     fn push_mad(&mut self, dest: MadDest, mad: [u8; 256]) {
-        let a = u16::from_be_bytes([mad[16], mad[17]]);
-        self.counters.tx[counters::attr_index(a)] += 1;
-        if a == attr::REJ {
-            let reason = u16::from_be_bytes([mad[34], mad[35]]);
+        self.counters.tx[counters::attr_index(peek::attr_id_of(&mad))] += 1;
+        if let Some(reason) = peek::rej_reason(&mad) {
             self.counters.rej_tx[Counters::reason_index(reason as u32)] += 1;
         }
         self.transmits.push(Transmit { dest, mad });
@@ -1534,7 +1532,7 @@ impl Engine {
                 Some(Self::sidr_rep_mad(r, &p))
             }
             State::ReqSent | State::MraReqRcvd => {
-                Some(self.rej_mad(id, r, 4, &node_guid.to_be_bytes(), &[]))
+                Some(self.rej_mad(id, r, rej_reason::TIMEOUT, &node_guid.to_be_bytes(), &[]))
             }
             State::ReqRcvd if err == -errno::ENOMEM => None,
             State::ReqRcvd
@@ -1606,7 +1604,7 @@ impl Engine {
         if send.retries_left > 0 {
             send.retries_left -= 1;
             let (dest, mad, ms) = (send.dest, send.mad, send.timeout_ms);
-            let a = counters::attr_index(u16::from_be_bytes([mad[16], mad[17]]));
+            let a = counters::attr_index(peek::attr_id_of(&mad));
             self.counters.tx_retries[a] += 1;
             self.arm_timer(now, id, ms, TimerKind::Retransmit);
             self.push_mad(dest, mad);
@@ -1614,7 +1612,7 @@ impl Engine {
         }
         // Retries exhausted (the MAD layer's IB_WC_RESP_TIMEOUT_ERR).
         let send = r.send.take().unwrap();
-        let a = counters::attr_index(u16::from_be_bytes([send.mad[16], send.mad[17]]));
+        let a = counters::attr_index(peek::attr_id_of(&send.mad));
         self.counters.timeouts[a] += 1;
         if r.state != send.state_at_send {
             return;
