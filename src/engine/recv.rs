@@ -625,12 +625,12 @@ impl Engine {
 
     fn on_rej(&mut self, now: Time, r: &Rej, raw: &[u8]) -> Handled {
         self.counters.rej_rx[Counters::reason_index(r.reason as u32)] += 1;
-        let id = if r.reason == rej_reason::TIMEOUT {
-            let guid = u64::from_be_bytes(r.ari[..8].try_into().unwrap());
+        // A REJ(TIMEOUT) names its sender only (as `route()` reads it).
+        let id = if let Some(Addressing::Sender { ca_guid, comm_id }) = peek::addressing(raw) {
             self.remote_ids
-                .get(&(guid, r.local_comm_id))
+                .get(&(ca_guid, comm_id))
                 .copied()
-                .and_then(|id| self.acquire(id, r.local_comm_id))
+                .and_then(|id| self.acquire(id, comm_id))
         } else if r.message_rejected == MsgCode::Req {
             self.acquire(r.remote_comm_id, 0)
         } else {

@@ -1,7 +1,7 @@
 //! Single facts read from a raw CM MAD without parsing all of it: what the
 //! engine needs to route a received MAD to its shard, count a MAD it
 //! sends, or find an area of a MAD it keeps. Every read goes through the
-//! views of [`super::mad`] and [`super::cm`], so the field positions live
+//! views of [`crate::wire::mad`] and [`crate::wire::cm`], so the field positions live
 //! in one place.
 //!
 //! These never panic: a buffer too short for the field gives `None`.
