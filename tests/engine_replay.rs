@@ -605,9 +605,7 @@ fn replay_active(run: &ActiveRun) {
         let ev = one_event(&mut e, EventType::MraReceived);
         assert!(matches!(
             ev.param,
-            EventParam::Mra {
-                service_timeout: 24
-            }
+            EventParam::Mra { service_timeout } if service_timeout == MRA_SETTING
         ));
         assert_eq!(e.state(id), Some(State::MraReqRcvd));
         // convert(24) + convert(av.timeout = 18 + 1).

@@ -1188,7 +1188,7 @@ fn dup_req_in_mra_req_sent_gets_mra_with_timeout_24() {
     assert_eq!(m.local_comm_id, lid_of(fx.id));
     assert_eq!(m.remote_comm_id, fx.peer_id());
     assert_eq!(m.message_mraed, MsgCode::Req);
-    assert_eq!(m.service_timeout, 24);
+    assert_eq!(m.service_timeout, MRA_SETTING);
     assert!(m.private_data.iter().all(|&b| b == 0));
     assert_eq!(mad_tid(&out[0].mad), fx.req_tid);
     assert_eq!(fx.state(), Some(State::MraReqSent));
@@ -1260,7 +1260,10 @@ fn dup_rep_in_mra_rep_sent_gets_mra_rep() {
     let CmMsg::Mra(m) = parse(&out[0]) else {
         panic!()
     };
-    assert_eq!((m.message_mraed, m.service_timeout), (MsgCode::Rep, 24));
+    assert_eq!(
+        (m.message_mraed, m.service_timeout),
+        (MsgCode::Rep, MRA_SETTING)
+    );
     assert_eq!(
         (m.local_comm_id, m.remote_comm_id),
         (lid_of(fx.id), fx.peer_id())
@@ -2051,7 +2054,10 @@ fn lap_prepare_mra_and_duplicate_lap_on_ib() {
     let CmMsg::Mra(m) = parse(&out[0]) else {
         panic!()
     };
-    assert_eq!((m.message_mraed, m.service_timeout), (MsgCode::Other, 24));
+    assert_eq!(
+        (m.message_mraed, m.service_timeout),
+        (MsgCode::Other, MRA_SETTING)
+    );
     assert_eq!(
         (m.local_comm_id, m.remote_comm_id),
         (lid_of(fx.id), fx.peer_id())

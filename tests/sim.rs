@@ -540,7 +540,7 @@ fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
                 let EventParam::Mra { service_timeout } = ev.param else {
                     unreachable!()
                 };
-                if service_timeout != 24 {
+                if service_timeout != MRA_SETTING {
                     errors.push(format!("MRA service timeout {service_timeout}"));
                 }
             }
