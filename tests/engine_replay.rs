@@ -9,7 +9,7 @@
 //! Where a capture cannot be matched exactly the test says why.
 
 use ibcm::engine::*;
-use ibcm::wire::{CmMad, CmMsg, Gid, Rep, Req, attr};
+use ibcm::wire::{CmMad, CmMsg, Gid, Rep, Req, attr, sidr_status};
 use std::path::PathBuf;
 
 // --------------------------------------------------------------- captures
@@ -537,7 +537,9 @@ fn sidr_req_built_like_the_kernels() {
     let krep = swap_id(&frame(&f, 7), k.request_id, id.0 as u32);
     e.handle_mad(now(), &from_host(HOST_A), &krep).unwrap();
     let ev = one_event(&mut e, EventType::SidrRepReceived);
-    assert!(matches!(ev.param, EventParam::SidrRep(s) if s.status == 1));
+    assert!(
+        matches!(ev.param, EventParam::SidrRep(s) if s.status == sidr_status::UNSUPPORTED as u32)
+    );
     assert_eq!(e.state(id), Some(State::Idle));
 }
 
@@ -603,9 +605,7 @@ fn replay_active(run: &ActiveRun) {
         let ev = one_event(&mut e, EventType::MraReceived);
         assert!(matches!(
             ev.param,
-            EventParam::Mra {
-                service_timeout: 24
-            }
+            EventParam::Mra { service_timeout } if service_timeout == MRA_SETTING
         ));
         assert_eq!(e.state(id), Some(State::MraReqRcvd));
         // convert(24) + convert(av.timeout = 18 + 1).

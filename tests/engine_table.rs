@@ -12,8 +12,8 @@
 
 use ibcm::engine::*;
 use ibcm::wire::{
-    CmMad, CmMsg, Drep, Dreq, Gid, Lap, Mra, MsgCode, Rej, Rep, ReqPath, Rtu, SidrRep, attr,
-    method, pdata, pdata_area,
+    CmMad, CmMsg, Drep, Dreq, Gid, Lap, Mra, MsgCode, Rej, Rep, ReqPath, Rtu, SidrRep, apr_status,
+    attr, method, pdata, pdata_area, rej_reason, sidr_status,
 };
 
 // ------------------------------------------------------------------ setup
@@ -644,7 +644,7 @@ fn sidr_rep_params() -> SidrRepParams {
     SidrRepParams {
         qp_num: 0x99,
         qkey: 0x0123_4567,
-        status: 0,
+        status: sidr_status::SUCCESS as u32,
         info: b"inf".to_vec(),
         private_data: b"srep".to_vec(),
         ece: Ece::default(),
@@ -661,7 +661,7 @@ fn call(fx: &mut Fx, api: Api) -> ApiResult {
         Api::SendRtu => e.send_rtu(h, b"rtu2"),
         Api::SendDreq => e.send_dreq(now, h, b"dq"),
         Api::SendDrep => e.send_drep(now, h, b"dp"),
-        Api::SendRej => e.send_rej(now, h, 28, b"ari", b"rej"),
+        Api::SendRej => e.send_rej(now, h, rej_reason::CONSUMER_DEFINED as u32, b"ari", b"rej"),
         Api::PrepareMra => e.prepare_mra(h),
         Api::CommEst => e.notify(h, ib_event::COMM_EST),
         Api::PathMig => e.notify(h, ib_event::PATH_MIG),
@@ -775,7 +775,11 @@ fn check_sent(fx: &Fx, api: Api, before: State, remote_before: u32, m: &[u8; 256
             assert_eq!(r.local_comm_id, local, "{label}: REJ LocalCommID");
             assert_eq!(r.remote_comm_id, remote_before, "{label}: REJ RemoteCommID");
             assert_eq!(r.message_rejected, code, "{label}: MessageRejected");
-            assert_eq!((r.reason, r.ari_length), (28, 3), "{label}");
+            assert_eq!(
+                (r.reason, r.ari_length),
+                (rej_reason::CONSUMER_DEFINED, 3),
+                "{label}"
+            );
             assert_eq!(&r.ari[..4], b"ari\0", "{label}");
             assert_eq!(&r.private_data[..4], b"rej\0", "{label}");
             assert_eq!(tid, fx.req_tid, "{label}: REJ reuses the REQ's TID");
@@ -787,7 +791,11 @@ fn check_sent(fx: &Fx, api: Api, before: State, remote_before: u32, m: &[u8; 256
         }
         (Api::SendSidrRep, CmMsg::SidrRep(s)) => {
             assert_eq!(s.request_id, fx.peer_id(), "{label}");
-            assert_eq!((s.status, s.qpn, s.qkey), (0, 0x99, 0x0123_4567), "{label}");
+            assert_eq!(
+                (s.status, s.qpn, s.qkey),
+                (sidr_status::SUCCESS, 0x99, 0x0123_4567),
+                "{label}"
+            );
             assert_eq!(s.service_id, SERVICE, "{label}");
             assert_eq!(&s.info[..4], b"inf\0", "{label}");
             assert_eq!(
@@ -930,10 +938,16 @@ fn craft(fx: &Fx, rx: Rx) -> [u8; 256] {
             remote_comm_id: l,
             private_data: pdata_area(b"drep!"),
         }),
-        Rx::RejOther => rej(r, l, MsgCode::Other, 28, b""),
-        Rx::RejReq => rej(r, l, MsgCode::Req, 28, b""),
-        Rx::RejStale => rej(r, l, MsgCode::Other, 10, b""),
-        Rx::RejTimeout => rej(r, 0, MsgCode::Other, 4, &GUID[peer].to_be_bytes()),
+        Rx::RejOther => rej(r, l, MsgCode::Other, rej_reason::CONSUMER_DEFINED, b""),
+        Rx::RejReq => rej(r, l, MsgCode::Req, rej_reason::CONSUMER_DEFINED, b""),
+        Rx::RejStale => rej(r, l, MsgCode::Other, rej_reason::STALE_CONN, b""),
+        Rx::RejTimeout => rej(
+            r,
+            0,
+            MsgCode::Other,
+            rej_reason::TIMEOUT,
+            &GUID[peer].to_be_bytes(),
+        ),
         Rx::MraReq => mra(r, l, MsgCode::Req),
         Rx::MraRep => mra(r, l, MsgCode::Rep),
         Rx::MraOther => mra(r, l, MsgCode::Other),
@@ -957,7 +971,7 @@ fn craft(fx: &Fx, rx: Rx) -> [u8; 256] {
         }),
         Rx::SidrRep => CmMsg::SidrRep(SidrRep {
             request_id: l,
-            status: 0,
+            status: sidr_status::SUCCESS,
             info_length: 0,
             vendor_id: 0,
             qpn: 0x99,
@@ -978,7 +992,7 @@ fn craft(fx: &Fx, rx: Rx) -> [u8; 256] {
             local_comm_id: r,
             remote_comm_id: l,
             info_length: 0,
-            ap_status: 0,
+            ap_status: apr_status::SUCCESS,
             info: [0; pdata::APR_INFO],
             private_data: [0; pdata::APR],
         }),
@@ -1101,11 +1115,11 @@ fn received_messages_in_every_state() {
                 match (&ev.param, rx) {
                     (EventParam::Rej { reason, .. }, _) => {
                         let want = match rx {
-                            Rx::RejStale => 10,
-                            Rx::RejTimeout => 4,
-                            _ => 28,
+                            Rx::RejStale => rej_reason::STALE_CONN,
+                            Rx::RejTimeout => rej_reason::TIMEOUT,
+                            _ => rej_reason::CONSUMER_DEFINED,
                         };
-                        assert_eq!(*reason, want, "{label}");
+                        assert_eq!(*reason, want as u32, "{label}");
                         assert_eq!(&ev.private_data().unwrap()[..5], b"rejpd", "{label}");
                     }
                     (EventParam::Mra { service_timeout }, _) => {
@@ -1116,7 +1130,11 @@ fn received_messages_in_every_state() {
                         assert_eq!(p.target_ack_delay, ACK_DELAY[P], "{label}");
                     }
                     (EventParam::SidrRep(p), _) => {
-                        assert_eq!((p.status, p.qpn, p.qkey), (0, 0x99, 0x0123_4567), "{label}")
+                        assert_eq!(
+                            (p.status, p.qpn, p.qkey),
+                            (sidr_status::SUCCESS as u32, 0x99, 0x0123_4567),
+                            "{label}"
+                        )
                     }
                     (EventParam::None, Rx::Dreq) => {
                         assert_eq!(&ev.private_data().unwrap()[..5], b"dreq!", "{label}")
@@ -1170,7 +1188,7 @@ fn dup_req_in_mra_req_sent_gets_mra_with_timeout_24() {
     assert_eq!(m.local_comm_id, lid_of(fx.id));
     assert_eq!(m.remote_comm_id, fx.peer_id());
     assert_eq!(m.message_mraed, MsgCode::Req);
-    assert_eq!(m.service_timeout, 24);
+    assert_eq!(m.service_timeout, MRA_SETTING);
     assert!(m.private_data.iter().all(|&b| b == 0));
     assert_eq!(mad_tid(&out[0].mad), fx.req_tid);
     assert_eq!(fx.state(), Some(State::MraReqSent));
@@ -1242,7 +1260,10 @@ fn dup_rep_in_mra_rep_sent_gets_mra_rep() {
     let CmMsg::Mra(m) = parse(&out[0]) else {
         panic!()
     };
-    assert_eq!((m.message_mraed, m.service_timeout), (MsgCode::Rep, 24));
+    assert_eq!(
+        (m.message_mraed, m.service_timeout),
+        (MsgCode::Rep, MRA_SETTING)
+    );
     assert_eq!(
         (m.local_comm_id, m.remote_comm_id),
         (lid_of(fx.id), fx.peer_id())
@@ -1337,7 +1358,10 @@ fn req_without_listener_gets_rej_invalid_service_id() {
     assert_eq!(r.local_comm_id, 0);
     assert_eq!(r.remote_comm_id, lid_of(a));
     assert_eq!(r.message_rejected, MsgCode::Req);
-    assert_eq!((r.reason, r.ari_length), (8, 0));
+    assert_eq!(
+        (r.reason, r.ari_length),
+        (rej_reason::INVALID_SERVICE_ID, 0)
+    );
     assert_eq!(mad_tid(&out[0].mad), mad_tid(&req));
     assert_eq!(w.e[P].id_count(), 0, "no id left behind");
     assert_eq!(w.e[P].table_sizes(), (0, 0));
@@ -1345,7 +1369,9 @@ fn req_without_listener_gets_rej_invalid_service_id() {
     // The active side takes it (Acquire(RemoteCommID, 0)).
     w.inject(A, &out[0].mad).unwrap();
     let ev = one_event(&mut w, A, EventType::RejReceived);
-    assert!(matches!(ev.param, EventParam::Rej { reason: 8, .. }));
+    assert!(
+        matches!(ev.param, EventParam::Rej { reason, .. } if reason == rej_reason::INVALID_SERVICE_ID as u32)
+    );
     assert_eq!(w.e[A].state(a), Some(State::Idle));
 }
 
@@ -1367,7 +1393,7 @@ fn sidr_req_without_listener_gets_sidr_rep_unsupported() {
     };
     assert_eq!(
         (s.request_id, s.status, s.qpn, s.qkey),
-        (lid_of(a), 1, 0, 0)
+        (lid_of(a), sidr_status::UNSUPPORTED, 0, 0)
     );
     assert_eq!(s.service_id, SERVICE);
     assert_eq!(mad_tid(&out[0].mad), mad_tid(&req));
@@ -1375,7 +1401,9 @@ fn sidr_req_without_listener_gets_sidr_rep_unsupported() {
     assert_eq!(w.e[P].table_sizes(), (0, 0));
     w.inject(A, &out[0].mad).unwrap();
     let ev = one_event(&mut w, A, EventType::SidrRepReceived);
-    assert!(matches!(ev.param, EventParam::SidrRep(p) if p.status == 1));
+    assert!(
+        matches!(ev.param, EventParam::SidrRep(p) if p.status == sidr_status::UNSUPPORTED as u32)
+    );
 }
 
 #[test]
@@ -1418,9 +1446,9 @@ fn rej_timeout_is_found_through_the_ari_guid() {
         assert!(matches!(
             ev.param,
             EventParam::Rej {
-                reason: 4,
+                reason,
                 ari_length: 8
-            }
+            } if reason == rej_reason::TIMEOUT as u32
         ));
         assert_eq!(ev.info().unwrap(), &GUID[A].to_be_bytes());
         assert_eq!(fx.state(), Some(State::Idle));
@@ -1542,7 +1570,10 @@ fn stale_connection_req_gets_rej_and_old_connection_dreq() {
     let CmMsg::Rej(r) = parse(&out[0]) else {
         panic!()
     };
-    assert_eq!((r.reason, r.message_rejected), (10, MsgCode::Req));
+    assert_eq!(
+        (r.reason, r.message_rejected),
+        (rej_reason::STALE_CONN, MsgCode::Req)
+    );
     assert_eq!(r.remote_comm_id, lid_of(a2));
     assert_eq!(mad_tid(&out[0]), mad_tid(&req));
     let CmMsg::Dreq(d) = parse(&out[1]) else {
@@ -1599,7 +1630,11 @@ fn destroy_in_every_state_sends_the_kernel_mad() {
                 };
                 assert_eq!((j.local_comm_id, j.remote_comm_id), (l, 0), "{label}");
                 assert_eq!(j.message_rejected, MsgCode::Other, "{label}");
-                assert_eq!((j.reason, j.ari_length), (4, 8), "{label}");
+                assert_eq!(
+                    (j.reason, j.ari_length),
+                    (rej_reason::TIMEOUT, 8),
+                    "{label}"
+                );
                 assert_eq!(
                     &j.ari[..8],
                     &GUID[side].to_be_bytes(),
@@ -1621,7 +1656,11 @@ fn destroy_in_every_state_sends_the_kernel_mad() {
                 };
                 assert_eq!((j.local_comm_id, j.remote_comm_id), (local, r), "{label}");
                 assert_eq!(j.message_rejected, code, "{label}");
-                assert_eq!((j.reason, j.ari_length), (28, 0), "{label}");
+                assert_eq!(
+                    (j.reason, j.ari_length),
+                    (rej_reason::CONSUMER_DEFINED, 0),
+                    "{label}"
+                );
                 assert_eq!(mad_tid(m), fx.req_tid, "{label}");
                 // The peer: REQ_SENT -> IDLE, REP_SENT -> IDLE,
                 // REP_RCVD/MRA_REP_SENT -> TIMEWAIT.
@@ -1655,7 +1694,11 @@ fn destroy_in_every_state_sends_the_kernel_mad() {
                 let CmMsg::SidrRep(x) = parse(m) else {
                     panic!("{label}")
                 };
-                assert_eq!((x.request_id, x.status, x.qpn), (r, 2, 0), "{label}");
+                assert_eq!(
+                    (x.request_id, x.status, x.qpn),
+                    (r, sidr_status::REJECT, 0),
+                    "{label}"
+                );
                 assert_eq!(x.service_id, SERVICE, "{label}");
                 assert_eq!(mad_tid(m), fx.req_tid, "{label}");
                 Some((EventType::SidrRepReceived, Idle))
@@ -1715,7 +1758,7 @@ fn destroy_of_a_listener_stops_matching() {
     let CmMsg::Rej(r) = parse(&rej[0]) else {
         panic!()
     };
-    assert_eq!(r.reason, 8);
+    assert_eq!(r.reason, rej_reason::INVALID_SERVICE_ID);
 }
 
 #[test]
@@ -2011,7 +2054,10 @@ fn lap_prepare_mra_and_duplicate_lap_on_ib() {
     let CmMsg::Mra(m) = parse(&out[0]) else {
         panic!()
     };
-    assert_eq!((m.message_mraed, m.service_timeout), (MsgCode::Other, 24));
+    assert_eq!(
+        (m.message_mraed, m.service_timeout),
+        (MsgCode::Other, MRA_SETTING)
+    );
     assert_eq!(
         (m.local_comm_id, m.remote_comm_id),
         (lid_of(fx.id), fx.peer_id())
@@ -2170,7 +2216,7 @@ fn insert_listen_shares_compatible_listeners() {
     let CmMsg::Rej(r) = parse(&w.take(P)[0]) else {
         panic!()
     };
-    assert_eq!(r.reason, 8);
+    assert_eq!(r.reason, rej_reason::INVALID_SERVICE_ID);
 }
 
 // ----------------------------------------------------- private data limits
@@ -2266,7 +2312,7 @@ fn private_data_limits_for_every_call() {
             limit: 148,
             call: |fx, d| {
                 let now = fx.w.now;
-                fx.w.e[P].send_rej(now, fx.id, 28, &[], &d)
+                fx.w.e[P].send_rej(now, fx.id, rej_reason::CONSUMER_DEFINED as u32, &[], &d)
             },
             area: pd,
         },
@@ -2277,7 +2323,7 @@ fn private_data_limits_for_every_call() {
             limit: 72,
             call: |fx, d| {
                 let now = fx.w.now;
-                fx.w.e[P].send_rej(now, fx.id, 28, &d, &[])
+                fx.w.e[P].send_rej(now, fx.id, rej_reason::CONSUMER_DEFINED as u32, &d, &[])
             },
             area: ari,
         },
@@ -2546,7 +2592,9 @@ fn send_rej_stops_the_retransmission() {
     for (s, side) in [(State::ReqSent, A), (State::RepSent, P)] {
         let mut fx = reach(s, side);
         let now = fx.w.now;
-        fx.w.e[side].send_rej(now, fx.id, 28, &[], &[]).unwrap();
+        fx.w.e[side]
+            .send_rej(now, fx.id, rej_reason::CONSUMER_DEFINED as u32, &[], &[])
+            .unwrap();
         assert_eq!(fx.take_own().len(), 1);
         fx.w.advance(100_000);
         assert!(fx.take_own().is_empty(), "{}", s.name());
@@ -2680,7 +2728,10 @@ fn stale_connection_rep_gets_rej_and_old_connection_dreq() {
         (r.local_comm_id, r.remote_comm_id),
         (lid_of(a2), FRESH_REMOTE)
     );
-    assert_eq!((r.reason, r.message_rejected), (10, MsgCode::Rep));
+    assert_eq!(
+        (r.reason, r.message_rejected),
+        (rej_reason::STALE_CONN, MsgCode::Rep)
+    );
     assert_eq!(mad_tid(&out[0]), rep_tid);
     let CmMsg::Dreq(d) = parse(&out[1]) else {
         panic!()

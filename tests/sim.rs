@@ -10,6 +10,7 @@
 
 use ibcm::engine::*;
 use ibcm::sim::*;
+use ibcm::wire::{rej_reason, sidr_status};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
@@ -354,7 +355,15 @@ fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<
                     // A handler returning non-zero: destroy with that error.
                     ctx.engine.destroy(ev.id, -1);
                 } else {
-                    ctx.engine.send_rej(now, ev.id, 28, &ari, &rej_pd).unwrap();
+                    ctx.engine
+                        .send_rej(
+                            now,
+                            ev.id,
+                            rej_reason::CONSUMER_DEFINED as u32,
+                            &ari,
+                            &rej_pd,
+                        )
+                        .unwrap();
                     ctx.engine.destroy(ev.id, 0);
                 }
                 hist.borrow_mut().destroy(ctx.node, ev.id);
@@ -364,7 +373,7 @@ fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<
                 let EventParam::Rej { reason, ari_length } = ev.param else {
                     unreachable!()
                 };
-                if reason != 28 {
+                if reason != rej_reason::CONSUMER_DEFINED as u32 {
                     errors.push(format!("reason {reason}"));
                 }
                 if !via_callback {
@@ -531,7 +540,7 @@ fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
                 let EventParam::Mra { service_timeout } = ev.param else {
                     unreachable!()
                 };
-                if service_timeout != 24 {
+                if service_timeout != MRA_SETTING {
                     errors.push(format!("MRA service timeout {service_timeout}"));
                 }
             }
@@ -611,7 +620,7 @@ fn sidr(seed: u64, trace: bool, faults: Faults, listening: bool) -> Result<(), S
                 let p = SidrRepParams {
                     qp_num: 0x99,
                     qkey: 0x0123_4567,
-                    status: 0,
+                    status: sidr_status::SUCCESS as u32,
                     info: info.clone(),
                     private_data: rep_pd.clone(),
                     ..SidrRepParams::default()
@@ -660,7 +669,11 @@ fn sidr(seed: u64, trace: bool, faults: Faults, listening: bool) -> Result<(), S
     if !errors.is_empty() {
         return Err(errors.join("; "));
     }
-    let want = if listening { 0 } else { 1 };
+    let want = if listening {
+        sidr_status::SUCCESS
+    } else {
+        sidr_status::UNSUPPORTED
+    } as u32;
     if replies != [want] {
         return Err(format!("client outcomes {replies:?}, expected [{want}]"));
     }
@@ -829,7 +842,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
                 let EventParam::Rej { reason, .. } = ev.param else {
                     unreachable!()
                 };
-                if reason == 10 {
+                if reason == rej_reason::STALE_CONN as u32 {
                     stale_rej.set(stale_rej.get() + 1);
                 } else {
                     errors.push(format!("REJ reason {reason}"));
@@ -937,7 +950,9 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
                     ..RepParams::default()
                 },
             ),
-            EventType::ReqReceived => e.send_rej(now, ev.id, 28, &[], &[]),
+            EventType::ReqReceived => {
+                e.send_rej(now, ev.id, rej_reason::CONSUMER_DEFINED as u32, &[], &[])
+            }
             EventType::RepReceived if roll < 8 => e.send_rtu(ev.id, &[]),
             EventType::DreqReceived => e.send_drep(now, ev.id, &[]),
             EventType::SidrReqReceived => e.send_sidr_rep(ev.id, &SidrRepParams::default()),

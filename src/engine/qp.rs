@@ -4,6 +4,26 @@
 
 use super::IdRec;
 use super::types::*;
+use crate::wire::Req;
+
+/// Transport service type bits of a REQ for a QP type.
+pub(super) fn req_transport(qp_type: u32) -> (u8, u8) {
+    match qp_type {
+        qp_type::UC => (1, 0),
+        qp_type::XRC_INI => (3, 1),
+        _ => (0, 0),
+    }
+}
+
+/// QP type from a REQ's transport fields (`cm_req_get_qp_type`).
+pub(super) fn req_qp_type(r: &Req) -> u32 {
+    match (r.transport_service_type, r.extended_transport_type) {
+        (0, _) => qp_type::RC,
+        (1, _) => qp_type::UC,
+        (3, 1) => qp_type::XRC_TGT,
+        _ => 0,
+    }
+}
 
 fn is_ib_ah(ah: &AhAttr) -> bool {
     !ah.rec_type.is_roce()

@@ -5,8 +5,9 @@
 use super::counters::{DropCause, attr_index};
 use super::*;
 use crate::wire::{
-    self, ClassPortInfo, Lap, MadHeader, Mra, SidrReq, method, rej_reason, sidr_status,
-    status as mad_status,
+    self, ClassPortInfo, Lap, MadHeader, Mra, SidrReq, method,
+    peek::{self, Addressing},
+    rej_reason, sidr_status, status as mad_status,
 };
 
 /// Why `handle_mad` dropped a MAD (also counted in `Counters::drops`).
@@ -155,8 +156,7 @@ impl Engine {
     /// Sends a MAD that answers a duplicate; counted as a retry, as the
     /// kernel flags such responses.
     fn send_dup_response(&mut self, dest: MadDest, mad: [u8; 256]) {
-        let a = u16::from_be_bytes([mad[16], mad[17]]);
-        self.counters.tx_retries[attr_index(a)] += 1;
+        self.counters.tx_retries[attr_index(peek::attr_id_of(&mad))] += 1;
         self.push_mad(dest, mad);
     }
 
@@ -214,7 +214,7 @@ impl Engine {
         };
         let attr_id = mad.msg.attr_id();
         self.counters.rx[attr_index(attr_id)] += 1;
-        let raw = &buf[..256];
+        let raw = &buf[..wire::MAD_LEN];
         match &mad.msg {
             CmMsg::ClassPortInfo(_) => self.on_class_port_info(src, &mad, raw),
             CmMsg::Req(r) => self.on_req(now, src, &mad, r, raw),
@@ -248,7 +248,7 @@ impl Engine {
         {
             return;
         }
-        let mut out: [u8; 256] = buf[..256].try_into().unwrap();
+        let mut out: [u8; wire::MAD_LEN] = buf[..wire::MAD_LEN].try_into().unwrap();
         MadHeader {
             method: method::GET_RESP,
             status: mad_status::UNSUPPORTED_METHOD_ATTR,
@@ -271,7 +271,7 @@ impl Engine {
                 };
                 let resp = CmMad {
                     method: method::GET_RESP,
-                    status: 0,
+                    status: mad_status::SUCCESS,
                     class_specific: 0,
                     tid: mad.tid,
                     attr_mod: mad.attr_mod,
@@ -625,12 +625,12 @@ impl Engine {
 
     fn on_rej(&mut self, now: Time, r: &Rej, raw: &[u8]) -> Handled {
         self.counters.rej_rx[Counters::reason_index(r.reason as u32)] += 1;
-        let id = if r.reason == rej_reason::TIMEOUT {
-            let guid = u64::from_be_bytes(r.ari[..8].try_into().unwrap());
+        // A REJ(TIMEOUT) names its sender only (as `route()` reads it).
+        let id = if let Some(Addressing::Sender { ca_guid, comm_id }) = peek::addressing(raw) {
             self.remote_ids
-                .get(&(guid, r.local_comm_id))
+                .get(&(ca_guid, comm_id))
                 .copied()
-                .and_then(|id| self.acquire(id, r.local_comm_id))
+                .and_then(|id| self.acquire(id, comm_id))
         } else if r.message_rejected == MsgCode::Req {
             self.acquire(r.remote_comm_id, 0)
         } else {
@@ -1098,31 +1098,17 @@ impl Engine {
 /// name one of our IDs, `Err(hash)` for requests (REQ, SIDR_REQ, REJ
 /// timeouts) that must go to `hash % shards` so that duplicates meet.
 pub fn route(shared: &Shared, buf: &[u8], src: &MadSource) -> Result<u32, u64> {
-    if buf.len() < 256 || shared.shard_bits == 0 {
+    if shared.shard_bits == 0 {
         return Ok(0);
     }
-    let u32_at = |o: usize| u32::from_be_bytes(buf[o..o + 4].try_into().unwrap());
-    let u64_at = |o: usize| u64::from_be_bytes(buf[o..o + 8].try_into().unwrap());
     let mix = |a: u64, b: u64| ids::splitmix64(a ^ b.rotate_left(32));
-    let shard = |id: u32| ids::shard_of(&shared.codec, shared.shard_bits, id);
-    match u16::from_be_bytes([buf[16], buf[17]]) {
-        attr::REQ => Err(mix(u64_at(40), u32_at(24) as u64)),
-        attr::SIDR_REQ => {
-            let g = u64::from_be_bytes(src.sgid.0[8..16].try_into().unwrap());
-            Err(mix(g ^ src.slid as u64, u32_at(24) as u64))
-        }
-        attr::REJ if u16::from_be_bytes([buf[34], buf[35]]) == 4 => {
-            Err(mix(u64_at(36), u32_at(24) as u64))
-        }
-        attr::SIDR_REP => Ok(shard(u32_at(24))),
-        attr::MRA
-        | attr::REJ
-        | attr::REP
-        | attr::RTU
-        | attr::DREQ
-        | attr::DREP
-        | attr::LAP
-        | attr::APR => Ok(shard(u32_at(28))),
-        _ => Ok(0),
+    match peek::addressing(buf) {
+        Some(Addressing::Receiver(id)) => Ok(ids::shard_of(&shared.codec, shared.shard_bits, id)),
+        Some(Addressing::Sender { ca_guid, comm_id }) => Err(mix(ca_guid, comm_id as u64)),
+        Some(Addressing::SidrRequest(request_id)) => Err(mix(
+            src.sgid.interface_id() ^ src.slid as u64,
+            request_id as u64,
+        )),
+        None => Ok(0),
     }
 }

@@ -319,13 +319,13 @@ pub struct Transmit {
 
 impl std::fmt::Debug for Transmit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let attr = u16::from_be_bytes([self.mad[16], self.mad[17]]);
+        use crate::wire::{attr, peek};
         write!(
             f,
             "Transmit({} to {}, tid {:#x})",
-            crate::wire::attr::name(attr).unwrap_or("?"),
+            attr::name(peek::attr_id_of(&self.mad)).unwrap_or("?"),
             self.dest.dgid,
-            u64::from_be_bytes(self.mad[8..16].try_into().unwrap())
+            peek::tid(&self.mad).unwrap_or_default()
         )
     }
 }
@@ -418,6 +418,32 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// The AttributeID of the message whose receipt this event reports
+    /// (`None` for errors, `USER_ESTABLISHED` and `TIMEWAIT_EXIT`).
+    pub fn received_attr(self) -> Option<u16> {
+        use crate::wire::attr;
+        Some(match self {
+            EventType::ReqReceived => attr::REQ,
+            EventType::RepReceived => attr::REP,
+            EventType::RtuReceived => attr::RTU,
+            EventType::DreqReceived => attr::DREQ,
+            EventType::DrepReceived => attr::DREP,
+            EventType::MraReceived => attr::MRA,
+            EventType::RejReceived => attr::REJ,
+            EventType::LapReceived => attr::LAP,
+            EventType::AprReceived => attr::APR,
+            EventType::SidrReqReceived => attr::SIDR_REQ,
+            EventType::SidrRepReceived => attr::SIDR_REP,
+            EventType::ReqError
+            | EventType::RepError
+            | EventType::UserEstablished
+            | EventType::DreqError
+            | EventType::TimewaitExit
+            | EventType::LapError
+            | EventType::SidrReqError => return None,
+        })
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             EventType::ReqError => "REQ_ERROR",
@@ -572,22 +598,8 @@ impl std::fmt::Debug for Event {
 impl Event {
     /// Offset and length of the private data in `mad` for this event kind.
     pub fn private_data_range(&self) -> Option<(usize, usize)> {
-        use crate::wire::pdata;
         self.mad.as_ref()?;
-        Some(match self.kind {
-            EventType::ReqReceived => (164, pdata::REQ),
-            EventType::RepReceived => (60, pdata::REP),
-            EventType::RtuReceived => (32, pdata::RTU),
-            EventType::DreqReceived => (36, pdata::DREQ),
-            EventType::DrepReceived => (32, pdata::DREP),
-            EventType::MraReceived => (34, pdata::MRA),
-            EventType::RejReceived => (108, pdata::REJ),
-            EventType::LapReceived => (88, pdata::LAP),
-            EventType::AprReceived => (108, pdata::APR),
-            EventType::SidrReqReceived => (40, pdata::SIDR_REQ),
-            EventType::SidrRepReceived => (120, pdata::SIDR_REP),
-            _ => return None,
-        })
+        crate::wire::peek::private_data_range(self.kind.received_attr()?)
     }
 
     /// The private-data area of the received message.
@@ -599,18 +611,14 @@ impl Event {
     /// REJ ARI / APR info / SIDR_REP info area (the valid part).
     pub fn info(&self) -> Option<&[u8]> {
         let mad = self.mad.as_ref()?;
-        match (&self.kind, &self.param) {
-            (EventType::RejReceived, EventParam::Rej { ari_length, .. }) => {
-                Some(&mad[36..36 + (*ari_length as usize).min(72)])
-            }
-            (EventType::AprReceived, EventParam::Apr { info_len, .. }) => {
-                Some(&mad[36..36 + (*info_len as usize).min(72)])
-            }
-            (EventType::SidrRepReceived, EventParam::SidrRep(p)) => {
-                Some(&mad[48..48 + (p.info_len as usize).min(72)])
-            }
-            _ => None,
-        }
+        let len = match (&self.kind, &self.param) {
+            (EventType::RejReceived, EventParam::Rej { ari_length, .. }) => *ari_length,
+            (EventType::AprReceived, EventParam::Apr { info_len, .. }) => *info_len,
+            (EventType::SidrRepReceived, EventParam::SidrRep(p)) => p.info_len,
+            _ => return None,
+        };
+        let area = crate::wire::peek::info_area(self.kind.received_attr()?, &mad[..])?;
+        Some(&area[..(len as usize).min(area.len())])
     }
 }
 

@@ -255,6 +255,9 @@ pub fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// Single facts read from a raw MAD (routing keys, counters, areas).
+pub mod peek;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1040,7 +1040,13 @@ impl<'t> World<'t> {
             }
             (_, 2) => {
                 what = "send_rej";
-                self.engs[ei].e.send_rej(now, h, 28, &[], &[0x66; 10])
+                self.engs[ei].e.send_rej(
+                    now,
+                    h,
+                    wire::rej_reason::CONSUMER_DEFINED as u32,
+                    &[],
+                    &[0x66; 10],
+                )
             }
             (_, 4) => {
                 what = "nothing";

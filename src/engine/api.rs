@@ -1,0 +1,605 @@
+//! The consumer API (`ib_create_cm_id`, `ib_cm_listen`, `ib_send_cm_*`,
+//! `ib_destroy_cm_id`, ...): each call checks the id's state, changes it
+//! and queues the MAD it sends, as the kernel's function of the same name.
+
+use super::*;
+
+impl Engine {
+    /// `ib_create_cm_id`: a new id in IDLE, visible at once.
+    pub fn create_id(&mut self, user: u64) -> ApiResult<Handle> {
+        let id = self
+            .ids
+            .insert_with(|_| IdRec::new(user))
+            .ok_or(Errno::EBUSY)?;
+        self.counters.ids_created += 1;
+        Ok(Handle(id as u64))
+    }
+
+    /// Changes the user token of an id (the runtime sets it once the C
+    /// object exists).
+    pub fn set_user(&mut self, h: Handle, user: u64) -> ApiResult {
+        let r = self.ids.get_mut(h.0 as u32).ok_or(Errno::EINVAL)?;
+        r.user = user;
+        Ok(())
+    }
+
+    pub(super) fn check_service_id(&self, service_id: u64) -> ApiResult<u64> {
+        if service_id & SERVICE_ID_AGN_MASK == ASSIGN_SERVICE_ID && service_id != ASSIGN_SERVICE_ID
+        {
+            return Err(Errno::EINVAL);
+        }
+        Ok(if service_id == ASSIGN_SERVICE_ID {
+            self.shared.assign_service_id()
+        } else {
+            service_id
+        })
+    }
+
+    /// `ib_cm_listen`.
+    pub fn listen(&mut self, h: Handle, service_id: u64) -> ApiResult {
+        self.listen_keyed(h, service_id, None)
+    }
+
+    /// Makes an IDLE id a listener. With a `key` it becomes an
+    /// `ib_cm_insert_listen` listener that later callers with the same key
+    /// share (see [`Engine::share_listener`]).
+    pub fn listen_keyed(&mut self, h: Handle, service_id: u64, key: Option<u64>) -> ApiResult {
+        if self.rec(h)?.state != State::Idle {
+            return Err(Errno::EINVAL);
+        }
+        let service_id = self.check_service_id(service_id)?;
+        self.listen_checked(h, service_id, key)
+    }
+
+    /// `listen_keyed` with a service ID already checked (and assigned):
+    /// an assigned ID must not go through `check_service_id` again (the
+    /// first one equals `IB_CM_ASSIGN_SERVICE_ID`, later ones have the
+    /// reserved 0x02 top byte).
+    pub(super) fn listen_checked(
+        &mut self,
+        h: Handle,
+        service_id: u64,
+        key: Option<u64>,
+    ) -> ApiResult {
+        let id = h.0 as u32;
+        let user = self.rec(h)?.user;
+        let entry = ListenEntry {
+            shard: self.cfg.shard,
+            local_id: id,
+            user,
+            share_key: key,
+        };
+        self.shared.listen_insert(service_id, entry).map_err(|_| {
+            if key.is_some() {
+                Errno::EINVAL
+            } else {
+                Errno::EBUSY
+            }
+        })?;
+        let r = self.ids.get_mut(id).unwrap();
+        r.service_id = service_id;
+        r.listen_shares = 1;
+        self.set_state(id, State::Listen);
+        Ok(())
+    }
+
+    /// Adds one more user to a shared listener of this shard.
+    pub fn share_listener(&mut self, h: Handle) -> ApiResult {
+        let r = self.ids.get_mut(h.0 as u32).ok_or(Errno::EINVAL)?;
+        if r.state != State::Listen {
+            return Err(Errno::EINVAL);
+        }
+        r.listen_shares += 1;
+        Ok(())
+    }
+
+    /// `ib_cm_insert_listen` within one shard: returns the listener and
+    /// whether it already existed (then its share count was raised). An
+    /// existing listener with another key, or owned by another shard (the
+    /// runtime routes the call to the owner), gives `-EINVAL`.
+    pub fn insert_listen(
+        &mut self,
+        user: u64,
+        service_id: u64,
+        key: u64,
+    ) -> ApiResult<(Handle, bool)> {
+        let service_id = self.check_service_id(service_id)?;
+        if let Some(e) = self.shared.listen_lookup(service_id) {
+            if e.share_key != Some(key) || e.shard != self.cfg.shard {
+                return Err(Errno::EINVAL);
+            }
+            self.share_listener(Handle(e.local_id as u64))?;
+            return Ok((Handle(e.local_id as u64), true));
+        }
+        let h = self.create_id(user)?;
+        if let Err(e) = self.listen_checked(h, service_id, Some(key)) {
+            self.ids.remove(h.0 as u32);
+            self.counters.ids_destroyed += 1;
+            return Err(e);
+        }
+        Ok((h, false))
+    }
+
+    /// `ib_send_cm_req`.
+    pub fn send_req(&mut self, now: Time, h: Handle, p: &ReqParams) -> ApiResult {
+        let id = h.0 as u32;
+        if !matches!(p.qp_type, qp_type::RC | qp_type::UC | qp_type::XRC_INI) {
+            return Err(Errno::EINVAL);
+        }
+        Self::check_len(&p.private_data, pdata::REQ)?;
+        if let Some(alt) = &p.alternate_path
+            && (alt.pkey != p.primary_path.pkey || alt.mtu != p.primary_path.mtu)
+        {
+            return Err(Errno::EINVAL);
+        }
+        let r = self.rec(h)?;
+        if r.state != State::Idle || r.has_tw {
+            return Err(Errno::EINVAL);
+        }
+        let av = self.av_from_path(&p.primary_path, p.sgid_attr)?;
+        let alt_av = match &p.alternate_path {
+            Some(alt) => Some(Box::new(self.av_from_path(alt, None)?)),
+            None => None,
+        };
+        let (transport, ext) = req_transport(p.qp_type);
+        let xrc = p.qp_type == qp_type::XRC_INI;
+        let tid = self.new_tid(id);
+        let mut req = Req {
+            local_comm_id: id,
+            vendor_id: p.ece.vendor_id & 0xff_ffff,
+            service_id: p.service_id,
+            local_ca_guid: self.cfg.node_guid,
+            local_qpn: p.qp_num & 0xff_ffff,
+            initiator_depth: p.initiator_depth,
+            remote_cm_response_timeout: p.remote_cm_response_timeout & 0x1f,
+            transport_service_type: transport,
+            end_to_end_flow_control: p.flow_control != 0,
+            starting_psn: p.starting_psn & 0xff_ffff,
+            local_cm_response_timeout: p.local_cm_response_timeout & 0x1f,
+            pkey: p.primary_path.pkey,
+            path_mtu: p.primary_path.mtu,
+            max_cm_retries: p.max_cm_retries & 0xf,
+            extended_transport_type: ext,
+            primary: self.req_path(&p.primary_path, p.primary_path_inbound.as_ref()),
+            private_data: pdata_area(&p.private_data),
+            ..Req::default()
+        };
+        if !xrc {
+            req.responder_resources = p.responder_resources;
+            req.retry_count = p.retry_count & 7;
+            req.rnr_retry_count = p.rnr_retry_count & 7;
+            req.srq = p.srq != 0;
+        }
+        if let Some(alt) = &p.alternate_path {
+            req.alternate = self.req_path(alt, None);
+        }
+        let mad = CmMad::send(tid, p.ece.attr_mod, CmMsg::Req(req)).to_bytes();
+        let timeout_ms = 2 * convert_to_ms(p.primary_path.packet_life_time)
+            + convert_to_ms(p.remote_cm_response_timeout);
+        let r = self.ids.get_mut(id).unwrap();
+        r.service_id = p.service_id;
+        r.tid = tid;
+        r.av = av;
+        r.alt_av = alt_av;
+        r.local_qpn = p.qp_num & 0xff_ffff;
+        r.qp_type = p.qp_type;
+        r.rq_psn = p.starting_psn & 0xff_ffff;
+        r.initiator_depth = p.initiator_depth;
+        r.responder_resources = p.responder_resources;
+        r.retry_count = p.retry_count & 7;
+        r.rnr_retry_count = p.rnr_retry_count & 7;
+        r.max_cm_retries = p.max_cm_retries & 0xf;
+        r.path_mtu = p.primary_path.mtu;
+        r.pkey = p.primary_path.pkey;
+        r.timeout_ms = timeout_ms;
+        r.dlid_datapath = p.primary_path_outbound.map(|o| o.dlid).unwrap_or(0);
+        r.has_tw = true;
+        r.remote_id = 0;
+        let retries = r.max_cm_retries;
+        self.set_state(id, State::ReqSent);
+        self.send_request(now, id, mad, timeout_ms, retries);
+        Ok(())
+    }
+
+    /// `ib_send_cm_rep`.
+    pub fn send_rep(&mut self, now: Time, h: Handle, p: &RepParams) -> ApiResult {
+        let id = h.0 as u32;
+        Self::check_len(&p.private_data, pdata::REP)?;
+        let r = self.rec(h)?;
+        if !matches!(r.state, State::ReqRcvd | State::MraReqSent) {
+            return Err(Errno::EINVAL);
+        }
+        let xrc_tgt = r.qp_type == qp_type::XRC_TGT;
+        let mut rep = Rep {
+            local_comm_id: id,
+            remote_comm_id: r.remote_id,
+            local_qkey: 0,
+            local_qpn: 0,
+            vendor_id: p.ece.vendor_id & 0xff_ffff,
+            local_eecn: 0,
+            starting_psn: p.starting_psn & 0xff_ffff,
+            responder_resources: p.responder_resources,
+            initiator_depth: 0,
+            target_ack_delay: self.cfg.ack_delay & 0x1f,
+            failover_accepted: p.failover_accepted & 3,
+            end_to_end_flow_control: false,
+            rnr_retry_count: p.rnr_retry_count & 7,
+            srq: false,
+            local_ca_guid: self.cfg.node_guid,
+            private_data: pdata_area(&p.private_data),
+        };
+        if xrc_tgt {
+            rep.srq = true;
+            rep.local_eecn = p.qp_num & 0xff_ffff;
+        } else {
+            rep.initiator_depth = p.initiator_depth;
+            rep.end_to_end_flow_control = p.flow_control != 0;
+            rep.srq = p.srq != 0;
+            rep.local_qpn = p.qp_num & 0xff_ffff;
+        }
+        let mad = CmMad::send(r.tid, p.ece.attr_mod, CmMsg::Rep(rep)).to_bytes();
+        let (timeout, retries) = (r.timeout_ms, r.max_cm_retries);
+        let r = self.ids.get_mut(id).unwrap();
+        r.initiator_depth = p.initiator_depth;
+        r.responder_resources = p.responder_resources;
+        r.rq_psn = p.starting_psn & 0xff_ffff;
+        r.local_qpn = p.qp_num & 0xff_ffff;
+        self.set_state(id, State::RepSent);
+        self.send_request(now, id, mad, timeout, retries);
+        self.queue_evictable(id);
+        Ok(())
+    }
+
+    /// `ib_send_cm_rtu`.
+    pub fn send_rtu(&mut self, h: Handle, private_data: &[u8]) -> ApiResult {
+        let id = h.0 as u32;
+        Self::check_len(private_data, pdata::RTU)?;
+        let r = self.rec(h)?;
+        if !matches!(r.state, State::RepRcvd | State::MraRepSent) {
+            return Err(Errno::EINVAL);
+        }
+        let rtu = Rtu {
+            local_comm_id: id,
+            remote_comm_id: r.remote_id,
+            private_data: pdata_area(private_data),
+        };
+        let mad = CmMad::send(r.tid, 0, CmMsg::Rtu(rtu)).to_bytes();
+        let r = self.ids.get_mut(id).unwrap();
+        r.saved_pdata = (!private_data.is_empty()).then(|| private_data.into());
+        self.set_state(id, State::Established);
+        self.send_once(id, mad);
+        Ok(())
+    }
+
+    pub(super) fn dreq_mad(&self, id: u32, r: &IdRec, private_data: &[u8]) -> [u8; 256] {
+        let dreq = Dreq {
+            local_comm_id: id,
+            remote_comm_id: r.remote_id,
+            remote_qpn: r.remote_qpn,
+            private_data: pdata_area(private_data),
+        };
+        CmMad::send(self.new_tid(id), 0, CmMsg::Dreq(dreq)).to_bytes()
+    }
+
+    /// `ib_send_cm_dreq`.
+    pub fn send_dreq(&mut self, now: Time, h: Handle, private_data: &[u8]) -> ApiResult {
+        let id = h.0 as u32;
+        Self::check_len(private_data, pdata::DREQ)?;
+        let r = self.rec(h)?;
+        if r.state != State::Established {
+            return Err(Errno::EINVAL);
+        }
+        let mad = self.dreq_mad(id, r, private_data);
+        let (timeout, retries) = (r.timeout_ms, r.max_cm_retries);
+        // As the kernel: the DREQ's new TID is not remembered; a DREP
+        // re-sent from timewait carries the id's REQ (or received DREQ) TID.
+        let r = self.ids.get_mut(id).unwrap();
+        if matches!(r.lap_state, LapState::Sent | LapState::MraRcvd) {
+            r.lap_state = LapState::Idle;
+        }
+        self.cancel_send(id);
+        self.set_state(id, State::DreqSent);
+        self.send_request(now, id, mad, timeout, retries);
+        Ok(())
+    }
+
+    pub(super) fn drep_mad(id: u32, r: &IdRec, private_data: &[u8]) -> [u8; 256] {
+        let drep = Drep {
+            local_comm_id: id,
+            remote_comm_id: r.remote_id,
+            private_data: pdata_area(private_data),
+        };
+        CmMad::send(r.tid, 0, CmMsg::Drep(drep)).to_bytes()
+    }
+
+    /// `ib_send_cm_drep`: always enters timewait when the state is right.
+    pub fn send_drep(&mut self, now: Time, h: Handle, private_data: &[u8]) -> ApiResult {
+        let id = h.0 as u32;
+        Self::check_len(private_data, pdata::DREP)?;
+        let r = self.rec(h)?;
+        if r.state != State::DreqRcvd {
+            return Err(Errno::EINVAL);
+        }
+        let mad = Self::drep_mad(id, r, private_data);
+        let r = self.ids.get_mut(id).unwrap();
+        r.saved_pdata = (!private_data.is_empty()).then(|| private_data.into());
+        self.enter_timewait(now, id);
+        self.send_once(id, mad);
+        Ok(())
+    }
+
+    /// The REJ an id sends (`cm_format_rej`), from its current state.
+    pub(super) fn rej_mad(
+        &self,
+        id: u32,
+        r: &IdRec,
+        reason: u16,
+        ari: &[u8],
+        private_data: &[u8],
+    ) -> [u8; 256] {
+        let (local, code) = match r.state {
+            State::ReqRcvd => (0, MsgCode::Req),
+            State::MraReqSent => (id, MsgCode::Req),
+            State::RepRcvd | State::MraRepSent => (id, MsgCode::Rep),
+            _ => (id, MsgCode::Other),
+        };
+        let rej = Rej {
+            local_comm_id: local,
+            remote_comm_id: r.remote_id,
+            message_rejected: code,
+            ari_length: ari.len() as u8,
+            reason,
+            ari: pdata_area(ari),
+            private_data: pdata_area(private_data),
+        };
+        CmMad::send(r.tid, 0, CmMsg::Rej(rej)).to_bytes()
+    }
+
+    /// `ib_send_cm_rej`.
+    pub fn send_rej(
+        &mut self,
+        now: Time,
+        h: Handle,
+        reason: u32,
+        ari: &[u8],
+        private_data: &[u8],
+    ) -> ApiResult {
+        let id = h.0 as u32;
+        Self::check_len(private_data, pdata::REJ)?;
+        Self::check_len(ari, pdata::REJ_ARI)?;
+        let r = self.rec(h)?;
+        let state = r.state;
+        let mad = self.rej_mad(id, r, reason as u16, ari, private_data);
+        match state {
+            State::ReqSent
+            | State::MraReqRcvd
+            | State::ReqRcvd
+            | State::MraReqSent
+            | State::RepRcvd
+            | State::MraRepSent => {
+                // ibcm: the kernel leaves an outstanding REQ retransmitting
+                // after its own REJ; we stop it, so the peer never sees a
+                // REQ for a connection we rejected.
+                self.cancel_send(id);
+                self.reset_to_idle(id);
+            }
+            State::RepSent | State::MraRepRcvd => {
+                self.cancel_send(id);
+                self.enter_timewait(now, id);
+            }
+            _ => return Err(Errno::EINVAL),
+        }
+        self.send_once(id, mad);
+        Ok(())
+    }
+
+    /// `ib_prepare_cm_mra`: a pure state change; an MRA goes out only when
+    /// a duplicate arrives.
+    pub fn prepare_mra(&mut self, h: Handle) -> ApiResult {
+        let id = h.0 as u32;
+        let r = self.rec(h)?;
+        match (r.state, r.lap_state) {
+            (State::ReqRcvd, _) => self.set_state(id, State::MraReqSent),
+            (State::RepRcvd, _) => self.set_state(id, State::MraRepSent),
+            (State::Established, LapState::Rcvd) => {
+                self.ids.get_mut(id).unwrap().lap_state = LapState::MraSent;
+                self.changed(id);
+            }
+            _ => return Err(Errno::EINVAL),
+        }
+        self.ids.get_mut(id).unwrap().saved_pdata = None;
+        Ok(())
+    }
+
+    /// `ib_cm_notify`.
+    pub fn notify(&mut self, h: Handle, event: u32) -> ApiResult {
+        let id = h.0 as u32;
+        let r = self.rec(h)?;
+        match event {
+            ib_event::COMM_EST => match r.state {
+                State::RepSent | State::MraRepRcvd => {
+                    self.cancel_send(id);
+                    self.set_state(id, State::Established);
+                    self.event(id, EventType::UserEstablished, EventParam::None, None);
+                    Ok(())
+                }
+                State::Established => Err(Errno::EISCONN),
+                _ => Err(Errno::EINVAL),
+            },
+            ib_event::PATH_MIG => {
+                if r.state != State::Established
+                    || !matches!(r.lap_state, LapState::Uninit | LapState::Idle)
+                {
+                    return Err(Errno::EINVAL);
+                }
+                let r = self.ids.get_mut(id).unwrap();
+                r.lap_state = LapState::Idle;
+                if let Some(alt) = &r.alt_av {
+                    r.av = **alt;
+                }
+                self.changed(id);
+                Ok(())
+            }
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// `ib_send_cm_sidr_req`.
+    pub fn send_sidr_req(&mut self, now: Time, h: Handle, p: &SidrReqParams) -> ApiResult {
+        let id = h.0 as u32;
+        Self::check_len(&p.private_data, pdata::SIDR_REQ)?;
+        self.rec(h)?;
+        let av = self.av_from_path(&p.path, p.sgid_attr)?;
+        // As the kernel: these are written before the state check.
+        let r = self.ids.get_mut(id).unwrap();
+        // ibcm: except on a listener, whose service ID keys the listen
+        // table (destroy would remove the wrong entry and leak it).
+        if r.state == State::Listen {
+            return Err(Errno::EINVAL);
+        }
+        r.service_id = p.service_id;
+        r.timeout_ms = p.timeout_ms;
+        r.max_cm_retries = p.max_cm_retries;
+        r.av = av;
+        if r.state != State::Idle {
+            return Err(Errno::EINVAL);
+        }
+        let tid = self.new_tid(id);
+        let req = SidrReq {
+            request_id: id,
+            pkey: p.path.pkey,
+            service_id: p.service_id,
+            private_data: pdata_area(&p.private_data),
+        };
+        let mad = CmMad::send(tid, 0, CmMsg::SidrReq(req)).to_bytes();
+        self.ids.get_mut(id).unwrap().tid = tid;
+        self.set_state(id, State::SidrReqSent);
+        self.send_request(now, id, mad, p.timeout_ms, p.max_cm_retries);
+        Ok(())
+    }
+
+    pub(super) fn sidr_rep_mad(r: &IdRec, p: &SidrRepParams) -> [u8; 256] {
+        let rep = SidrRep {
+            request_id: r.remote_id,
+            status: p.status as u8,
+            info_length: p.info.len() as u8,
+            // As the kernel: only VendorID bits 15..0 reach the wire.
+            vendor_id: p.ece.vendor_id & 0xffff,
+            qpn: p.qp_num & 0xff_ffff,
+            service_id: r.service_id,
+            qkey: p.qkey,
+            info: pdata_area(&p.info),
+            private_data: pdata_area(&p.private_data),
+        };
+        CmMad::send(r.tid, p.ece.attr_mod, CmMsg::SidrRep(rep)).to_bytes()
+    }
+
+    /// `ib_send_cm_sidr_rep`.
+    pub fn send_sidr_rep(&mut self, h: Handle, p: &SidrRepParams) -> ApiResult {
+        let id = h.0 as u32;
+        Self::check_len(&p.info, pdata::SIDR_REP_INFO)?;
+        Self::check_len(&p.private_data, pdata::SIDR_REP)?;
+        let r = self.rec(h)?;
+        if r.state != State::SidrReqRcvd {
+            return Err(Errno::EINVAL);
+        }
+        let mad = Self::sidr_rep_mad(r, p);
+        self.leave_sidr_table(id);
+        self.set_state(id, State::Idle);
+        self.send_once(id, mad);
+        Ok(())
+    }
+
+    /// `ib_cm_init_qp_attr`.
+    pub fn init_qp_attr(&self, h: Handle, qp_state: u32) -> ApiResult<QpAttr> {
+        let r = self.rec(h)?;
+        qp::init_qp_attr(r, qp_state, self.cfg.flush_caps)
+    }
+
+    /// `ib_destroy_cm_id`: the protocol action of the id's state (REJ,
+    /// DREQ, DREP, SIDR_REP), then the id is gone: no more events, timers
+    /// or table entries. `err` is the callback's return value when the
+    /// destroy comes from a handler returning non-zero (`-ENOMEM` from
+    /// REQ_RECEIVED suppresses the REJ), else 0.
+    ///
+    /// Returns false when the id lives on: an unknown handle, or a shared
+    /// listener (`ib_cm_insert_listen`) that other users still hold.
+    pub fn destroy(&mut self, h: Handle, err: i32) -> bool {
+        let id = h.0 as u32;
+        let Some(r) = self.ids.get(id) else {
+            return false;
+        };
+        let node_guid = self.cfg.node_guid;
+        // The protocol action of the state (CM_RULES.md §destroy); the
+        // id then goes away at once, so its passage through timewait or
+        // IDLE is not observable and is skipped.
+        let mad = match r.state {
+            State::Listen => {
+                let r = self.ids.get_mut(id).unwrap();
+                r.listen_shares = r.listen_shares.saturating_sub(1);
+                if r.listen_shares > 0 {
+                    return false;
+                }
+                let service_id = r.service_id;
+                self.shared.listen_remove(service_id, id);
+                None
+            }
+            State::SidrReqRcvd => {
+                let p = SidrRepParams {
+                    status: sidr_status::REJECT as u32,
+                    ..Default::default()
+                };
+                Some(Self::sidr_rep_mad(r, &p))
+            }
+            State::ReqSent | State::MraReqRcvd => {
+                Some(self.rej_mad(id, r, rej_reason::TIMEOUT, &node_guid.to_be_bytes(), &[]))
+            }
+            State::ReqRcvd if err == -errno::ENOMEM => None,
+            State::ReqRcvd
+            | State::MraReqSent
+            | State::RepRcvd
+            | State::MraRepSent
+            | State::RepSent
+            | State::MraRepRcvd => {
+                Some(self.rej_mad(id, r, rej_reason::CONSUMER_DEFINED, &[], &[]))
+            }
+            State::Established if r.qp_type != qp_type::XRC_TGT => Some(self.dreq_mad(id, r, &[])),
+            State::DreqRcvd => Some(Self::drep_mad(id, r, &[])),
+            State::Established
+            | State::DreqSent
+            | State::SidrReqSent
+            | State::Timewait
+            | State::Idle => None,
+        };
+        if let Some(mad) = mad {
+            self.send_once(id, mad);
+        }
+        // Release everything the id holds.
+        self.cancel_send(id);
+        self.cancel_timer(id);
+        self.unregister_remote(id);
+        self.leave_sidr_table(id);
+        if self.ids.get(id).is_some_and(|r| r.half_open) {
+            self.leave_half_open(id);
+        }
+        self.ids.remove(id);
+        self.counters.ids_destroyed += 1;
+        // No event is delivered for a destroyed id, even one already queued.
+        self.events.retain(|e| e.id != h);
+        self.changes.retain(|c| c.id != h);
+        true
+    }
+
+    /// A pseudo-random 24-bit PSN (for tools that need one).
+    pub fn random_psn(&mut self) -> u32 {
+        (self.next_rand() & 0xff_ffff) as u32
+    }
+
+    pub(super) fn check_len(data: &[u8], max: usize) -> ApiResult {
+        if data.len() > max {
+            Err(Errno::EINVAL)
+        } else {
+            Ok(())
+        }
+    }
+}
