@@ -592,26 +592,12 @@ fn req_params(o: &Opts, path: PathRec, i: usize) -> ReqParams {
 
 /// The server process: listen, say "ready", serve until stdin closes, then
 /// print one JSON line with its measurements.
-fn serve(o: &Opts) -> i32 {
-    let dev = match open(&o.server, o.threads) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("ibcm bench --serve: {e}");
-            return 1;
-        }
-    };
+fn serve(o: &Opts) -> Result<(), String> {
+    let dev = open(&o.server, o.threads)?;
     let stats = Arc::new(ServerStats::default());
-    let listener = match listen(&dev, &stats) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("ibcm bench --serve: {e}");
-            return 1;
-        }
-    };
-    println!("ready");
-    let _ = std::io::stdout().flush();
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
+    let listener = listen(&dev, &stats)?;
+    say_ready();
+    wait_for_stdin();
     let _ = listener.destroy();
     let verify = o.verify.then(|| {
         // Let retransmissions and timewait run out: every incoming id ends
@@ -631,7 +617,21 @@ fn serve(o: &Opts) -> i32 {
     });
     let _ = std::io::stdout().flush();
     dev.close();
-    0
+    Ok(())
+}
+
+/// Tells the client process this one is ready (`spawn_server` waits for
+/// the line).
+fn say_ready() {
+    println!("ready");
+    let _ = std::io::stdout().flush();
+}
+
+/// Blocks until the client process closes this one's stdin (or writes a
+/// line).
+fn wait_for_stdin() {
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
 }
 
 // ------------------------------------------------------------- --svg
@@ -704,32 +704,19 @@ const BASE_PORT: u16 = 4790;
 
 /// Baseline responder process (`--serve-baseline`): answers until stdin
 /// closes.
-fn serve_baseline(o: &Opts) -> i32 {
-    let ip = match ip_of(&o.server) {
-        Ok(ip) => ip,
-        Err(e) => {
-            eprintln!("{e}");
-            return 1;
-        }
-    };
-    let sock = match baseline::bind(ip, BASE_PORT) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("ibcm bench: baseline bind {ip}:{BASE_PORT}: {e}");
-            return 1;
-        }
-    };
-    println!("ready");
-    let _ = std::io::stdout().flush();
+fn serve_baseline(o: &Opts) -> Result<(), String> {
+    let ip = ip_of(&o.server)?;
+    let sock = baseline::bind(ip, BASE_PORT)
+        .map_err(|e| format!("baseline bind {ip}:{BASE_PORT}: {e}"))?;
+    say_ready();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let d2 = done.clone();
     std::thread::spawn(move || {
-        let mut l = String::new();
-        let _ = std::io::stdin().read_line(&mut l);
+        wait_for_stdin();
         d2.store(true, Ordering::SeqCst);
     });
     baseline::serve(&sock, || done.load(Ordering::SeqCst));
-    0
+    Ok(())
 }
 
 struct BaseResult {
@@ -1427,25 +1414,19 @@ impl Results {
 
 pub fn main(a: &Args) -> i32 {
     let o = Opts::new(a);
-    if o.serve {
-        return serve(&o);
-    }
-    if o.serve_baseline {
-        return serve_baseline(&o);
-    }
-    if o.scale {
-        return match scale(&o) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("ibcm bench --scale: {e}");
-                1
-            }
-        };
-    }
-    match run(&o) {
+    let (what, result) = if o.serve {
+        ("ibcm bench --serve", serve(&o))
+    } else if o.serve_baseline {
+        ("ibcm bench --serve-baseline", serve_baseline(&o))
+    } else if o.scale {
+        ("ibcm bench --scale", scale(&o))
+    } else {
+        ("ibcm bench", run(&o))
+    };
+    match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("ibcm bench: {e}");
+            eprintln!("{what}: {e}");
             1
         }
     }
