@@ -14,8 +14,11 @@
 //! status 1, later files still decoded.
 
 mod common;
+#[path = "../../tests/golden_mads/mod.rs"]
+mod golden_mads;
 
 use common::{Run, TempDir, ibcm_command};
+use golden_mads::GoldenMad;
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::net::IpAddr;
@@ -628,55 +631,8 @@ fn areas(attr: &str) -> &'static [(&'static str, usize, usize)] {
 // ---------------------------------------------------------------------------
 // The capture tooling's *.mads.txt
 
-#[derive(Debug)]
-struct GoldenMad {
-    frame: u64,
-    /// The `# frame ...` line, split on whitespace.
-    line: Vec<String>,
-    header: Vec<(String, String)>,
-    fields: Vec<(String, String)>,
-    bytes: [u8; 256],
-}
-
 fn load_mads(name: &str) -> Vec<GoldenMad> {
-    let text = std::fs::read_to_string(vector(name, "mads.txt")).unwrap();
-    let mut out: Vec<GoldenMad> = Vec::new();
-    let mut hexbuf: Vec<u8> = Vec::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# frame ") {
-            out.push(GoldenMad {
-                frame: rest.split_whitespace().next().unwrap().parse().unwrap(),
-                line: line[2..].split_whitespace().map(str::to_string).collect(),
-                header: vec![],
-                fields: vec![],
-                bytes: [0; 256],
-            });
-            hexbuf.clear();
-        } else if let Some(rest) = line.strip_prefix("#   ") {
-            let cur = out.last_mut().unwrap();
-            let is_header = rest.starts_with("MAD ");
-            for tok in rest.split_whitespace() {
-                if let Some((k, v)) = tok.split_once('=') {
-                    let kv = (k.to_string(), v.to_string());
-                    if is_header {
-                        cur.header.push(kv);
-                    } else {
-                        cur.fields.push(kv);
-                    }
-                }
-            }
-        } else if line.len() > 6 && line.as_bytes()[4] == b':' && !line.starts_with('#') {
-            hexbuf.extend(
-                line[5..]
-                    .split_whitespace()
-                    .map(|h| u8::from_str_radix(h, 16).unwrap()),
-            );
-            if hexbuf.len() == 256 {
-                out.last_mut().unwrap().bytes.copy_from_slice(&hexbuf);
-            }
-        }
-    }
-    out
+    golden_mads::load(&vector(name, "mads.txt"))
 }
 
 fn num(v: &str) -> u64 {
