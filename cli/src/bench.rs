@@ -1741,4 +1741,86 @@ mod tests {
         assert_eq!(local.rep_rtu_us.max, 3.0);
         assert_eq!(local.verify, None);
     }
+
+    /// A connection the client saw with `flags`, with comm ID `id` and the
+    /// step times (ns) `t` = (REQ, REP, RTU, DREQ, DREP).
+    fn conn(id: u32, flags: u32, t: [u64; 5]) -> Conn {
+        let c = Conn::default();
+        c.comm_id.store(id, Ordering::Relaxed);
+        c.flags.store(flags, Ordering::Relaxed);
+        for (a, v) in [&c.t_req, &c.t_rep, &c.t_est, &c.t_dreq, &c.t_drep]
+            .into_iter()
+            .zip(t)
+        {
+            a.store(v, Ordering::Relaxed);
+        }
+        c
+    }
+
+    fn client_end(live_ids: usize) -> ClientEnd {
+        ClientEnd {
+            live_ids,
+            timers: 0,
+            retries: 0,
+            timeouts: 0,
+            rej_rx: 0,
+            drops: 0,
+            tx_errors: 0,
+        }
+    }
+
+    #[test]
+    fn verify_compares_each_connection_with_the_server() {
+        let ok = C_RTU | C_CONNECT_DONE | C_DREP | C_DISC_DONE;
+        let conns = [
+            conn(1, ok, [0; 5]),                       // both ok
+            conn(2, C_ERROR | C_CONNECT_DONE, [0; 5]), // both error
+            conn(3, ok, [0; 5]),                       // server: error
+            conn(4, ok | C_ERROR, [0; 5]),             // server: ok
+            conn(5, ok, [0; 5]),                       // server: never saw it
+            conn(6, C_RTU | C_CONNECT_DONE, [0; 5]),   // no DREP: error here
+        ];
+        let srv = ServerReport {
+            verify: Some(ServerVerify {
+                ok_ids: vec![1, 4],
+                err_ids: vec![2, 3],
+                ..ServerVerify::default()
+            }),
+            ..ServerReport::default()
+        };
+        let v = Verify::check(&conns, &client_end(0), &srv).unwrap();
+        assert_eq!(
+            (
+                v.both_ok,
+                v.both_error,
+                v.client_ok_server_error,
+                v.client_error_server_ok,
+                v.client_ok_server_unknown
+            ),
+            (1, 2, 1, 1, 1)
+        );
+        assert_eq!(v.mismatches, 3);
+        assert_eq!(v.failures(), 3);
+        // An id left on either side counts once more.
+        let v = Verify::check(&conns, &client_end(2), &srv).unwrap();
+        assert_eq!((v.mismatches, v.failures()), (3, 4));
+        // A server without the verify half is an error.
+        let plain = ServerReport::default();
+        assert!(Verify::check(&conns, &client_end(0), &plain).is_err());
+    }
+
+    #[test]
+    fn latencies_only_count_steps_that_happened() {
+        let conns = [
+            conn(1, 0, [10, 30, 35, 100, 160]),
+            conn(2, 0, [20, 0, 0, 0, 0]),       // no REP
+            conn(3, 0, [40, 50, 0, 200, 0]),    // RTU failed, no DREP
+            conn(4, 0, [60, 70, 75, 300, 250]), // DREP time before DREQ
+        ];
+        let l = Latencies::collect(&conns);
+        assert_eq!(l.req_rep, [20, 10, 10]);
+        assert_eq!(l.connect, [25, 15]);
+        assert_eq!(l.disc, [60]);
+        assert_eq!(established_times_s(&conns), [25e-9, 65e-9]);
+    }
 }
