@@ -598,14 +598,7 @@ fn serve(o: &Opts) -> Result<(), String> {
     let listener = listen(&dev, &stats)?;
     say_ready();
     wait_for_stdin();
-    let _ = listener.destroy();
-    let verify = o.verify.then(|| {
-        // Let retransmissions and timewait run out: every incoming id ends
-        // destroyed (TIMEWAIT_EXIT, REP_ERROR, REJ) unless it is left
-        // established with a peer that never disconnected.
-        wait_for_ids(&dev, o.settle);
-        stats.verify(&dev)
-    });
+    let verify = stop_listening(&dev, listener, &stats, o);
     let (cpu_s, max_rss_kib) = usage();
     print_json(&ServerReport {
         rep_rtu_us: stats.rep_rtu_us(),
@@ -618,6 +611,23 @@ fn serve(o: &Opts) -> Result<(), String> {
     let _ = std::io::stdout().flush();
     dev.close();
     Ok(())
+}
+
+/// Destroys the server's listener; with `--verify`, lets retransmissions
+/// and timewait run out and returns the server's side of the check. Every
+/// incoming id ends destroyed (TIMEWAIT_EXIT, REP_ERROR, REJ) unless it is
+/// left established with a peer that never disconnected.
+fn stop_listening(
+    dev: &Device,
+    listener: CmId,
+    stats: &ServerStats,
+    o: &Opts,
+) -> Option<ServerVerify> {
+    let _ = listener.destroy();
+    o.verify.then(|| {
+        wait_for_ids(dev, o.settle);
+        stats.verify(dev)
+    })
 }
 
 /// Tells the client process this one is ready (`spawn_server` waits for
@@ -1004,8 +1014,9 @@ impl Server {
 
     /// Stops the server and returns its report: the process prints one
     /// JSON line when its stdin closes; a server in this process reports
-    /// its REP->RTU times only.
-    fn finish(self) -> Result<ServerReport, String> {
+    /// its REP->RTU times (its CPU time and memory are this process's),
+    /// and with `--verify` its side of the check, as `serve` does.
+    fn finish(self, o: &Opts) -> Result<ServerReport, String> {
         match self {
             Server::Process(mut child) => {
                 drop(child.stdin.take());
@@ -1023,11 +1034,12 @@ impl Server {
                 listener,
                 stats,
             } => {
+                let verify = stop_listening(&dev, listener, &stats, o);
                 let report = ServerReport {
                     rep_rtu_us: stats.rep_rtu_us(),
+                    verify,
                     ..ServerReport::default()
                 };
-                let _ = listener.destroy();
                 dev.close();
                 Ok(report)
             }
@@ -1457,7 +1469,7 @@ fn run(o: &Opts) -> Result<(), String> {
         wait_for_ids(&client.dev, o.settle);
     }
     let client_end = ClientEnd::read(&client.dev);
-    let srv = server.finish()?;
+    let srv = server.finish(o)?;
     let verify = if o.verify {
         Some(Verify::check(conns, &client_end, &srv)?)
     } else {

@@ -132,7 +132,9 @@ fn listen_reject_is_reported_to_the_client() {
     );
 }
 
-fn check_bench(args: &[&str], n: usize) {
+/// Runs `ibcm bench ARGS --json -n N`; checks that the report is complete
+/// and every connection was established; returns it.
+fn check_bench(args: &[&str], n: usize) -> serde_json::Value {
     let out = ibcm()
         .arg("bench")
         .args(args)
@@ -170,6 +172,7 @@ fn check_bench(args: &[&str], n: usize) {
     assert_eq!(v["connections"], n, "{line}");
     assert_eq!(v["established"], n, "{line}");
     assert_eq!(v["failed"], 0, "{line}");
+    v
 }
 
 #[test]
@@ -201,6 +204,42 @@ fn bench_over_loopback_with_two_shards_completes() {
         ],
         2000,
     );
+}
+
+/// `--verify` with the server in this process: both sides' outcomes are
+/// compared and nothing is left on either side.
+#[test]
+fn bench_verify_with_the_server_in_this_process() {
+    let v = check_bench(
+        &[
+            "--fabric",
+            "loopback",
+            "--server",
+            "loop:10.9.2.1",
+            "--client",
+            "loop:10.9.2.2",
+            "--verify",
+            "--cm-timeout",
+            "14",
+        ],
+        200,
+    );
+    let verify = &v["verify"];
+    assert_eq!(verify["both_ok"], 200, "{v}");
+    assert_eq!(verify["mismatches"], 0, "{v}");
+    for key in [
+        "client_live_ids",
+        "client_timers",
+        "server_live_ids",
+        "server_timers",
+    ] {
+        assert_eq!(verify[key], 0, "{key}: {v}");
+    }
+    assert_eq!(
+        verify["server_ids_created"], 201,
+        "200 ids and the listener"
+    );
+    assert_eq!(verify["server_ids_destroyed"], 201, "{v}");
 }
 
 /// `bench --svg`: one SVG document holding the latency CDFs (one curve per
