@@ -18,8 +18,8 @@
 
 mod rel_common;
 
+use ibcm::engine::EventParam;
 use ibcm::engine::EventType as E;
-use ibcm::engine::{EventParam, RepParams};
 use ibcm::runtime::{Device, DeviceOptions};
 use ibcm::wire::cm::{CmMad, CmMsg, MsgCode, Rej, pdata, rej_reason};
 use ibcm::wire::roce::{self, Bth, Deth, GSI_PAYLOAD_LEN, IcrcInput};
@@ -126,15 +126,10 @@ fn accepting_server(
     let h: ibcm::runtime::RustHandler = Arc::new(move |id, ev| match ev.kind {
         E::ReqReceived => {
             reqs.fetch_add(1, Ordering::Relaxed);
-            let rep = RepParams {
-                qp_num: qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff,
-                starting_psn: 1,
-                responder_resources: 1,
-                initiator_depth: 1,
-                rnr_retry_count: 7,
-                ..RepParams::default()
-            };
-            i32::from(id.send_rep(&rep).is_err())
+            i32::from(
+                id.send_rep(&rep(qpn.fetch_add(1, Ordering::Relaxed)))
+                    .is_err(),
+            )
         }
         E::DreqReceived => {
             let _ = id.send_drep(&[]);
@@ -148,11 +143,6 @@ fn accepting_server(
     l
 }
 
-fn rss_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
-    s.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 4
-}
-
 /// One real connect + disconnect from `dev` to `dest`; its connect latency,
 /// or the event that ended it.
 fn real_connect(
@@ -163,45 +153,18 @@ fn real_connect(
     service: u64,
     qpn: u32,
 ) -> Result<Duration, String> {
-    let id = dev
-        .create_id(None, std::ptr::null_mut(), Some(h.clone()))
-        .unwrap();
-    let t0 = Instant::now();
-    id.send_req(&req(dev, dest, service, qpn, 16, 5)).unwrap();
-    let t = Duration::from_secs(20);
-    let ev = rec.wait(
-        id.local_id(),
-        &[E::RepReceived, E::RejReceived, E::ReqError],
-        t,
+    let a = connect_once(
+        dev,
+        rec,
+        h,
+        &req(dev, dest, service, qpn, 16, 5),
+        Duration::from_secs(20),
     );
-    let res = match ev {
-        Some((_, E::RepReceived, _)) => {
-            let dt = t0.elapsed();
-            id.send_dreq(&[]).unwrap();
-            match rec.wait(id.local_id(), &[E::DrepReceived, E::DreqError], t) {
-                Some((_, E::DrepReceived, _)) => Ok(dt),
-                other => Err(format!("disconnect: {other:?}")),
-            }
-        }
-        other => Err(format!("connect: {other:?}")),
-    };
-    id.destroy().unwrap();
-    res
-}
-
-fn client_handler(rec: &Arc<Recorder>) -> ibcm::runtime::RustHandler {
-    rec.handler(|id, ev| {
-        match ev.kind {
-            E::RepReceived => {
-                let _ = id.send_rtu(&[]);
-            }
-            E::DreqReceived => {
-                let _ = id.send_drep(&[]);
-            }
-            _ => {}
-        }
-        0
-    })
+    match (a.connect, a.disconnect) {
+        (Some((_, E::RepReceived, _)), Some((_, E::DrepReceived, _))) => Ok(a.latency),
+        (Some((_, E::RepReceived, _)), other) => Err(format!("disconnect: {other:?}")),
+        (other, _) => Err(format!("connect: {other:?}")),
+    }
 }
 
 fn pct(v: &mut [Duration], p: f64) -> Duration {
@@ -226,7 +189,7 @@ fn half_open_flood_does_not_lock_out_real_clients() {
     let cap = sdev_cap(&sdev);
     let crec = Arc::new(Recorder::default());
     let cdev = open_with("soft:127.0.80.3", |_| {});
-    let ch = client_handler(&crec);
+    let ch = crec.client_handler();
 
     // Normal latency, before the flood.
     let mut idle = Vec::new();

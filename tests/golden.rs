@@ -3,6 +3,9 @@
 //! field the capture tooling listed, re-emit from the decoded representation
 //! and compare all 256 bytes, and (from the pcap itself) verify the ICRC.
 
+mod golden_mads;
+
+use golden_mads::GoldenMad;
 use ibcm::wire::{CmMad, CmMsg, MsgCode};
 use std::path::PathBuf;
 
@@ -12,53 +15,8 @@ fn vectors() -> PathBuf {
 
 pub const CAPTURES: [&str; 5] = ["rping", "ucmatose", "rej", "sidr-rej", "mra"];
 
-/// One MAD of a `.mads.txt` file: its frame number, the `key=value` pairs of
-/// the header line and of the message lines, and the 256 bytes.
-#[derive(Debug)]
-pub struct GoldenMad {
-    pub frame: u64,
-    pub header: Vec<(String, String)>,
-    pub fields: Vec<(String, String)>,
-    pub bytes: [u8; 256],
-}
-
-pub fn load_mads(name: &str) -> Vec<GoldenMad> {
-    let text = std::fs::read_to_string(vectors().join(format!("{name}.mads.txt"))).unwrap();
-    let mut out: Vec<GoldenMad> = Vec::new();
-    let mut hex: Vec<u8> = Vec::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# frame ") {
-            let frame = rest.split_whitespace().next().unwrap().parse().unwrap();
-            out.push(GoldenMad {
-                frame,
-                header: vec![],
-                fields: vec![],
-                bytes: [0; 256],
-            });
-            hex.clear();
-        } else if let Some(rest) = line.strip_prefix("#   ") {
-            let cur = out.last_mut().unwrap();
-            let is_header = rest.starts_with("MAD ");
-            for tok in rest.split_whitespace() {
-                if let Some((k, v)) = tok.split_once('=') {
-                    let kv = (k.to_string(), v.to_string());
-                    if is_header {
-                        cur.header.push(kv)
-                    } else {
-                        cur.fields.push(kv)
-                    }
-                }
-            }
-        } else if line.len() > 6 && line.as_bytes()[4] == b':' && !line.starts_with('#') {
-            for h in line[5..].split_whitespace() {
-                hex.push(u8::from_str_radix(h, 16).unwrap());
-            }
-            if hex.len() == 256 {
-                out.last_mut().unwrap().bytes.copy_from_slice(&hex);
-            }
-        }
-    }
-    out
+fn load_mads(name: &str) -> Vec<GoldenMad> {
+    golden_mads::load(&vectors().join(format!("{name}.mads.txt")))
 }
 
 #[derive(Debug, PartialEq)]

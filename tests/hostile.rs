@@ -17,7 +17,7 @@
 mod rel_common;
 
 use ibcm::engine::EventType as E;
-use ibcm::engine::{RepParams, State};
+use ibcm::engine::State;
 use ibcm::wire::cm::{CmMad, CmMsg, Drep, Dreq, Mra, MsgCode, Rej, Rtu, pdata};
 use ibcm::wire::roce::{self, Bth, Deth, GSI_PAYLOAD_LEN, IcrcInput};
 use rel_common::*;
@@ -172,15 +172,8 @@ fn server(
                 let peer = u32::from_be_bytes(m[24..28].try_into().unwrap());
                 ids.lock().unwrap().push((peer, id.clone()));
             }
-            let rep = RepParams {
-                qp_num: (qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff) as u32,
-                starting_psn: 1,
-                responder_resources: 1,
-                initiator_depth: 1,
-                rnr_retry_count: 7,
-                ..RepParams::default()
-            };
-            if id.send_rep(&rep).is_err() { 1 } else { 0 }
+            let qpn = qpn.fetch_add(1, Ordering::Relaxed) as u32;
+            i32::from(id.send_rep(&rep(qpn)).is_err())
         }
         E::DreqReceived => {
             let _ = id.send_drep(&[]);
@@ -192,11 +185,6 @@ fn server(
     })
 }
 
-fn rss_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
-    s.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 4
-}
-
 /// Connects `n` times to the server (REJ NO_RESOURCES is retried after
 /// 50 ms) and disconnects; returns (established, rejected-with-3 retries).
 fn real_connections(
@@ -205,39 +193,17 @@ fn real_connections(
     n: usize,
     budget: Duration,
 ) -> (usize, usize) {
-    let h = rec.handler(|id, ev| {
-        match ev.kind {
-            E::RepReceived => {
-                let _ = id.send_rtu(&[]);
-            }
-            E::DreqReceived => {
-                let _ = id.send_drep(&[]);
-            }
-            _ => {}
-        }
-        0
-    });
+    let h = rec.client_handler();
     let end = Instant::now() + budget;
     let (mut ok, mut busy) = (0, 0);
     let mut qpn = 1000;
     while ok < n && Instant::now() < end {
         qpn += 1;
-        let id = dev
-            .create_id(None, std::ptr::null_mut(), Some(h.clone()))
-            .unwrap();
-        id.send_req(&req(dev, "127.0.78.2", SERVICE, qpn, 16, 5))
-            .unwrap();
-        let t = Duration::from_secs(10);
-        let ev = rec.wait(
-            id.local_id(),
-            &[E::RepReceived, E::RejReceived, E::ReqError],
-            t,
-        );
-        match ev {
+        let r = req(dev, "127.0.78.2", SERVICE, qpn, 16, 5);
+        let a = connect_once(dev, rec, &h, &r, Duration::from_secs(10));
+        match a.connect {
             Some((_, E::RepReceived, _)) => {
-                id.send_dreq(&[]).unwrap();
-                let d = rec.wait(id.local_id(), &[E::DrepReceived, E::DreqError], t);
-                assert_eq!(d.map(|e| e.1), Some(E::DrepReceived));
+                assert_eq!(a.disconnect.map(|e| e.1), Some(E::DrepReceived));
                 ok += 1;
             }
             Some((_, E::RejReceived, 3)) => {
@@ -246,7 +212,6 @@ fn real_connections(
             }
             other => panic!("real connection: {other:?}"),
         }
-        id.destroy().unwrap();
     }
     (ok, busy)
 }

@@ -33,6 +33,15 @@ fn sequence(s: &Summary, i: usize) -> Vec<(usize, &'static str, Repeat)> {
         .collect()
 }
 
+/// The CM states end `side` of connection `c` went through, one per
+/// message that changed it.
+fn states(c: &ladder::Connection, side: usize) -> Vec<&'static str> {
+    c.messages
+        .iter()
+        .filter_map(|m| m.states[side].map(CmState::name))
+        .collect()
+}
+
 const F: Repeat = Repeat::First;
 
 // ---------------------------------------------------------------------------
@@ -74,13 +83,8 @@ fn rping_is_one_connection_established_then_disconnected() {
     assert_eq!((c.retransmissions, c.duplicates), (0, 0));
     assert!(c.mra_waits.is_empty());
     // States: the active side goes REQ_SENT .. TIMEWAIT.
-    let active: Vec<&str> = c
-        .messages
-        .iter()
-        .filter_map(|m| m.states[0].map(CmState::name))
-        .collect();
     assert_eq!(
-        active,
+        states(c, 0),
         [
             "REQ_SENT",
             "REP_RCVD",
@@ -110,13 +114,8 @@ fn ucmatose_server_disconnects() {
     );
     let c = &s.connections[0];
     assert_eq!(c.outcome, Outcome::Disconnected);
-    let passive: Vec<&str> = c
-        .messages
-        .iter()
-        .filter_map(|m| m.states[1].map(CmState::name))
-        .collect();
     assert_eq!(
-        passive,
+        states(c, 1),
         [
             "REQ_RCVD",
             "REP_SENT",

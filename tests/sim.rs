@@ -8,29 +8,17 @@
 //! `IBCM_SIM_SEEDS=N` sets the number of seeds per scenario (default 200);
 //! `IBCM_SIM_SEED=S` replays one seed with a full trace.
 
+mod sim_seeds;
+
 use ibcm::engine::*;
 use ibcm::sim::*;
 use ibcm::wire::{rej_reason, sidr_status};
+use sim_seeds::{replaying, seeds};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 const SERVICE: u64 = 0x0000_0000_0106_1c06;
 const LIMIT_MS: u64 = 600_000;
-
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("IBCM_SIM_SEED") {
-        return vec![s.parse().expect("IBCM_SIM_SEED")];
-    }
-    let n: u64 = std::env::var("IBCM_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    (1..=n).collect()
-}
-
-fn replaying() -> bool {
-    std::env::var("IBCM_SIM_SEED").is_ok()
-}
 
 /// Runs `f` for every seed; a failure names the seed and how to replay it.
 fn for_seeds(name: &str, f: impl Fn(u64, bool) -> Result<(), String>) {

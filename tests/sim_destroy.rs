@@ -13,8 +13,11 @@
 //! `IBCM_SIM_SEEDS=N` sets the number of seeds per scenario (default 200);
 //! `IBCM_SIM_SEED=S` replays one seed with a full trace.
 
+mod sim_seeds;
+
 use ibcm::engine::*;
 use ibcm::sim::*;
+use sim_seeds::{replaying, seeds};
 use std::cell::{Cell, RefCell};
 
 const SERVICE: u64 = 0x0000_0000_0106_1c06;
@@ -25,17 +28,6 @@ const C: usize = 0;
 const S: usize = 1;
 const QPN_C: u32 = 0x77;
 const QPN_S: u32 = 0x88;
-
-fn seeds() -> Vec<u64> {
-    if let Ok(s) = std::env::var("IBCM_SIM_SEED") {
-        return vec![s.parse().expect("IBCM_SIM_SEED")];
-    }
-    let n: u64 = std::env::var("IBCM_SIM_SEEDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
-    (1..=n).collect()
-}
 
 // ----------------------------------------------------------------- cases
 
@@ -632,7 +624,7 @@ fn run(case: Case, seed: u64, faults: Faults, trace: bool) -> Result<bool, Strin
 }
 
 fn for_seeds(name: &str, case: Case, faulty: bool) {
-    let replay = std::env::var("IBCM_SIM_SEED").is_ok();
+    let replay = replaying();
     let mut failures = Vec::new();
     let (mut runs, mut reached) = (0, 0);
     for seed in seeds() {

@@ -10,7 +10,7 @@
 //! is left is the cost of the sockets, which is the bound the CM is
 //! measured against.
 
-use ibcm::fabric::udp::{self, addr_of, setsockopt_int, sockaddr_of};
+use ibcm::fabric::udp::{self, BATCH, RECV_BUF, setsockopt_int, sockaddr_of};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 /// Datagram size: BTH + DETH + MAD + ICRC, as the fabric sends.
 pub const SIZE: usize = 280;
-const BATCH: usize = 64;
 
 /// Binds a socket on `ip:port` with the fabric's options.
 pub fn bind(ip: IpAddr, port: u16) -> io::Result<UdpSocket> {
@@ -40,37 +39,14 @@ pub fn readable(s: &UdpSocket, ms: i32) -> bool {
     unsafe { libc::poll(&mut p, 1, ms) > 0 }
 }
 
-/// Receives up to 64 datagrams without blocking: `(bytes, from)` each.
-pub fn recv_many(s: &UdpSocket, bufs: &mut [[u8; 512]; BATCH]) -> Vec<(usize, SocketAddr)> {
-    let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
-    let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-    let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-    for i in 0..BATCH {
-        iovs[i] = libc::iovec {
-            iov_base: bufs[i].as_mut_ptr() as *mut libc::c_void,
-            iov_len: 512,
-        };
-        msgs[i].msg_hdr.msg_name = &mut addrs[i] as *mut _ as *mut libc::c_void;
-        msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-        msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
-    }
-    let n = unsafe {
-        libc::recvmmsg(
-            s.as_raw_fd(),
-            msgs.as_mut_ptr(),
-            BATCH as u32,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        )
-    };
-    let mut out = Vec::new();
-    for i in 0..n.max(0) as usize {
-        if let Some(a) = addr_of(&addrs[i]) {
-            out.push((msgs[i].msg_len as usize, a));
-        }
-    }
-    out
+/// Receives up to `BATCH` datagrams without blocking: `(bytes, from)` each.
+pub fn recv_many(s: &UdpSocket, bufs: &mut [[u8; RECV_BUF]; BATCH]) -> Vec<(usize, SocketAddr)> {
+    let mut got = [(0, None); BATCH];
+    let n = udp::recv_mmsg(s.as_raw_fd(), bufs, &mut got).unwrap_or(0);
+    got[..n]
+        .iter()
+        .filter_map(|&(len, from)| Some((len, from?)))
+        .collect()
 }
 
 /// Sends every datagram, in batches, waiting for buffer room if needed.
@@ -123,7 +99,7 @@ pub fn send_many(s: &UdpSocket, dgrams: &mut [([u8; SIZE], SocketAddr)]) {
 /// The responder: answers kind 1 with kind 2 (same bytes), ignores kind 3,
 /// until `stop()` says so.
 pub fn serve(sock: &UdpSocket, stop: impl Fn() -> bool) {
-    let mut bufs = Box::new([[0u8; 512]; BATCH]);
+    let mut bufs = Box::new([[0u8; RECV_BUF]; BATCH]);
     let mut out = Vec::with_capacity(BATCH);
     while !stop() {
         if !readable(sock, 200) {
@@ -180,7 +156,7 @@ pub fn run(
     let (done, lat) = std::thread::scope(|s| {
         let rx = s.spawn(|| {
             let mut lat = Vec::with_capacity(n);
-            let mut bufs = Box::new([[0u8; 512]; BATCH]);
+            let mut bufs = Box::new([[0u8; RECV_BUF]; BATCH]);
             let mut out: Vec<([u8; SIZE], SocketAddr)> = Vec::with_capacity(BATCH);
             let mut done = 0usize;
             while done < n && Instant::now() < deadline {

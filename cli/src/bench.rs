@@ -11,11 +11,11 @@
 
 use crate::args;
 use crate::baseline;
-use ibcm::engine::{Event, EventType, RepParams, ReqParams, qp_type};
+use ibcm::engine::{Event, EventType, PathRec, RepParams, ReqParams, qp_type};
 use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -165,11 +165,10 @@ impl Opts {
             svg: a.svg.clone(),
         };
         if o.fabric == "loopback" {
-            if o.server.starts_with("soft:") {
-                o.server = o.server.replacen("soft:", "loop:", 1);
-            }
-            if o.client.starts_with("soft:") {
-                o.client = o.client.replacen("soft:", "loop:", 1);
+            for dev in [&mut o.server, &mut o.client] {
+                if let Some(ip) = dev.strip_prefix("soft:") {
+                    *dev = format!("loop:{ip}");
+                }
             }
             o.processes = 1;
         }
@@ -280,7 +279,7 @@ struct Verify {
 
 /// `ibcm bench --json`.
 #[derive(Debug, Serialize)]
-struct Report {
+struct Report<'a> {
     connections: usize,
     established: usize,
     failed: usize,
@@ -307,7 +306,7 @@ struct Report {
     drops: u64,
     tx_errors: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
-    verify: Option<Verify>,
+    verify: Option<&'a Verify>,
     #[serde(skip_serializing_if = "Option::is_none")]
     udp_baseline: Option<UdpBaseline>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -379,17 +378,9 @@ impl Gate {
             cv: Condvar::new(),
         }
     }
+    /// Waits for a free slot and takes it; false on timeout.
     fn acquire(&self, limit: usize, deadline: Instant) -> bool {
-        let mut g = self.m.lock().unwrap();
-        while g.0 >= limit {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            g = self.cv.wait_timeout(g, left).unwrap().0;
-        }
-        g.0 += 1;
-        true
+        self.acquire_up_to(limit, 1, deadline) == 1
     }
     /// Waits for a free slot, then takes up to `want` of the free slots.
     /// Returns how many (0 on timeout).
@@ -452,6 +443,33 @@ impl ServerStats {
     fn mark(&self, id: &CmId, flag: u32) {
         if let Some(o) = self.outcomes.lock().unwrap().get_mut(&id.local_id()) {
             o.1 |= flag;
+        }
+    }
+
+    /// The REP->RTU percentiles so far (and forgets the samples).
+    fn rep_rtu_us(&self) -> Pct {
+        pct(std::mem::take(&mut *self.rep_rtu_ns.lock().unwrap()))
+    }
+
+    /// The server's side of `--verify`, once its ids have settled.
+    fn verify(&self, dev: &Device) -> ServerVerify {
+        let out = self.outcomes.lock().unwrap();
+        let list = |ok: bool| {
+            out.values()
+                .filter(|(_, f)| (f & S_DREQ != 0 && f & (S_REP_ERR | S_REJ) == 0) == ok)
+                .map(|&(p, _)| p)
+                .collect::<Vec<u32>>()
+        };
+        let c = dev.counters();
+        ServerVerify {
+            live_ids: dev.live_ids(),
+            timers: dev.timer_count(),
+            ids_created: c.ids_created,
+            ids_destroyed: c.ids_destroyed,
+            rep_errors: out.values().filter(|(_, f)| f & S_REP_ERR != 0).count(),
+            rejected: out.values().filter(|(_, f)| f & S_REJ != 0).count(),
+            ok_ids: list(true),
+            err_ids: list(false),
         }
     }
 }
@@ -533,68 +551,57 @@ fn open(name: &str, threads: u32) -> Result<Arc<Device>, String> {
     Device::open(name, opts).map_err(|e| format!("cannot open {name}: {e}"))
 }
 
+/// The server's listening id on `dev`, counting into `stats`.
+fn listen(dev: &Arc<Device>, stats: &Arc<ServerStats>) -> Result<CmId, String> {
+    let listener = dev
+        .create_id(
+            None,
+            std::ptr::null_mut(),
+            Some(server_handler(stats.clone())),
+        )
+        .map_err(|e| e.to_string())?;
+    listener
+        .listen(SERVICE)
+        .map_err(|e| format!("listen: {e}"))?;
+    Ok(listener)
+}
+
+/// The path from `dev` to the `server` device.
+fn path_to(dev: &Device, server: &str) -> Result<PathRec, String> {
+    ibcm::ffi::init_path(dev, 1, ip_of(server)?.into()).map_err(|e| e.to_string())
+}
+
+/// The REQ of connection `i` (a unique QPN each, as a real HCA's).
+fn req_params(o: &Opts, path: PathRec, i: usize) -> ReqParams {
+    ReqParams {
+        primary_path: path,
+        service_id: SERVICE,
+        qp_num: (i as u32 + 1) & 0xff_ffff,
+        qp_type: qp_type::RC,
+        starting_psn: 1,
+        responder_resources: 1,
+        initiator_depth: 1,
+        remote_cm_response_timeout: o.cm_timeout,
+        local_cm_response_timeout: o.cm_local_timeout,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        max_cm_retries: o.cm_retries,
+        ..ReqParams::default()
+    }
+}
+
 /// The server process: listen, say "ready", serve until stdin closes, then
 /// print one JSON line with its measurements.
-fn serve(o: &Opts) -> i32 {
-    let dev = match open(&o.server, o.threads) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("ibcm bench --serve: {e}");
-            return 1;
-        }
-    };
+fn serve(o: &Opts) -> Result<(), String> {
+    let dev = open(&o.server, o.threads)?;
     let stats = Arc::new(ServerStats::default());
-    let listener = match dev.create_id(
-        None,
-        std::ptr::null_mut(),
-        Some(server_handler(stats.clone())),
-    ) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("ibcm bench --serve: {e}");
-            return 1;
-        }
-    };
-    if let Err(e) = listener.listen(SERVICE) {
-        eprintln!("ibcm bench --serve: listen: {e}");
-        return 1;
-    }
-    println!("ready");
-    let _ = std::io::stdout().flush();
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
-    let _ = listener.destroy();
-    let mut verify = None;
-    if o.verify {
-        // Let retransmissions and timewait run out: every incoming id ends
-        // destroyed (TIMEWAIT_EXIT, REP_ERROR, REJ) unless it is left
-        // established with a peer that never disconnected.
-        let until = Instant::now() + o.settle;
-        while dev.live_ids() > 0 && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let out = stats.outcomes.lock().unwrap();
-        let list = |ok: bool| {
-            out.values()
-                .filter(|(_, f)| (f & S_DREQ != 0 && f & (S_REP_ERR | S_REJ) == 0) == ok)
-                .map(|&(p, _)| p)
-                .collect::<Vec<u32>>()
-        };
-        let c = dev.counters();
-        verify = Some(ServerVerify {
-            live_ids: dev.live_ids(),
-            timers: dev.timer_count(),
-            ids_created: c.ids_created,
-            ids_destroyed: c.ids_destroyed,
-            rep_errors: out.values().filter(|(_, f)| f & S_REP_ERR != 0).count(),
-            rejected: out.values().filter(|(_, f)| f & S_REJ != 0).count(),
-            ok_ids: list(true),
-            err_ids: list(false),
-        });
-    }
+    let listener = listen(&dev, &stats)?;
+    say_ready();
+    wait_for_stdin();
+    let verify = stop_listening(&dev, listener, &stats, o);
     let (cpu_s, max_rss_kib) = usage();
     print_json(&ServerReport {
-        rep_rtu_us: pct(std::mem::take(&mut *stats.rep_rtu_ns.lock().unwrap())),
+        rep_rtu_us: stats.rep_rtu_us(),
         cpu_s,
         max_rss_kib,
         established: stats.established.load(Ordering::Relaxed),
@@ -603,7 +610,38 @@ fn serve(o: &Opts) -> i32 {
     });
     let _ = std::io::stdout().flush();
     dev.close();
-    0
+    Ok(())
+}
+
+/// Destroys the server's listener; with `--verify`, lets retransmissions
+/// and timewait run out and returns the server's side of the check. Every
+/// incoming id ends destroyed (TIMEWAIT_EXIT, REP_ERROR, REJ) unless it is
+/// left established with a peer that never disconnected.
+fn stop_listening(
+    dev: &Device,
+    listener: CmId,
+    stats: &ServerStats,
+    o: &Opts,
+) -> Option<ServerVerify> {
+    let _ = listener.destroy();
+    o.verify.then(|| {
+        wait_for_ids(dev, o.settle);
+        stats.verify(dev)
+    })
+}
+
+/// Tells the client process this one is ready (`spawn_server` waits for
+/// the line).
+fn say_ready() {
+    println!("ready");
+    let _ = std::io::stdout().flush();
+}
+
+/// Blocks until the client process closes this one's stdin (or writes a
+/// line).
+fn wait_for_stdin() {
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
 }
 
 // ------------------------------------------------------------- --svg
@@ -612,18 +650,16 @@ fn serve(o: &Opts) -> i32 {
 /// baseline's exchange, above the rate of established connections over
 /// the connect phase, as one SVG document.
 fn bench_svg(
-    req_rep: &[u64],
-    connect: &[u64],
-    disc: &[u64],
+    lat: &Latencies,
     baseline: Option<&[u64]>,
     established_s: &[f64],
     connect_s: f64,
 ) -> String {
     use ibcm::svg::{latency_cdf_svg, ns_to_us, rate_series, rate_svg};
     let mut series = vec![
-        ("REQ->REP", ns_to_us(req_rep)),
-        ("connect (REQ->RTU)", ns_to_us(connect)),
-        ("DREQ->DREP", ns_to_us(disc)),
+        ("REQ->REP", ns_to_us(&lat.req_rep)),
+        ("connect (REQ->RTU)", ns_to_us(&lat.connect)),
+        ("DREQ->DREP", ns_to_us(&lat.disc)),
     ];
     if let Some(b) = baseline {
         series.push(("UDP baseline exchange", ns_to_us(b)));
@@ -678,32 +714,19 @@ const BASE_PORT: u16 = 4790;
 
 /// Baseline responder process (`--serve-baseline`): answers until stdin
 /// closes.
-fn serve_baseline(o: &Opts) -> i32 {
-    let ip = match ip_of(&o.server) {
-        Ok(ip) => ip,
-        Err(e) => {
-            eprintln!("{e}");
-            return 1;
-        }
-    };
-    let sock = match baseline::bind(ip, BASE_PORT) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("ibcm bench: baseline bind {ip}:{BASE_PORT}: {e}");
-            return 1;
-        }
-    };
-    println!("ready");
-    let _ = std::io::stdout().flush();
+fn serve_baseline(o: &Opts) -> Result<(), String> {
+    let ip = ip_of(&o.server)?;
+    let sock = baseline::bind(ip, BASE_PORT)
+        .map_err(|e| format!("baseline bind {ip}:{BASE_PORT}: {e}"))?;
+    say_ready();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let d2 = done.clone();
     std::thread::spawn(move || {
-        let mut l = String::new();
-        let _ = std::io::stdin().read_line(&mut l);
+        wait_for_stdin();
         d2.store(true, Ordering::SeqCst);
     });
     baseline::serve(&sock, || done.load(Ordering::SeqCst));
-    0
+    Ok(())
 }
 
 struct BaseResult {
@@ -800,6 +823,9 @@ fn spawn_server(o: &Opts, mode: &str) -> Result<std::process::Child, String> {
 
 // ------------------------------------------------------------ the bench
 
+/// What the client saw of one connection: step times in ns from `Clock`
+/// (0: not reached) and C_* flags.
+#[derive(Default)]
 struct Conn {
     t_req: AtomicU64,
     t_rep: AtomicU64,
@@ -825,29 +851,594 @@ impl Conn {
     fn has(&self, f: u32) -> bool {
         self.flags.load(Ordering::SeqCst) & f != 0
     }
+    /// Established, then cleanly disconnected (a DREP), with no error.
+    fn ended_ok(&self) -> bool {
+        self.has(C_RTU) && self.has(C_DREP) && !self.has(C_ERROR)
+    }
+}
+
+/// Nanoseconds since the run started, never 0 (0 means "not reached").
+#[derive(Clone, Copy)]
+struct Clock(Instant);
+
+impl Clock {
+    fn ns(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64 + 1
+    }
+}
+
+/// What the client's callbacks share with the phases that drive them.
+struct Shared {
+    conns: Vec<Conn>,
+    gate: Gate,
+    failed: AtomicUsize,
+    /// Client comm ID -> index in `conns`.
+    index: Mutex<HashMap<u32, usize>>,
+    clock: Clock,
+}
+
+impl Shared {
+    fn new(n: usize) -> Shared {
+        Shared {
+            conns: (0..n).map(|_| Conn::default()).collect(),
+            gate: Gate::new(),
+            failed: AtomicUsize::new(0),
+            index: Mutex::new(HashMap::with_capacity(n)),
+            clock: Clock(Instant::now()),
+        }
+    }
+
+    /// The client's event handler: times each step, answers a REP with an
+    /// RTU and a DREQ with a DREP, and releases the gate once per
+    /// connection and phase, whatever events follow (a REJ after the RTU,
+    /// a DREQ_ERROR, ...).
+    fn on_event(&self, id: &CmId, ev: &Event) -> i32 {
+        let Some(&i) = self.index.lock().unwrap().get(&id.local_id()) else {
+            return 0;
+        };
+        let c = &self.conns[i];
+        let disc_done = || {
+            if c.t_dreq.load(Ordering::SeqCst) != 0 && c.first(C_DISC_DONE) {
+                self.gate.release();
+            }
+        };
+        match ev.kind {
+            EventType::RepReceived => {
+                c.t_rep.store(self.clock.ns(), Ordering::Relaxed);
+                if id.send_rtu(&[]).is_err() {
+                    c.first(C_ERROR);
+                    self.failed.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    c.t_est.store(self.clock.ns(), Ordering::Relaxed);
+                    c.first(C_RTU);
+                }
+                if c.first(C_CONNECT_DONE) {
+                    self.gate.release();
+                }
+                0
+            }
+            EventType::RejReceived | EventType::ReqError => {
+                c.first(C_ERROR);
+                if c.first(C_CONNECT_DONE) {
+                    self.failed.fetch_add(1, Ordering::Relaxed);
+                    self.gate.release();
+                }
+                disc_done();
+                1
+            }
+            EventType::DrepReceived | EventType::DreqError | EventType::DreqReceived => {
+                match ev.kind {
+                    EventType::DreqReceived => {
+                        let _ = id.send_drep(&[]);
+                    }
+                    EventType::DrepReceived => {
+                        c.first(C_DREP);
+                    }
+                    _ => {
+                        c.first(C_ERROR);
+                    }
+                }
+                c.t_drep.store(self.clock.ns(), Ordering::Relaxed);
+                disc_done();
+                1 // destroy: the connection is over
+            }
+            _ => 0,
+        }
+    }
+
+    /// Connections whose REP was answered with an RTU.
+    fn established(&self) -> usize {
+        self.conns.iter().filter(|c| c.has(C_RTU)).count()
+    }
+}
+
+/// `phase: done/N` on stderr when it is a terminal (and not `--json`), at
+/// most every 100 ms.
+struct Progress {
+    tty: bool,
+    n: usize,
+    last: Instant,
+}
+
+impl Progress {
+    fn new(o: &Opts) -> Progress {
+        Progress {
+            tty: std::io::stderr().is_terminal() && !o.json,
+            n: o.connections,
+            last: Instant::now(),
+        }
+    }
+    fn show(&self, phase: &str, done: usize) {
+        if self.tty {
+            eprint!("\r{phase}: {done}/{}   ", self.n);
+        }
+    }
+    fn tick(&mut self, phase: &str, done: usize) {
+        if self.last.elapsed() > Duration::from_millis(100) {
+            self.show(phase, done);
+            self.last = Instant::now();
+        }
+    }
+    fn clear(&self) {
+        if self.tty {
+            eprintln!("\r{:40}", "");
+        }
+    }
+}
+
+/// The bench's server: a second process (`bench --serve`) or a device in
+/// this one.
+enum Server {
+    Process(std::process::Child),
+    Local {
+        dev: Arc<Device>,
+        listener: CmId,
+        stats: Arc<ServerStats>,
+    },
+}
+
+impl Server {
+    fn start(o: &Opts) -> Result<Server, String> {
+        if o.processes == 2 {
+            return Ok(Server::Process(spawn_server(o, "--serve")?));
+        }
+        let dev = open(&o.server, o.threads)?;
+        let stats = Arc::new(ServerStats::default());
+        let listener = listen(&dev, &stats)?;
+        Ok(Server::Local {
+            dev,
+            listener,
+            stats,
+        })
+    }
+
+    /// Stops the server and returns its report: the process prints one
+    /// JSON line when its stdin closes; a server in this process reports
+    /// its REP->RTU times (its CPU time and memory are this process's),
+    /// and with `--verify` its side of the check, as `serve` does.
+    fn finish(self, o: &Opts) -> Result<ServerReport, String> {
+        match self {
+            Server::Process(mut child) => {
+                drop(child.stdin.take());
+                let mut out = String::new();
+                if let Some(mut so) = child.stdout.take() {
+                    let _ = so.read_to_string(&mut out);
+                }
+                let _ = child.wait();
+                serde_json::from_str(out.trim()).map_err(|e| {
+                    format!("unreadable report from the server process ({e}): {out:?}")
+                })
+            }
+            Server::Local {
+                dev,
+                listener,
+                stats,
+            } => {
+                let verify = stop_listening(&dev, listener, &stats, o);
+                let report = ServerReport {
+                    rep_rtu_us: stats.rep_rtu_us(),
+                    verify,
+                    ..ServerReport::default()
+                };
+                dev.close();
+                Ok(report)
+            }
+        }
+    }
+}
+
+/// The client device, the path to the server and the connections' state.
+struct Client {
+    dev: Arc<Device>,
+    path: PathRec,
+    shared: Arc<Shared>,
+    handler: RustHandler,
+}
+
+impl Client {
+    fn open(o: &Opts) -> Result<Client, String> {
+        let dev = open(&o.client, o.threads)?;
+        let path = path_to(&dev, &o.server)?;
+        let shared = Arc::new(Shared::new(o.connections));
+        let handler: RustHandler = {
+            let shared = shared.clone();
+            Arc::new(move |id: &CmId, ev: &Event| shared.on_event(id, ev))
+        };
+        Ok(Client {
+            dev,
+            path,
+            shared,
+            handler,
+        })
+    }
+
+    /// Phase 1: N connects, C in flight. They are started in bursts: every
+    /// slot that is free when this thread wakes up, with their REQs sent
+    /// together (`Device::batch`). Returns the ids and the phase's seconds.
+    fn connect(
+        &self,
+        o: &Opts,
+        progress: &mut Progress,
+        deadline: Instant,
+    ) -> Result<(Vec<Option<CmId>>, f64), String> {
+        let (n, s) = (o.connections, &*self.shared);
+        let t0 = Instant::now();
+        let mut ids: Vec<Option<CmId>> = Vec::with_capacity(n);
+        let mut i = 0;
+        while i < n {
+            let k = s.gate.acquire_up_to(o.concurrency, n - i, deadline);
+            if k == 0 {
+                return Err(format!("timed out with {i} of {n} connects started"));
+            }
+            self.dev.batch(|| -> Result<(), String> {
+                for _ in 0..k {
+                    let id = self
+                        .dev
+                        .create_id(None, std::ptr::null_mut(), Some(self.handler.clone()))
+                        .map_err(|e| e.to_string())?;
+                    s.index.lock().unwrap().insert(id.local_id(), i);
+                    s.conns[i].comm_id.store(id.local_id(), Ordering::Relaxed);
+                    s.conns[i].t_req.store(s.clock.ns(), Ordering::Relaxed);
+                    if let Err(e) = id.send_req(&req_params(o, self.path, i)) {
+                        return Err(format!("REQ {i}: {e}"));
+                    }
+                    ids.push(Some(id));
+                    i += 1;
+                }
+                Ok(())
+            })?;
+            progress.tick("connect", i);
+        }
+        let done = s.gate.wait_done(n, deadline);
+        let seconds = t0.elapsed().as_secs_f64();
+        if done < n {
+            return Err(format!("timed out: {done} of {n} connects finished"));
+        }
+        progress.show("connect", n);
+        Ok((ids, seconds))
+    }
+
+    /// Phase 2: disconnects the established connections, C in flight, in
+    /// bursts like the connects. Returns (how many, the phase's seconds).
+    fn disconnect(
+        &self,
+        o: &Opts,
+        mut ids: Vec<Option<CmId>>,
+        progress: &mut Progress,
+        deadline: Instant,
+    ) -> Result<(usize, f64), String> {
+        let s = &*self.shared;
+        s.gate.reset();
+        let t1 = Instant::now();
+        let mut to_close = 0;
+        let mut todo = Vec::with_capacity(ids.len());
+        for (i, slot) in ids.iter_mut().enumerate() {
+            if let Some(id) = slot.take()
+                && s.conns[i].has(C_RTU)
+            {
+                todo.push((i, id));
+            }
+        }
+        let mut todo = todo.into_iter();
+        while todo.len() > 0 {
+            let k = s.gate.acquire_up_to(o.concurrency, todo.len(), deadline);
+            if k == 0 {
+                return Err("timed out disconnecting".into());
+            }
+            self.dev.batch(|| {
+                for (i, id) in todo.by_ref().take(k) {
+                    let c = &s.conns[i];
+                    c.t_dreq.store(s.clock.ns(), Ordering::SeqCst);
+                    if id.send_dreq(&[]).is_err() || c.has(C_ERROR) {
+                        // Already over (a REJ after the RTU destroyed it).
+                        if c.first(C_DISC_DONE) {
+                            s.gate.release();
+                        }
+                        c.first(C_ERROR);
+                    }
+                    to_close += 1;
+                }
+            });
+            progress.tick("disconnect", to_close);
+        }
+        s.gate.wait_done(to_close, deadline);
+        Ok((to_close, t1.elapsed().as_secs_f64()))
+    }
+}
+
+/// The client device's numbers once its connections are over.
+struct ClientEnd {
+    live_ids: usize,
+    timers: usize,
+    retries: u64,
+    timeouts: u64,
+    rej_rx: u64,
+    drops: u64,
+    tx_errors: u64,
+}
+
+impl ClientEnd {
+    fn read(dev: &Device) -> ClientEnd {
+        let c = dev.counters();
+        ClientEnd {
+            live_ids: dev.live_ids(),
+            timers: dev.timer_count(),
+            retries: c.tx_retries.iter().sum(),
+            timeouts: c.timeouts.iter().sum(),
+            rej_rx: c.rej_rx.iter().sum(),
+            drops: c.total_drops(),
+            tx_errors: dev.transport().stats().tx_errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Per-step latencies (ns) of the connections that got that far.
+struct Latencies {
+    req_rep: Vec<u64>,
+    connect: Vec<u64>,
+    disc: Vec<u64>,
+}
+
+impl Latencies {
+    fn collect(conns: &[Conn]) -> Latencies {
+        let n = conns.len();
+        let mut l = Latencies {
+            req_rep: Vec::with_capacity(n),
+            connect: Vec::with_capacity(n),
+            disc: Vec::with_capacity(n),
+        };
+        for c in conns {
+            let (q, p, e) = (
+                c.t_req.load(Ordering::Relaxed),
+                c.t_rep.load(Ordering::Relaxed),
+                c.t_est.load(Ordering::Relaxed),
+            );
+            if p > 0 {
+                l.req_rep.push(p - q);
+            }
+            if e > 0 {
+                l.connect.push(e - q);
+            }
+            let (d, r) = (
+                c.t_dreq.load(Ordering::Relaxed),
+                c.t_drep.load(Ordering::Relaxed),
+            );
+            if r > d && d > 0 {
+                l.disc.push(r - d);
+            }
+        }
+        l
+    }
+}
+
+/// When each connection was established, in seconds from the first REQ
+/// (the `--svg` rate plot).
+fn established_times_s(conns: &[Conn]) -> Vec<f64> {
+    let start = conns
+        .iter()
+        .map(|c| c.t_req.load(Ordering::Relaxed))
+        .filter(|&t| t > 0)
+        .min()
+        .unwrap_or(0);
+    conns
+        .iter()
+        .map(|c| c.t_est.load(Ordering::Relaxed))
+        .filter(|&t| t > 0)
+        .map(|t| t.saturating_sub(start) as f64 / 1e9)
+        .collect()
+}
+
+/// Blocks until `dev` has no ids left or `settle` has passed (`--verify`:
+/// retransmissions and timewait run out).
+fn wait_for_ids(dev: &Device, settle: Duration) {
+    let until = Instant::now() + settle;
+    while dev.live_ids() > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Verify {
+    /// `--verify`: each connection's outcome here against the server's
+    /// lists of client comm IDs that ended cleanly there or not.
+    fn check(conns: &[Conn], client: &ClientEnd, srv: &ServerReport) -> Result<Verify, String> {
+        let Some(sv) = &srv.verify else {
+            return Err(format!("no verify report from the server: {srv:?}"));
+        };
+        let ok: HashSet<u32> = sv.ok_ids.iter().copied().collect();
+        let err: HashSet<u32> = sv.err_ids.iter().copied().collect();
+        let (mut both_ok, mut both_err, mut c_ok_s_err, mut c_err_s_ok, mut c_ok_s_none) =
+            (0, 0, 0, 0, 0);
+        for c in conns {
+            let id = c.comm_id.load(Ordering::Relaxed);
+            match (c.ended_ok(), ok.contains(&id), err.contains(&id)) {
+                (true, true, _) => both_ok += 1,
+                (true, false, true) => c_ok_s_err += 1,
+                (true, false, false) => c_ok_s_none += 1,
+                (false, true, _) => c_err_s_ok += 1,
+                (false, false, _) => both_err += 1,
+            }
+        }
+        Ok(Verify {
+            both_ok,
+            both_error: both_err,
+            client_ok_server_error: c_ok_s_err,
+            client_error_server_ok: c_err_s_ok,
+            client_ok_server_unknown: c_ok_s_none,
+            mismatches: c_ok_s_err + c_err_s_ok + c_ok_s_none,
+            client_live_ids: client.live_ids,
+            client_timers: client.timers,
+            server_live_ids: sv.live_ids,
+            server_timers: sv.timers,
+            server_rep_errors: sv.rep_errors,
+            server_rejected: sv.rejected,
+            server_ids_created: sv.ids_created,
+            server_ids_destroyed: sv.ids_destroyed,
+        })
+    }
+
+    /// The mismatched connections, plus one if either side leaked ids or
+    /// timers.
+    fn failures(&self) -> usize {
+        let leaked = self.server_live_ids != 0
+            || self.server_timers != 0
+            || self.client_live_ids != 0
+            || self.client_timers != 0;
+        self.mismatches + usize::from(leaked)
+    }
+}
+
+/// Everything a finished run measured.
+struct Results {
+    established: usize,
+    failed: usize,
+    connect_s: f64,
+    /// How many connections phase 2 disconnected, and in how long.
+    disconnected: usize,
+    disconnect_s: f64,
+    req_rep_us: Pct,
+    connect_us: Pct,
+    disconnect_us: Pct,
+    server: ServerReport,
+    cpu_s: f64,
+    max_rss_kib: u64,
+    client: ClientEnd,
+    verify: Option<Verify>,
+    baseline: Option<BaseResult>,
+}
+
+impl Results {
+    fn connect_per_s(&self, o: &Opts) -> f64 {
+        o.connections as f64 / self.connect_s
+    }
+
+    fn disconnect_per_s(&self) -> f64 {
+        self.disconnected as f64 / self.disconnect_s.max(1e-9)
+    }
+
+    /// The CM against the UDP baseline (`--baseline`).
+    fn ratio_to_udp(&self, o: &Opts) -> Option<Ratio> {
+        self.baseline.as_ref().map(|b| Ratio {
+            rate: self.connect_per_s(o) / b.rate,
+            p50: self.connect_us.p50 / b.lat.p50.max(1e-9),
+        })
+    }
+
+    /// `--json`.
+    fn report(&self, o: &Opts) -> Report<'_> {
+        Report {
+            connections: o.connections,
+            established: self.established,
+            failed: self.failed,
+            connect_per_s: per_s(self.connect_per_s(o)),
+            disconnect_per_s: per_s(self.disconnect_per_s()),
+            connect_us: self.connect_us,
+            disconnect_us: self.disconnect_us,
+            req_rep_us: self.req_rep_us,
+            rep_rtu_us: self.server.rep_rtu_us,
+            cpu_s: self.cpu_s,
+            max_rss_kib: self.max_rss_kib,
+            fabric: o.fabric.clone(),
+            processes: o.processes,
+            concurrency: o.concurrency,
+            threads: o.threads,
+            connect_s: self.connect_s,
+            disconnect_s: self.disconnect_s,
+            retries: self.client.retries,
+            timeouts: self.client.timeouts,
+            rej_rx: self.client.rej_rx,
+            drops: self.client.drops,
+            tx_errors: self.client.tx_errors,
+            verify: self.verify.as_ref(),
+            udp_baseline: self.baseline.as_ref().map(|b| UdpBaseline {
+                exchanges_per_s: per_s(b.rate),
+                exchange_us: b.lat,
+            }),
+            ratio_to_udp: self.ratio_to_udp(o),
+        }
+    }
+
+    /// The text report (without the verify line).
+    fn print_text(&self, o: &Opts) {
+        println!(
+            "ibcm bench: {} connections over the {} fabric ({} process{}), {} in flight, {} thread(s)",
+            o.connections,
+            o.fabric,
+            o.processes,
+            if o.processes == 1 { "" } else { "es" },
+            o.concurrency,
+            o.threads
+        );
+        println!("  established {}, failed {}", self.established, self.failed);
+        println!(
+            "  connect     {:>10.0} /s   ({:.3} s)",
+            self.connect_per_s(o),
+            self.connect_s
+        );
+        println!(
+            "  disconnect  {:>10.0} /s   ({:.3} s)",
+            self.disconnect_per_s(),
+            self.disconnect_s
+        );
+        println!("  latency (µs)        p50        p99        max");
+        for (name, p) in [
+            ("REQ->REP", self.req_rep_us),
+            ("REP->RTU", self.server.rep_rtu_us),
+            ("connect", self.connect_us),
+            ("DREQ->DREP", self.disconnect_us),
+        ] {
+            println!(
+                "  {name:<14} {:>10.1} {:>10.1} {:>10.1}",
+                p.p50, p.p99, p.max
+            );
+        }
+        println!(
+            "  CPU {:.2} s, peak RSS {} KiB, retransmissions {}",
+            self.cpu_s, self.max_rss_kib, self.client.retries
+        );
+        if let (Some(b), Some(r)) = (&self.baseline, self.ratio_to_udp(o)) {
+            println!(
+                "  UDP baseline: {:.0} exchanges/s, p50 {:.1} µs -> ratio_to_udp rate {:.2}, p50 {:.2}",
+                b.rate, b.lat.p50, r.rate, r.p50
+            );
+        }
+    }
 }
 
 pub fn main(a: &Args) -> i32 {
     let o = Opts::new(a);
-    if o.serve {
-        return serve(&o);
-    }
-    if o.serve_baseline {
-        return serve_baseline(&o);
-    }
-    if o.scale {
-        return match scale(&o) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("ibcm bench --scale: {e}");
-                1
-            }
-        };
-    }
-    match run(&o) {
+    let (what, result) = if o.serve {
+        ("ibcm bench --serve", serve(&o))
+    } else if o.serve_baseline {
+        ("ibcm bench --serve-baseline", serve_baseline(&o))
+    } else if o.scale {
+        ("ibcm bench --scale", scale(&o))
+    } else {
+        ("ibcm bench", run(&o))
+    };
+    match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("ibcm bench: {e}");
+            eprintln!("{what}: {e}");
             1
         }
     }
@@ -859,435 +1450,79 @@ fn run(o: &Opts) -> Result<(), String> {
     } else {
         None
     };
-    // The server: another process (UDP, default) or a device here.
-    let mut child = None;
-    let mut local_server = None;
-    let local_stats = Arc::new(ServerStats::default());
-    if o.processes == 2 {
-        child = Some(spawn_server(o, "--serve")?);
-    } else {
-        let dev = open(&o.server, o.threads)?;
-        let l = dev
-            .create_id(
-                None,
-                std::ptr::null_mut(),
-                Some(server_handler(local_stats.clone())),
-            )
-            .map_err(|e| e.to_string())?;
-        l.listen(SERVICE).map_err(|e| e.to_string())?;
-        local_server = Some((dev, l));
-    }
-    let dev = open(&o.client, o.threads)?;
-    let dest = ibcm::runtime::DeviceSpec::parse(&o.server).map_err(|e| e.to_string())?;
-    let dgid: ibcm::wire::Gid = match dest {
-        ibcm::runtime::DeviceSpec::Soft { ip, .. } | ibcm::runtime::DeviceSpec::Loop { ip } => {
-            ip.into()
-        }
-    };
-    let path = ibcm::ffi::init_path(&dev, 1, dgid).map_err(|e| e.to_string())?;
-    let n = o.connections;
-    let epoch = Instant::now();
-    let now_ns = move || epoch.elapsed().as_nanos() as u64 + 1;
-    let conns: Arc<Vec<Conn>> = Arc::new(
-        (0..n)
-            .map(|_| Conn {
-                t_req: AtomicU64::new(0),
-                t_rep: AtomicU64::new(0),
-                t_est: AtomicU64::new(0),
-                t_dreq: AtomicU64::new(0),
-                t_drep: AtomicU64::new(0),
-                flags: Default::default(),
-                comm_id: Default::default(),
-            })
-            .collect(),
-    );
-    let gate = Arc::new(Gate::new());
-    let failed = Arc::new(AtomicUsize::new(0));
-    let index: Arc<Mutex<HashMap<u32, usize>>> = Arc::new(Mutex::new(HashMap::with_capacity(n)));
-    let handler: RustHandler = {
-        let (conns, gate, failed, index) =
-            (conns.clone(), gate.clone(), failed.clone(), index.clone());
-        Arc::new(move |id: &CmId, ev: &Event| {
-            let Some(&i) = index.lock().unwrap().get(&id.local_id()) else {
-                return 0;
-            };
-            let c = &conns[i];
-            // Each phase releases the gate once per connection, whatever
-            // events follow (a REJ after the RTU, a DREQ_ERROR, ...).
-            let disc_done = || {
-                if c.t_dreq.load(Ordering::SeqCst) != 0 && c.first(C_DISC_DONE) {
-                    gate.release();
-                }
-            };
-            match ev.kind {
-                EventType::RepReceived => {
-                    c.t_rep.store(now_ns(), Ordering::Relaxed);
-                    if id.send_rtu(&[]).is_err() {
-                        c.first(C_ERROR);
-                        failed.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        c.t_est.store(now_ns(), Ordering::Relaxed);
-                        c.first(C_RTU);
-                    }
-                    if c.first(C_CONNECT_DONE) {
-                        gate.release();
-                    }
-                    0
-                }
-                EventType::RejReceived | EventType::ReqError => {
-                    c.first(C_ERROR);
-                    if c.first(C_CONNECT_DONE) {
-                        failed.fetch_add(1, Ordering::Relaxed);
-                        gate.release();
-                    }
-                    disc_done();
-                    1
-                }
-                EventType::DrepReceived | EventType::DreqError | EventType::DreqReceived => {
-                    match ev.kind {
-                        EventType::DreqReceived => {
-                            let _ = id.send_drep(&[]);
-                        }
-                        EventType::DrepReceived => {
-                            c.first(C_DREP);
-                        }
-                        _ => {
-                            c.first(C_ERROR);
-                        }
-                    }
-                    c.t_drep.store(now_ns(), Ordering::Relaxed);
-                    disc_done();
-                    1 // destroy: the connection is over
-                }
-                _ => 0,
-            }
-        })
-    };
-    let tty = std::io::stderr().is_terminal() && !o.json;
+    let server = Server::start(o)?;
+    let client = Client::open(o)?;
+    let mut progress = Progress::new(o);
     let deadline = Instant::now() + o.timeout;
-    let progress = |phase: &str, done: usize| {
-        if tty {
-            eprint!("\r{phase}: {done}/{n}   ");
-        }
-    };
 
-    // Phase 1: connect.
     let (cpu0, _) = usage();
-    let t0 = Instant::now();
-    let mut ids: Vec<Option<CmId>> = Vec::with_capacity(n);
-    let mut last = Instant::now();
-    // Connects are started in bursts: every slot that is free when this
-    // thread wakes up, with their REQs sent together (`Device::batch`).
-    let mut i = 0;
-    while i < n {
-        let k = gate.acquire_up_to(o.concurrency, n - i, deadline);
-        if k == 0 {
-            return Err(format!("timed out with {i} of {n} connects started"));
-        }
-        dev.batch(|| -> Result<(), String> {
-            for _ in 0..k {
-                let id = dev
-                    .create_id(None, std::ptr::null_mut(), Some(handler.clone()))
-                    .map_err(|e| e.to_string())?;
-                index.lock().unwrap().insert(id.local_id(), i);
-                conns[i].comm_id.store(id.local_id(), Ordering::Relaxed);
-                let req = ReqParams {
-                    primary_path: path,
-                    service_id: SERVICE,
-                    qp_num: (i as u32 + 1) & 0xff_ffff,
-                    qp_type: qp_type::RC,
-                    starting_psn: 1,
-                    responder_resources: 1,
-                    initiator_depth: 1,
-                    remote_cm_response_timeout: o.cm_timeout,
-                    local_cm_response_timeout: o.cm_local_timeout,
-                    retry_count: 7,
-                    rnr_retry_count: 7,
-                    max_cm_retries: o.cm_retries,
-                    ..ReqParams::default()
-                };
-                conns[i].t_req.store(now_ns(), Ordering::Relaxed);
-                if let Err(e) = id.send_req(&req) {
-                    return Err(format!("REQ {i}: {e}"));
-                }
-                ids.push(Some(id));
-                i += 1;
-            }
-            Ok(())
-        })?;
-        if last.elapsed() > Duration::from_millis(100) {
-            progress("connect", i);
-            last = Instant::now();
-        }
-    }
-    let done = gate.wait_done(n, deadline);
-    let connect_s = t0.elapsed().as_secs_f64();
-    if done < n {
-        return Err(format!("timed out: {done} of {n} connects finished"));
-    }
-    progress("connect", n);
-    let established = conns.iter().filter(|c| c.has(C_RTU)).count();
-
-    // Phase 2: disconnect the established ones.
-    gate.reset();
-    let t1 = Instant::now();
-    let mut to_close = 0;
-    let mut todo = Vec::with_capacity(n);
-    for (i, slot) in ids.iter_mut().enumerate() {
-        if let Some(id) = slot.take()
-            && conns[i].has(C_RTU)
-        {
-            todo.push((i, id));
-        }
-    }
-    let mut todo = todo.into_iter();
-    while todo.len() > 0 {
-        let k = gate.acquire_up_to(o.concurrency, todo.len(), deadline);
-        if k == 0 {
-            return Err("timed out disconnecting".into());
-        }
-        dev.batch(|| {
-            for (i, id) in todo.by_ref().take(k) {
-                conns[i].t_dreq.store(now_ns(), Ordering::SeqCst);
-                if id.send_dreq(&[]).is_err() || conns[i].has(C_ERROR) {
-                    // Already over (a REJ after the RTU destroyed it).
-                    if conns[i].first(C_DISC_DONE) {
-                        gate.release();
-                    }
-                    conns[i].first(C_ERROR);
-                }
-                to_close += 1;
-            }
-        });
-        if last.elapsed() > Duration::from_millis(100) {
-            progress("disconnect", to_close);
-            last = Instant::now();
-        }
-    }
-    gate.wait_done(to_close, deadline);
-    let disconnect_s = t1.elapsed().as_secs_f64();
-    if tty {
-        eprintln!("\r{:40}", "");
-    }
+    let (ids, connect_s) = client.connect(o, &mut progress, deadline)?;
+    let established = client.shared.established();
+    let (disconnected, disconnect_s) = client.disconnect(o, ids, &mut progress, deadline)?;
+    progress.clear();
     let (cpu1, rss) = usage();
 
-    // Collect.
-    let mut req_rep = Vec::with_capacity(n);
-    let mut connect = Vec::with_capacity(n);
-    let mut disc = Vec::with_capacity(n);
-    for c in conns.iter() {
-        let (q, p, e) = (
-            c.t_req.load(Ordering::Relaxed),
-            c.t_rep.load(Ordering::Relaxed),
-            c.t_est.load(Ordering::Relaxed),
-        );
-        if p > 0 {
-            req_rep.push(p - q);
-        }
-        if e > 0 {
-            connect.push(e - q);
-        }
-        let (d, r) = (
-            c.t_dreq.load(Ordering::Relaxed),
-            c.t_drep.load(Ordering::Relaxed),
-        );
-        if r > d && d > 0 {
-            disc.push(r - d);
-        }
-    }
-    // With --verify: let this side's ids finish too, then check each
-    // connection against the server's view.
-    let mut mismatches = 0usize;
+    let conns = &client.shared.conns;
+    let lat = Latencies::collect(conns);
     if o.verify {
-        let until = Instant::now() + o.settle;
-        while dev.live_ids() > 0 && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // Let this side's ids finish too before comparing with the server.
+        wait_for_ids(&client.dev, o.settle);
     }
-    let (client_live, client_timers) = (dev.live_ids(), dev.timer_count());
-    let counters = dev.counters();
-    // Server report.
-    let srv: ServerReport = if let Some(mut c) = child {
-        drop(c.stdin.take());
-        let mut out = String::new();
-        if let Some(mut so) = c.stdout.take() {
-            let _ = std::io::Read::read_to_string(&mut so, &mut out);
-        }
-        let _ = c.wait();
-        serde_json::from_str(out.trim())
-            .map_err(|e| format!("unreadable report from the server process ({e}): {out:?}"))?
+    let client_end = ClientEnd::read(&client.dev);
+    let srv = server.finish(o)?;
+    let verify = if o.verify {
+        Some(Verify::check(conns, &client_end, &srv)?)
     } else {
-        ServerReport {
-            rep_rtu_us: pct(std::mem::take(&mut *local_stats.rep_rtu_ns.lock().unwrap())),
-            ..ServerReport::default()
-        }
+        None
     };
-    let mut verify = None;
-    if o.verify {
-        let Some(sv) = &srv.verify else {
-            return Err(format!("no verify report from the server: {srv:?}"));
-        };
-        let ok: std::collections::HashSet<u32> = sv.ok_ids.iter().copied().collect();
-        let err: std::collections::HashSet<u32> = sv.err_ids.iter().copied().collect();
-        let (mut both_ok, mut both_err, mut c_ok_s_err, mut c_err_s_ok, mut c_ok_s_none) =
-            (0, 0, 0, 0, 0);
-        for c in conns.iter() {
-            let id = c.comm_id.load(Ordering::Relaxed);
-            let c_ok = c.has(C_RTU) && c.has(C_DREP) && !c.has(C_ERROR);
-            match (c_ok, ok.contains(&id), err.contains(&id)) {
-                (true, true, _) => both_ok += 1,
-                (true, false, true) => c_ok_s_err += 1,
-                (true, false, false) => c_ok_s_none += 1,
-                (false, true, _) => c_err_s_ok += 1,
-                (false, false, _) => both_err += 1,
-            }
-        }
-        mismatches = c_ok_s_err + c_err_s_ok + c_ok_s_none;
-        verify = Some(Verify {
-            both_ok,
-            both_error: both_err,
-            client_ok_server_error: c_ok_s_err,
-            client_error_server_ok: c_err_s_ok,
-            client_ok_server_unknown: c_ok_s_none,
-            mismatches,
-            client_live_ids: client_live,
-            client_timers,
-            server_live_ids: sv.live_ids,
-            server_timers: sv.timers,
-            server_rep_errors: sv.rep_errors,
-            server_rejected: sv.rejected,
-            server_ids_created: sv.ids_created,
-            server_ids_destroyed: sv.ids_destroyed,
-        });
-        if sv.live_ids != 0 || sv.timers != 0 || client_live != 0 || client_timers != 0 {
-            mismatches += 1;
-        }
-    }
-    if let Some((d, l)) = local_server {
-        let _ = l.destroy();
-        d.close();
-    }
-    dev.close();
+    client.dev.close();
 
-    let connect_per_s = n as f64 / connect_s;
-    let disconnect_per_s = to_close as f64 / disconnect_s.max(1e-9);
     if let Some(path) = &o.svg {
-        let start = conns
-            .iter()
-            .map(|c| c.t_req.load(Ordering::Relaxed))
-            .filter(|&t| t > 0)
-            .min()
-            .unwrap_or(0);
-        let established: Vec<f64> = conns
-            .iter()
-            .map(|c| c.t_est.load(Ordering::Relaxed))
-            .filter(|&t| t > 0)
-            .map(|t| t.saturating_sub(start) as f64 / 1e9)
-            .collect();
         let svg = bench_svg(
-            &req_rep,
-            &connect,
-            &disc,
+            &lat,
             baseline.as_ref().map(|b| &b.lat_ns[..]),
-            &established,
+            &established_times_s(conns),
             connect_s,
         );
         if let Err(e) = std::fs::write(path, svg) {
             return Err(format!("cannot write {}: {e}", path.display()));
         }
     }
-    let cp = pct(connect);
-    let dp = pct(disc);
-    let qp = pct(req_rep);
-    let rep_rtu = srv.rep_rtu_us;
-    let cpu_s = (cpu1 - cpu0) + srv.cpu_s;
-    let max_rss = rss.max(srv.max_rss_kib);
-    let failed = failed.load(Ordering::Relaxed);
+    let results = Results {
+        established,
+        failed: client.shared.failed.load(Ordering::Relaxed),
+        connect_s,
+        disconnected,
+        disconnect_s,
+        req_rep_us: pct(lat.req_rep),
+        connect_us: pct(lat.connect),
+        disconnect_us: pct(lat.disc),
+        cpu_s: (cpu1 - cpu0) + srv.cpu_s,
+        max_rss_kib: rss.max(srv.max_rss_kib),
+        server: srv,
+        client: client_end,
+        verify,
+        baseline,
+    };
     if o.json {
-        print_json(&Report {
-            connections: n,
-            established,
-            failed,
-            connect_per_s: per_s(connect_per_s),
-            disconnect_per_s: per_s(disconnect_per_s),
-            connect_us: cp,
-            disconnect_us: dp,
-            req_rep_us: qp,
-            rep_rtu_us: rep_rtu,
-            cpu_s,
-            max_rss_kib: max_rss,
-            fabric: o.fabric.clone(),
-            processes: o.processes,
-            concurrency: o.concurrency,
-            threads: o.threads,
-            connect_s,
-            disconnect_s,
-            retries: counters.tx_retries.iter().sum::<u64>(),
-            timeouts: counters.timeouts.iter().sum::<u64>(),
-            rej_rx: counters.rej_rx.iter().sum::<u64>(),
-            drops: counters.total_drops(),
-            tx_errors: dev.transport().stats().tx_errors.load(Ordering::Relaxed),
-            verify: verify.take(),
-            udp_baseline: baseline.as_ref().map(|b| UdpBaseline {
-                exchanges_per_s: per_s(b.rate),
-                exchange_us: b.lat,
-            }),
-            ratio_to_udp: baseline.as_ref().map(|b| Ratio {
-                rate: connect_per_s / b.rate,
-                p50: cp.p50 / b.lat.p50.max(1e-9),
-            }),
-        });
+        print_json(&results.report(o));
     } else {
-        println!(
-            "ibcm bench: {n} connections over the {} fabric ({} process{}), {} in flight, {} thread(s)",
-            o.fabric,
-            o.processes,
-            if o.processes == 1 { "" } else { "es" },
-            o.concurrency,
-            o.threads
-        );
-        println!("  established {established}, failed {failed}");
-        println!("  connect     {connect_per_s:>10.0} /s   ({connect_s:.3} s)");
-        println!("  disconnect  {disconnect_per_s:>10.0} /s   ({disconnect_s:.3} s)");
-        println!("  latency (µs)        p50        p99        max");
-        for (name, p) in [
-            ("REQ->REP", qp),
-            ("REP->RTU", rep_rtu),
-            ("connect", cp),
-            ("DREQ->DREP", dp),
-        ] {
-            println!(
-                "  {name:<14} {:>10.1} {:>10.1} {:>10.1}",
-                p.p50, p.p99, p.max
-            );
-        }
-        println!(
-            "  CPU {cpu_s:.2} s, peak RSS {max_rss} KiB, retransmissions {}",
-            counters.tx_retries.iter().sum::<u64>()
-        );
-        if let Some(b) = &baseline {
-            println!(
-                "  UDP baseline: {:.0} exchanges/s, p50 {:.1} µs -> ratio_to_udp rate {:.2}, p50 {:.2}",
-                b.rate,
-                b.lat.p50,
-                connect_per_s / b.rate,
-                cp.p50 / b.lat.p50.max(1e-9)
-            );
-        }
+        results.print_text(o);
     }
-    if established + failed < n {
+    if results.established + results.failed < o.connections {
         return Err("not every connection finished".into());
     }
-    if !o.json
-        && let Some(v) = &verify
-    {
-        let v = serde_json::to_string(v).map_err(|e| e.to_string())?;
-        println!("  verify{v}");
-    }
-    if mismatches > 0 {
-        return Err(format!(
-            "verify: {mismatches} connection(s) ended differently on the two sides, or ids/timers leaked"
-        ));
+    if let Some(v) = &results.verify {
+        if !o.json {
+            let line = serde_json::to_string(v).map_err(|e| e.to_string())?;
+            println!("  verify{line}");
+        }
+        let failures = v.failures();
+        if failures > 0 {
+            return Err(format!(
+                "verify: {failures} connection(s) ended differently on the two sides, or ids/timers leaked"
+            ));
+        }
     }
     Ok(())
 }
@@ -1326,21 +1561,8 @@ fn scale(o: &Opts) -> Result<(), String> {
     let sdev = open(&sname, o.threads)?;
     let cdev = open(&cname, o.threads)?;
     let stats = Arc::new(ServerStats::default());
-    let listener = sdev
-        .create_id(
-            None,
-            std::ptr::null_mut(),
-            Some(server_handler(stats.clone())),
-        )
-        .map_err(|e| e.to_string())?;
-    listener.listen(SERVICE).map_err(|e| e.to_string())?;
-    let dgid: ibcm::wire::Gid =
-        match ibcm::runtime::DeviceSpec::parse(&sname).map_err(|e| e.to_string())? {
-            ibcm::runtime::DeviceSpec::Soft { ip, .. } | ibcm::runtime::DeviceSpec::Loop { ip } => {
-                ip.into()
-            }
-        };
-    let path = ibcm::ffi::init_path(&cdev, 1, dgid).map_err(|e| e.to_string())?;
+    let listener = listen(&sdev, &stats)?;
+    let path = path_to(&cdev, &sname)?;
     let gate = Arc::new(Gate::new());
     let failed = Arc::new(AtomicUsize::new(0));
     let handler: RustHandler = {
@@ -1376,20 +1598,8 @@ fn scale(o: &Opts) -> Result<(), String> {
         let id = cdev
             .create_id(None, std::ptr::null_mut(), Some(handler.clone()))
             .map_err(|e| e.to_string())?;
-        let req = ReqParams {
-            primary_path: path,
-            service_id: SERVICE,
-            qp_num: (i as u32 + 1) & 0xff_ffff,
-            qp_type: qp_type::RC,
-            starting_psn: 1,
-            responder_resources: 1,
-            initiator_depth: 1,
-            remote_cm_response_timeout: 20,
-            local_cm_response_timeout: 20,
-            max_cm_retries: 15,
-            ..ReqParams::default()
-        };
-        id.send_req(&req).map_err(|e| format!("REQ {i}: {e}"))?;
+        id.send_req(&req_params(o, path, i))
+            .map_err(|e| format!("REQ {i}: {e}"))?;
         ids.push(id);
         if tty && i % 50_000 == 0 {
             eprint!("\rconnect {i}/{n}   ");
@@ -1542,5 +1752,87 @@ mod tests {
             serde_json::from_str("{\"rep_rtu_us\":{\"p50\":1.0,\"p99\":2.0,\"max\":3.0}}").unwrap();
         assert_eq!(local.rep_rtu_us.max, 3.0);
         assert_eq!(local.verify, None);
+    }
+
+    /// A connection the client saw with `flags`, with comm ID `id` and the
+    /// step times (ns) `t` = (REQ, REP, RTU, DREQ, DREP).
+    fn conn(id: u32, flags: u32, t: [u64; 5]) -> Conn {
+        let c = Conn::default();
+        c.comm_id.store(id, Ordering::Relaxed);
+        c.flags.store(flags, Ordering::Relaxed);
+        for (a, v) in [&c.t_req, &c.t_rep, &c.t_est, &c.t_dreq, &c.t_drep]
+            .into_iter()
+            .zip(t)
+        {
+            a.store(v, Ordering::Relaxed);
+        }
+        c
+    }
+
+    fn client_end(live_ids: usize) -> ClientEnd {
+        ClientEnd {
+            live_ids,
+            timers: 0,
+            retries: 0,
+            timeouts: 0,
+            rej_rx: 0,
+            drops: 0,
+            tx_errors: 0,
+        }
+    }
+
+    #[test]
+    fn verify_compares_each_connection_with_the_server() {
+        let ok = C_RTU | C_CONNECT_DONE | C_DREP | C_DISC_DONE;
+        let conns = [
+            conn(1, ok, [0; 5]),                       // both ok
+            conn(2, C_ERROR | C_CONNECT_DONE, [0; 5]), // both error
+            conn(3, ok, [0; 5]),                       // server: error
+            conn(4, ok | C_ERROR, [0; 5]),             // server: ok
+            conn(5, ok, [0; 5]),                       // server: never saw it
+            conn(6, C_RTU | C_CONNECT_DONE, [0; 5]),   // no DREP: error here
+        ];
+        let srv = ServerReport {
+            verify: Some(ServerVerify {
+                ok_ids: vec![1, 4],
+                err_ids: vec![2, 3],
+                ..ServerVerify::default()
+            }),
+            ..ServerReport::default()
+        };
+        let v = Verify::check(&conns, &client_end(0), &srv).unwrap();
+        assert_eq!(
+            (
+                v.both_ok,
+                v.both_error,
+                v.client_ok_server_error,
+                v.client_error_server_ok,
+                v.client_ok_server_unknown
+            ),
+            (1, 2, 1, 1, 1)
+        );
+        assert_eq!(v.mismatches, 3);
+        assert_eq!(v.failures(), 3);
+        // An id left on either side counts once more.
+        let v = Verify::check(&conns, &client_end(2), &srv).unwrap();
+        assert_eq!((v.mismatches, v.failures()), (3, 4));
+        // A server without the verify half is an error.
+        let plain = ServerReport::default();
+        assert!(Verify::check(&conns, &client_end(0), &plain).is_err());
+    }
+
+    #[test]
+    fn latencies_only_count_steps_that_happened() {
+        let conns = [
+            conn(1, 0, [10, 30, 35, 100, 160]),
+            conn(2, 0, [20, 0, 0, 0, 0]),       // no REP
+            conn(3, 0, [40, 50, 0, 200, 0]),    // RTU failed, no DREP
+            conn(4, 0, [60, 70, 75, 300, 250]), // DREP time before DREQ
+        ];
+        let l = Latencies::collect(&conns);
+        assert_eq!(l.req_rep, [20, 10, 10]);
+        assert_eq!(l.connect, [25, 15]);
+        assert_eq!(l.disc, [60]);
+        assert_eq!(established_times_s(&conns), [25e-9, 65e-9]);
     }
 }

@@ -280,6 +280,16 @@ fn parse_cma_header(pd: &[u8]) -> Result<(IpAddr, u16, IpAddr, &[u8]), String> {
     Ok((ip(4), sport, ip(20), &pd[CMA_HDR..]))
 }
 
+/// One event as `[ms since start] comm-id description` on stdout.
+fn print_event(start: Instant, id: &CmId, ev: &Event, rdma_cm: bool) {
+    println!(
+        "[{:>9.3} ms] {:#010x} {}",
+        start.elapsed().as_secs_f64() * 1e3,
+        id.local_id(),
+        describe(ev, rdma_cm)
+    );
+}
+
 fn describe(ev: &Event, rdma_cm: bool) -> String {
     let mut s = ev.kind.name().to_string();
     match &ev.param {
@@ -374,12 +384,7 @@ pub fn listen_main(a: &ListenArgs) -> i32 {
     let accepted = std::sync::atomic::AtomicU32::new(0);
     let handler: RustHandler = Arc::new(move |id: &CmId, ev: &Event| {
         if !quiet {
-            println!(
-                "[{:>9.3} ms] {:#010x} {}",
-                start.elapsed().as_secs_f64() * 1e3,
-                id.local_id(),
-                describe(ev, rdma_cm)
-            );
+            print_event(start, id, ev, rdma_cm);
         }
         let done = |code: u32| {
             let _ = tx.lock().unwrap().send(code);
@@ -567,12 +572,7 @@ pub fn connect_main(a: &ConnectArgs) -> i32 {
     let pd = o.private_data.clone();
     let handler: RustHandler = Arc::new(move |id: &CmId, ev: &Event| {
         if !quiet {
-            println!(
-                "[{:>9.3} ms] {:#010x} {}",
-                start.elapsed().as_secs_f64() * 1e3,
-                id.local_id(),
-                describe(ev, false)
-            );
+            print_event(start, id, ev, false);
         }
         let mut aux = 0;
         match ev.kind {

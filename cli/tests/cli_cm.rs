@@ -2,35 +2,72 @@
 //! `ibcm listen` + `ibcm connect` exchange private data, and `ibcm bench`
 //! reports a complete, well-formed result (numbers are not asserted).
 
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 fn ibcm() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ibcm"))
 }
 
+/// `ibcm listen` (in the background, `--timeout 20` unless `listen` says
+/// otherwise) and `ibcm connect` against it.
+struct ListenConnect {
+    listen: Output,
+    connect: Output,
+}
+
+impl ListenConnect {
+    /// Runs both; the listener must exit successfully.
+    fn run(listen: &[&str], connect: &[&str]) -> ListenConnect {
+        let server = ibcm()
+            .arg("listen")
+            .args(["--timeout", "20"])
+            .args(listen)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let connect = ibcm().arg("connect").args(connect).output().unwrap();
+        let listen = server.wait_with_output().unwrap();
+        assert!(
+            listen.status.success(),
+            "listen failed:\n{}\n{}",
+            text(&listen.stdout),
+            text(&listen.stderr)
+        );
+        ListenConnect { listen, connect }
+    }
+
+    fn listen_out(&self) -> String {
+        text(&self.listen.stdout)
+    }
+
+    fn connect_out(&self) -> String {
+        text(&self.connect.stdout)
+    }
+
+    fn connected(&self) -> bool {
+        self.connect.status.success()
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
 #[test]
 fn listen_and_connect_exchange_private_data() {
-    let server = ibcm()
-        .args([
-            "listen",
+    let r = ListenConnect::run(
+        &[
             "--device",
             "soft:127.0.4.1",
             "--count",
             "3",
             "--private-data",
             "from-server",
-            "--timeout",
-            "20",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let client = ibcm()
-        .args([
-            "connect",
+        ],
+        &[
             "--device",
             "soft:127.0.4.2",
             "--dest",
@@ -39,14 +76,13 @@ fn listen_and_connect_exchange_private_data() {
             "3",
             "--private-data",
             "from-client",
-        ])
-        .output()
-        .unwrap();
-    let cout = String::from_utf8_lossy(&client.stdout);
+        ],
+    );
+    let cout = r.connect_out();
     assert!(
-        client.status.success(),
+        r.connected(),
         "connect failed:\n{cout}\n{}",
-        String::from_utf8_lossy(&client.stderr)
+        text(&r.connect.stderr)
     );
     assert_eq!(cout.matches(" REP_RECEIVED").count(), 3, "{cout}");
     assert_eq!(
@@ -58,13 +94,7 @@ fn listen_and_connect_exchange_private_data() {
         cout.contains("3 of 3 connection(s) established and disconnected"),
         "{cout}"
     );
-    let s = server.wait_with_output().unwrap();
-    let sout = String::from_utf8_lossy(&s.stdout);
-    assert!(
-        s.status.success(),
-        "listen failed:\n{sout}\n{}",
-        String::from_utf8_lossy(&s.stderr)
-    );
+    let sout = r.listen_out();
     assert_eq!(
         sout.matches("REQ_RECEIVED from 127.0.4.2").count(),
         3,
@@ -77,60 +107,34 @@ fn listen_and_connect_exchange_private_data() {
     );
     assert!(sout.contains("3 connection(s) handled, 0 failed"), "{sout}");
     // Counters are printed on stderr.
-    let serr = String::from_utf8_lossy(&s.stderr);
+    let serr = text(&r.listen.stderr);
     assert!(serr.contains("rx             REQ=3 RTU=3 DREQ=3"), "{serr}");
 }
 
 #[test]
 fn listen_reject_is_reported_to_the_client() {
-    let server = ibcm()
-        .args([
-            "listen",
+    let r = ListenConnect::run(
+        &[
             "--device",
             "soft:127.0.4.3",
             "--reject",
             "28",
             "--private-data",
             "go away",
-            "--timeout",
-            "20",
-        ])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let client = ibcm()
-        .args([
-            "connect",
-            "--device",
-            "soft:127.0.4.4",
-            "--dest",
-            "127.0.4.3",
-        ])
-        .output()
-        .unwrap();
-    let cout = String::from_utf8_lossy(&client.stdout);
-    assert!(!client.status.success());
+        ],
+        &["--device", "soft:127.0.4.4", "--dest", "127.0.4.3"],
+    );
+    let cout = r.connect_out();
+    assert!(!r.connected());
     assert!(
         cout.contains("REJ_RECEIVED reason=28 (consumer defined) private_data=\"go away\""),
         "{cout}"
     );
-    let s = server.wait_with_output().unwrap();
-    assert!(s.status.success());
 }
 
-fn json_num(s: &str, key: &str) -> f64 {
-    let k = format!("\"{key}\":");
-    let i = s.find(&k).unwrap_or_else(|| panic!("no {key} in {s}"));
-    s[i + k.len()..]
-        .split([',', '}'])
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-fn check_bench(args: &[&str], n: usize) {
+/// Runs `ibcm bench ARGS --json -n N`; checks that the report is complete
+/// and every connection was established; returns it.
+fn check_bench(args: &[&str], n: usize) -> serde_json::Value {
     let out = ibcm()
         .arg("bench")
         .args(args)
@@ -145,6 +149,7 @@ fn check_bench(args: &[&str], n: usize) {
     );
     let line = s.lines().last().unwrap();
     assert!(line.starts_with('{') && line.ends_with('}'), "{line}");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
     for key in [
         "connections",
         "established",
@@ -154,17 +159,20 @@ fn check_bench(args: &[&str], n: usize) {
         "cpu_s",
         "max_rss_kib",
     ] {
-        assert!(json_num(line, key) >= 0.0, "{key}");
+        assert!(v[key].as_f64().is_some_and(|x| x >= 0.0), "{key} in {line}");
     }
+    // Compact, as scripts grep it (`"mismatches":0`).
     for key in ["connect_us", "disconnect_us", "req_rep_us", "rep_rtu_us"] {
         assert!(
             line.contains(&format!("\"{key}\":{{\"p50\":")),
             "{key} in {line}"
         );
+        assert!(v[key]["p99"].is_number(), "{key} in {line}");
     }
-    assert_eq!(json_num(line, "connections") as usize, n);
-    assert_eq!(json_num(line, "established") as usize, n, "{line}");
-    assert_eq!(json_num(line, "failed") as usize, 0, "{line}");
+    assert_eq!(v["connections"], n, "{line}");
+    assert_eq!(v["established"], n, "{line}");
+    assert_eq!(v["failed"], 0, "{line}");
+    v
 }
 
 #[test]
@@ -196,6 +204,42 @@ fn bench_over_loopback_with_two_shards_completes() {
         ],
         2000,
     );
+}
+
+/// `--verify` with the server in this process: both sides' outcomes are
+/// compared and nothing is left on either side.
+#[test]
+fn bench_verify_with_the_server_in_this_process() {
+    let v = check_bench(
+        &[
+            "--fabric",
+            "loopback",
+            "--server",
+            "loop:10.9.2.1",
+            "--client",
+            "loop:10.9.2.2",
+            "--verify",
+            "--cm-timeout",
+            "14",
+        ],
+        200,
+    );
+    let verify = &v["verify"];
+    assert_eq!(verify["both_ok"], 200, "{v}");
+    assert_eq!(verify["mismatches"], 0, "{v}");
+    for key in [
+        "client_live_ids",
+        "client_timers",
+        "server_live_ids",
+        "server_timers",
+    ] {
+        assert_eq!(verify[key], 0, "{key}: {v}");
+    }
+    assert_eq!(
+        verify["server_ids_created"], 201,
+        "200 ids and the listener"
+    );
+    assert_eq!(verify["server_ids_destroyed"], 201, "{v}");
 }
 
 /// `bench --svg`: one SVG document holding the latency CDFs (one curve per
@@ -246,30 +290,11 @@ fn bench_svg_draws_cdfs_and_rate() {
     assert!(!svg.contains("no data"), "every step has latencies");
 }
 
-/// Runs `ibcm listen ARGS` in the background, then `ibcm connect ARGS`;
-/// returns (listen stdout, connect stdout, connect success).
+/// `ListenConnect::run`, as (listen stdout, connect stdout, connect
+/// success).
 fn listen_connect(listen: &[&str], connect: &[&str]) -> (String, String, bool) {
-    let server = ibcm()
-        .arg("listen")
-        .args(["--timeout", "20"])
-        .args(listen)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
-    let client = ibcm().arg("connect").args(connect).output().unwrap();
-    let s = server.wait_with_output().unwrap();
-    assert!(
-        s.status.success(),
-        "listen failed: {}",
-        String::from_utf8_lossy(&s.stdout)
-    );
-    (
-        String::from_utf8_lossy(&s.stdout).into_owned(),
-        String::from_utf8_lossy(&client.stdout).into_owned(),
-        client.status.success(),
-    )
+    let r = ListenConnect::run(listen, connect);
+    (r.listen_out(), r.connect_out(), r.connected())
 }
 
 #[test]

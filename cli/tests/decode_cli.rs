@@ -13,6 +13,12 @@
 //! MADs, mutated captures): no panic, the file and byte offset named, exit
 //! status 1, later files still decoded.
 
+mod common;
+#[path = "../../tests/golden_mads/mod.rs"]
+mod golden_mads;
+
+use common::{Run, TempDir, ibcm_command};
+use golden_mads::GoldenMad;
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::net::IpAddr;
@@ -39,51 +45,8 @@ fn vector(name: &str, ext: &str) -> PathBuf {
 // ---------------------------------------------------------------------------
 // Running the binary
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 fn ibcm<S: AsRef<OsStr>>(args: &[S]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_ibcm"))
-        .args(args)
-        .output()
-        .expect("cannot run the ibcm binary");
-    let r = Run {
-        code: out.status.code().expect("ibcm killed by a signal"),
-        stdout: String::from_utf8(out.stdout).expect("stdout is not UTF-8"),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    };
-    assert!(
-        !r.stderr.contains("panicked"),
-        "ibcm panicked: {}",
-        r.stderr
-    );
-    r
-}
-
-/// A scratch directory for one test (removed when dropped).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("ibcm-decode-{}-{test}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn write(&self, name: &str, data: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, data).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    Run::of(ibcm_command().args(args))
 }
 
 // ---------------------------------------------------------------------------
@@ -668,55 +631,8 @@ fn areas(attr: &str) -> &'static [(&'static str, usize, usize)] {
 // ---------------------------------------------------------------------------
 // The capture tooling's *.mads.txt
 
-#[derive(Debug)]
-struct GoldenMad {
-    frame: u64,
-    /// The `# frame ...` line, split on whitespace.
-    line: Vec<String>,
-    header: Vec<(String, String)>,
-    fields: Vec<(String, String)>,
-    bytes: [u8; 256],
-}
-
 fn load_mads(name: &str) -> Vec<GoldenMad> {
-    let text = std::fs::read_to_string(vector(name, "mads.txt")).unwrap();
-    let mut out: Vec<GoldenMad> = Vec::new();
-    let mut hexbuf: Vec<u8> = Vec::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# frame ") {
-            out.push(GoldenMad {
-                frame: rest.split_whitespace().next().unwrap().parse().unwrap(),
-                line: line[2..].split_whitespace().map(str::to_string).collect(),
-                header: vec![],
-                fields: vec![],
-                bytes: [0; 256],
-            });
-            hexbuf.clear();
-        } else if let Some(rest) = line.strip_prefix("#   ") {
-            let cur = out.last_mut().unwrap();
-            let is_header = rest.starts_with("MAD ");
-            for tok in rest.split_whitespace() {
-                if let Some((k, v)) = tok.split_once('=') {
-                    let kv = (k.to_string(), v.to_string());
-                    if is_header {
-                        cur.header.push(kv);
-                    } else {
-                        cur.fields.push(kv);
-                    }
-                }
-            }
-        } else if line.len() > 6 && line.as_bytes()[4] == b':' && !line.starts_with('#') {
-            hexbuf.extend(
-                line[5..]
-                    .split_whitespace()
-                    .map(|h| u8::from_str_radix(h, 16).unwrap()),
-            );
-            if hexbuf.len() == 256 {
-                out.last_mut().unwrap().bytes.copy_from_slice(&hexbuf);
-            }
-        }
-    }
-    out
+    golden_mads::load(&vector(name, "mads.txt"))
 }
 
 fn num(v: &str) -> u64 {
@@ -1896,7 +1812,7 @@ fn find(hay: &[u8], needle: &[u8]) -> usize {
 
 #[test]
 fn bad_files_are_reported_and_skipped() {
-    let dir = TempDir::new("bad");
+    let dir = TempDir::new("decode", "bad");
     let good = std::fs::read(vector("rping", "pcap")).unwrap();
     // Cut inside the record of frame 9 (the REP): frame 8 (REQ) is complete.
     let recs = pcap_records(&good);
@@ -1975,7 +1891,7 @@ fn bad_files_are_reported_and_skipped() {
 
 #[test]
 fn malformed_mads_are_shown_with_their_error() {
-    let dir = TempDir::new("malformed");
+    let dir = TempDir::new("decode", "malformed");
     let mut data = std::fs::read(vector("rej", "pcap")).unwrap();
     let golden = load_mads("rej");
     // REJ with MessageRejected = 3 (reserved).
@@ -2072,7 +1988,7 @@ fn malformed_mads_are_shown_with_their_error() {
 
 #[test]
 fn mutated_captures_never_panic() {
-    let dir = TempDir::new("mutated");
+    let dir = TempDir::new("decode", "mutated");
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut rnd = move || {
         seed ^= seed << 13;
@@ -2133,9 +2049,9 @@ fn mutated_captures_never_panic() {
 
 #[test]
 fn strange_file_names_are_escaped() {
-    let dir = TempDir::new("names");
+    let dir = TempDir::new("decode", "names");
     let name = "we\"ird\\name\twith\nnewline\u{1}-é-\u{2028}.pcap";
-    let p = dir.write(name, &std::fs::read(vector("rej", "pcap")).unwrap());
+    let p = dir.write(name, std::fs::read(vector("rej", "pcap")).unwrap());
     let r = ibcm(&[
         OsStr::new("decode"),
         OsStr::new("--json"),

@@ -3,20 +3,15 @@
 //! RoCE v2 GIDs, the kernel CM loaded) and against this machine, and a
 //! completion script per shell.
 
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
+mod common;
+
+use common::{Run, TempDir, ibcm_command};
 use serde_json::Value;
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 fn ibcm(args: &[&str], sysfs: Option<&Path>, dev: Option<&Path>) -> Run {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ibcm"));
+    let mut c = ibcm_command();
     c.args(args)
         .env_remove("IBCM_SYSFS_ROOT")
         .env_remove("IBCM_DEV_ROOT");
@@ -26,38 +21,7 @@ fn ibcm(args: &[&str], sysfs: Option<&Path>, dev: Option<&Path>) -> Run {
     if let Some(d) = dev {
         c.env("IBCM_DEV_ROOT", d);
     }
-    let out = c.output().expect("cannot run the ibcm binary");
-    Run {
-        code: out.status.code().expect("ibcm killed by a signal"),
-        stdout: String::from_utf8(out.stdout).expect("stdout is not UTF-8"),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// A directory removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("ibcm-devices-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-    fn file(&self, rel: &str, text: &str) {
-        let p = self.0.join(rel);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(p, text).unwrap();
-    }
-    fn dir(&self, rel: &str) {
-        fs::create_dir_all(self.0.join(rel)).unwrap();
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
+    Run::of(&mut c)
 }
 
 /// sysfs (`<root>/sys`) and /dev (`<root>/dev`) of a host with rxe0 on
@@ -65,40 +29,40 @@ impl Drop for TempDir {
 /// GID 2 unused (zeros). ib_cm and ib_umad loaded, umad0 for port 1.
 fn fake_host(t: &TempDir) {
     let d = "sys/class/infiniband/rxe0";
-    t.file(&format!("{d}/node_guid"), "0211:22ff:fe33:4455\n");
-    t.file(&format!("{d}/node_type"), "1: CA\n");
-    t.file(&format!("{d}/parent"), "eth1\n");
+    t.write(&format!("{d}/node_guid"), "0211:22ff:fe33:4455\n");
+    t.write(&format!("{d}/node_type"), "1: CA\n");
+    t.write(&format!("{d}/parent"), "eth1\n");
     let p = format!("{d}/ports/1");
-    t.file(&format!("{p}/state"), "4: ACTIVE\n");
-    t.file(&format!("{p}/phys_state"), "5: LinkUp\n");
-    t.file(&format!("{p}/link_layer"), "Ethernet\n");
-    t.file(&format!("{p}/lid"), "0x0\n");
-    t.file(
+    t.write(&format!("{p}/state"), "4: ACTIVE\n");
+    t.write(&format!("{p}/phys_state"), "5: LinkUp\n");
+    t.write(&format!("{p}/link_layer"), "Ethernet\n");
+    t.write(&format!("{p}/lid"), "0x0\n");
+    t.write(
         &format!("{p}/gids/0"),
         "fe80:0000:0000:0000:0211:22ff:fe33:4455\n",
     );
-    t.file(
+    t.write(
         &format!("{p}/gids/1"),
         "0000:0000:0000:0000:0000:ffff:0a00:0002\n",
     );
-    t.file(
+    t.write(
         &format!("{p}/gids/2"),
         "0000:0000:0000:0000:0000:0000:0000:0000\n",
     );
     for i in 0..2 {
-        t.file(&format!("{p}/gid_attrs/types/{i}"), "RoCE v2\n");
-        t.file(&format!("{p}/gid_attrs/ndevs/{i}"), "eth1\n");
+        t.write(&format!("{p}/gid_attrs/types/{i}"), "RoCE v2\n");
+        t.write(&format!("{p}/gid_attrs/ndevs/{i}"), "eth1\n");
     }
-    t.file("sys/class/infiniband_mad/umad0/ibdev", "rxe0\n");
-    t.file("sys/class/infiniband_mad/umad0/port", "1\n");
+    t.write("sys/class/infiniband_mad/umad0/ibdev", "rxe0\n");
+    t.write("sys/class/infiniband_mad/umad0/port", "1\n");
     t.dir("sys/module/ib_cm");
     t.dir("sys/module/ib_umad");
-    t.file("dev/infiniband/umad0", "");
+    t.write("dev/infiniband/umad0", "");
 }
 
 #[test]
 fn fake_rxe_device_text() {
-    let t = TempDir::new("text");
+    let t = TempDir::new("devices", "text");
     fake_host(&t);
     let r = ibcm(&["devices"], Some(&t.0.join("sys")), Some(&t.0.join("dev")));
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -122,7 +86,7 @@ fn fake_rxe_device_text() {
 
 #[test]
 fn fake_rxe_device_json() {
-    let t = TempDir::new("json");
+    let t = TempDir::new("devices", "json");
     fake_host(&t);
     let r = ibcm(
         &["devices", "--json"],
@@ -174,7 +138,7 @@ fn fake_rxe_device_json() {
 
 #[test]
 fn no_rdma_devices_is_said_clearly() {
-    let t = TempDir::new("none");
+    let t = TempDir::new("devices", "none");
     t.dir("sys/class");
     t.dir("dev");
     let r = ibcm(&["devices"], Some(&t.0.join("sys")), Some(&t.0.join("dev")));

@@ -23,12 +23,14 @@ use crate::wire::Gid;
 use crate::wire::roce::{self, Bth, Deth, GSI_PAYLOAD_LEN, IcrcInput};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-const BATCH: usize = 64;
-const RECV_BUF: usize = 512;
+/// Datagrams one `recv_mmsg` (and one `sendmmsg`) handles at most.
+pub const BATCH: usize = 64;
+/// Bytes of each receive buffer (a GSI MAD datagram has 280).
+pub const RECV_BUF: usize = 512;
 
 pub struct UdpTransport {
     sock: UdpSocket,
@@ -112,6 +114,48 @@ pub fn addr_of(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
         }
         _ => None,
     }
+}
+
+/// One non-blocking `recvmmsg` on `fd`: up to `BATCH` datagrams into
+/// `bufs`. For the i-th datagram, `got[i]` is its length (as received; the
+/// payload is the first `min(length, RECV_BUF)` bytes of `bufs[i]`) and its
+/// sender (`None` for an address that is not IP). Returns how many arrived;
+/// `WouldBlock` when none was waiting.
+pub fn recv_mmsg(
+    fd: RawFd,
+    bufs: &mut [[u8; RECV_BUF]; BATCH],
+    got: &mut [(usize, Option<SocketAddr>); BATCH],
+) -> io::Result<usize> {
+    let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
+    let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+    let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+    for i in 0..BATCH {
+        iovs[i] = libc::iovec {
+            iov_base: bufs[i].as_mut_ptr() as *mut _,
+            iov_len: RECV_BUF,
+        };
+        msgs[i].msg_hdr.msg_name = &mut addrs[i] as *mut _ as *mut libc::c_void;
+        msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        msgs[i].msg_hdr.msg_iov = &mut iovs[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    let n = unsafe {
+        libc::recvmmsg(
+            fd,
+            msgs.as_mut_ptr(),
+            BATCH as u32,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    for i in 0..n {
+        got[i] = (msgs[i].msg_len as usize, addr_of(&addrs[i]));
+    }
+    Ok(n)
 }
 
 impl UdpTransport {
@@ -240,52 +284,32 @@ impl UdpTransport {
 
     fn recv_batch(&self, out: &mut Vec<Received>) -> io::Result<usize> {
         let mut bufs = [[0u8; RECV_BUF]; BATCH];
-        let mut addrs: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
-        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-        let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        for i in 0..BATCH {
-            iovs[i] = libc::iovec {
-                iov_base: bufs[i].as_mut_ptr() as *mut _,
-                iov_len: RECV_BUF,
-            };
-            msgs[i].msg_hdr.msg_name = &mut addrs[i] as *mut _ as *mut libc::c_void;
-            msgs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
-        }
-        let n = unsafe {
-            libc::recvmmsg(
-                self.sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                BATCH as u32,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+        let mut got = [(0, None); BATCH];
+        let n = match recv_mmsg(self.sock.as_raw_fd(), &mut bufs, &mut got) {
+            Ok(n) => n,
+            Err(e) => {
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                    _ => {
+                        TransportStats::inc(&self.stats.rx_errors);
+                        Err(e)
+                    }
+                };
+            }
         };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-                _ => {
-                    TransportStats::inc(&self.stats.rx_errors);
-                    Err(e)
-                }
-            };
-        }
-        for i in 0..n as usize {
+        for (buf, &(len, from)) in bufs.iter().zip(&got).take(n) {
             TransportStats::inc(&self.stats.rx_datagrams);
-            let len = msgs[i].msg_len as usize;
-            let Some(from) = addr_of(&addrs[i]) else {
+            let Some(from) = from else {
                 TransportStats::inc(&self.stats.rx_garbage);
                 continue;
             };
-            let payload = &bufs[i][..len.min(RECV_BUF)];
+            let payload = &buf[..len.min(RECV_BUF)];
             match self.accept(from, payload, len) {
                 Some(r) => out.push(r),
                 None => TransportStats::inc(&self.stats.rx_garbage),
             }
         }
-        Ok(n as usize)
+        Ok(n)
     }
 
     /// Checks one datagram and turns it into a received MAD.

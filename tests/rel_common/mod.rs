@@ -1,9 +1,10 @@
 //! Helpers shared by the reliability suites (`peer_restart.rs`,
-//! `hostile.rs`): a client device whose events are recorded, and a REQ
-//! with short timeouts.
+//! `hostile.rs`, `adversary.rs`): a client device whose events are
+//! recorded, a REQ with short timeouts and a REP, one connect + disconnect,
+//! and this process's memory.
 #![allow(dead_code)]
 
-use ibcm::engine::{Event, EventParam, EventType, ReqParams, qp_type};
+use ibcm::engine::{Event, EventParam, EventType, RepParams, ReqParams, qp_type};
 use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -59,6 +60,23 @@ impl Recorder {
         }
     }
 
+    /// A recording client handler that answers a REP with an RTU and a
+    /// DREQ with a DREP.
+    pub fn client_handler(self: &Arc<Self>) -> RustHandler {
+        self.handler(|id, ev| {
+            match ev.kind {
+                EventType::RepReceived => {
+                    let _ = id.send_rtu(&[]);
+                }
+                EventType::DreqReceived => {
+                    let _ = id.send_drep(&[]);
+                }
+                _ => {}
+            }
+            0
+        })
+    }
+
     pub fn kinds_of(&self, id: u32) -> Vec<EventType> {
         self.events
             .lock()
@@ -110,6 +128,79 @@ pub fn req(
         max_cm_retries: retries,
         ..ReqParams::default()
     }
+}
+
+/// A REP from a server's QP `qpn` (its low 24 bits).
+pub fn rep(qpn: u32) -> RepParams {
+    RepParams {
+        qp_num: qpn & 0xff_ffff,
+        starting_psn: 1,
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        ..RepParams::default()
+    }
+}
+
+/// How one connection from `connect_once` went.
+pub struct Attempt {
+    /// The event that ended the connect (REP, REJ or REQ_ERROR), if any
+    /// came in time.
+    pub connect: Option<Rec>,
+    /// From sending the REQ to that event.
+    pub latency: Duration,
+    /// After a REP: the event that ended the disconnect (DREP or
+    /// DREQ_ERROR), if any came in time.
+    pub disconnect: Option<Rec>,
+}
+
+/// One connection from `dev`: a new id with `h` (a handler of `rec`'s, e.g.
+/// `Recorder::client_handler`) sends `req`; after a REP it disconnects.
+/// Each step waits up to `timeout`. The id is destroyed.
+pub fn connect_once(
+    dev: &Arc<Device>,
+    rec: &Recorder,
+    h: &RustHandler,
+    req: &ReqParams,
+    timeout: Duration,
+) -> Attempt {
+    let id = dev
+        .create_id(None, std::ptr::null_mut(), Some(h.clone()))
+        .unwrap();
+    let t0 = Instant::now();
+    id.send_req(req).unwrap();
+    let connect = rec.wait(
+        id.local_id(),
+        &[
+            EventType::RepReceived,
+            EventType::RejReceived,
+            EventType::ReqError,
+        ],
+        timeout,
+    );
+    let latency = t0.elapsed();
+    let mut disconnect = None;
+    if let Some((_, EventType::RepReceived, _)) = connect {
+        id.send_dreq(&[]).unwrap();
+        disconnect = rec.wait(
+            id.local_id(),
+            &[EventType::DrepReceived, EventType::DreqError],
+            timeout,
+        );
+    }
+    id.destroy().unwrap();
+    Attempt {
+        connect,
+        latency,
+        disconnect,
+    }
+}
+
+/// This process's resident set size in KiB (from /proc/self/statm).
+pub fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64 / 1024
 }
 
 /// Waits until `f` holds or `timeout` passes; returns whether it held.
