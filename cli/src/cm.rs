@@ -12,20 +12,13 @@ use ibcm::engine::{
 use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
 use ibcm::wire::Gid;
 use std::ffi::OsString;
-use std::net::IpAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// rdma_cm port spaces (`enum rdma_ucm_port_space`).
-const RDMA_PS_TCP: u64 = 0x0106;
-const RDMA_PS_UDP: u64 = 0x0111;
-/// The Q_Key rdma_cm insists on for RDMA_PS_UDP (`RDMA_UDP_QKEY`).
-const RDMA_UDP_QKEY: u32 = 0x0123_4567;
-/// Size of the rdma_cm IP private-data header (`struct cma_hdr`).
-const CMA_HDR: usize = 36;
+use ibcm::cma::{self, IpHeader, RDMA_UDP_QKEY, port_space};
 
 /// Options shared by `ibcm listen` and `ibcm connect`.
 #[derive(clap::Args, Debug)]
@@ -220,9 +213,13 @@ impl Opts {
     /// The service ID: `--service-id`, else the rdma_cm service ID of
     /// `--port` (TCP port space, UDP with `--sidr`), else rdma_cm TCP 7174.
     fn service_id(&self) -> u64 {
-        let ps = if self.sidr { RDMA_PS_UDP } else { RDMA_PS_TCP };
+        let ps = if self.sidr {
+            port_space::UDP
+        } else {
+            port_space::TCP
+        };
         self.service_id
-            .unwrap_or((1 << 24) | (ps << 16) | self.port.unwrap_or(7174) as u64)
+            .unwrap_or(cma::service_id(ps, self.port.unwrap_or(7174)))
     }
 }
 
@@ -238,46 +235,6 @@ fn show(bytes: &[u8]) -> String {
     } else {
         format!("0x{}", ibcm::wire::hex(b))
     }
-}
-
-/// The rdma_cm IP private-data header for a request from `src`:`sport`
-/// to `dst`, followed by `user` (CM_RULES.md §rdma-cm).
-fn cma_header(src: IpAddr, sport: u16, dst: IpAddr, user: &[u8]) -> Vec<u8> {
-    let mut h = vec![0u8; CMA_HDR];
-    let put = |h: &mut [u8], off: usize, ip: IpAddr| match ip {
-        IpAddr::V4(v4) => h[off + 12..off + 16].copy_from_slice(&v4.octets()),
-        IpAddr::V6(v6) => h[off..off + 16].copy_from_slice(&v6.octets()),
-    };
-    h[1] = if src.is_ipv4() { 0x40 } else { 0x60 };
-    h[2..4].copy_from_slice(&sport.to_be_bytes());
-    put(&mut h, 4, src);
-    put(&mut h, 20, dst);
-    h.extend_from_slice(user);
-    h
-}
-
-/// Decodes an rdma_cm IP header: `(src, sport, dst, user data)`.
-fn parse_cma_header(pd: &[u8]) -> Result<(IpAddr, u16, IpAddr, &[u8]), String> {
-    if pd.len() < CMA_HDR {
-        return Err(format!("{} bytes, header needs {CMA_HDR}", pd.len()));
-    }
-    if pd[0] != 0 {
-        return Err(format!("cma_version {} (not 0)", pd[0]));
-    }
-    let ip = |off: usize| -> IpAddr {
-        let b: [u8; 16] = pd[off..off + 16].try_into().unwrap();
-        if pd[1] >> 4 == 4 {
-            IpAddr::V4(std::net::Ipv4Addr::new(b[12], b[13], b[14], b[15]))
-        } else {
-            IpAddr::V6(b.into())
-        }
-    };
-    match pd[1] >> 4 {
-        4 | 6 => {}
-        v => return Err(format!("ip_version {v}")),
-    }
-    let sport = u16::from_be_bytes([pd[2], pd[3]]);
-    Ok((ip(4), sport, ip(20), &pd[CMA_HDR..]))
 }
 
 /// One event as `[ms since start] comm-id description` on stdout.
@@ -320,9 +277,15 @@ fn describe(ev: &Event, rdma_cm: bool) -> String {
     if let Some(pd) = ev.private_data() {
         let request = matches!(ev.kind, EventType::ReqReceived | EventType::SidrReqReceived);
         if rdma_cm && request {
-            match parse_cma_header(pd) {
-                Ok((src, sport, dst, user)) => {
-                    s += &format!(" rdma_cm={src}:{sport}->{dst} private_data={}", show(user))
+            match IpHeader::parse(pd) {
+                Ok((h, user)) => {
+                    s += &format!(
+                        " rdma_cm={}:{}->{} private_data={}",
+                        h.src,
+                        h.src_port,
+                        h.dst,
+                        show(user)
+                    )
                 }
                 Err(e) => s += &format!(" rdma_cm_header_invalid=({e}) private_data={}", show(pd)),
             }
@@ -606,7 +569,19 @@ pub fn connect_main(a: &ConnectArgs) -> i32 {
         let private_data = if o.rdma_cm {
             // An ephemeral-looking source port, as rdma_bind_addr(port 0) picks.
             let sport = 32768 + (id.local_id() as u16 % 28000);
-            cma_header(path.sgid.to_ip(), sport, dest.to_ip(), &o.private_data)
+            let h = IpHeader {
+                src_port: sport,
+                src: path.sgid.to_ip(),
+                dst: dest.to_ip(),
+            };
+            match h.with_user_data(&o.private_data) {
+                Ok(pd) => pd,
+                Err(e) => {
+                    eprintln!("ibcm connect: rdma_cm header: {e}");
+                    let _ = id.destroy();
+                    break;
+                }
+            }
         } else {
             o.private_data.clone()
         };
