@@ -11,8 +11,9 @@
 
 use crate::args;
 use crate::baseline;
-use ibcm::engine::{Event, EventType, RepParams, ReqParams, qp_type};
-use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
+use ibcm::api::{
+    CmId, Device, DeviceOptions, Event, EventType, RepParams, ReqParams, RustHandler, qp_type,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -884,7 +885,7 @@ fn run(o: &Opts) -> Result<(), String> {
             ip.into()
         }
     };
-    let path = ibcm::ffi::init_path(&dev, 1, dgid).map_err(|e| e.to_string())?;
+    let path = dev.init_path(1, dgid).map_err(|e| e.to_string())?;
     let n = o.connections;
     let epoch = Instant::now();
     let now_ns = move || epoch.elapsed().as_nanos() as u64 + 1;
@@ -1340,7 +1341,7 @@ fn scale(o: &Opts) -> Result<(), String> {
                 ip.into()
             }
         };
-    let path = ibcm::ffi::init_path(&cdev, 1, dgid).map_err(|e| e.to_string())?;
+    let path = cdev.init_path(1, dgid).map_err(|e| e.to_string())?;
     let gate = Arc::new(Gate::new());
     let failed = Arc::new(AtomicUsize::new(0));
     let handler: RustHandler = {

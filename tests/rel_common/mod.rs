@@ -3,8 +3,9 @@
 //! with short timeouts.
 #![allow(dead_code)]
 
-use ibcm::engine::{Event, EventParam, EventType, ReqParams, qp_type};
-use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
+use ibcm::api::{
+    CmId, Device, DeviceOptions, Event, EventParam, EventType, ReqParams, RustHandler, qp_type,
+};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -94,7 +95,7 @@ pub fn req(
     retries: u8,
 ) -> ReqParams {
     let ip: std::net::IpAddr = dest.parse().unwrap();
-    let path = ibcm::ffi::init_path(dev, 1, ip.into()).unwrap();
+    let path = dev.init_path(1, ip.into()).unwrap();
     ReqParams {
         primary_path: path,
         service_id: service,
