@@ -1355,8 +1355,9 @@ zeroed_default!(
 // ---------------------------------------------------------------- ibcm.h
 
 /// `struct ibcm_counters` (include/ibcm.h): what `ibcm_get_counters`
-/// copies out. Arrays are indexed by attribute (`tx`, `rx`, …: index =
-/// attribute ID − 0x10), REJ reason (`rej_tx`, `rej_rx`) and drop cause.
+/// copies out. Arrays are indexed by `enum ibcm_attr_index` (`tx`, `rx`,
+/// …: 0 ClassPortInfo, 1 REQ … 11 APR), REJ reason (`rej_tx`, `rej_rx`;
+/// 36 = larger) and `enum ibcm_drop_cause` (`drops`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct IbcmCounters {

@@ -13,6 +13,52 @@
 //! * Parameters and events are the engine's plain values ([`ReqParams`],
 //!   [`Event`], [`PathRec`], …); path and source-GID policy is
 //!   [`select_sgid`] / [`path_from_port`].
+//!
+//! ```
+//! use ibcm::api::*;
+//! use std::sync::Arc;
+//! use std::time::{Duration, Instant};
+//!
+//! let server = Device::open("loop:10.251.0.1", DeviceOptions::default())?;
+//! let client = Device::open("loop:10.251.0.2", DeviceOptions::default())?;
+//! // The passive side answers each REQ with a REP.
+//! let accept: RustHandler = Arc::new(|id, ev| {
+//!     if ev.kind == EventType::ReqReceived {
+//!         let rep = RepParams { qp_num: 0x22, starting_psn: 7, ..RepParams::default() };
+//!         id.send_rep(&rep).map_or(1, |()| 0)
+//!     } else {
+//!         0
+//!     }
+//! });
+//! let listener = server.create_id(None, std::ptr::null_mut(), Some(accept))?;
+//! listener.listen(0x1000)?;
+//! // The active side answers the REP with an RTU.
+//! let rtu: RustHandler = Arc::new(|id, ev| match ev.kind {
+//!     EventType::RepReceived => id.send_rtu(&[]).map_or(1, |()| 0),
+//!     _ => 0,
+//! });
+//! let path = client.init_path(1, server.query_gid(1, 0)?)?;
+//! let id = client.create_id(None, std::ptr::null_mut(), Some(rtu))?;
+//! id.send_req(&ReqParams {
+//!     primary_path: path,
+//!     service_id: 0x1000,
+//!     qp_num: 0x11,
+//!     qp_type: qp_type::RC,
+//!     remote_cm_response_timeout: 20,
+//!     local_cm_response_timeout: 20,
+//!     max_cm_retries: 3,
+//!     ..ReqParams::default()
+//! })?;
+//! let t = Instant::now();
+//! while id.state() != Some(State::Established) && t.elapsed() < Duration::from_secs(10) {
+//!     std::thread::sleep(Duration::from_millis(1));
+//! }
+//! assert_eq!(id.state(), Some(State::Established));
+//! assert_eq!(client.all_counters().cm.tx[1], 1); // one REQ (index 1: REQ)
+//! client.close();
+//! server.close();
+//! # Ok::<(), Errno>(())
+//! ```
 
 pub use crate::engine::{
     AhAttr, ApiResult, Counters, Ece, Errno, Event, EventParam, EventType, GidEntry, GidType,
