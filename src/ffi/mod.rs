@@ -592,6 +592,76 @@ mod tests {
     use super::*;
 
     #[test]
+    fn counters_map_by_name() {
+        // Distinct values everywhere: a member fed from the wrong field
+        // shows up as a wrong number.
+        let mut d = DeviceCounters::default();
+        d.cm.tx[1] = 1;
+        d.cm.rx[4] = 2;
+        d.cm.rx_duplicates[5] = 3;
+        d.cm.tx_retries[1] = 4;
+        d.cm.timeouts[6] = 5;
+        d.cm.rej_tx[28] = 6;
+        d.cm.rej_rx[8] = 7;
+        d.cm.drops[2] = 8;
+        d.cm.ids_created = 9;
+        d.cm.ids_destroyed = 10;
+        d.cm.events = 11;
+        d.live_ids = 12;
+        d.pending_timers = 13;
+        d.transport = api::TransportCounters {
+            rx_datagrams: 14,
+            tx_datagrams: 15,
+            rx_garbage: 16,
+            rx_icrc_unverified: 17,
+            tx_errors: 18,
+            rx_errors: 19,
+            tx_unroutable: 20,
+        };
+        d.cm.rx_clamped = 21;
+        d.cm.half_open_evicted = 22;
+        d.cm.rx_off_path = 23;
+        let c = counters_to_c(&d);
+        assert_eq!(
+            (
+                c.tx[1],
+                c.rx[4],
+                c.rx_duplicates[5],
+                c.tx_retries[1],
+                c.timeouts[6]
+            ),
+            (1, 2, 3, 4, 5)
+        );
+        assert_eq!((c.rej_tx[28], c.rej_rx[8], c.drops[2]), (6, 7, 8));
+        assert_eq!(
+            [
+                c.ids_created,
+                c.ids_destroyed,
+                c.events,
+                c.live_ids,
+                c.pending_timers
+            ],
+            [9, 10, 11, 12, 13]
+        );
+        assert_eq!(
+            [
+                c.rx_datagrams,
+                c.tx_datagrams,
+                c.rx_garbage,
+                c.rx_icrc_unverified,
+                c.tx_errors,
+                c.rx_errors,
+                c.tx_unroutable
+            ],
+            [14, 15, 16, 17, 18, 19, 20]
+        );
+        assert_eq!(
+            [c.rx_clamped, c.half_open_evicted, c.rx_off_path],
+            [21, 22, 23]
+        );
+    }
+
+    #[test]
     fn reject_messages() {
         let p = unsafe { ibcm_reject_msg(28) };
         assert_eq!(
