@@ -1,5 +1,5 @@
 //! The id table under concurrency (criterion): what `ib_create_cm_id`,
-//! the validation every C call does (`runtime::lookup`), a per-id engine
+//! the validation every C call does (`api::lookup`), a per-id engine
 //! lookup (`CmId::state`, under the id's shard lock) and
 //! `ib_destroy_cm_id` cost from one thread and from two threads at once,
 //! with one shard (every id behind one lock) and with two. The two-thread
@@ -8,7 +8,7 @@
 //! Also lookups alone against a table holding 100,000 live ids.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use ibcm::runtime::{self, CmId, Device, DeviceOptions};
+use ibcm::api::{self, CmId, Device, DeviceOptions};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,7 +51,7 @@ fn create_lookup_destroy(dev: &Arc<Device>, n: u64) {
         let id = dev
             .create_id(None, std::ptr::null_mut(), None)
             .expect("create");
-        let c = runtime::lookup(id.c_ptr()).expect("lookup");
+        let c = api::lookup(id.c_ptr()).expect("lookup");
         black_box(c.state());
         id.destroy().expect("destroy");
     }
@@ -91,7 +91,7 @@ fn bench(c: &mut Criterion) {
                         let mut k = (n as usize).wrapping_mul(2654435761) % ptrs.len();
                         for _ in 0..n {
                             k = (k + 7919) % ptrs.len();
-                            let id = runtime::lookup(ptrs[k] as *mut _).expect("live");
+                            let id = api::lookup(ptrs[k] as *mut _).expect("live");
                             black_box(id.state());
                         }
                     })

@@ -2,7 +2,7 @@
 /*
  * Prints the ABI of ibcm's C headers as seen by the C compiler, one fact
  * per line, for tests/abi.rs to compare with the Rust mirrors in
- * src/ffi/types.rs:
+ * src/abi.rs:
  *
  *   <type> - <sizeof> <alignof>          a struct or union
  *   <type> <member> <offset> <size>      a member (nested: a.b)

@@ -1,6 +1,8 @@
 //! ibcm: a userspace InfiniBand / RoCE Communication Manager with the Linux
 //! kernel's `ib_cm` C ABI. See `docs/ARCHITECTURE.md` for the map.
 
+pub mod abi;
+pub mod api;
 pub mod capture;
 pub mod cma;
 pub mod decode;
@@ -10,6 +12,7 @@ pub mod ladder;
 #[macro_use]
 pub mod log;
 pub mod ffi;
+pub mod path;
 pub mod runtime;
 pub mod sim;
 pub mod svg;

@@ -1,4 +1,4 @@
-//! The C headers in `include/` and the Rust mirrors in `src/ffi/types.rs`
+//! The C headers in `include/` and the Rust mirrors in `src/abi.rs`
 //! must describe the same ABI.  This test compiles `c-tests/abi_dump.c`
 //! with the C compiler (`$CC`, default `gcc`), runs it, and compares every
 //! line it prints (sizes, alignments, member offsets and sizes, bitfield
@@ -15,7 +15,7 @@ use std::mem::{align_of, offset_of, size_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ibcm::ffi::types::*;
+use ibcm::abi::*;
 
 // ---------------------------------------------------------------------------
 // Running the C compiler
@@ -699,7 +699,7 @@ fn c_headers_and_rust_mirrors_agree() {
     }
     assert!(
         report.is_empty(),
-        "C headers and src/ffi/types.rs disagree:\n{report}"
+        "C headers and src/abi.rs disagree:\n{report}"
     );
     // Sanity: the dump really covered the interesting parts.
     assert!(c.len() > 600, "abi_dump printed only {} facts", c.len());

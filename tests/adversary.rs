@@ -18,9 +18,9 @@
 
 mod rel_common;
 
+use ibcm::api::{Device, DeviceOptions};
 use ibcm::engine::EventParam;
 use ibcm::engine::EventType as E;
-use ibcm::runtime::{Device, DeviceOptions};
 use ibcm::wire::cm::{CmMad, CmMsg, MsgCode, Rej, pdata, rej_reason};
 use ibcm::wire::roce::{self, Bth, Deth, GSI_PAYLOAD_LEN, IcrcInput};
 use ibcm::wire::{Gid, attr};
@@ -117,13 +117,9 @@ fn gid(ip: &str) -> Gid {
 
 /// A server that accepts every REQ (REP at once) and destroys ids that
 /// fail; counts REQ_RECEIVED.
-fn accepting_server(
-    dev: &Arc<Device>,
-    service: u64,
-    reqs: Arc<AtomicUsize>,
-) -> ibcm::runtime::CmId {
+fn accepting_server(dev: &Arc<Device>, service: u64, reqs: Arc<AtomicUsize>) -> ibcm::api::CmId {
     let qpn = AtomicU32::new(1);
-    let h: ibcm::runtime::RustHandler = Arc::new(move |id, ev| match ev.kind {
+    let h: ibcm::api::RustHandler = Arc::new(move |id, ev| match ev.kind {
         E::ReqReceived => {
             reqs.fetch_add(1, Ordering::Relaxed);
             i32::from(
@@ -148,7 +144,7 @@ fn accepting_server(
 fn real_connect(
     dev: &Arc<Device>,
     rec: &Arc<Recorder>,
-    h: &ibcm::runtime::RustHandler,
+    h: &ibcm::api::RustHandler,
     dest: &str,
     service: u64,
     qpn: u32,
@@ -395,7 +391,7 @@ fn unanswerable_reqs_are_rejected_back_to_the_requester() {
             }),
         ),
     ];
-    let unroutable0 = sdev.transport().stats().snapshot()[6].1;
+    let unroutable0 = sdev.all_counters().transport.tx_unroutable;
     for (what, reason, m) in &cases {
         send(&peer, v4(server), m);
         let got = receive(&peer, Duration::from_millis(500));
@@ -433,7 +429,7 @@ fn unanswerable_reqs_are_rejected_back_to_the_requester() {
         "the consumer never saw them"
     );
     assert_eq!(
-        sdev.transport().stats().snapshot()[6].1,
+        sdev.all_counters().transport.tx_unroutable,
         unroutable0,
         "nothing was sent to an unroutable address"
     );

@@ -163,8 +163,8 @@ fn random_cm_mad(r: &mut Rng, req: &[u8; 256]) -> [u8; 256] {
 /// Records its incoming ids (client comm ID -> id).
 fn server(
     rec: &Arc<Recorder>,
-    ids: Arc<Mutex<Vec<(u32, ibcm::runtime::CmId)>>>,
-) -> ibcm::runtime::RustHandler {
+    ids: Arc<Mutex<Vec<(u32, ibcm::api::CmId)>>>,
+) -> ibcm::api::RustHandler {
     let qpn = AtomicU64::new(1);
     rec.handler(move |id, ev| match ev.kind {
         E::ReqReceived => {
@@ -188,7 +188,7 @@ fn server(
 /// Connects `n` times to the server (REJ NO_RESOURCES is retried after
 /// 50 ms) and disconnects; returns (established, rejected-with-3 retries).
 fn real_connections(
-    dev: &Arc<ibcm::runtime::Device>,
+    dev: &Arc<ibcm::api::Device>,
     rec: &Arc<Recorder>,
     n: usize,
     budget: Duration,

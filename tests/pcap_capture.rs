@@ -8,10 +8,10 @@
 
 mod rel_common;
 
+use ibcm::api::{CmId, Device};
 use ibcm::capture::{self, Direction, Reader};
 use ibcm::engine::{Event, EventType as E, RepParams};
 use ibcm::ffi::{ibcm_pcap_start, ibcm_pcap_stop};
-use ibcm::runtime::{CmId, Device};
 use rel_common::{open, req};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};

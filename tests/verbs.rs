@@ -162,7 +162,7 @@ fn rdma_core_layouts_match() {
 
 #[test]
 fn real_device_names_fail_cleanly_without_rdma() {
-    use ibcm::runtime::{Device, DeviceOptions};
+    use ibcm::api::{Device, DeviceOptions};
     // No such device anywhere: ENODEV (library present) or ENOSYS (absent).
     for name in ["ibcm_no_such_dev0", "soft:127.0.0.1:0@ibcm_no_such_dev0"] {
         let e = Device::open(name, DeviceOptions::default())
@@ -175,7 +175,7 @@ fn real_device_names_fail_cleanly_without_rdma() {
 #[test]
 fn source_gid_selection() {
     use ibcm::engine::{GidEntry, GidType, PathRecType, PortInfo};
-    use ibcm::ffi::select_sgid;
+    use ibcm::path::select_sgid;
     use ibcm::wire::Gid;
     let g = |s: &str| -> Gid { s.parse().unwrap() };
     let e = |s: &str, t| GidEntry {
@@ -237,7 +237,7 @@ fn source_gid_selection() {
 
 #[test]
 fn names_that_are_not_rdma_devices_stay_einval() {
-    use ibcm::runtime::{Device, DeviceOptions};
+    use ibcm::api::{Device, DeviceOptions};
     for name in [
         "bogus:1.2.3.4",
         "bogus:1",

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ibcm::runtime::DeviceSpec;
+use ibcm::api::DeviceSpec;
 use ibcm::wire::Gid;
 
 /// A decimal or `0x` hexadecimal unsigned integer.

@@ -11,8 +11,10 @@
 
 use crate::args;
 use crate::baseline;
-use ibcm::engine::{Event, EventType, PathRec, RepParams, ReqParams, qp_type};
-use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
+use ibcm::api::{
+    CmId, Device, DeviceOptions, Event, EventType, PathRec, RepParams, ReqParams, RustHandler,
+    qp_type,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
@@ -568,7 +570,8 @@ fn listen(dev: &Arc<Device>, stats: &Arc<ServerStats>) -> Result<CmId, String> {
 
 /// The path from `dev` to the `server` device.
 fn path_to(dev: &Device, server: &str) -> Result<PathRec, String> {
-    ibcm::ffi::init_path(dev, 1, ip_of(server)?.into()).map_err(|e| e.to_string())
+    dev.init_path(1, ip_of(server)?.into())
+        .map_err(|e| e.to_string())
 }
 
 /// The REQ of connection `i` (a unique QPN each, as a real HCA's).
@@ -704,9 +707,9 @@ fn stack_svgs(docs: &[String]) -> String {
 // -------------------------------------------------------- UDP baseline
 
 fn ip_of(dev: &str) -> Result<IpAddr, String> {
-    let spec = ibcm::runtime::DeviceSpec::parse(dev).map_err(|_| format!("bad device {dev}"))?;
+    let spec = ibcm::api::DeviceSpec::parse(dev).map_err(|_| format!("bad device {dev}"))?;
     Ok(match spec {
-        ibcm::runtime::DeviceSpec::Soft { ip, .. } | ibcm::runtime::DeviceSpec::Loop { ip } => ip,
+        ibcm::api::DeviceSpec::Soft { ip, .. } | ibcm::api::DeviceSpec::Loop { ip } => ip,
     })
 }
 

@@ -5,12 +5,10 @@
 //! §rdma-cm), with `--sidr` they do service ID resolution (UD) instead.
 
 use crate::args;
-use ibcm::engine::{
-    Errno, Event, EventParam, EventType, RepParams, ReqParams, SidrRepParams, SidrReqParams,
-    qp_type,
+use ibcm::api::{
+    CmId, Device, DeviceOptions, Errno, Event, EventParam, EventType, Gid, RepParams, ReqParams,
+    RustHandler, SidrRepParams, SidrReqParams, qp_type,
 };
-use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
-use ibcm::wire::Gid;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -263,7 +261,7 @@ fn describe(ev: &Event, rdma_cm: bool) -> String {
         EventParam::Rej { reason, .. } => {
             s += &format!(
                 " reason={reason} ({})",
-                ibcm::ffi::reject_msg(*reason as i32)
+                ibcm::api::reject_msg(*reason as i32)
             )
         }
         EventParam::Mra { service_timeout } => s += &format!(" service_timeout={service_timeout}"),
@@ -520,7 +518,7 @@ pub fn connect_main(a: &ConnectArgs) -> i32 {
     let o = Opts::connect(a);
     let Ok(dev) = open(&o.device) else { return 1 };
     let dest = o.dest.unwrap();
-    let path = match ibcm::ffi::init_path(&dev, 1, dest) {
+    let path = match dev.init_path(1, dest) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("ibcm connect: no path to {}: {e}", dest.to_ip());

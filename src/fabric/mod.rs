@@ -45,21 +45,36 @@ pub struct TransportStats {
     pub tx_unroutable: AtomicU64,
 }
 
+/// A copy of a transport's counters at one moment, by name.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TransportCounters {
+    pub rx_datagrams: u64,
+    pub tx_datagrams: u64,
+    /// Datagrams that were not RoCEv2 GSI MADs, dropped before the engine.
+    pub rx_garbage: u64,
+    /// Datagrams accepted with an ICRC other than a Linux sender's.
+    pub rx_icrc_unverified: u64,
+    pub tx_errors: u64,
+    pub rx_errors: u64,
+    /// Destinations the transport cannot reach (unknown GID).
+    pub tx_unroutable: u64,
+}
+
 impl TransportStats {
     pub fn inc(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
     }
-    pub fn snapshot(&self) -> [(&'static str, u64); 7] {
+    pub fn snapshot(&self) -> TransportCounters {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        [
-            ("rx_datagrams", g(&self.rx_datagrams)),
-            ("tx_datagrams", g(&self.tx_datagrams)),
-            ("rx_garbage", g(&self.rx_garbage)),
-            ("rx_icrc_unverified", g(&self.rx_icrc_unverified)),
-            ("tx_errors", g(&self.tx_errors)),
-            ("rx_errors", g(&self.rx_errors)),
-            ("tx_unroutable", g(&self.tx_unroutable)),
-        ]
+        TransportCounters {
+            rx_datagrams: g(&self.rx_datagrams),
+            tx_datagrams: g(&self.tx_datagrams),
+            rx_garbage: g(&self.rx_garbage),
+            rx_icrc_unverified: g(&self.rx_icrc_unverified),
+            tx_errors: g(&self.tx_errors),
+            rx_errors: g(&self.rx_errors),
+            tx_unroutable: g(&self.tx_unroutable),
+        }
     }
 }
 

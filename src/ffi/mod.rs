@@ -1,7 +1,8 @@
 //! The C ABI: the kernel's `ib_cm.h` functions plus the `ibcm.h` glue.
 //!
 //! Every entry point is thin: check pointers and lengths, convert the C
-//! structs, call the runtime, map errors to negative errno values. No
+//! structs (`convert.rs`), call the Rust API (`crate::api`), map errors to
+//! negative errno values. No
 //! panic crosses the boundary (`catch_unwind` → `-EIO` and a log line).
 //! Pointers are checked against registries of live devices and ids, so
 //! NULL, freed or foreign pointers give `-EINVAL` instead of a crash.
@@ -13,18 +14,20 @@
 //! memory of the size the kernel API documents, as in the kernel.
 #![allow(clippy::missing_safety_doc)]
 
-pub mod types;
+pub mod convert;
 
-use crate::engine::{self, Errno, errno};
-use crate::log::ERROR;
-use crate::runtime::convert::{path_from_c, path_to_c, qp_attr_to_c};
-use crate::runtime::{CmId, Device, DeviceOptions};
-use crate::wire::{Gid, pdata};
+use crate::abi::*;
+use crate::api::{
+    self, ApiResult, CmId, Device, DeviceCounters, DeviceOptions, Ece, Errno, Event, Gid, PathRec,
+    RepParams, ReqParams, RustHandler, SidrRepParams, SidrReqParams, errno,
+};
+use crate::log::{ERROR, WARN};
+use crate::wire::pdata;
+use convert::{path_from_c, path_to_c, qp_attr_to_c, with_c_event};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, LazyLock, Mutex};
-use types::*;
 
 // ------------------------------------------------------------ registries
 
@@ -39,7 +42,7 @@ fn id_of(p: *mut IbCmId) -> Result<CmId, Errno> {
     if is_err(p) {
         return Err(Errno::EINVAL);
     }
-    crate::runtime::lookup(p).ok_or(Errno::EINVAL)
+    api::lookup(p).ok_or(Errno::EINVAL)
 }
 
 fn device_of(p: *mut c_void) -> Result<Arc<Device>, Errno> {
@@ -50,6 +53,25 @@ fn device_of(p: *mut c_void) -> Result<Arc<Device>, Errno> {
         .get(&(p as usize))
         .cloned()
         .ok_or(Errno::EINVAL)
+}
+
+// -------------------------------------------------------------- handlers
+
+/// The Rust handler of every id made through the C API: builds the C event
+/// and calls the id's `cm_handler`, read at each event (C code may set it,
+/// and `context`, after creating the id; REQ ids inherit both from their
+/// listener). One shared value, so `ib_cm_insert_listen` calls with the
+/// same C handler still find each other's listener.
+static C_HANDLER: LazyLock<RustHandler> = LazyLock::new(|| Arc::new(deliver_c));
+
+fn deliver_c(id: &CmId, ev: &Event) -> i32 {
+    let Some(f) = id.public().cm_handler else {
+        return 0;
+    };
+    let p = id.c_ptr();
+    with_c_event(id.device(), ev, api::listen_id(ev), |cev| unsafe {
+        f(p, cev)
+    })
 }
 
 // --------------------------------------------------------------- helpers
@@ -83,7 +105,7 @@ fn guard_ptr<T>(what: &str, f: impl FnOnce() -> Result<*mut T, Errno>) -> *mut T
     }
 }
 
-fn ok(r: engine::ApiResult) -> Result<c_int, Errno> {
+fn ok(r: ApiResult) -> Result<c_int, Errno> {
     r.map(|_| 0)
 }
 
@@ -106,7 +128,7 @@ unsafe fn bytes<'a>(p: *const c_void, len: u8) -> &'a [u8] {
     }
 }
 
-unsafe fn path_arg(p: *const SaPathRec) -> Result<Option<engine::PathRec>, Errno> {
+unsafe fn path_arg(p: *const SaPathRec) -> Result<Option<PathRec>, Errno> {
     if p.is_null() {
         return Ok(None);
     }
@@ -169,119 +191,9 @@ pub unsafe extern "C" fn ibcm_query_gid(
         if gid.is_null() || index < 0 {
             return Err(Errno::EINVAL);
         }
-        let ports = dev.ports();
-        let port = ports
-            .iter()
-            .find(|p| p.port_num as u32 == port_num)
-            .ok_or(Errno::EINVAL)?;
-        let e = port
-            .gids
-            .get(index as usize)
-            .filter(|e| !e.gid.is_zero())
-            .ok_or(Errno::EINVAL)?;
-        unsafe { *gid = IbGid::from_raw(e.gid.0) };
+        let g = dev.query_gid(port_num, index as usize)?;
+        unsafe { *gid = IbGid::from_raw(g.0) };
         Ok(0)
-    })
-}
-
-/// RoCE packet life time rdma_cm uses (`CMA_IBOE_PACKET_LIFETIME`).
-pub const SOFT_PACKET_LIFE_TIME: u8 = 16;
-
-/// The source GID for a path to `dgid` on `port` and the record type it
-/// implies. RoCE: a RoCE v2 GID (else v1) of the destination's kind —
-/// IPv4-mapped for an IPv4-mapped `dgid`, link-local for fe80::/10, else a
-/// global IPv6 one — as rdma_cm picks the GID of the source address; among
-/// those the one sharing the longest prefix with `dgid` (the address on
-/// the destination's subnet); failing that the first valid RoCE GID.
-/// InfiniBand: GID index 0.
-pub fn select_sgid(port: &engine::PortInfo, dgid: &Gid) -> Option<(Gid, engine::PathRecType)> {
-    use engine::{GidType, PathRecType};
-    if !port.is_roce {
-        return port
-            .gids
-            .first()
-            .filter(|e| !e.gid.is_zero())
-            .map(|e| (e.gid, PathRecType::Ib));
-    }
-    let kind = |g: &Gid| {
-        if g.to_ipv4().is_some() {
-            0
-        } else if g.0[0] == 0xfe && g.0[1] & 0xc0 == 0x80 {
-            1
-        } else {
-            2
-        }
-    };
-    let want = kind(dgid);
-    let valid = |e: &&engine::GidEntry| !e.gid.is_zero() && e.gid_type != GidType::Ib;
-    // Bits in common with the destination: the address "on its subnet"
-    // first (ibcm sees no routes or netmasks), then RoCE v2 over v1.
-    let common = |g: &Gid| {
-        let a = u128::from_be_bytes(g.0);
-        let b = u128::from_be_bytes(dgid.0);
-        (a ^ b).leading_zeros()
-    };
-    let pick = port
-        .gids
-        .iter()
-        .filter(valid)
-        .filter(|e| kind(&e.gid) == want)
-        .min_by_key(|e| {
-            (
-                std::cmp::Reverse(common(&e.gid)),
-                (e.gid_type != GidType::RoceV2) as u8,
-            )
-        })
-        .or_else(|| {
-            port.gids
-                .iter()
-                .filter(valid)
-                .min_by_key(|e| (e.gid_type != GidType::RoceV2) as u8)
-        })?;
-    Some((
-        pick.gid,
-        if pick.gid_type == GidType::RoceV1 {
-            PathRecType::RoceV1
-        } else {
-            PathRecType::RoceV2
-        },
-    ))
-}
-
-/// A path record from the device's port to `dgid` (RoCE v2/v1 or IB).
-pub fn init_path(dev: &Device, port_num: u32, dgid: Gid) -> Result<engine::PathRec, Errno> {
-    let ports = dev.ports();
-    let port = ports
-        .iter()
-        .find(|p| p.port_num as u32 == port_num)
-        .ok_or(Errno::EINVAL)?;
-    let (sgid, rec_type) = select_sgid(port, &dgid).ok_or(Errno::EINVAL)?;
-    let ib = rec_type == engine::PathRecType::Ib;
-    Ok(engine::PathRec {
-        dgid,
-        sgid,
-        // IB: no GRH inside a subnet; RoCE: an IP hop limit.
-        hop_limit: if ib && dgid.subnet_prefix() == sgid.subnet_prefix() {
-            0
-        } else {
-            64
-        },
-        // IB: our LID; the destination LID needs an SA query, which ibcm
-        // does not do: the caller sets `ib.dlid` (0 here).
-        slid: if ib { port.lid as u32 } else { 0 },
-        reversible: 1,
-        numb_path: 1,
-        pkey: port.pkeys.first().copied().unwrap_or(0xffff),
-        mtu_selector: engine::SA_EQ,
-        mtu: port.mtu,
-        rate_selector: engine::SA_EQ,
-        rate: port.rate,
-        packet_life_time_selector: engine::SA_EQ,
-        packet_life_time: SOFT_PACKET_LIFE_TIME,
-        rec_type,
-        flags: IB_PATH_GMP | IB_PATH_PRIMARY | IB_PATH_BIDIRECTIONAL,
-        route_resolved: !ib,
-        ..engine::PathRec::default()
     })
 }
 
@@ -298,7 +210,7 @@ pub unsafe extern "C" fn ibcm_init_path(
         if dgid.is_null() || rec.is_null() {
             return Err(Errno::EINVAL);
         }
-        let p = init_path(&dev, port_num, Gid(unsafe { (*dgid).as_raw() }))?;
+        let p = dev.init_path(port_num, Gid(unsafe { (*dgid).as_raw() }))?;
         unsafe { *rec = path_to_c(&p) };
         Ok(0)
     })
@@ -320,39 +232,9 @@ pub unsafe extern "C" fn ibcm_gid_from_string(ip: *const c_char, gid: *mut IbGid
     })
 }
 
-/// `struct ibcm_counters` (include/ibcm.h).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct IbcmCounters {
-    pub tx: [u64; 12],
-    pub rx: [u64; 12],
-    pub rx_duplicates: [u64; 12],
-    pub tx_retries: [u64; 12],
-    pub timeouts: [u64; 12],
-    pub rej_tx: [u64; 37],
-    pub rej_rx: [u64; 37],
-    pub drops: [u64; 8],
-    pub ids_created: u64,
-    pub ids_destroyed: u64,
-    pub events: u64,
-    pub live_ids: u64,
-    pub pending_timers: u64,
-    pub rx_datagrams: u64,
-    pub tx_datagrams: u64,
-    pub rx_garbage: u64,
-    pub rx_icrc_unverified: u64,
-    pub tx_errors: u64,
-    pub rx_errors: u64,
-    pub tx_unroutable: u64,
-    pub rx_clamped: u64,
-    pub half_open_evicted: u64,
-    pub rx_off_path: u64,
-}
-
-/// The counters of a device in the C layout.
-pub fn counters_of(dev: &Device) -> IbcmCounters {
-    let c = dev.counters();
-    let t = dev.transport().stats().snapshot();
+/// A device's counters in the C layout, member by member.
+fn counters_to_c(d: &DeviceCounters) -> IbcmCounters {
+    let (c, t) = (&d.cm, &d.transport);
     IbcmCounters {
         tx: c.tx,
         rx: c.rx,
@@ -365,15 +247,15 @@ pub fn counters_of(dev: &Device) -> IbcmCounters {
         ids_created: c.ids_created,
         ids_destroyed: c.ids_destroyed,
         events: c.events,
-        live_ids: dev.live_ids() as u64,
-        pending_timers: dev.timer_count() as u64,
-        rx_datagrams: t[0].1,
-        tx_datagrams: t[1].1,
-        rx_garbage: t[2].1,
-        rx_icrc_unverified: t[3].1,
-        tx_errors: t[4].1,
-        rx_errors: t[5].1,
-        tx_unroutable: t[6].1,
+        live_ids: d.live_ids,
+        pending_timers: d.pending_timers,
+        rx_datagrams: t.rx_datagrams,
+        tx_datagrams: t.tx_datagrams,
+        rx_garbage: t.rx_garbage,
+        rx_icrc_unverified: t.rx_icrc_unverified,
+        tx_errors: t.tx_errors,
+        rx_errors: t.rx_errors,
+        tx_unroutable: t.tx_unroutable,
         rx_clamped: c.rx_clamped,
         half_open_evicted: c.half_open_evicted,
         rx_off_path: c.rx_off_path,
@@ -392,7 +274,7 @@ pub unsafe extern "C" fn ibcm_get_counters(
         if counters.is_null() {
             return Err(Errno::EINVAL);
         }
-        let c = counters_of(&dev);
+        let c = counters_to_c(&dev.all_counters());
         let n = size.min(std::mem::size_of::<IbcmCounters>());
         unsafe {
             std::ptr::copy_nonoverlapping(&c as *const _ as *const u8, counters as *mut u8, n)
@@ -415,21 +297,14 @@ pub unsafe extern "C" fn ibcm_pcap_start(path: *const c_char, max_bytes: u64) ->
         let path = std::path::Path::new(
             <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(bytes),
         );
-        let limit = if max_bytes == 0 {
-            crate::capture::live::DEFAULT_LIMIT
-        } else {
-            max_bytes
-        };
-        crate::capture::live::start(path, limit).map(|()| 0)
+        api::pcap_start(path, max_bytes).map(|()| 0)
     })
 }
 
 /// `ibcm_pcap_stop`: end the capture, flushing and closing the file.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ibcm_pcap_stop() -> c_int {
-    guard("ibcm_pcap_stop", || {
-        crate::capture::live::stop().map(|()| 0)
-    })
+    guard("ibcm_pcap_stop", || api::pcap_stop().map(|()| 0))
 }
 
 // ---------------------------------------------------------------- ib_cm.h
@@ -443,7 +318,7 @@ pub unsafe extern "C" fn ib_create_cm_id(
 ) -> *mut IbCmId {
     guard_ptr("ib_create_cm_id", || {
         let dev = device_of(device)?;
-        let id = dev.create_id(cm_handler, context, None)?;
+        let id = dev.create_id(cm_handler, context, Some(C_HANDLER.clone()))?;
         Ok(id.c_ptr())
     })
 }
@@ -482,7 +357,11 @@ pub unsafe extern "C" fn ib_cm_insert_listen(
 ) -> *mut IbCmId {
     guard_ptr("ib_cm_insert_listen", || {
         let dev = device_of(device)?;
-        let id = dev.insert_listen(cm_handler, u64::from_be(service_id), None)?;
+        let id = dev.insert_listen(
+            cm_handler,
+            u64::from_be(service_id),
+            Some(C_HANDLER.clone()),
+        )?;
         Ok(id.c_ptr())
     })
 }
@@ -497,7 +376,7 @@ pub unsafe extern "C" fn ib_send_cm_req(cm_id: *mut IbCmId, param: *mut IbCmReqP
         }
         let p = unsafe { &*param };
         let primary = unsafe { path_arg(p.primary_path) }?.ok_or(Errno::EINVAL)?;
-        let params = engine::ReqParams {
+        let params = ReqParams {
             primary_path: primary,
             primary_path_inbound: unsafe { path_arg(p.primary_path_inbound) }?,
             primary_path_outbound: unsafe { path_arg(p.primary_path_outbound) }?,
@@ -517,7 +396,7 @@ pub unsafe extern "C" fn ib_send_cm_req(cm_id: *mut IbCmId, param: *mut IbCmReqP
             rnr_retry_count: p.rnr_retry_count,
             max_cm_retries: p.max_cm_retries,
             srq: p.srq,
-            ece: engine::Ece {
+            ece: Ece {
                 vendor_id: p.ece.vendor_id,
                 attr_mod: p.ece.attr_mod,
             },
@@ -536,13 +415,13 @@ pub unsafe extern "C" fn ib_send_cm_rep(cm_id: *mut IbCmId, param: *mut IbCmRepP
         }
         let p = unsafe { &*param };
         if p.qp_num & !0xff_ffff != 0 {
-            crate::ibcm_log!(
-                crate::log::WARN,
+            ibcm_log!(
+                WARN,
                 "ib_send_cm_rep: QPN {:#x} has bits above 24; they are dropped",
                 p.qp_num
             );
         }
-        let params = engine::RepParams {
+        let params = RepParams {
             qp_num: p.qp_num,
             starting_psn: p.starting_psn,
             private_data: unsafe { area(p.private_data, p.private_data_len, pdata::REP) }?.to_vec(),
@@ -552,7 +431,7 @@ pub unsafe extern "C" fn ib_send_cm_rep(cm_id: *mut IbCmId, param: *mut IbCmRepP
             flow_control: p.flow_control,
             rnr_retry_count: p.rnr_retry_count,
             srq: p.srq,
-            ece: engine::Ece {
+            ece: Ece {
                 vendor_id: p.ece.vendor_id,
                 attr_mod: p.ece.attr_mod,
             },
@@ -660,7 +539,7 @@ pub unsafe extern "C" fn ib_send_cm_sidr_req(
         }
         let p = unsafe { &*param };
         let path = unsafe { path_arg(p.path) }?.ok_or(Errno::EINVAL)?;
-        let params = engine::SidrReqParams {
+        let params = SidrReqParams {
             path,
             sgid_attr: unsafe { gid_attr_arg(p.sgid_attr) },
             service_id: u64::from_be(p.service_id),
@@ -686,25 +565,20 @@ pub unsafe extern "C" fn ib_send_cm_sidr_rep(
             return Err(Errno::EINVAL);
         }
         let p = unsafe { &*param };
-        let params = engine::SidrRepParams {
+        let params = SidrRepParams {
             qp_num: p.qp_num,
             qkey: p.qkey,
             status: p.status,
             info: unsafe { area(p.info, p.info_length, pdata::SIDR_REP_INFO) }?.to_vec(),
             private_data: unsafe { area(p.private_data, p.private_data_len, pdata::SIDR_REP) }?
                 .to_vec(),
-            ece: engine::Ece {
+            ece: Ece {
                 vendor_id: p.ece.vendor_id,
                 attr_mod: p.ece.attr_mod,
             },
         };
         ok(id.send_sidr_rep(&params))
     })
-}
-
-/// The reject message text for a reason (Rust side).
-pub fn reject_msg(reason: i32) -> &'static str {
-    crate::wire::rej_reason::text_str(reason as i64)
 }
 
 /// `ibcm_reject_msg`.
@@ -718,12 +592,77 @@ mod tests {
     use super::*;
 
     #[test]
+    fn counters_map_by_name() {
+        // Distinct values everywhere: a member fed from the wrong field
+        // shows up as a wrong number.
+        let mut d = DeviceCounters::default();
+        d.cm.tx[1] = 1;
+        d.cm.rx[4] = 2;
+        d.cm.rx_duplicates[5] = 3;
+        d.cm.tx_retries[1] = 4;
+        d.cm.timeouts[6] = 5;
+        d.cm.rej_tx[28] = 6;
+        d.cm.rej_rx[8] = 7;
+        d.cm.drops[2] = 8;
+        d.cm.ids_created = 9;
+        d.cm.ids_destroyed = 10;
+        d.cm.events = 11;
+        d.live_ids = 12;
+        d.pending_timers = 13;
+        d.transport = api::TransportCounters {
+            rx_datagrams: 14,
+            tx_datagrams: 15,
+            rx_garbage: 16,
+            rx_icrc_unverified: 17,
+            tx_errors: 18,
+            rx_errors: 19,
+            tx_unroutable: 20,
+        };
+        d.cm.rx_clamped = 21;
+        d.cm.half_open_evicted = 22;
+        d.cm.rx_off_path = 23;
+        let c = counters_to_c(&d);
+        assert_eq!(
+            (
+                c.tx[1],
+                c.rx[4],
+                c.rx_duplicates[5],
+                c.tx_retries[1],
+                c.timeouts[6]
+            ),
+            (1, 2, 3, 4, 5)
+        );
+        assert_eq!((c.rej_tx[28], c.rej_rx[8], c.drops[2]), (6, 7, 8));
+        assert_eq!(
+            [
+                c.ids_created,
+                c.ids_destroyed,
+                c.events,
+                c.live_ids,
+                c.pending_timers
+            ],
+            [9, 10, 11, 12, 13]
+        );
+        assert_eq!(
+            [
+                c.rx_datagrams,
+                c.tx_datagrams,
+                c.rx_garbage,
+                c.rx_icrc_unverified,
+                c.tx_errors,
+                c.rx_errors,
+                c.tx_unroutable
+            ],
+            [14, 15, 16, 17, 18, 19, 20]
+        );
+        assert_eq!(
+            [c.rx_clamped, c.half_open_evicted, c.rx_off_path],
+            [21, 22, 23]
+        );
+    }
+
+    #[test]
     fn reject_messages() {
-        assert_eq!(reject_msg(8), "invalid service ID");
-        assert_eq!(reject_msg(35), "vendor option is not supported");
-        for bad in [0, 34, 36, -1, 1000] {
-            assert_eq!(reject_msg(bad), "unrecognized reason");
-        }
         let p = unsafe { ibcm_reject_msg(28) };
         assert_eq!(
             unsafe { CStr::from_ptr(p) }.to_str().unwrap(),

@@ -17,11 +17,9 @@
 //!   resulting MADs from there; the event loop is only woken when a new
 //!   timer is earlier than the one it sleeps for.
 
-pub mod convert;
-
+use crate::abi::{IbCmHandler, IbCmId, IbGid, IbGidAttr};
 use crate::engine::{self, *};
 use crate::fabric::{Received, Transport, loopback::LoopbackTransport, udp::UdpTransport};
-use crate::ffi::types::{IbCmId, IbGid, IbGidAttr};
 use crate::log::{DEBUG, ERROR, INFO, WARN};
 use crate::wire::Gid;
 use std::cell::{Cell, UnsafeCell};
@@ -184,7 +182,8 @@ struct Delivery {
 /// alive until delivered (its `listen_id` points at it).
 struct Item {
     ev: Event,
-    listener: Option<Arc<Shell>>,
+    /// Held, never read: keeps the listener (`listen_id`) alive.
+    _listener: Option<Arc<Shell>>,
 }
 
 /// An id. `#[repr(C)]` with the C struct first: `*mut IbCmId` == `*const Shell`.
@@ -315,6 +314,19 @@ pub fn lookup(p: *mut IbCmId) -> Option<CmId> {
     // Registered under the lock: an owner reference exists, so it is alive.
     m.contains_key(&(p as usize))
         .then(|| unsafe { CmId::from_c(p) })
+}
+
+/// The C `listen_id` of a REQ_RECEIVED or SIDR_REQ_RECEIVED event (the
+/// listener the request matched; null for other events). Valid while the
+/// event's callback runs: a queued request event holds its listener.
+pub fn listen_id(ev: &Event) -> *mut IbCmId {
+    // The engine's user token of an id is its `Shell`, whose first member
+    // is the C struct.
+    match &ev.param {
+        EventParam::Req(p) => p.listen_user as *mut IbCmId,
+        EventParam::SidrReq(p) => p.listen_user as *mut IbCmId,
+        _ => std::ptr::null_mut(),
+    }
 }
 
 /// What one engine step produced, handled after the shard lock is released.
@@ -665,7 +677,10 @@ impl Device {
                     Arc::increment_strong_count(u as *const Shell);
                     Arc::from_raw(u as *const Shell)
                 });
-                lock(&sh.dq).queue.push_back(Item { ev, listener });
+                lock(&sh.dq).queue.push_back(Item {
+                    ev,
+                    _listener: listener,
+                });
                 out.deliver.push(sh);
             }
         }
@@ -919,10 +934,14 @@ impl Device {
 
     // ------------------------------------------------------------ id API
 
-    /// `ib_create_cm_id`.
+    /// `ib_create_cm_id`. `handler` and `context` are the C `struct
+    /// ib_cm_id` members of that name: stored for C code to read and
+    /// inherited by the ids of REQs a listener accepts. Events go to
+    /// `rust_handler` only (none: events are dropped); the C layer passes
+    /// one that builds the C event and calls the id's `cm_handler`.
     pub fn create_id(
         self: &Arc<Self>,
-        handler: crate::ffi::types::IbCmHandler,
+        handler: IbCmHandler,
         context: *mut c_void,
         rust_handler: Option<RustHandler>,
     ) -> Result<CmId, Errno> {
@@ -975,7 +994,7 @@ impl Device {
     /// NULL context) is shared; each caller must destroy it once.
     pub fn insert_listen(
         self: &Arc<Self>,
-        handler: crate::ffi::types::IbCmHandler,
+        handler: IbCmHandler,
         service_id: u64,
         rust_handler: Option<RustHandler>,
     ) -> Result<CmId, Errno> {
@@ -1034,7 +1053,7 @@ impl Shell {
         dev: Arc<Device>,
         shard: u32,
         h: Handle,
-        handler: crate::ffi::types::IbCmHandler,
+        handler: IbCmHandler,
         context: *mut c_void,
         rust_handler: Option<RustHandler>,
     ) -> Shell {
@@ -1137,20 +1156,10 @@ impl Shell {
     }
 
     fn call_handler(self: &Arc<Self>, item: &Item) -> i32 {
-        if let Some(h) = &self.rust_handler {
-            let id = CmId(self.clone());
-            return h(&id, &item.ev);
+        match &self.rust_handler {
+            Some(h) => h(&CmId(self.clone()), &item.ev),
+            None => 0,
         }
-        let c = unsafe { *self.c.get() };
-        let Some(f) = c.cm_handler else {
-            return 0;
-        };
-        convert::with_c_event(
-            &self.dev,
-            &item.ev,
-            item.listener.as_deref(),
-            |cev| unsafe { f(self.c.get(), cev) },
-        )
     }
 
     /// Protocol destroy + release. `from_deliverer`: called by the thread

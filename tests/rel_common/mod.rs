@@ -4,8 +4,10 @@
 //! and this process's memory.
 #![allow(dead_code)]
 
-use ibcm::engine::{Event, EventParam, EventType, RepParams, ReqParams, qp_type};
-use ibcm::runtime::{CmId, Device, DeviceOptions, RustHandler};
+use ibcm::api::{
+    CmId, Device, DeviceOptions, Event, EventParam, EventType, RepParams, ReqParams, RustHandler,
+    qp_type,
+};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -112,7 +114,7 @@ pub fn req(
     retries: u8,
 ) -> ReqParams {
     let ip: std::net::IpAddr = dest.parse().unwrap();
-    let path = ibcm::ffi::init_path(dev, 1, ip.into()).unwrap();
+    let path = dev.init_path(1, ip.into()).unwrap();
     ReqParams {
         primary_path: path,
         service_id: service,

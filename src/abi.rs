@@ -30,7 +30,7 @@ use core::fmt;
 // GCC allocates bitfields from the most significant bit on big-endian
 // targets; the helpers below implement only the little-endian layout.
 #[cfg(target_endian = "big")]
-compile_error!("ffi::types: the C bitfield layout is only implemented for little-endian targets");
+compile_error!("abi: the C bitfield layout is only implemented for little-endian targets");
 
 /// A 16-bit value stored in network (big-endian) byte order (`__be16`).
 pub type Be16 = u16;
@@ -1350,6 +1350,47 @@ zeroed_default!(
     IbCmRepParam,
     IbCmSidrReqParam,
     IbCmSidrRepParam,
+);
+
+// ---------------------------------------------------------------- ibcm.h
+
+/// `struct ibcm_counters` (include/ibcm.h): what `ibcm_get_counters`
+/// copies out. Arrays are indexed by `enum ibcm_attr_index` (`tx`, `rx`,
+/// …: 0 ClassPortInfo, 1 REQ … 11 APR), REJ reason (`rej_tx`, `rej_rx`;
+/// 36 = larger) and `enum ibcm_drop_cause` (`drops`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct IbcmCounters {
+    pub tx: [u64; 12],
+    pub rx: [u64; 12],
+    pub rx_duplicates: [u64; 12],
+    pub tx_retries: [u64; 12],
+    pub timeouts: [u64; 12],
+    pub rej_tx: [u64; 37],
+    pub rej_rx: [u64; 37],
+    pub drops: [u64; 8],
+    pub ids_created: u64,
+    pub ids_destroyed: u64,
+    pub events: u64,
+    pub live_ids: u64,
+    pub pending_timers: u64,
+    pub rx_datagrams: u64,
+    pub tx_datagrams: u64,
+    pub rx_garbage: u64,
+    pub rx_icrc_unverified: u64,
+    pub tx_errors: u64,
+    pub rx_errors: u64,
+    pub tx_unroutable: u64,
+    pub rx_clamped: u64,
+    pub half_open_evicted: u64,
+    pub rx_off_path: u64,
+}
+
+// The same numbers as c-tests/abi_static.c.
+const _: () = assert!(
+    core::mem::size_of::<IbcmCounters>() == 8 * (5 * 12 + 2 * 37 + 8 + 5 + 7 + 3)
+        && core::mem::offset_of!(IbcmCounters, rx_datagrams) == 8 * 147
+        && core::mem::offset_of!(IbcmCounters, rx_off_path) == 8 * 156
 );
 
 // ===========================================================================

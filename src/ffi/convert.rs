@@ -1,10 +1,10 @@
 //! Conversions between the engine's Rust values and the kernel's C structs
 //! (`struct ib_cm_event`, `struct sa_path_rec`, `struct ib_qp_attr`, …).
 
-use super::{Device, Shell};
-use crate::engine::*;
-use crate::ffi::types::*;
-use crate::wire::Gid;
+use crate::abi::*;
+use crate::api::{
+    AhAttr, Device, Ece, Event, EventParam, Gid, PathRec, PathRecType, QpAttr, qp_mask,
+};
 use std::ffi::c_void;
 
 /// Engine path record → `struct sa_path_rec`.
@@ -210,10 +210,11 @@ fn ece_to_c(e: &Ece) -> RdmaUcmEce {
 }
 
 /// Builds the C event for `ev` (valid only inside `f`) and calls `f`.
+/// `listen_ptr` is the `listen_id` of a request event (else null).
 pub fn with_c_event(
     dev: &Device,
     ev: &Event,
-    listener: Option<&Shell>,
+    listen_ptr: *mut IbCmId,
     f: impl FnOnce(*const IbCmEvent) -> i32,
 ) -> i32 {
     // A private copy: the consumer may write through the `void *`s.
@@ -232,7 +233,6 @@ pub fn with_c_event(
     if let Some((off, _)) = ev.private_data_range() {
         c.private_data = unsafe { base.add(off) } as *mut c_void;
     }
-    let listen_ptr = listener.map_or(std::ptr::null_mut(), |l| l.c.get());
     let gid_attr = |a: (u8, u16)| dev.gid_attr(a.0, a.1).unwrap_or(std::ptr::null());
     match &ev.param {
         EventParam::None => {}
