@@ -9,7 +9,7 @@
 //!
 //! * [`BthPacket`] / [`Bth`] and [`DethPacket`] / [`Deth`] are smoltcp-style
 //!   views and representations of the two transport headers.
-//! * [`Crc32`] is a table-driven (slicing-by-8) IEEE 802.3 / zlib CRC-32.
+//! * [`Crc32`] is the IEEE 802.3 / zlib CRC-32 (through `crc32fast`).
 //! * [`icrc_ipv4`] / [`icrc_ipv6`] compute the RoCEv2 invariant CRC from the
 //!   real IP and UDP headers; [`IcrcInput`] describes the headers a Linux UDP
 //!   socket will put in front of a payload, so a userspace sender can compute
@@ -329,119 +329,38 @@ impl Deth {
 // CRC-32
 // ---------------------------------------------------------------------------
 
-const CRC32_POLY_REFLECTED: u32 = 0xEDB8_8320;
-
-const fn crc32_tables() -> [[u32; 256]; 8] {
-    let mut t = [[0u32; 256]; 8];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ CRC32_POLY_REFLECTED
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        t[0][i] = c;
-        i += 1;
-    }
-    let mut s = 1;
-    while s < 8 {
-        let mut i = 0;
-        while i < 256 {
-            let prev = t[s - 1][i];
-            t[s][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
-            i += 1;
-        }
-        s += 1;
-    }
-    t
-}
-
-/// Slicing-by-8 tables, built at compile time.
-static CRC32_TABLES: [[u32; 256]; 8] = crc32_tables();
-
 /// Incremental CRC-32 (IEEE 802.3 / zlib / PNG: polynomial 0x04C11DB7
-/// reflected, init and final XOR 0xFFFFFFFF).
+/// reflected, init and final XOR 0xFFFFFFFF), computed by `crc32fast`
+/// (carry-less multiply where the CPU has it, its own tables otherwise).
 ///
 /// ```
 /// use ibcm::wire::roce::Crc32;
 /// assert_eq!(Crc32::new().update(b"1234").update(b"56789").finish(), 0xCBF4_3926);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Crc32 {
-    state: u32,
-}
-
-impl Default for Crc32 {
-    fn default() -> Self {
-        Crc32::new()
-    }
+    /// The CRC value of the bytes fed so far (what `finish` returns).
+    crc: u32,
 }
 
 impl Crc32 {
     pub const fn new() -> Self {
-        Crc32 { state: 0xFFFF_FFFF }
+        Crc32 { crc: 0 }
     }
 
-    /// Feeds bytes; returns `self` so calls chain. Uses the carry-less
-    /// multiply (PCLMULQDQ) path of `crc32fast` where the CPU has one, and
-    /// the slicing-by-8 tables below otherwise.
+    /// Feeds bytes; returns `self` so calls chain.
     pub fn update(&mut self, data: &[u8]) -> &mut Self {
-        if data.len() >= 64 && *FAST_CRC {
-            let mut h = crc32fast::Hasher::new_with_initial(!self.state);
-            h.update(data);
-            self.state = !h.finalize();
-            return self;
-        }
-        self.update_tables(data)
-    }
-
-    /// The portable slicing-by-8 path.
-    pub fn update_tables(&mut self, data: &[u8]) -> &mut Self {
-        let t = &CRC32_TABLES;
-        let mut crc = self.state;
-        let mut chunks = data.chunks_exact(8);
-        for c in &mut chunks {
-            let lo = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) ^ crc;
-            let hi = u32::from_le_bytes([c[4], c[5], c[6], c[7]]);
-            crc = t[7][(lo & 0xff) as usize]
-                ^ t[6][((lo >> 8) & 0xff) as usize]
-                ^ t[5][((lo >> 16) & 0xff) as usize]
-                ^ t[4][(lo >> 24) as usize]
-                ^ t[3][(hi & 0xff) as usize]
-                ^ t[2][((hi >> 8) & 0xff) as usize]
-                ^ t[1][((hi >> 16) & 0xff) as usize]
-                ^ t[0][(hi >> 24) as usize];
-        }
-        for &b in chunks.remainder() {
-            crc = t[0][((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
-        }
-        self.state = crc;
+        let mut h = crc32fast::Hasher::new_with_initial(self.crc);
+        h.update(data);
+        self.crc = h.finalize();
         self
     }
 
     /// The CRC of everything fed so far (does not reset the state).
     pub fn finish(&self) -> u32 {
-        !self.state
+        self.crc
     }
 }
-
-/// Whether the hardware CRC path is usable (checked once).
-static FAST_CRC: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("pclmulqdq")
-            && std::arch::is_x86_feature_detected!("sse4.1")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        true
-    }
-});
 
 /// One-shot CRC-32 (same as zlib's `crc32(0, data, len)`).
 pub fn crc32(data: &[u8]) -> u32 {
@@ -906,26 +825,11 @@ mod tests {
         );
         assert_eq!(crc32(&[0u8; 32]), 0x190A_55AD);
         assert_eq!(crc32(&[0xffu8; 32]), 0xFF6C_AB0B);
-        // State after the 8 x 0xFF LRH mask, as Linux rxe seeds it (~0xdebb20e3).
+        // After the 8 x 0xFF LRH mask the register holds 0xdebb20e3, the
+        // seed Linux rxe starts its ICRC from (the value is its complement).
         let mut c = Crc32::new();
         c.update(&ICRC_LRH_MASK);
-        assert_eq!(c.state, 0xDEBB_20E3);
-    }
-
-    #[test]
-    fn crc32_hardware_and_table_paths_agree() {
-        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 + i / 3) as u8).collect();
-        for len in [0, 1, 7, 63, 64, 65, 256, 280, 1000] {
-            for split in [0, 3, 64] {
-                let split = split.min(len);
-                let mut a = Crc32::new();
-                a.update(&data[..split]).update(&data[split..len]);
-                let mut b = Crc32::new();
-                b.update_tables(&data[..split])
-                    .update_tables(&data[split..len]);
-                assert_eq!(a.finish(), b.finish(), "len {len} split {split}");
-            }
-        }
+        assert_eq!(!c.finish(), 0xDEBB_20E3);
     }
 
     #[test]
