@@ -496,27 +496,19 @@ pub fn attr_label(attr_id: u16) -> String {
 
 /// BTH fields, then DETH and ICRC fields (two text lines).
 fn transport_rows(f: &RoceFrame) -> [Vec<Field>; 2] {
-    let b = &f.bth;
-    [
-        vec![
-            hx("bth_opcode", b.opcode, 2),
-            flag("bth_se", b.solicited_event),
-            flag("bth_mig_req", b.mig_req),
-            dec("bth_pad_count", b.pad_count),
-            hx("bth_pkey", b.pkey, 4),
-            flag("bth_fecn", b.fecn),
-            flag("bth_becn", b.becn),
-            dec("bth_dest_qp", b.dest_qp),
-            flag("bth_ack_req", b.ack_req),
-            dec("psn", b.psn),
-        ],
-        vec![
-            hx("deth_qkey", f.deth.q_key, 8),
-            dec("deth_src_qp", f.deth.src_qp),
-            hx("icrc", f.icrc, 8).note(if f.icrc_ok { "ok" } else { "BAD" }),
-            flag("icrc_ok", f.icrc_ok).json_only(),
-        ],
-    ]
+    let mut bth = Vec::with_capacity(10);
+    for field in f.bth.rows().iter().flatten() {
+        shown(field, &mut bth);
+    }
+    let mut deth = Vec::with_capacity(4);
+    for field in f.deth.rows().iter().flatten() {
+        shown(field, &mut deth);
+    }
+    deth.extend([
+        hx("icrc", f.icrc, 8).note(if f.icrc_ok { "ok" } else { "BAD" }),
+        flag("icrc_ok", f.icrc_ok).json_only(),
+    ]);
+    [bth, deth]
 }
 
 fn header_fields(h: &MadHeader) -> Vec<Field> {

@@ -336,28 +336,25 @@ macro_rules! cm_field {
 }
 pub(crate) use cm_field;
 
-/// Declares one CM message: its view, representation, `parse`, `emit`,
-/// `Default` and `rows()` from one field table. Each `[ ... ]` group is one
-/// line of `ibcm decode` text; fields are listed in that order (JSON keys
-/// follow it too), each as
-/// `name / setter: ReprType = kind(position), "IbtaName", Show;`.
-macro_rules! cm_message {
+/// Declares a wire structure's field table: the view's accessors (the view
+/// type itself, with its `at` offset base, is declared beside), the
+/// representation with `Default`, `parse_fields`, `emit_fields` and
+/// `rows()`. Each `[ ... ]` group is one line of `ibcm decode` text; fields
+/// are listed in that order (JSON keys follow it too), each as
+/// `name / setter: ReprType = kind(position), "IbtaName", Show;` with an
+/// optional `=> "key"` when the decoder's key is not the field name.
+macro_rules! wire_struct {
     (
         $(#[$smeta:meta])*
-        $name:ident, $view:ident, $label:literal, $title:literal, $table:literal {
+        $name:ident, $view:ident, $label:literal {
             $( [ $(
                 $(#[$fmeta:meta])*
-                $f:ident / $set:ident : $ty:ty = $kind:ident ( $($spec:tt)* ), $ibta:literal, $show:ident;
+                $f:ident / $set:ident : $ty:ty = $kind:ident ( $($spec:tt)* ), $ibta:literal, $show:ident $(=> $key:literal)?;
             )* ] )*
         }
     ) => {
-        $crate::wire::field::cm_view!(
-            #[doc = concat!($title, " (", $table, ").")]
-            $view
-        );
         $( $( $crate::wire::field::cm_field!(view $view, $f, $set, $ty, $kind($($spec)*)); )* )*
 
-        #[doc = concat!($title, ".")]
         $(#[$smeta])*
         #[derive(Debug, Clone, PartialEq, Eq)]
         pub struct $name {
@@ -373,11 +370,10 @@ macro_rules! cm_message {
         }
 
         impl $name {
-            /// The message name in errors and `ibcm decode`.
-            pub const LABEL: &'static str = $label;
-
+            /// Reads every declared field: range checks first (see
+            /// [`crate::wire::field`]), then each field's conversion.
             #[inline(always)]
-            pub fn parse<T: AsRef<[u8]>>(p: &$view<T>) -> $crate::wire::Result<$name> {
+            pub(crate) fn parse_fields<T: AsRef<[u8]>>(p: &$view<T>) -> $crate::wire::Result<$name> {
                 $( $( $crate::wire::field::cm_field!(
                     check p, $f, $ty, concat!($label, ".", $ibta), $kind($($spec)*)
                 ); )* )*
@@ -388,8 +384,10 @@ macro_rules! cm_message {
                 })
             }
 
+            /// Writes every declared field (reserved bits are left as they
+            /// are: callers zero the buffer first).
             #[inline]
-            pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut $view<T>) {
+            pub(crate) fn emit_fields<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut $view<T>) {
                 $( $( $crate::wire::field::cm_field!(
                     emit p, self.$f, $f, $set, $ty, $kind($($spec)*)
                 ); )* )*
@@ -404,13 +402,65 @@ macro_rules! cm_message {
                     #[allow(unused_mut)]
                     let mut row = Vec::new();
                     $( $crate::wire::field::cm_field!(
-                        show rows, row, &self.$f, stringify!($f), $ibta, $show, $kind($($spec)*)
+                        show rows, row, &self.$f,
+                        $crate::wire::field::key_or!([$($key)?] stringify!($f)),
+                        $ibta, $show, $kind($($spec)*)
                     ); )*
                     if !row.is_empty() {
                         rows.push(row);
                     }
                 )*
                 rows
+            }
+        }
+    };
+}
+pub(crate) use wire_struct;
+
+/// The explicit decoder key if there is one, else the default.
+macro_rules! key_or {
+    ([$key:literal] $default:expr) => {
+        $key
+    };
+    ([] $default:expr) => {
+        $default
+    };
+}
+pub(crate) use key_or;
+
+/// Declares one CM message: its 256-byte view, and through
+/// [`wire_struct!`] its representation, `parse`, `emit`, `Default` and
+/// `rows()`, from one field table.
+macro_rules! cm_message {
+    (
+        $(#[$smeta:meta])*
+        $name:ident, $view:ident, $label:literal, $title:literal, $table:literal { $($body:tt)* }
+    ) => {
+        $crate::wire::field::cm_view!(
+            #[doc = concat!($title, " (", $table, ").")]
+            $view
+        );
+        $crate::wire::field::wire_struct! {
+            #[doc = concat!($title, ".")]
+            $(#[$smeta])*
+            $name, $view, $label { $($body)* }
+        }
+
+        impl $name {
+            /// The message name in errors and `ibcm decode`.
+            pub const LABEL: &'static str = $label;
+
+            /// Parses the attribute; reserved encodings are
+            /// [`Error::Reserved`](crate::wire::Error::Reserved) errors.
+            #[inline(always)]
+            pub fn parse<T: AsRef<[u8]>>(p: &$view<T>) -> $crate::wire::Result<$name> {
+                $name::parse_fields(p)
+            }
+
+            /// Writes the attribute's fields (the caller zeroes the MAD).
+            #[inline]
+            pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut $view<T>) {
+                self.emit_fields(p)
             }
         }
     };

@@ -30,7 +30,8 @@
 
 use core::net::{Ipv4Addr, Ipv6Addr};
 
-use super::{Error, MAD_LEN, Result, check_len, get_bits, set_bits, view_fields};
+use super::field::wire_struct;
+use super::{Error, MAD_LEN, Result, check_len, set_bits, view_fields};
 
 /// UDP destination port that identifies RoCEv2.
 pub const ROCEV2_UDP_PORT: u16 = 4791;
@@ -108,58 +109,18 @@ impl<T: AsRef<[u8]>> BthPacket<T> {
     pub fn into_inner(self) -> T {
         self.buffer
     }
-    /// Solicited Event.
-    #[inline]
-    pub fn solicited_event(&self) -> bool {
-        get_bits(self.buffer.as_ref(), 1, 0, 1) != 0
-    }
-    /// Migration request.
-    #[inline]
-    pub fn mig_req(&self) -> bool {
-        get_bits(self.buffer.as_ref(), 1, 1, 1) != 0
-    }
-    /// Forward explicit congestion notification.
-    #[inline]
-    pub fn fecn(&self) -> bool {
-        get_bits(self.buffer.as_ref(), 4, 0, 1) != 0
-    }
-    /// Backward explicit congestion notification.
-    #[inline]
-    pub fn becn(&self) -> bool {
-        get_bits(self.buffer.as_ref(), 4, 1, 1) != 0
-    }
-    /// Acknowledge request.
-    #[inline]
-    pub fn ack_req(&self) -> bool {
-        get_bits(self.buffer.as_ref(), 8, 0, 1) != 0
-    }
     /// The bytes after the BTH.
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[BTH_LEN..]
     }
+    /// Field offsets are BTH offsets.
+    #[inline(always)]
+    fn at(&self, offset: usize) -> usize {
+        offset
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> BthPacket<T> {
-    #[inline]
-    pub fn set_solicited_event(&mut self, v: bool) {
-        set_bits(self.buffer.as_mut(), 1, 0, 1, v as u64)
-    }
-    #[inline]
-    pub fn set_mig_req(&mut self, v: bool) {
-        set_bits(self.buffer.as_mut(), 1, 1, 1, v as u64)
-    }
-    #[inline]
-    pub fn set_fecn(&mut self, v: bool) {
-        set_bits(self.buffer.as_mut(), 4, 0, 1, v as u64)
-    }
-    #[inline]
-    pub fn set_becn(&mut self, v: bool) {
-        set_bits(self.buffer.as_mut(), 4, 1, 1, v as u64)
-    }
-    #[inline]
-    pub fn set_ack_req(&mut self, v: bool) {
-        set_bits(self.buffer.as_mut(), 8, 0, 1, v as u64)
-    }
     /// Zeroes the reserved bits of bytes 4 and 8.
     pub fn clear_reserved(&mut self) {
         set_bits(self.buffer.as_mut(), 4, 2, 6, 0);
@@ -170,36 +131,41 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> BthPacket<T> {
     }
 }
 
+// TVer is not a field of the representation: parse requires 0, emit writes 0.
 view_fields!(BthPacket {
-    /// Operation code (0x64 = UD SEND only).
-    opcode, set_opcode: u8 = (0, 0, 8);
-    /// Number of pad bytes before the ICRC.
-    pad_count, set_pad_count: u8 = (1, 2, 2);
     /// Transport header version (0).
     transport_version, set_transport_version: u8 = (1, 4, 4);
-    /// Partition key.
-    pkey, set_pkey: u16 = (2, 0, 16);
-    /// Destination queue pair (24 bits).
-    dest_qp, set_dest_qp: u32 = (5, 0, 24);
-    /// Packet sequence number (24 bits).
-    psn, set_psn: u32 = (9, 0, 24);
 });
 
-/// Parsed BTH. [`Bth::parse`] accepts only UD SEND-only packets with
-/// transport version 0; the reserved bits are ignored on parse and written
-/// as zero by [`Bth::emit`] (the transport version is always emitted as 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Bth {
-    pub opcode: u8,
-    pub solicited_event: bool,
-    pub mig_req: bool,
-    pub pad_count: u8,
-    pub pkey: u16,
-    pub fecn: bool,
-    pub becn: bool,
-    pub dest_qp: u32,
-    pub ack_req: bool,
-    pub psn: u32,
+wire_struct! {
+    /// Parsed BTH. [`Bth::parse`] accepts only UD SEND-only packets with
+    /// transport version 0; the reserved bits are ignored on parse and written
+    /// as zero by [`Bth::emit`] (the transport version is always emitted as 0).
+    #[derive(Copy, Hash)]
+    Bth, BthPacket, "BTH" {
+        [
+            /// Operation code (0x64 = UD SEND only).
+            opcode / set_opcode: u8 = bits(0, 0, 8), "OpCode", Hex => "bth_opcode";
+            /// Solicited Event.
+            solicited_event / set_solicited_event: bool = bits(1, 0, 1), "SE", Plain => "bth_se";
+            /// Migration request.
+            mig_req / set_mig_req: bool = bits(1, 1, 1), "M", Plain => "bth_mig_req";
+            /// Number of pad bytes before the ICRC (2 bits).
+            pad_count / set_pad_count: u8 = bits(1, 2, 2), "PadCnt", Dec => "bth_pad_count";
+            /// Partition key.
+            pkey / set_pkey: u16 = bits(2, 0, 16), "P_Key", Hex => "bth_pkey";
+            /// Forward explicit congestion notification.
+            fecn / set_fecn: bool = bits(4, 0, 1), "FECN", Plain => "bth_fecn";
+            /// Backward explicit congestion notification.
+            becn / set_becn: bool = bits(4, 1, 1), "BECN", Plain => "bth_becn";
+            /// Destination queue pair (24 bits).
+            dest_qp / set_dest_qp: u32 = bits(5, 0, 24), "DestQP", Dec => "bth_dest_qp";
+            /// Acknowledge request.
+            ack_req / set_ack_req: bool = bits(8, 0, 1), "AckReq", Plain => "bth_ack_req";
+            /// Packet sequence number (24 bits).
+            psn / set_psn: u32 = bits(9, 0, 24), "PSN", Dec;
+        ]
+    }
 }
 
 impl Bth {
@@ -229,35 +195,14 @@ impl Bth {
         if p.transport_version() != 0 {
             return Err(Error::Framing(BAD_TRANSPORT_VERSION));
         }
-        Ok(Bth {
-            opcode: p.opcode(),
-            solicited_event: p.solicited_event(),
-            mig_req: p.mig_req(),
-            pad_count: p.pad_count(),
-            pkey: p.pkey(),
-            fecn: p.fecn(),
-            becn: p.becn(),
-            dest_qp: p.dest_qp(),
-            ack_req: p.ack_req(),
-            psn: p.psn(),
-        })
+        Bth::parse_fields(p)
     }
 
     /// Writes all 12 BTH bytes (reserved bits and TVer zero). The buffer
     /// must hold at least [`BTH_LEN`] bytes.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut BthPacket<T>) {
         p.buffer.as_mut()[..BTH_LEN].fill(0);
-        p.set_opcode(self.opcode);
-        p.set_solicited_event(self.solicited_event);
-        p.set_mig_req(self.mig_req);
-        p.set_pad_count(self.pad_count);
-        p.set_transport_version(0);
-        p.set_pkey(self.pkey);
-        p.set_fecn(self.fecn);
-        p.set_becn(self.becn);
-        p.set_dest_qp(self.dest_qp);
-        p.set_ack_req(self.ack_req);
-        p.set_psn(self.psn);
+        self.emit_fields(p);
     }
 }
 
@@ -284,22 +229,30 @@ impl<T: AsRef<[u8]>> DethPacket<T> {
     pub fn into_inner(self) -> T {
         self.buffer
     }
+    /// Field offsets are DETH offsets.
+    #[inline(always)]
+    fn at(&self, offset: usize) -> usize {
+        offset
+    }
 }
 
+// The reserved byte is not a field of the representation (zero on emit).
 view_fields!(DethPacket {
-    /// Queue key.
-    q_key, set_q_key: u32 = (0, 0, 32);
     /// Reserved byte.
     reserved, set_reserved: u8 = (4, 0, 8);
-    /// Source queue pair (24 bits).
-    src_qp, set_src_qp: u32 = (5, 0, 24);
 });
 
-/// Parsed DETH (the reserved byte is ignored on parse, zero on emit).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Deth {
-    pub q_key: u32,
-    pub src_qp: u32,
+wire_struct! {
+    /// Parsed DETH (the reserved byte is ignored on parse, zero on emit).
+    #[derive(Copy, Hash)]
+    Deth, DethPacket, "DETH" {
+        [
+            /// Queue key.
+            q_key / set_q_key: u32 = bits(0, 0, 32), "Q_Key", Hex => "deth_qkey";
+            /// Source queue pair (24 bits).
+            src_qp / set_src_qp: u32 = bits(5, 0, 24), "SrcQP", Dec => "deth_src_qp";
+        ]
+    }
 }
 
 impl Deth {
@@ -311,17 +264,13 @@ impl Deth {
 
     pub fn parse<T: AsRef<[u8]>>(p: &DethPacket<T>) -> Result<Deth> {
         check_len(p.buffer.as_ref(), DETH_LEN)?;
-        Ok(Deth {
-            q_key: p.q_key(),
-            src_qp: p.src_qp(),
-        })
+        Deth::parse_fields(p)
     }
 
     /// Writes all 8 DETH bytes. The buffer must hold at least [`DETH_LEN`].
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut DethPacket<T>) {
-        p.set_q_key(self.q_key);
+        self.emit_fields(p);
         p.set_reserved(0);
-        p.set_src_qp(self.src_qp);
     }
 }
 
@@ -888,13 +837,13 @@ mod tests {
         let mut buf = [0u8; BTH_LEN];
         let mut p = BthPacket::new_unchecked(&mut buf[..]);
         p.set_opcode(0x64);
-        p.set_solicited_event(true);
+        p.set_solicited_event(1);
         p.set_pad_count(3);
         p.set_transport_version(0);
         p.set_pkey(0x8001);
-        p.set_becn(true);
+        p.set_becn(1);
         p.set_dest_qp(0x123456);
-        p.set_ack_req(true);
+        p.set_ack_req(1);
         p.set_psn(0xabcdef);
         assert_eq!(
             buf,
@@ -903,7 +852,16 @@ mod tests {
             ]
         );
         let p = BthPacket::new_checked(&buf[..]).unwrap();
-        assert!(p.solicited_event() && !p.mig_req() && !p.fecn() && p.becn() && p.ack_req());
+        assert_eq!(
+            (
+                p.solicited_event(),
+                p.mig_req(),
+                p.fecn(),
+                p.becn(),
+                p.ack_req()
+            ),
+            (1, 0, 0, 1, 1)
+        );
         assert_eq!(
             (p.pad_count(), p.pkey(), p.dest_qp(), p.psn()),
             (3, 0x8001, 0x123456, 0xabcdef)
