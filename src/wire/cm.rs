@@ -594,63 +594,71 @@ cm_message! {
 // ---------------------------------------------------------------------------
 // The whole CM MAD
 
-/// The attribute of a CM MAD.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CmMsg {
-    ClassPortInfo(ClassPortInfo),
-    Req(Req),
-    Mra(Mra),
-    Rej(Rej),
-    Rep(Rep),
-    Rtu(Rtu),
-    Dreq(Dreq),
-    Drep(Drep),
-    SidrReq(SidrReq),
-    SidrRep(SidrRep),
-    Lap(Lap),
-    Apr(Apr),
+/// Declares [`CmMsg`] and its per-attribute dispatch (attribute ID, rows,
+/// parse and emit) from one list of the attributes.
+macro_rules! cm_messages {
+    ($( $variant:ident($repr:ident, $view:ident) = $attr:path; )*) => {
+        /// The attribute of a CM MAD.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum CmMsg {
+            $( $variant($repr), )*
+        }
+
+        impl CmMsg {
+            pub fn attr_id(&self) -> u16 {
+                match self {
+                    $( CmMsg::$variant(_) => $attr, )*
+                }
+            }
+
+            /// Every field of the message with its value, grouped in the
+            /// lines `ibcm decode` prints (see [`crate::wire::field`]).
+            pub fn rows(&self) -> Vec<Vec<FieldRef<'_>>> {
+                match self {
+                    $( CmMsg::$variant(m) => m.rows(), )*
+                }
+            }
+
+            /// Parses the attribute `attr_id` of a 256-byte MAD (the header
+            /// is checked by the caller).
+            #[inline(always)]
+            fn parse_attr(attr_id: u16, buf: &[u8]) -> Result<CmMsg> {
+                match attr_id {
+                    $( $attr => Ok(CmMsg::$variant($repr::parse(&$view::new_unchecked(buf))?)), )*
+                    other => Err(Error::UnknownAttribute(other)),
+                }
+            }
+
+            /// Writes the attribute into a zeroed 256-byte MAD.
+            #[inline]
+            fn emit_attr(&self, buf: &mut [u8]) {
+                match self {
+                    $( CmMsg::$variant(m) => m.emit(&mut $view::new_unchecked(buf)), )*
+                }
+            }
+        }
+    };
+}
+
+cm_messages! {
+    ClassPortInfo(ClassPortInfo, ClassPortInfoPacket) = attr::CLASS_PORT_INFO;
+    Req(Req, ReqPacket) = attr::REQ;
+    Mra(Mra, MraPacket) = attr::MRA;
+    Rej(Rej, RejPacket) = attr::REJ;
+    Rep(Rep, RepPacket) = attr::REP;
+    Rtu(Rtu, RtuPacket) = attr::RTU;
+    Dreq(Dreq, DreqPacket) = attr::DREQ;
+    Drep(Drep, DrepPacket) = attr::DREP;
+    SidrReq(SidrReq, SidrReqPacket) = attr::SIDR_REQ;
+    SidrRep(SidrRep, SidrRepPacket) = attr::SIDR_REP;
+    Lap(Lap, LapPacket) = attr::LAP;
+    Apr(Apr, AprPacket) = attr::APR;
 }
 
 impl CmMsg {
-    pub fn attr_id(&self) -> u16 {
-        match self {
-            CmMsg::ClassPortInfo(_) => attr::CLASS_PORT_INFO,
-            CmMsg::Req(_) => attr::REQ,
-            CmMsg::Mra(_) => attr::MRA,
-            CmMsg::Rej(_) => attr::REJ,
-            CmMsg::Rep(_) => attr::REP,
-            CmMsg::Rtu(_) => attr::RTU,
-            CmMsg::Dreq(_) => attr::DREQ,
-            CmMsg::Drep(_) => attr::DREP,
-            CmMsg::SidrReq(_) => attr::SIDR_REQ,
-            CmMsg::SidrRep(_) => attr::SIDR_REP,
-            CmMsg::Lap(_) => attr::LAP,
-            CmMsg::Apr(_) => attr::APR,
-        }
-    }
-
     /// The name `ibcm decode` uses (`REQ`, `SIDR_REP`, `ClassPortInfo`, ...).
     pub fn name(&self) -> &'static str {
         attr::name(self.attr_id()).unwrap_or("unknown")
-    }
-
-    /// Every field of the message with its value, grouped in the lines
-    /// `ibcm decode` prints (see [`crate::wire::field`]).
-    pub fn rows(&self) -> Vec<Vec<FieldRef<'_>>> {
-        match self {
-            CmMsg::ClassPortInfo(m) => m.rows(),
-            CmMsg::Req(m) => m.rows(),
-            CmMsg::Mra(m) => m.rows(),
-            CmMsg::Rej(m) => m.rows(),
-            CmMsg::Rep(m) => m.rows(),
-            CmMsg::Rtu(m) => m.rows(),
-            CmMsg::Dreq(m) => m.rows(),
-            CmMsg::Drep(m) => m.rows(),
-            CmMsg::SidrReq(m) => m.rows(),
-            CmMsg::SidrRep(m) => m.rows(),
-            CmMsg::Lap(m) => m.rows(),
-            CmMsg::Apr(m) => m.rows(),
-        }
     }
 
     /// The private-data area of the message (None for ClassPortInfo).
@@ -730,27 +738,7 @@ impl CmMad {
             class_specific: hdr.class_specific,
             tid: hdr.tid,
             attr_mod: hdr.attr_mod,
-            msg: match attr_id {
-                attr::CLASS_PORT_INFO => CmMsg::ClassPortInfo(ClassPortInfo::parse(
-                    &ClassPortInfoPacket::new_unchecked(buf),
-                )?),
-                attr::REQ => CmMsg::Req(Req::parse(&ReqPacket::new_unchecked(buf))?),
-                attr::MRA => CmMsg::Mra(Mra::parse(&MraPacket::new_unchecked(buf))?),
-                attr::REJ => CmMsg::Rej(Rej::parse(&RejPacket::new_unchecked(buf))?),
-                attr::REP => CmMsg::Rep(Rep::parse(&RepPacket::new_unchecked(buf))?),
-                attr::RTU => CmMsg::Rtu(Rtu::parse(&RtuPacket::new_unchecked(buf))?),
-                attr::DREQ => CmMsg::Dreq(Dreq::parse(&DreqPacket::new_unchecked(buf))?),
-                attr::DREP => CmMsg::Drep(Drep::parse(&DrepPacket::new_unchecked(buf))?),
-                attr::SIDR_REQ => {
-                    CmMsg::SidrReq(SidrReq::parse(&SidrReqPacket::new_unchecked(buf))?)
-                }
-                attr::SIDR_REP => {
-                    CmMsg::SidrRep(SidrRep::parse(&SidrRepPacket::new_unchecked(buf))?)
-                }
-                attr::LAP => CmMsg::Lap(Lap::parse(&LapPacket::new_unchecked(buf))?),
-                attr::APR => CmMsg::Apr(Apr::parse(&AprPacket::new_unchecked(buf))?),
-                other => return Err(Error::UnknownAttribute(other)),
-            },
+            msg: CmMsg::parse_attr(attr_id, buf)?,
         })
     }
 
@@ -771,20 +759,7 @@ impl CmMad {
             attr_mod: self.attr_mod,
         }
         .emit(buf);
-        match &self.msg {
-            CmMsg::ClassPortInfo(m) => m.emit(&mut ClassPortInfoPacket::new_unchecked(buf)),
-            CmMsg::Req(m) => m.emit(&mut ReqPacket::new_unchecked(buf)),
-            CmMsg::Mra(m) => m.emit(&mut MraPacket::new_unchecked(buf)),
-            CmMsg::Rej(m) => m.emit(&mut RejPacket::new_unchecked(buf)),
-            CmMsg::Rep(m) => m.emit(&mut RepPacket::new_unchecked(buf)),
-            CmMsg::Rtu(m) => m.emit(&mut RtuPacket::new_unchecked(buf)),
-            CmMsg::Dreq(m) => m.emit(&mut DreqPacket::new_unchecked(buf)),
-            CmMsg::Drep(m) => m.emit(&mut DrepPacket::new_unchecked(buf)),
-            CmMsg::SidrReq(m) => m.emit(&mut SidrReqPacket::new_unchecked(buf)),
-            CmMsg::SidrRep(m) => m.emit(&mut SidrRepPacket::new_unchecked(buf)),
-            CmMsg::Lap(m) => m.emit(&mut LapPacket::new_unchecked(buf)),
-            CmMsg::Apr(m) => m.emit(&mut AprPacket::new_unchecked(buf)),
-        }
+        self.msg.emit_attr(buf);
     }
 
     /// The MAD as 256 bytes.
