@@ -436,9 +436,9 @@ macro_rules! cm_message {
         $(#[$smeta:meta])*
         $name:ident, $view:ident, $label:literal, $title:literal, $table:literal { $($body:tt)* }
     ) => {
-        $crate::wire::field::cm_view!(
+        $crate::wire::field::wire_view!(
             #[doc = concat!($title, " (", $table, ").")]
-            $view
+            $view, $crate::wire::MAD_LEN
         );
         $crate::wire::field::wire_struct! {
             #[doc = concat!($title, ".")]
@@ -467,29 +467,29 @@ macro_rules! cm_message {
 }
 pub(crate) use cm_message;
 
-/// The view type of a 256-byte CM MAD attribute.
-macro_rules! cm_view {
-    ($(#[$meta:meta])* $name:ident) => {
+/// A zero-copy view type over a buffer of at least `$len` bytes (field
+/// offsets are offsets in that buffer).
+macro_rules! wire_view {
+    ($(#[$meta:meta])* $name:ident, $len:expr) => {
         $(#[$meta])*
-        #[derive(Debug, Clone)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub struct $name<T: AsRef<[u8]>> {
             buffer: T,
         }
         impl<T: AsRef<[u8]>> $name<T> {
             /// Wraps a buffer without checking its length (accessors panic
             /// on short buffers; use `new_checked` for untrusted input).
-            pub fn new_unchecked(buffer: T) -> Self {
+            pub const fn new_unchecked(buffer: T) -> Self {
                 $name { buffer }
             }
-            /// Wraps a buffer of at least 256 bytes.
+            #[doc = concat!("Wraps a buffer of at least `", stringify!($len), "` bytes.")]
             pub fn new_checked(buffer: T) -> $crate::wire::Result<Self> {
-                $crate::wire::check_len(buffer.as_ref(), $crate::wire::MAD_LEN)?;
+                $crate::wire::check_len(buffer.as_ref(), $len)?;
                 Ok($name { buffer })
             }
             pub fn into_inner(self) -> T {
                 self.buffer
             }
-            /// Field offsets are MAD offsets.
             #[inline(always)]
             fn at(&self, offset: usize) -> usize {
                 offset
@@ -497,7 +497,7 @@ macro_rules! cm_view {
         }
     };
 }
-pub(crate) use cm_view;
+pub(crate) use wire_view;
 
 /// Declares the path sub-structure (REQ primary and alternate, LAP
 /// alternate): its view, representation, `parse`, `emit`, `Default` and

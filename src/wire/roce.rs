@@ -30,7 +30,7 @@
 
 use core::net::{Ipv4Addr, Ipv6Addr};
 
-use super::field::wire_struct;
+use super::field::{wire_struct, wire_view};
 use super::{Error, MAD_LEN, Result, check_len, set_bits, view_fields};
 
 /// UDP destination port that identifies RoCEv2.
@@ -79,44 +79,25 @@ pub const PAYLOAD_TOO_LONG: &str =
 // BTH
 // ---------------------------------------------------------------------------
 
-/// Zero-copy view of a Base Transport Header (IBA 9.2):
-///
-/// ```text
-/// byte 0     OpCode
-/// byte 1     SE(1) M(1) PadCnt(2) TVer(4)
-/// bytes 2-3  P_Key
-/// byte 4     FECN(1) BECN(1) reserved(6)     (RoCEv2; "resv8a" in IB)
-/// bytes 5-7  DestQP
-/// byte 8     AckReq(1) reserved(7)
-/// bytes 9-11 PSN
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BthPacket<T: AsRef<[u8]>> {
-    buffer: T,
-}
+wire_view!(
+    /// Zero-copy view of a Base Transport Header (IBA 9.2):
+    ///
+    /// ```text
+    /// byte 0     OpCode
+    /// byte 1     SE(1) M(1) PadCnt(2) TVer(4)
+    /// bytes 2-3  P_Key
+    /// byte 4     FECN(1) BECN(1) reserved(6)     (RoCEv2; "resv8a" in IB)
+    /// bytes 5-7  DestQP
+    /// byte 8     AckReq(1) reserved(7)
+    /// bytes 9-11 PSN
+    /// ```
+    BthPacket, BTH_LEN
+);
 
 impl<T: AsRef<[u8]>> BthPacket<T> {
-    /// Wraps a buffer without checking its length (accessors may panic if
-    /// it is shorter than [`BTH_LEN`]).
-    pub const fn new_unchecked(buffer: T) -> Self {
-        BthPacket { buffer }
-    }
-    /// Wraps a buffer of at least [`BTH_LEN`] bytes.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), BTH_LEN)?;
-        Ok(BthPacket { buffer })
-    }
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
     /// The bytes after the BTH.
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[BTH_LEN..]
-    }
-    /// Field offsets are BTH offsets.
-    #[inline(always)]
-    fn at(&self, offset: usize) -> usize {
-        offset
     }
 }
 
@@ -210,31 +191,11 @@ impl Bth {
 // DETH
 // ---------------------------------------------------------------------------
 
-/// Zero-copy view of a Datagram Extended Transport Header (IBA 9.3.3):
-/// bytes 0-3 Q_Key, byte 4 reserved, bytes 5-7 SrcQP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DethPacket<T: AsRef<[u8]>> {
-    buffer: T,
-}
-
-impl<T: AsRef<[u8]>> DethPacket<T> {
-    pub const fn new_unchecked(buffer: T) -> Self {
-        DethPacket { buffer }
-    }
-    /// Wraps a buffer of at least [`DETH_LEN`] bytes.
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), DETH_LEN)?;
-        Ok(DethPacket { buffer })
-    }
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-    /// Field offsets are DETH offsets.
-    #[inline(always)]
-    fn at(&self, offset: usize) -> usize {
-        offset
-    }
-}
+wire_view!(
+    /// Zero-copy view of a Datagram Extended Transport Header (IBA 9.3.3):
+    /// bytes 0-3 Q_Key, byte 4 reserved, bytes 5-7 SrcQP.
+    DethPacket, DETH_LEN
+);
 
 // The reserved byte is not a field of the representation (zero on emit).
 view_fields!(DethPacket {
