@@ -55,8 +55,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::capture::RoceFrame;
 use crate::wire::{
-    self, Apr, ClassPortInfo, CmMad, CmMsg, Drep, Dreq, Gid, Lap, MadHeader, Mra, Rej, Rep, Req,
-    ReqPath, Rtu, SidrRep, SidrReq, attr, hex, method,
+    self, CmMad, CmMsg, FieldRef, FieldValue, Gid, MadHeader, ReqPath, Show, attr, hex, method,
 };
 
 // ---------------------------------------------------------------------------
@@ -360,295 +359,51 @@ fn sock_text(ip: IpAddr, port: u16) -> String {
 // ---------------------------------------------------------------------------
 // Message fields
 
-fn path_rows(p: &ReqPath, primary: bool) -> Vec<Row> {
-    macro_rules! n {
-        ($p:literal, $a:literal) => {
-            if primary { $p } else { $a }
-        };
-    }
-    let addr = Row::new(vec![
-        dec(n!("primary_local_lid", "alternate_local_lid"), p.local_lid),
-        dec(
-            n!("primary_remote_lid", "alternate_remote_lid"),
-            p.remote_lid,
-        ),
-        gid(n!("primary_local_gid", "alternate_local_gid"), p.local_gid),
-        gid(
-            n!("primary_remote_gid", "alternate_remote_gid"),
-            p.remote_gid,
-        ),
-    ]);
-    let attrs = Row::new(vec![
-        hx(
-            n!("primary_flow_label", "alternate_flow_label"),
-            p.flow_label,
-            5,
-        ),
-        dec(
-            n!("primary_packet_rate", "alternate_packet_rate"),
-            p.packet_rate,
-        )
-        .note_opt(rate_text(p.packet_rate).map(str::to_string)),
-        dec(
-            n!("primary_traffic_class", "alternate_traffic_class"),
-            p.traffic_class,
-        ),
-        dec(n!("primary_hop_limit", "alternate_hop_limit"), p.hop_limit),
-        dec(n!("primary_sl", "alternate_sl"), p.sl),
-        flag(
-            n!("primary_subnet_local", "alternate_subnet_local"),
-            p.subnet_local,
-        ),
-        dec(
-            n!("primary_local_ack_timeout", "alternate_local_ack_timeout"),
-            p.local_ack_timeout,
-        )
-        .note(timeout_text(p.local_ack_timeout)),
-    ]);
-    let mut rows = vec![addr, attrs];
-    if !primary && *p == ReqPath::default() {
-        rows[0].text = Some("alternate path: none (all alternate path fields zero)".into());
-        rows[1].text = Some(String::new());
-    }
-    rows
-}
-
-fn ids(local: u32, remote: u32) -> [Field; 2] {
-    [
-        hx("local_comm_id", local, 8),
-        hx("remote_comm_id", remote, 8),
-    ]
-}
-
-fn req_rows(r: &Req) -> Vec<Row> {
-    let mut rows = vec![
-        Row::new(vec![
-            hx("local_comm_id", r.local_comm_id, 8),
-            hx("service_id", r.service_id, 16).note_opt(service_id_note(r.service_id)),
-            hx("local_ca_guid", r.local_ca_guid, 16),
-            hx("vendor_id", r.vendor_id, 6),
-        ]),
-        Row::new(vec![
-            hx("local_qpn", r.local_qpn, 6),
-            hx("local_qkey", r.local_qkey, 8),
-            hx("starting_psn", r.starting_psn, 6),
-            dec("transport_service_type", r.transport_service_type)
-                .note(transport_text(r.transport_service_type)),
-            dec("extended_transport_type", r.extended_transport_type)
-                .note_opt((r.extended_transport_type == 1).then(|| "XRC".to_string())),
-            flag("end_to_end_flow_control", r.end_to_end_flow_control),
-            flag("srq", r.srq),
-        ]),
-        Row::new(vec![
-            dec("responder_resources", r.responder_resources),
-            dec("initiator_depth", r.initiator_depth),
-            hx("local_eecn", r.local_eecn, 6),
-            hx("remote_eecn", r.remote_eecn, 6),
-            flag("rdc_exists", r.rdc_exists),
-            flag("sap_supported", r.sap_supported),
-        ]),
-        Row::new(vec![
-            dec("remote_cm_response_timeout", r.remote_cm_response_timeout)
-                .note(timeout_text(r.remote_cm_response_timeout)),
-            dec("local_cm_response_timeout", r.local_cm_response_timeout)
-                .note(timeout_text(r.local_cm_response_timeout)),
-            dec("max_cm_retries", r.max_cm_retries),
-        ]),
-        Row::new(vec![
-            hx("pkey", r.pkey, 4),
-            dec("path_mtu", r.path_mtu).note_opt(mtu_text(r.path_mtu)),
-            dec("retry_count", r.retry_count),
-            dec("rnr_retry_count", r.rnr_retry_count)
-                .note_opt((r.rnr_retry_count == 7).then(|| "infinite".to_string())),
-        ]),
-    ];
-    rows.extend(path_rows(&r.primary, true));
-    rows.extend(path_rows(&r.alternate, false));
-    rows.push(Row::new(vec![bytes("private_data", &r.private_data)]));
-    rows.extend(rdma_cm_row(r.service_id, &r.private_data));
-    rows
-}
-
-fn mra_rows(m: &Mra) -> Vec<Row> {
-    let [l, r] = ids(m.local_comm_id, m.remote_comm_id);
-    vec![
-        Row::new(vec![
-            l,
-            r,
-            text("message_mraed", m.message_mraed.name()),
-            dec("service_timeout", m.service_timeout).note(timeout_text(m.service_timeout)),
-        ]),
-        Row::new(vec![bytes("private_data", &m.private_data)]),
-    ]
-}
-
-fn rej_rows(m: &Rej) -> Vec<Row> {
-    let [l, r] = ids(m.local_comm_id, m.remote_comm_id);
-    vec![
-        Row::new(vec![
-            l,
-            r,
-            text("message_rejected", m.message_rejected.name()),
-            dec("reason", m.reason).note(reject_reason_text(m.reason)),
-            text("reason_text", reject_reason_text(m.reason)).json_only(),
-        ]),
-        Row::new(vec![dec("ari_length", m.ari_length), bytes("ari", &m.ari)]),
-        Row::new(vec![bytes("private_data", &m.private_data)]),
-    ]
-}
-
-fn rep_rows(m: &Rep) -> Vec<Row> {
-    let [l, r] = ids(m.local_comm_id, m.remote_comm_id);
-    vec![
-        Row::new(vec![
-            l,
-            r,
-            hx("local_ca_guid", m.local_ca_guid, 16),
-            hx("vendor_id", m.vendor_id, 6),
-        ]),
-        Row::new(vec![
-            hx("local_qpn", m.local_qpn, 6),
-            hx("local_qkey", m.local_qkey, 8),
-            hx("starting_psn", m.starting_psn, 6),
-            hx("local_eecn", m.local_eecn, 6),
-        ]),
-        Row::new(vec![
-            dec("responder_resources", m.responder_resources),
-            dec("initiator_depth", m.initiator_depth),
-            dec("target_ack_delay", m.target_ack_delay).note(timeout_text(m.target_ack_delay)),
-            dec("failover_accepted", m.failover_accepted).note(failover_text(m.failover_accepted)),
-            flag("end_to_end_flow_control", m.end_to_end_flow_control),
-            dec("rnr_retry_count", m.rnr_retry_count)
-                .note_opt((m.rnr_retry_count == 7).then(|| "infinite".to_string())),
-            flag("srq", m.srq),
-        ]),
-        Row::new(vec![bytes("private_data", &m.private_data)]),
-    ]
-}
-
-fn rtu_rows(m: &Rtu) -> Vec<Row> {
-    vec![
-        Row::new(ids(m.local_comm_id, m.remote_comm_id).to_vec()),
-        Row::new(vec![bytes("private_data", &m.private_data)]),
-    ]
-}
-
-fn dreq_rows(m: &Dreq) -> Vec<Row> {
-    let [l, r] = ids(m.local_comm_id, m.remote_comm_id);
-    vec![
-        Row::new(vec![l, r, hx("remote_qpn", m.remote_qpn, 6)]),
-        Row::new(vec![bytes("private_data", &m.private_data)]),
-    ]
-}
-
-fn drep_rows(m: &Drep) -> Vec<Row> {
-    vec![
-        Row::new(ids(m.local_comm_id, m.remote_comm_id).to_vec()),
-        Row::new(vec![bytes("private_data", &m.private_data)]),
-    ]
-}
-
-fn sidr_req_rows(m: &SidrReq) -> Vec<Row> {
-    let mut rows = vec![
-        Row::new(vec![
-            hx("request_id", m.request_id, 8),
-            hx("pkey", m.pkey, 4),
-            hx("service_id", m.service_id, 16).note_opt(service_id_note(m.service_id)),
-        ]),
-        Row::new(vec![bytes("private_data", &m.private_data)]),
-    ];
-    rows.extend(rdma_cm_row(m.service_id, &m.private_data));
-    rows
-}
-
-fn sidr_rep_rows(m: &SidrRep) -> Vec<Row> {
-    vec![
-        Row::new(vec![
-            hx("request_id", m.request_id, 8),
-            dec("status", m.status).note(sidr_status_text(m.status)),
-            text("status_text", sidr_status_text(m.status)).json_only(),
-            hx("qpn", m.qpn, 6),
-            hx("qkey", m.qkey, 8),
-        ]),
-        Row::new(vec![
-            hx("service_id", m.service_id, 16).note_opt(service_id_note(m.service_id)),
-            hx("vendor_id", m.vendor_id, 6),
-        ]),
-        Row::new(vec![
-            dec("info_length", m.info_length),
-            bytes("info", &m.info),
-        ]),
-        Row::new(vec![bytes("private_data", &m.private_data)]),
-    ]
-}
-
-fn lap_rows(m: &Lap) -> Vec<Row> {
-    let [l, r] = ids(m.local_comm_id, m.remote_comm_id);
-    let mut rows = vec![Row::new(vec![
-        l,
-        r,
-        hx("remote_qpn", m.remote_qpn, 6),
-        dec("remote_cm_response_timeout", m.remote_cm_response_timeout)
-            .note(timeout_text(m.remote_cm_response_timeout)),
-    ])];
-    // The proposed path is shown even when it is all zero.
-    let mut path = path_rows(&m.alternate, false);
-    for row in &mut path {
-        row.text = None;
-    }
-    rows.extend(path);
-    rows.push(Row::new(vec![bytes("private_data", &m.private_data)]));
-    rows
-}
-
-fn apr_rows(m: &Apr) -> Vec<Row> {
-    let [l, r] = ids(m.local_comm_id, m.remote_comm_id);
-    vec![
-        Row::new(vec![
-            l,
-            r,
-            dec("ap_status", m.ap_status).note(apr_status_text(m.ap_status)),
-            text("ap_status_text", apr_status_text(m.ap_status)).json_only(),
-        ]),
-        Row::new(vec![
-            dec("info_length", m.info_length),
-            bytes("info", &m.info),
-        ]),
-        Row::new(vec![bytes("private_data", &m.private_data)]),
-    ]
-}
-
-fn class_port_info_rows(c: &ClassPortInfo) -> Vec<Row> {
-    vec![
-        Row::new(vec![
-            dec("base_version", c.base_version),
-            dec("class_version", c.class_version),
-            hx("capability_mask", c.capability_mask, 4),
-            hx("capability_mask2", c.capability_mask2, 7),
-            dec("resp_time_value", c.resp_time_value).note(timeout_text(c.resp_time_value)),
-        ]),
-        Row::new(vec![
-            gid("redirect_gid", c.redirect_gid),
-            dec("redirect_tc", c.redirect_tc),
-            dec("redirect_sl", c.redirect_sl),
-            hx("redirect_fl", c.redirect_fl, 5),
-            dec("redirect_lid", c.redirect_lid),
-            hx("redirect_pkey", c.redirect_pkey, 4),
-            hx("redirect_qp", c.redirect_qp, 6),
-            hx("redirect_qkey", c.redirect_qkey, 8),
-        ]),
-        Row::new(vec![
-            gid("trap_gid", c.trap_gid),
-            dec("trap_tc", c.trap_tc),
-            dec("trap_sl", c.trap_sl),
-            hx("trap_fl", c.trap_fl, 5),
-            dec("trap_lid", c.trap_lid),
-            hx("trap_pkey", c.trap_pkey, 4),
-            dec("trap_hl", c.trap_hl),
-            hx("trap_qp", c.trap_qp, 6),
-            hx("trap_qkey", c.trap_qkey, 8),
-        ]),
-    ]
+/// One declared field as the renderers show it: the value typed by the
+/// field's [`Show`] with its note, plus the derived JSON-only `*_text` key
+/// of the three status/reason codes.
+fn shown(f: &FieldRef<'_>, out: &mut Vec<Field>) {
+    let n = match f.value {
+        FieldValue::Uint(n, _) => n,
+        FieldValue::Bool(b) => return out.push(flag(f.name, b)),
+        FieldValue::Code(c) => return out.push(text(f.name, c.name())),
+        FieldValue::Gid(g) => return out.push(gid(f.name, g)),
+        FieldValue::Bytes(b) => return out.push(bytes(f.name, b)),
+    };
+    let small = n as u8;
+    let field = match f.show {
+        Show::Hex | Show::Plain => {
+            let FieldValue::Uint(_, bits) = f.value else {
+                unreachable!()
+            };
+            hx(f.name, n, bits.div_ceil(4) as usize)
+        }
+        Show::Dec => dec(f.name, n),
+        Show::Timeout => dec(f.name, n).note(timeout_text(small)),
+        Show::Rate => dec(f.name, n).note_opt(rate_text(small).map(str::to_string)),
+        Show::Mtu => dec(f.name, n).note_opt(mtu_text(small)),
+        Show::Transport => dec(f.name, n).note(transport_text(small)),
+        Show::ExtTransport => dec(f.name, n).note_opt((n == 1).then(|| "XRC".to_string())),
+        Show::RnrRetry => dec(f.name, n).note_opt((n == 7).then(|| "infinite".to_string())),
+        Show::Failover => dec(f.name, n).note(failover_text(small)),
+        Show::ServiceId => hx(f.name, n, 16).note_opt(service_id_note(n)),
+        Show::RejReason => {
+            let t = reject_reason_text(n as u16);
+            out.push(dec(f.name, n).note(t));
+            text("reason_text", t).json_only()
+        }
+        Show::SidrStatus => {
+            let t = sidr_status_text(small);
+            out.push(dec(f.name, n).note(t));
+            text("status_text", t).json_only()
+        }
+        Show::AprStatus => {
+            let t = apr_status_text(small);
+            out.push(dec(f.name, n).note(t));
+            text("ap_status_text", t).json_only()
+        }
+    };
+    out.push(field);
 }
 
 /// Every field of a message, grouped in the rows the text output prints.
@@ -689,20 +444,38 @@ fn class_port_info_rows(c: &ClassPortInfo) -> Vec<Row> {
 ///   trap_gid trap_tc trap_sl trap_fl trap_lid trap_pkey trap_hl trap_qp
 ///   trap_qkey`.
 pub fn message_rows(msg: &CmMsg) -> Vec<Row> {
+    let mut rows: Vec<Row> = msg
+        .rows()
+        .iter()
+        .map(|r| {
+            let mut fields = Vec::with_capacity(r.len() + 1);
+            for f in r {
+                shown(f, &mut fields);
+            }
+            Row::new(fields)
+        })
+        .collect();
     match msg {
-        CmMsg::ClassPortInfo(m) => class_port_info_rows(m),
-        CmMsg::Req(m) => req_rows(m),
-        CmMsg::Mra(m) => mra_rows(m),
-        CmMsg::Rej(m) => rej_rows(m),
-        CmMsg::Rep(m) => rep_rows(m),
-        CmMsg::Rtu(m) => rtu_rows(m),
-        CmMsg::Dreq(m) => dreq_rows(m),
-        CmMsg::Drep(m) => drep_rows(m),
-        CmMsg::SidrReq(m) => sidr_req_rows(m),
-        CmMsg::SidrRep(m) => sidr_rep_rows(m),
-        CmMsg::Lap(m) => lap_rows(m),
-        CmMsg::Apr(m) => apr_rows(m),
+        CmMsg::Req(r) => {
+            if r.alternate == ReqPath::default() {
+                // Two text lines for the all-zero alternate path: one says
+                // so, the other is left out (JSON keeps every field). A LAP
+                // shows its proposed path even when it is all zero.
+                let at = rows.iter().position(|row| {
+                    row.fields.first().map(|f| f.name) == Some("alternate_local_lid")
+                });
+                if let Some(i) = at {
+                    rows[i].text =
+                        Some("alternate path: none (all alternate path fields zero)".into());
+                    rows[i + 1].text = Some(String::new());
+                }
+            }
+            rows.extend(rdma_cm_row(r.service_id, &r.private_data));
+        }
+        CmMsg::SidrReq(m) => rows.extend(rdma_cm_row(m.service_id, &m.private_data)),
+        _ => {}
     }
+    rows
 }
 
 // ---------------------------------------------------------------------------
@@ -723,27 +496,19 @@ pub fn attr_label(attr_id: u16) -> String {
 
 /// BTH fields, then DETH and ICRC fields (two text lines).
 fn transport_rows(f: &RoceFrame) -> [Vec<Field>; 2] {
-    let b = &f.bth;
-    [
-        vec![
-            hx("bth_opcode", b.opcode, 2),
-            flag("bth_se", b.solicited_event),
-            flag("bth_mig_req", b.mig_req),
-            dec("bth_pad_count", b.pad_count),
-            hx("bth_pkey", b.pkey, 4),
-            flag("bth_fecn", b.fecn),
-            flag("bth_becn", b.becn),
-            dec("bth_dest_qp", b.dest_qp),
-            flag("bth_ack_req", b.ack_req),
-            dec("psn", b.psn),
-        ],
-        vec![
-            hx("deth_qkey", f.deth.q_key, 8),
-            dec("deth_src_qp", f.deth.src_qp),
-            hx("icrc", f.icrc, 8).note(if f.icrc_ok { "ok" } else { "BAD" }),
-            flag("icrc_ok", f.icrc_ok).json_only(),
-        ],
-    ]
+    let mut bth = Vec::with_capacity(10);
+    for field in f.bth.rows().iter().flatten() {
+        shown(field, &mut bth);
+    }
+    let mut deth = Vec::with_capacity(4);
+    for field in f.deth.rows().iter().flatten() {
+        shown(field, &mut deth);
+    }
+    deth.extend([
+        hx("icrc", f.icrc, 8).note(if f.icrc_ok { "ok" } else { "BAD" }),
+        flag("icrc_ok", f.icrc_ok).json_only(),
+    ]);
+    [bth, deth]
 }
 
 fn header_fields(h: &MadHeader) -> Vec<Field> {

@@ -9,14 +9,18 @@
 //! Field positions are given as (byte offset in the MAD, bit offset from the
 //! most significant bit of that byte, width in bits), exactly the IBTA
 //! "Byte[Bit]" notation, so each table line can be checked against the spec.
+//! Each CM attribute is one such table ([`field`]'s `cm_message!`), from
+//! which its view, representation and decoder field list are generated.
 
 pub mod cm;
+pub mod field;
 pub mod mad;
 pub mod roce;
 
 use core::fmt;
 
 pub use cm::*;
+pub use field::{FieldRef, FieldValue, Show};
 pub use mad::*;
 
 /// Size of every CM MAD (header + attribute data).
@@ -162,23 +166,6 @@ macro_rules! view_fields {
     };
 }
 pub(crate) use view_fields;
-
-/// Declares byte-area accessors (GIDs, private data, ARI) of a view type.
-macro_rules! view_areas {
-    ($view:ident { $( $(#[$meta:meta])* $get:ident, $get_mut:ident = ($off:expr, $len:expr); )* }) => {
-        impl<T: AsRef<[u8]>> $view<T> {
-            $( $(#[$meta])* #[inline] pub fn $get(&self) -> &[u8; $len] {
-                self.buffer.as_ref()[$off..$off + $len].try_into().unwrap()
-            } )*
-        }
-        impl<T: AsRef<[u8]> + AsMut<[u8]>> $view<T> {
-            $( #[inline] pub fn $get_mut(&mut self) -> &mut [u8; $len] {
-                (&mut self.buffer.as_mut()[$off..$off + $len]).try_into().unwrap()
-            } )*
-        }
-    };
-}
-pub(crate) use view_areas;
 
 /// A 128-bit InfiniBand GID. RoCE GIDs are IPv6 addresses (IPv4-mapped for
 /// IPv4), so the text form is IPv6 text.
