@@ -25,6 +25,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("decode", &["capture", "wire", "log"]),
     ("ladder", &["decode", "capture", "wire", "log"]),
     ("svg", &["ladder", "decode", "capture", "wire", "log"]),
+    // rdma_cm's conventions over the IB CM (its tests read a capture).
+    ("cma", &["engine", "wire", "decode", "capture"]),
     // Transports, threads, the Rust API, the C ABI.
     ("fabric", &["capture", "engine", "wire", "log"]),
     (
