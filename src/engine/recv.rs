@@ -194,24 +194,41 @@ impl Engine {
     }
 
     fn dispatch(&mut self, now: Time, src: &MadSource, buf: &[u8]) -> Handled {
-        let mut clamped = [0u8; wire::MAD_LEN];
-        let (mad, buf) = match CmMad::parse(buf) {
-            Ok(m) => (m, buf),
+        match CmMad::parse(buf) {
+            Ok(m) => self.dispatch_parsed(now, src, m, buf),
             Err(e @ wire::Error::Reserved { .. }) if buf.len() >= wire::MAD_LEN => {
-                clamped.copy_from_slice(&buf[..wire::MAD_LEN]);
-                let Some((field, value)) = wire::clamp_info_length(&mut clamped) else {
-                    return Err(Dropped::Malformed(e));
-                };
-                let m = CmMad::parse(&clamped).map_err(Dropped::Malformed)?;
-                self.counters.rx_clamped += 1;
-                self.notice(Notice::Clamped { field, value });
-                (m, &clamped[..])
+                self.dispatch_clamped(now, src, buf, e)
             }
             Err(e) => {
                 self.answer_unsupported(src, buf, &e);
-                return Err(Dropped::Malformed(e));
+                Err(Dropped::Malformed(e))
             }
+        }
+    }
+
+    /// A MAD whose only fault is a length field beyond its area: clamped
+    /// and delivered (docs/RELIABILITY.md "Length fields out of range").
+    /// Kept out of `dispatch` so the common path copies nothing.
+    #[cold]
+    fn dispatch_clamped(
+        &mut self,
+        now: Time,
+        src: &MadSource,
+        buf: &[u8],
+        e: wire::Error,
+    ) -> Handled {
+        let mut clamped = [0u8; wire::MAD_LEN];
+        clamped.copy_from_slice(&buf[..wire::MAD_LEN]);
+        let Some((field, value)) = wire::clamp_info_length(&mut clamped) else {
+            return Err(Dropped::Malformed(e));
         };
+        let m = CmMad::parse(&clamped).map_err(Dropped::Malformed)?;
+        self.counters.rx_clamped += 1;
+        self.notice(Notice::Clamped { field, value });
+        self.dispatch_parsed(now, src, m, &clamped)
+    }
+
+    fn dispatch_parsed(&mut self, now: Time, src: &MadSource, mad: CmMad, buf: &[u8]) -> Handled {
         let attr_id = mad.msg.attr_id();
         self.counters.rx[attr_index(attr_id)] += 1;
         let raw = &buf[..wire::MAD_LEN];
