@@ -21,13 +21,15 @@
 //!
 //! Each device runs `DeviceOptions::threads` event-loop threads (`ibcm-N`)
 //! and, for a transport that watches its ports (real HCAs), one
-//! `ibcm-ports` thread that installs new port tables. Consumer threads run
-//! their own API calls; their callbacks are deferred to an event loop.
+//! `ibcm-ports` thread that installs new port tables. A consumer thread
+//! runs the engine step of its own `CmId` call and sends its MADs (held
+//! back inside `Device::batch`); the callbacks such a call causes are
+//! handed to an event loop (`CmId::with_engine`), not run in the caller.
 //!
 //! # Locks
 //!
 //! Taken in this order, never the other way: the device's `listen_lock`
-//! (listen, insert_listen, listener destroy) → one shard's engine mutex →
+//! (listen, insert_listen) → one shard's engine mutex →
 //! the leaves: the device's send queue (`outq`), an id's delivery queue,
 //! a registry shard. `send_lock` (one flush at a time) is taken with no
 //! shard lock held and only nests `outq`. No lock is held while MADs are
