@@ -1,0 +1,387 @@
+//! `Device`: a transport, its engine shards and threads; opening (with
+//! `DeviceOptions`), ports and their C GID attribute objects, counters and
+//! close.
+
+use super::event_loop::Outputs;
+use super::shell::Shell;
+use super::spec::open_transport;
+use super::{lock, read};
+use crate::abi::{IbGid, IbGidAttr};
+use crate::engine::{self, *};
+use crate::fabric::Transport;
+use crate::log::{ERROR, WARN};
+use std::cell::UnsafeCell;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Device options beyond the name.
+#[derive(Debug, Clone)]
+pub struct DeviceOptions {
+    /// Engine shards (rounded up to a power of two).
+    pub shards: u32,
+    /// Event-loop threads receiving from the transport.
+    pub threads: u32,
+    /// Passive half-open connection cap per shard (0 = unlimited).
+    pub max_half_open: u32,
+    /// Half-open connections per source and shard (0 = no quota).
+    pub max_half_open_per_source: u32,
+    /// The passive side's wait for an RTU per try, in ms (0 = as the REQ asks).
+    pub rep_timeout_cap_ms: u64,
+    /// The passive side's REP (and DREQ) retries, at most.
+    pub rep_max_retries: u8,
+    /// Reject REQs whose path names another requester than their source.
+    pub reject_off_path_req: bool,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        let env = |k: &str, d: u32| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let max_half_open = env("IBCM_MAX_HALF_OPEN", 65536);
+        let defaults = EngineConfig::new(0, Vec::new());
+        DeviceOptions {
+            shards: env("IBCM_SHARDS", 1).max(1),
+            threads: env("IBCM_THREADS", 1).max(1),
+            max_half_open,
+            max_half_open_per_source: env("IBCM_MAX_HALF_OPEN_PER_SOURCE", max_half_open / 4),
+            rep_timeout_cap_ms: env(
+                "IBCM_REP_TIMEOUT_CAP_MS",
+                defaults.rep_timeout_cap_ms as u32,
+            ) as u64,
+            rep_max_retries: env("IBCM_REP_MAX_RETRIES", defaults.rep_max_retries as u32).min(15)
+                as u8,
+            reject_off_path_req: env("IBCM_REJECT_OFF_PATH_REQ", 1) != 0,
+        }
+    }
+}
+
+/// A counter alone on its cache line.
+#[derive(Default)]
+#[repr(align(64))]
+pub(super) struct PaddedCount(pub(super) AtomicUsize);
+
+/// One device's `struct ib_gid_attr` objects, by (port, GID index).
+type GidAttrTable = Box<[(u8, u16, UnsafeCell<IbGidAttr>)]>;
+
+fn gid_attr_table(ports: &[PortInfo], device: *mut c_void) -> GidAttrTable {
+    let mut attrs = Vec::new();
+    for p in ports {
+        for (i, e) in p.gids.iter().enumerate() {
+            let a = IbGidAttr {
+                ndev: std::ptr::null_mut(),
+                device,
+                gid: IbGid::from_raw(e.gid.0),
+                gid_type: e.gid_type as u32,
+                index: i as u16,
+                port_num: p.port_num as u32,
+            };
+            attrs.push((p.port_num, i as u16, UnsafeCell::new(a)));
+        }
+    }
+    attrs.into_boxed_slice()
+}
+
+pub struct Device {
+    pub(super) name: String,
+    pub(super) transport: Arc<dyn Transport>,
+    pub(super) shards: Vec<Mutex<Engine>>,
+    pub(super) shared: Arc<Shared>,
+    epoch: Instant,
+    pub(super) stop: AtomicBool,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// When the event loop sleeps until (ns since epoch), for wake-ups.
+    pub(super) sleep_until: AtomicU64,
+    pub(super) timer_gen: AtomicU64,
+    /// Serialises listen/insert_listen/listener destroy (not on the
+    /// message path).
+    pub(super) listen_lock: Mutex<()>,
+    /// Live ids per shard (summed by `live_ids()`): one cache line each,
+    /// so threads creating and destroying ids on different shards do not
+    /// share one counter.
+    pub(super) live_ids: Box<[PaddedCount]>,
+    /// Ids with events from API calls, delivered by the event loop.
+    pub(super) deferred: Mutex<Vec<Arc<Shell>>>,
+    /// MADs waiting to be sent, in engine order.
+    pub(super) outq: Mutex<Vec<Transmit>>,
+    /// Set after MADs are queued on `outq`; lets a flush with nothing to
+    /// send skip both device-wide locks (an API call that sends nothing,
+    /// such as destroying an idle id, then touches no device lock).
+    pub(super) outq_pending: std::sync::atomic::AtomicBool,
+    pub(super) send_lock: Mutex<()>,
+    /// GID attribute objects handed to C (`sgid_attr`): the last table is
+    /// current; older ones (before a port change) stay alive with the
+    /// device so pointers already given out remain valid.
+    gid_attrs: std::sync::RwLock<Vec<GidAttrTable>>,
+    ports: std::sync::RwLock<Arc<Vec<PortInfo>>>,
+    node_guid: u64,
+}
+
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
+
+impl Device {
+    /// Opens a device by name (`soft:…`, `loop:…`).
+    pub fn open(name: &str, opts: DeviceOptions) -> Result<Arc<Device>, Errno> {
+        Ok(Device::with_transport(open_transport(name)?, opts))
+    }
+
+    /// A device over any transport; starts its event-loop thread(s).
+    pub fn with_transport(transport: Arc<dyn Transport>, opts: DeviceOptions) -> Arc<Device> {
+        let shard_bits = opts.shards.next_power_of_two().trailing_zeros().min(6);
+        let seed = random_seed();
+        let shared = Arc::new(Shared::new(seed, shard_bits));
+        let ports = transport.ports();
+        let node_guid = transport.node_guid();
+        let hi_tid = ((seed >> 32) as u32 & 0xffff).max(1);
+        let shards = (0..1u32 << shard_bits)
+            .map(|i| {
+                let mut cfg = EngineConfig::new(node_guid, ports.clone());
+                cfg.shard = i;
+                cfg.hi_tid = hi_tid;
+                cfg.max_half_open = opts.max_half_open;
+                cfg.max_half_open_per_source = opts.max_half_open_per_source;
+                cfg.rep_timeout_cap_ms = opts.rep_timeout_cap_ms;
+                cfg.rep_max_retries = opts.rep_max_retries;
+                cfg.reject_off_path_req = opts.reject_off_path_req;
+                if let Some(d) = transport.ack_delay() {
+                    cfg.ack_delay = d;
+                }
+                cfg.seed = seed ^ (i as u64).wrapping_mul(0x9e37_79b9);
+                Mutex::new(Engine::new(cfg, shared.clone()))
+            })
+            .collect();
+        let attrs = gid_attr_table(&ports, std::ptr::null_mut());
+        let dev = Arc::new(Device {
+            name: transport.describe(),
+            transport,
+            shards,
+            shared,
+            epoch: Instant::now(),
+            stop: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+            sleep_until: AtomicU64::new(0),
+            timer_gen: AtomicU64::new(0),
+            listen_lock: Mutex::new(()),
+            live_ids: (0..1u32 << shard_bits)
+                .map(|_| PaddedCount::default())
+                .collect(),
+            deferred: Mutex::new(Vec::new()),
+            outq: Mutex::new(Vec::new()),
+            outq_pending: std::sync::atomic::AtomicBool::new(false),
+            send_lock: Mutex::new(()),
+            gid_attrs: std::sync::RwLock::new(vec![attrs]),
+            ports: std::sync::RwLock::new(Arc::new(ports)),
+            node_guid,
+        });
+        let me = dev.c_ptr();
+        for t in read(&dev.gid_attrs).iter() {
+            for (_, _, a) in t.iter() {
+                unsafe { (*a.get()).device = me };
+            }
+        }
+        let mut threads = lock(&dev.threads);
+        if dev.transport.watches_ports() {
+            let d = dev.clone();
+            let h = std::thread::Builder::new()
+                .name("ibcm-ports".into())
+                .spawn(move || {
+                    while !d.stop.load(Ordering::SeqCst) {
+                        if let Some(p) = d.transport.port_change(Duration::from_millis(200)) {
+                            d.update_ports(p);
+                        }
+                    }
+                })
+                .expect("spawn ibcm port watcher");
+            threads.push(h);
+        }
+        for t in 0..opts.threads.max(1) {
+            let d = dev.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("ibcm-{t}"))
+                .spawn(move || d.event_loop())
+                .expect("spawn ibcm event loop");
+            threads.push(h);
+        }
+        drop(threads);
+        ibcm_log!(
+            crate::log::INFO,
+            "{}: open, {} shard(s), node GUID {:#018x}",
+            dev.name,
+            dev.shards.len(),
+            node_guid
+        );
+        dev
+    }
+
+    /// The `struct ib_device *` C code sees for this device.
+    pub fn c_ptr(&self) -> *mut c_void {
+        self as *const Device as *mut c_void
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn node_guid(&self) -> u64 {
+        self.node_guid
+    }
+
+    /// The ports as they are now (real devices change on port events).
+    pub fn ports(&self) -> Arc<Vec<PortInfo>> {
+        read(&self.ports).clone()
+    }
+
+    /// Installs a new port table (GID/P_Key/LID changes of a real device):
+    /// new GID attribute objects, every shard's engine, `ports()`.
+    pub fn update_ports(&self, ports: Vec<PortInfo>) {
+        let attrs = gid_attr_table(&ports, self.c_ptr());
+        self.gid_attrs
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(attrs);
+        for s in &self.shards {
+            lock(s).set_ports(ports.clone());
+        }
+        *self.ports.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ports);
+        ibcm_log!(crate::log::INFO, "{}: port tables updated", self.name);
+    }
+
+    pub fn transport(&self) -> &Arc<dyn Transport> {
+        &self.transport
+    }
+
+    /// Live ids (listeners and incoming ids included).
+    pub fn live_ids(&self) -> usize {
+        self.live_ids
+            .iter()
+            .map(|c| c.0.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Counters of all shards.
+    pub fn counters(&self) -> Counters {
+        let mut c = Counters::default();
+        for s in &self.shards {
+            c.merge(lock(s).counters());
+        }
+        c
+    }
+
+    /// The engine configuration (shard 0's; the shards differ only in
+    /// their index and seed).
+    pub fn engine_config(&self) -> EngineConfig {
+        lock(&self.shards[0]).config().clone()
+    }
+
+    /// Half-open sources and eviction-queue entries, all shards.
+    pub fn admission_sizes(&self) -> (usize, usize) {
+        self.shards.iter().fold((0, 0), |(a, b), s| {
+            let (x, y) = lock(s).admission_sizes();
+            (a + x, b + y)
+        })
+    }
+
+    /// Passive connections counted against `max_half_open`, all shards.
+    pub fn half_open(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| lock(s).half_open() as usize)
+            .sum()
+    }
+
+    /// Pending timers of all shards.
+    pub fn timer_count(&self) -> usize {
+        self.shards.iter().map(|s| lock(s).timer_count()).sum()
+    }
+
+    pub fn now(&self) -> Time {
+        Time(self.epoch.elapsed().as_nanos() as u64)
+    }
+
+    /// The GID attribute object of (port, index), if any.
+    pub fn gid_attr(&self, port: u8, index: u16) -> Option<*const IbGidAttr> {
+        read(&self.gid_attrs)
+            .last()?
+            .iter()
+            .find(|(p, i, _)| *p == port && *i == index)
+            .map(|(_, _, a)| a.get() as *const IbGidAttr)
+    }
+
+    /// Stops the event loop and destroys every remaining id (their
+    /// protocol actions are sent). Called by `ibcm_close_device`.
+    pub fn close(self: &Arc<Self>) {
+        if self.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // Destroy what the consumer left behind.
+        let mut leftovers = 0;
+        for (i, s) in self.shards.iter().enumerate() {
+            let mut out = Outputs::default();
+            {
+                let mut e = lock(s);
+                for h in e.handles() {
+                    leftovers += 1;
+                    let user = e.info(h).map(|c| c.user).unwrap_or(0);
+                    e.destroy(h, 0);
+                    if user != 0 {
+                        let sh = unsafe { &*(user as *const Shell) };
+                        let mut d = lock(&sh.dq);
+                        d.destroyed = true;
+                        d.queue.clear();
+                    }
+                }
+                self.drain(i as u32, &mut e, &mut out);
+            }
+            self.flush();
+        }
+        if leftovers > 0 {
+            ibcm_log!(
+                WARN,
+                "{}: closed with {leftovers} live id(s); destroyed them",
+                self.name
+            );
+        }
+        let me = std::thread::current().id();
+        let threads: Vec<JoinHandle<()>> = lock(&self.threads).drain(..).collect();
+        // Several loop threads may share one wake-up: repeat it until each
+        // has seen the stop flag.
+        let started = Instant::now();
+        while threads
+            .iter()
+            .any(|t| t.thread().id() != me && !t.is_finished())
+            && started.elapsed() < Duration::from_secs(10)
+        {
+            self.transport.wake();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        for t in threads {
+            if t.thread().id() != me && t.join().is_err() {
+                ibcm_log!(ERROR, "{}: an event loop thread had panicked", self.name);
+            }
+        }
+    }
+
+    pub(super) fn shard_of(&self, shell: &Shell) -> &Mutex<Engine> {
+        &self.shards[shell.shard as usize]
+    }
+}
+
+fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    let n = unsafe { libc::getrandom(b.as_mut_ptr() as *mut c_void, 8, 0) };
+    let mut s = u64::from_ne_bytes(b);
+    if n != 8 {
+        s ^= std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+    }
+    s ^ (std::process::id() as u64) << 32 ^ engine::ids::splitmix64(&s as *const u64 as u64)
+}

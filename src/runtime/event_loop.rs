@@ -1,0 +1,321 @@
+//! The event loop and the paths out of an engine step: receive a batch,
+//! route each MAD to its shard, run timers, drain the engine's outputs
+//! (MADs onto the device's send queue in engine order, events onto their
+//! ids, work for other shards), then — no lock held — send and deliver.
+//! `Device::batch` and the loop thread hold a thread's MADs back and flush
+//! them together.
+
+use super::device::Device;
+use super::lock;
+use super::registry::register;
+use super::shell::{Item, Shell};
+use crate::engine::*;
+use crate::fabric::Received;
+use crate::log::{DEBUG, ERROR, INFO};
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// What one engine step produced, handled after the shard lock is released.
+#[derive(Default)]
+pub(super) struct Outputs {
+    pub(super) deliver: Vec<Arc<Shell>>,
+    pub(super) foreign: Vec<Foreign>,
+}
+
+thread_local! {
+    /// The device whose event loop runs on this thread: MADs queued on that
+    /// device while it handles a batch go out together when the batch is
+    /// done (one `sendmmsg`) instead of one by one.
+    static BATCH_DEV: Cell<*const Device> = const { Cell::new(std::ptr::null()) };
+}
+
+impl Device {
+    /// Takes everything an engine produced. Runs under the shard lock.
+    pub(super) fn drain(&self, shard: u32, e: &mut Engine, out: &mut Outputs) {
+        // Queued on the device in engine order while the shard lock is
+        // held, so MADs of one id can never overtake each other.
+        if e.has_transmits() {
+            e.take_transmits(&mut lock(&self.outq));
+            self.outq_pending.store(true, Ordering::SeqCst);
+        }
+        while let Some(c) = e.poll_change() {
+            if c.user != 0 {
+                let sh = unsafe { &*(c.user as *const Shell) };
+                // A REQ's new id starts with its listener's user token
+                // until `shell_for_event` gives it its own shell: never let
+                // the new id's fields overwrite the listener's.
+                if sh.handle() == c.id {
+                    sh.sync_public(&c);
+                }
+            }
+        }
+        while let Some(ev) = e.poll_event() {
+            if let Some(sh) = self.shell_for_event(shard, e, &ev) {
+                let listener = match &ev.param {
+                    EventParam::Req(p) => Some(p.listen_user),
+                    EventParam::SidrReq(p) => Some(p.listen_user),
+                    _ => None,
+                }
+                .map(|u| unsafe {
+                    // The listener is alive: destroying it crosses every
+                    // shard lock (see `destroy`), and we hold ours.
+                    Arc::increment_strong_count(u as *const Shell);
+                    Arc::from_raw(u as *const Shell)
+                });
+                lock(&sh.dq).queue.push_back(Item {
+                    ev,
+                    _listener: listener,
+                });
+                out.deliver.push(sh);
+            }
+        }
+        while let Some(f) = e.poll_foreign() {
+            out.foreign.push(f);
+        }
+        while let Some(n) = e.poll_notice() {
+            ibcm_log!(INFO, "{}: {n}", self.name);
+        }
+    }
+
+    /// The shell an event is for; creates the shell of a new incoming id
+    /// (REQ/SIDR_REQ), inheriting the listener's handler and context.
+    fn shell_for_event(&self, shard: u32, e: &mut Engine, ev: &Event) -> Option<Arc<Shell>> {
+        let listen_user = match &ev.param {
+            EventParam::Req(p) => Some(p.listen_user),
+            EventParam::SidrReq(p) => Some(p.listen_user),
+            _ => None,
+        };
+        if let Some(lu) = listen_user {
+            let listener = unsafe { &*(lu as *const Shell) };
+            let lc = unsafe { *listener.c.get() };
+            let shell = Arc::new(Shell::new(
+                listener.dev.clone(),
+                shard,
+                ev.id,
+                lc.cm_handler,
+                lc.context,
+                listener.rust_handler.clone(),
+            ));
+            if let Some(c) = e.info(ev.id) {
+                shell.sync_public(&c);
+            }
+            // One reference for the engine's user token / the consumer,
+            // released by destroy.
+            let raw = Arc::into_raw(shell.clone());
+            if let Err(err) = e.set_user(ev.id, raw as u64) {
+                // The event's id is gone: nothing to deliver to.
+                ibcm_log!(ERROR, "{}: new id {:#x}: {err}", self.name, ev.id.0);
+                drop(unsafe { Arc::from_raw(raw) });
+                return None;
+            }
+            register(raw);
+            self.live_ids[shard as usize]
+                .0
+                .fetch_add(1, Ordering::Relaxed);
+            return Some(shell);
+        }
+        // An event queued in the same engine step as the REQ that created
+        // its id (a REJ/DREQ right behind the REQ in one received batch)
+        // carries the user token the id had then: its listener's. Use the
+        // id's own shell, given above; never deliver it to the listener.
+        let user = match e.info(ev.id) {
+            Some(c) if c.user != 0 => c.user,
+            _ => ev.user,
+        };
+        if user == 0 {
+            return None;
+        }
+        let p = user as *const Shell;
+        if unsafe { (*p).handle() } != ev.id {
+            ibcm_log!(
+                DEBUG,
+                "{}: event {} for id {:#x} has no shell of its own yet: dropped",
+                self.name,
+                ev.kind.name(),
+                ev.id.0
+            );
+            return None;
+        }
+        unsafe {
+            Arc::increment_strong_count(p);
+            Some(Arc::from_raw(p))
+        }
+    }
+
+    /// Sends, delivers and forwards what a step produced (no locks held).
+    pub(super) fn finish(&self, out: Outputs) {
+        self.finish_with(out, false)
+    }
+
+    /// As `finish`; with `defer` the callbacks run on the event loop, not in
+    /// the calling thread (API calls: a consumer calling `ib_cm_notify` with
+    /// its own locks held must not be re-entered).
+    pub(super) fn finish_with(&self, out: Outputs, defer: bool) {
+        if !std::ptr::eq(BATCH_DEV.with(|d| d.get()), self) {
+            self.flush();
+        }
+        for f in out.foreign {
+            let Foreign::SendDreq { shard, local_id } = f;
+            let mut o = Outputs::default();
+            if let Some(s) = self.shards.get(shard as usize) {
+                let mut e = lock(s);
+                let now = self.now();
+                e.dreq_stale_local(now, local_id);
+                self.drain(shard, &mut e, &mut o);
+                self.note_deadline(&e);
+            }
+            self.finish_with(o, defer);
+        }
+        if defer {
+            if !out.deliver.is_empty() {
+                lock(&self.deferred).extend(out.deliver);
+                self.transport.wake();
+            }
+        } else {
+            for sh in out.deliver {
+                sh.deliver();
+            }
+        }
+    }
+
+    /// Wakes the event loop if `e` now has a timer earlier than its sleep.
+    pub(super) fn note_deadline(&self, e: &Engine) {
+        if let Some(d) = e.poll_timeout() {
+            self.timer_gen.fetch_add(1, Ordering::SeqCst);
+            if d.0 < self.sleep_until.load(Ordering::SeqCst) {
+                self.transport.wake();
+            }
+        }
+    }
+
+    pub(super) fn event_loop(self: Arc<Self>) {
+        let mut batch: Vec<Received> = Vec::with_capacity(256);
+        BATCH_DEV.with(|d| d.set(Arc::as_ptr(&self)));
+        while !self.stop.load(Ordering::SeqCst) {
+            // Callbacks for events that API calls produced.
+            let deferred = std::mem::take(&mut *lock(&self.deferred));
+            for sh in deferred {
+                sh.deliver();
+            }
+            // Timers due.
+            let now = self.now();
+            for (i, s) in self.shards.iter().enumerate() {
+                let mut out = Outputs::default();
+                {
+                    let mut e = lock(s);
+                    if e.poll_timeout().is_some_and(|d| d <= now) {
+                        e.handle_timeout(now);
+                        self.drain(i as u32, &mut e, &mut out);
+                    }
+                }
+                self.finish(out);
+            }
+            // Everything this thread produced goes out before it sleeps.
+            self.flush();
+            // Sleep until the next deadline or a MAD.
+            self.sleep_until.store(0, Ordering::SeqCst);
+            let gen0 = self.timer_gen.load(Ordering::SeqCst);
+            let next = self
+                .shards
+                .iter()
+                .filter_map(|s| lock(s).poll_timeout())
+                .min();
+            self.sleep_until
+                .store(next.map_or(u64::MAX, |t| t.0), Ordering::SeqCst);
+            let timeout = if self.timer_gen.load(Ordering::SeqCst) != gen0
+                || !lock(&self.deferred).is_empty()
+            {
+                Some(Duration::ZERO)
+            } else {
+                next.map(|t| Duration::from_nanos(t.0.saturating_sub(self.now().0)))
+            };
+            batch.clear();
+            if let Err(e) = self.transport.recv(timeout, &mut batch) {
+                ibcm_log!(ERROR, "{}: receive failed: {e}", self.name);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            self.sleep_until.store(0, Ordering::SeqCst);
+            if self.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            if !batch.is_empty() {
+                self.process(&batch);
+            }
+        }
+        self.flush();
+        BATCH_DEV.with(|d| d.set(std::ptr::null()));
+    }
+
+    /// Runs `f` with this thread's outgoing MADs held back, then sends them
+    /// all at once (one `sendmmsg` per 64 on the UDP fabric). For a thread
+    /// that starts many connections or disconnects in a row: each API call
+    /// otherwise sends its MAD immediately, one system call each. Order per
+    /// id is kept; nested calls flush at the outermost.
+    pub fn batch<R>(self: &Arc<Self>, f: impl FnOnce() -> R) -> R {
+        struct Restore<'a>(&'a Device, *const Device);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                BATCH_DEV.with(|d| d.set(self.1));
+                if !std::ptr::eq(self.1, self.0) {
+                    self.0.flush();
+                }
+            }
+        }
+        let prev = BATCH_DEV.with(|d| d.replace(Arc::as_ptr(self)));
+        let _restore = Restore(self, prev);
+        f()
+    }
+
+    /// Sends every queued MAD, in queue order. The send lock makes batches
+    /// taken by different threads leave in the order they were taken.
+    pub(super) fn flush(&self) {
+        // Whoever queued MADs flushes after queueing them (or at the end of
+        // its batch), so a clear flag means someone else already took them.
+        if !self.outq_pending.load(Ordering::SeqCst)
+            || !self.outq_pending.swap(false, Ordering::SeqCst)
+        {
+            return;
+        }
+        let _g = lock(&self.send_lock);
+        let batch = std::mem::take(&mut *lock(&self.outq));
+        if !batch.is_empty() {
+            self.transport.send(&batch);
+            let mut q = lock(&self.outq);
+            if q.is_empty() && q.capacity() < batch.capacity() {
+                let mut b = batch;
+                b.clear();
+                *q = b;
+            }
+        }
+    }
+
+    /// Hands received MADs to their shards.
+    pub(crate) fn process(&self, batch: &[Received]) {
+        let n = self.shards.len() as u64;
+        let now = self.now();
+        // Group consecutive MADs per shard to take each lock once.
+        let mut idx = 0;
+        while idx < batch.len() {
+            let shard_of = |r: &Received| match route(&self.shared, &r.mad, &r.src) {
+                Ok(s) => s as usize,
+                Err(h) => (h % n) as usize,
+            };
+            let s = shard_of(&batch[idx]);
+            let mut out = Outputs::default();
+            {
+                let mut e = lock(&self.shards[s]);
+                while idx < batch.len() && shard_of(&batch[idx]) == s {
+                    let r = &batch[idx];
+                    if let Err(d) = e.handle_mad(now, &r.src, &r.mad) {
+                        ibcm_log!(DEBUG, "{}: MAD from {} dropped: {d}", self.name, r.src.sgid);
+                    }
+                    idx += 1;
+                }
+                self.drain(s as u32, &mut e, &mut out);
+            }
+            self.finish(out);
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! `CmId`, the consumer's handle to an id: every `ib_cm.h` call on it (an
+//! engine step in the caller's thread, then send and deliver), and the
+//! `Device` calls that make ids (`create_id`, `insert_listen`).
+
+use super::device::Device;
+use super::event_loop::Outputs;
+use super::lock;
+use super::registry::register;
+use super::shell::{IN_CALLBACK, RustHandler, Shell};
+use crate::abi::{IbCmHandler, IbCmId};
+use crate::engine::*;
+use crate::log::{ERROR, WARN};
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A Rust handle to an id (keeps the object alive; using it after destroy
+/// gives `-EINVAL`).
+#[derive(Clone)]
+pub struct CmId(pub(crate) Arc<Shell>);
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CmId({:#010x})", self.local_id())
+    }
+}
+
+thread_local! {
+    /// Where this thread's next `create_id` goes (see there).
+    static NEXT_SHARD: Cell<usize> = Cell::new(THREAD_SEQ.fetch_add(1, Ordering::Relaxed));
+}
+
+static THREAD_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+impl Device {
+    /// `ib_create_cm_id`. `handler` and `context` are the C `struct
+    /// ib_cm_id` members of that name: stored for C code to read and
+    /// inherited by the ids of REQs a listener accepts. Events go to
+    /// `rust_handler` only (none: events are dropped); the C layer passes
+    /// one that builds the C event and calls the id's `cm_handler`.
+    pub fn create_id(
+        self: &Arc<Self>,
+        handler: IbCmHandler,
+        context: *mut c_void,
+        rust_handler: Option<RustHandler>,
+    ) -> Result<CmId, Errno> {
+        if self.stop.load(Ordering::SeqCst) {
+            return Err(Errno::ENODEV);
+        }
+        // Spread new ids over the shards: round robin per thread, each
+        // thread starting at a different shard, so one creating thread
+        // still uses every shard and two rarely wait for one lock.
+        // A shard whose lock is busy is skipped for the next free one.
+        let n = self.shards.len();
+        let first = NEXT_SHARD.with(|c| {
+            let v = c.get();
+            c.set(v.wrapping_add(1));
+            v % n
+        });
+        let (shard, mut e) = (0..n)
+            .find_map(|k| {
+                let s = (first + k) % n;
+                match self.shards[s].try_lock() {
+                    Ok(g) => Some((s, g)),
+                    Err(std::sync::TryLockError::Poisoned(p)) => Some((s, p.into_inner())),
+                    Err(std::sync::TryLockError::WouldBlock) => None,
+                }
+            })
+            .unwrap_or_else(|| (first, lock(&self.shards[first])));
+        let shard = shard as u32;
+        let h = e.create_id(0)?;
+        let shell = Arc::new(Shell::new(
+            self.clone(),
+            shard,
+            h,
+            handler,
+            context,
+            rust_handler,
+        ));
+        let raw = Arc::into_raw(shell.clone());
+        e.set_user(h, raw as u64)?;
+        register(raw);
+        if let Some(c) = e.info(h) {
+            shell.sync_public(&c);
+        }
+        self.live_ids[shard as usize]
+            .0
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(CmId(shell))
+    }
+
+    /// `ib_cm_insert_listen`: an existing compatible listener (same handler,
+    /// NULL context) is shared; each caller must destroy it once.
+    pub fn insert_listen(
+        self: &Arc<Self>,
+        handler: IbCmHandler,
+        service_id: u64,
+        rust_handler: Option<RustHandler>,
+    ) -> Result<CmId, Errno> {
+        let _g = lock(&self.listen_lock);
+        let key = handler.map_or(0, |f| f as usize as u64)
+            ^ rust_handler
+                .as_ref()
+                .map_or(0, |h| Arc::as_ptr(h) as *const u8 as usize as u64);
+        if let Some(entry) = self.shared.listen_lookup(service_id) {
+            if entry.share_key != Some(key) {
+                return Err(Errno::EINVAL);
+            }
+            let p = entry.user as *const Shell;
+            let sh = unsafe { &*p };
+            if unsafe { !(*sh.c.get()).context.is_null() } {
+                return Err(Errno::EINVAL);
+            }
+            lock(&self.shards[entry.shard as usize])
+                .share_listener(Handle(entry.local_id as u64))?;
+            register(p);
+            // One reference for the new sharer (released by its destroy),
+            // one for the returned handle.
+            unsafe {
+                Arc::increment_strong_count(p);
+                Arc::increment_strong_count(p);
+                return Ok(CmId(Arc::from_raw(p)));
+            }
+        }
+        let id = self.create_id(handler, std::ptr::null_mut(), rust_handler)?;
+        let r = {
+            let mut e = lock(&self.shards[id.0.shard as usize]);
+            let r = e.listen_keyed(id.0.handle(), service_id, Some(key));
+            if let Some(c) = e.info(id.0.handle()) {
+                id.0.sync_public(&c);
+            }
+            r
+        };
+        match r {
+            Ok(()) => Ok(id),
+            Err(e) => {
+                if let Err(d) = id.destroy() {
+                    ibcm_log!(
+                        WARN,
+                        "{}: destroying the id of a failed listen: {d}",
+                        self.name
+                    );
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl CmId {
+    /// From a C pointer; the caller guarantees it came from this library
+    /// and was not destroyed.
+    ///
+    /// # Safety
+    /// `p` must be a live `ib_cm_id` created by ibcm.
+    pub unsafe fn from_c(p: *mut IbCmId) -> CmId {
+        let s = p as *const Shell;
+        unsafe {
+            Arc::increment_strong_count(s);
+            CmId(Arc::from_raw(s))
+        }
+    }
+
+    /// The C pointer of this id.
+    pub fn c_ptr(&self) -> *mut IbCmId {
+        self.0.c.get()
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.0.dev
+    }
+
+    pub fn local_id(&self) -> u32 {
+        self.0.handle().0 as u32
+    }
+
+    /// The public `ib_cm_id` fields as last synchronised.
+    pub fn public(&self) -> IbCmId {
+        unsafe { std::ptr::read_volatile(self.0.c.get()) }
+    }
+
+    pub fn state(&self) -> Option<State> {
+        let dev = &self.0.dev;
+        lock(dev.shard_of(&self.0)).state(self.0.handle())
+    }
+
+    /// Runs an engine call on this id, then sends and delivers its results.
+    fn with_engine<R>(
+        &self,
+        f: impl FnOnce(&mut Engine, Time, Handle) -> ApiResult<R>,
+    ) -> ApiResult<R> {
+        let dev = &self.0.dev;
+        if dev.stop.load(Ordering::SeqCst) {
+            return Err(Errno::ENODEV);
+        }
+        let mut out = Outputs::default();
+        let r = {
+            let mut e = lock(dev.shard_of(&self.0));
+            let now = dev.now();
+            let r = f(&mut e, now, self.0.handle());
+            dev.drain(self.0.shard, &mut e, &mut out);
+            dev.note_deadline(&e);
+            r
+        };
+        dev.finish_with(out, true);
+        r
+    }
+
+    pub fn listen(&self, service_id: u64) -> ApiResult {
+        let _g = lock(&self.0.dev.listen_lock);
+        self.with_engine(|e, _, h| e.listen(h, service_id))
+    }
+
+    pub fn send_req(&self, p: &ReqParams) -> ApiResult {
+        self.with_engine(|e, now, h| e.send_req(now, h, p))
+    }
+
+    pub fn send_rep(&self, p: &RepParams) -> ApiResult {
+        self.with_engine(|e, now, h| e.send_rep(now, h, p))
+    }
+
+    pub fn send_rtu(&self, pdata: &[u8]) -> ApiResult {
+        self.with_engine(|e, _, h| e.send_rtu(h, pdata))
+    }
+
+    pub fn send_dreq(&self, pdata: &[u8]) -> ApiResult {
+        self.with_engine(|e, now, h| e.send_dreq(now, h, pdata))
+    }
+
+    pub fn send_drep(&self, pdata: &[u8]) -> ApiResult {
+        self.with_engine(|e, now, h| e.send_drep(now, h, pdata))
+    }
+
+    pub fn send_rej(&self, reason: u32, ari: &[u8], pdata: &[u8]) -> ApiResult {
+        self.with_engine(|e, now, h| e.send_rej(now, h, reason, ari, pdata))
+    }
+
+    pub fn prepare_mra(&self) -> ApiResult {
+        self.with_engine(|e, _, h| e.prepare_mra(h))
+    }
+
+    pub fn notify(&self, event: u32) -> ApiResult {
+        self.with_engine(|e, _, h| e.notify(h, event))
+    }
+
+    pub fn init_qp_attr(&self, qp_state: u32) -> ApiResult<QpAttr> {
+        self.with_engine(|e, _, h| e.init_qp_attr(h, qp_state))
+    }
+
+    pub fn send_sidr_req(&self, p: &SidrReqParams) -> ApiResult {
+        self.with_engine(|e, now, h| e.send_sidr_req(now, h, p))
+    }
+
+    pub fn send_sidr_rep(&self, p: &SidrRepParams) -> ApiResult {
+        self.with_engine(|e, _, h| e.send_sidr_rep(h, p))
+    }
+
+    /// `ib_destroy_cm_id`: blocks until no callback for this id runs; from
+    /// the id's own callback it is refused (returns `-EBUSY`).
+    pub fn destroy(&self) -> ApiResult {
+        let me = Arc::as_ptr(&self.0);
+        if IN_CALLBACK.with(|c| c.get()) == me {
+            ibcm_log!(
+                ERROR,
+                "ib_destroy_cm_id({:#010x}) called from its own callback: refused (return non-zero from the handler to destroy it)",
+                self.local_id()
+            );
+            return Err(Errno::EBUSY);
+        }
+        if lock(&self.0.dq).destroyed {
+            return Err(Errno::EINVAL);
+        }
+        self.0.destroy_inner(0, false);
+        Ok(())
+    }
+
+    pub fn is_destroyed(&self) -> bool {
+        lock(&self.0.dq).destroyed
+    }
+}

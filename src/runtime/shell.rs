@@ -1,0 +1,220 @@
+//! `Shell`: the id object (the C `struct ib_cm_id` first, so the C pointer
+//! is the object), its delivery queue, callback delivery (serialised, in
+//! engine order, a non-zero return destroys the id) and the protocol
+//! destroy with its release.
+
+use super::device::Device;
+use super::event_loop::Outputs;
+use super::id::CmId;
+use super::lock;
+use super::registry::unregister;
+use crate::abi::{IbCmHandler, IbCmId};
+use crate::engine::{Change, Event, Handle, State, errno};
+use crate::log::{DEBUG, ERROR};
+use std::cell::{Cell, UnsafeCell};
+use std::collections::VecDeque;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// A Rust event handler (the C handler lives in the `ib_cm_id`).
+pub type RustHandler = Arc<dyn Fn(&CmId, &Event) -> i32 + Send + Sync>;
+
+/// One id's delivery queue.
+pub(super) struct Delivery {
+    pub(super) queue: VecDeque<Item>,
+    delivering: bool,
+    pub(super) destroyed: bool,
+}
+
+/// An event waiting for delivery; a REQ/SIDR_REQ event keeps its listener
+/// alive until delivered (its `listen_id` points at it).
+pub(super) struct Item {
+    pub(super) ev: Event,
+    /// Held, never read: keeps the listener (`listen_id`) alive.
+    pub(super) _listener: Option<Arc<Shell>>,
+}
+
+/// An id. `#[repr(C)]` with the C struct first: `*mut IbCmId` == `*const Shell`.
+#[repr(C)]
+pub struct Shell {
+    pub(super) c: UnsafeCell<IbCmId>,
+    pub(super) dev: Arc<Device>,
+    pub(super) shard: u32,
+    handle: AtomicU64,
+    pub(super) rust_handler: Option<RustHandler>,
+    pub(super) dq: Mutex<Delivery>,
+    cond: Condvar,
+}
+
+// The C struct is shared with C code by design; access is serialised by
+// the shard lock (public fields) or owned by the consumer (handler/context).
+unsafe impl Send for Shell {}
+unsafe impl Sync for Shell {}
+
+thread_local! {
+    /// The id whose callback this thread is running (null when none).
+    pub(super) static IN_CALLBACK: Cell<*const Shell> = const { Cell::new(std::ptr::null()) };
+}
+
+impl Shell {
+    pub(super) fn new(
+        dev: Arc<Device>,
+        shard: u32,
+        h: Handle,
+        handler: IbCmHandler,
+        context: *mut c_void,
+        rust_handler: Option<RustHandler>,
+    ) -> Shell {
+        let devp = dev.c_ptr();
+        Shell {
+            c: UnsafeCell::new(IbCmId {
+                cm_handler: handler,
+                context,
+                device: devp,
+                service_id: 0,
+                state: 0,
+                lap_state: 0,
+                local_id: (h.0 as u32).to_be(),
+                remote_id: 0,
+                remote_cm_qpn: 1,
+            }),
+            dev,
+            shard,
+            handle: AtomicU64::new(h.0),
+            rust_handler,
+            dq: Mutex::new(Delivery {
+                queue: VecDeque::new(),
+                delivering: false,
+                destroyed: false,
+            }),
+            cond: Condvar::new(),
+        }
+    }
+
+    pub(super) fn handle(&self) -> Handle {
+        Handle(self.handle.load(Ordering::Relaxed))
+    }
+
+    /// Mirrors the engine's public fields into the C struct.
+    pub(super) fn sync_public(&self, c: &Change) {
+        let p = self.c.get();
+        unsafe {
+            std::ptr::write_volatile(&mut (*p).state, c.state as u32);
+            std::ptr::write_volatile(&mut (*p).lap_state, c.lap_state as u32);
+            std::ptr::write_volatile(&mut (*p).remote_id, c.remote_id.to_be());
+            std::ptr::write_volatile(&mut (*p).service_id, c.service_id.to_be());
+            std::ptr::write_volatile(&mut (*p).local_id, (c.id.0 as u32).to_be());
+        }
+    }
+
+    /// Delivers queued events unless another thread is already doing so.
+    pub(super) fn deliver(self: &Arc<Self>) {
+        {
+            let mut d = lock(&self.dq);
+            if d.delivering || d.destroyed || d.queue.is_empty() {
+                return;
+            }
+            d.delivering = true;
+        }
+        loop {
+            let item = {
+                let mut d = lock(&self.dq);
+                match (d.destroyed, d.queue.pop_front()) {
+                    (false, Some(item)) => item,
+                    _ => {
+                        d.delivering = false;
+                        // Idle ids keep no queue memory (a million
+                        // established ids would otherwise each hold one).
+                        d.queue = VecDeque::new();
+                        drop(d);
+                        self.cond.notify_all();
+                        return;
+                    }
+                }
+            };
+            let kind = item.ev.kind;
+            let prev = IN_CALLBACK.with(|c| c.replace(Arc::as_ptr(self)));
+            let ret =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.call_handler(&item)))
+                    .unwrap_or_else(|_| {
+                        ibcm_log!(
+                            ERROR,
+                            "handler panicked on {}; destroying the id",
+                            kind.name()
+                        );
+                        -errno::EIO
+                    });
+            IN_CALLBACK.with(|c| c.set(prev));
+            drop(item);
+            if ret != 0 {
+                ibcm_log!(
+                    DEBUG,
+                    "handler returned {ret} for {}: destroying the id",
+                    kind.name()
+                );
+                self.destroy_inner(ret, true);
+                let mut d = lock(&self.dq);
+                d.delivering = false;
+                d.queue = VecDeque::new();
+                drop(d);
+                self.cond.notify_all();
+                return;
+            }
+        }
+    }
+
+    fn call_handler(self: &Arc<Self>, item: &Item) -> i32 {
+        match &self.rust_handler {
+            Some(h) => h(&CmId(self.clone()), &item.ev),
+            None => 0,
+        }
+    }
+
+    /// Protocol destroy + release. `from_deliverer`: called by the thread
+    /// that delivers this id's events (non-zero handler return).
+    pub(super) fn destroy_inner(self: &Arc<Self>, err: i32, from_deliverer: bool) {
+        let dev = &self.dev;
+        let is_listener;
+        let gone;
+        let mut out = Outputs::default();
+        {
+            let mut e = lock(dev.shard_of(self));
+            is_listener = e.state(self.handle()) == Some(State::Listen);
+            gone = e.destroy(self.handle(), err);
+            dev.drain(self.shard, &mut e, &mut out);
+        }
+        dev.finish(out);
+        if !gone {
+            // A shared listener other users still hold: drop our share.
+            if is_listener {
+                unregister(Arc::as_ptr(self));
+                unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
+            }
+            return;
+        }
+        if is_listener {
+            // Barrier: after this no shard can still hold the listener's
+            // table entry without having taken a reference.
+            for s in &dev.shards {
+                drop(lock(s));
+            }
+        }
+        {
+            let mut d = lock(&self.dq);
+            d.destroyed = true;
+            d.queue.clear();
+            if !from_deliverer {
+                while d.delivering {
+                    d = self.cond.wait(d).unwrap_or_else(|e| e.into_inner());
+                }
+            }
+        }
+        dev.live_ids[self.shard as usize]
+            .0
+            .fetch_sub(1, Ordering::Relaxed);
+        unregister(Arc::as_ptr(self));
+        // Release the reference the engine's user token stood for.
+        unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
+    }
+}
