@@ -359,15 +359,6 @@ pub fn with_pid(path: &std::ffi::OsStr) -> PathBuf {
     PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
-/// A GID for an InfiniBand end known only by its LID: `fe80::<LID>`.
-pub fn lid_gid(lid: u16) -> Gid {
-    let mut g = [0u8; 16];
-    g[0] = 0xfe;
-    g[1] = 0x80;
-    g[14..16].copy_from_slice(&lid.to_be_bytes());
-    Gid(g)
-}
-
 /// One device's connection to the capture.
 pub struct Tap {
     name: String,
@@ -532,6 +523,6 @@ mod tests {
 
     #[test]
     fn lid_gids() {
-        assert_eq!(lid_gid(0x1234).to_string(), "fe80::1234");
+        assert_eq!(Gid::from_lid(0x1234).to_string(), "fe80::1234");
     }
 }

@@ -54,8 +54,6 @@ pub(crate) struct Admission {
     global: VecDeque<Entry>,
     sources: FastMap<Gid, Source>,
     next_seq: u64,
-    /// Connections evicted so far.
-    pub evicted: u64,
 }
 
 impl Admission {
@@ -64,7 +62,6 @@ impl Admission {
             global: VecDeque::new(),
             sources: FastMap::with_hasher(super::ids::FastState::new(seed)),
             next_seq: 1,
-            evicted: 0,
         }
     }
 

@@ -236,7 +236,6 @@ impl Engine {
         self.cancel_send(id);
         self.reset_to_idle(id);
         self.counters.half_open_evicted += 1;
-        self.admission.evicted += 1;
         self.notice(Notice::Evicted {
             local_id: id,
             source,

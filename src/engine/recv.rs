@@ -118,11 +118,7 @@ fn source_key(src: &MadSource) -> Gid {
     if src.has_grh {
         src.sgid
     } else {
-        let mut g = [0u8; 16];
-        g[0] = 0xfe;
-        g[1] = 0x80;
-        g[14..].copy_from_slice(&src.slid.to_be_bytes());
-        Gid(g)
+        Gid::from_lid(src.slid)
     }
 }
 

@@ -24,7 +24,7 @@
 use super::verbs::VerbsInfo;
 use super::{Received, Transport, TransportStats};
 use crate::capture::Direction;
-use crate::capture::live::{self, Tap, lid_gid};
+use crate::capture::live::{self, Tap};
 use crate::engine::{Errno, GidType, MadSource, PortInfo, Transmit, errno};
 use crate::log::{DEBUG, ERROR, INFO, WARN};
 use crate::wire::Gid;
@@ -264,14 +264,14 @@ impl UmadTransport {
             (port.lid, port.is_roce || d.has_grh)
         };
         let src = if d.sgid.is_zero() {
-            lid_gid(lid)
+            Gid::from_lid(lid)
         } else {
             d.sgid
         };
         let dst = if grh && !d.dgid.is_zero() {
             d.dgid
         } else {
-            lid_gid(d.dlid)
+            Gid::from_lid(d.dlid)
         };
         self.tap
             .mad(Direction::Outbound, &src, &dst, d.pkey, &t.mad);
@@ -397,7 +397,11 @@ impl UmadTransport {
                 Some(m) => {
                     if live::active() {
                         let s = &m.src;
-                        let src = if s.has_grh { s.sgid } else { lid_gid(s.slid) };
+                        let src = if s.has_grh {
+                            s.sgid
+                        } else {
+                            Gid::from_lid(s.slid)
+                        };
                         self.tap
                             .mad(Direction::Inbound, &src, &s.dgid, s.pkey, &m.mad);
                     }

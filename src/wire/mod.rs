@@ -175,6 +175,16 @@ pub struct Gid(pub [u8; 16]);
 impl Gid {
     pub const ZERO: Gid = Gid([0; 16]);
 
+    /// The link-local GID `fe80::<lid>` that stands for an InfiniBand end
+    /// known only by its LID (a MAD without GRH).
+    pub fn from_lid(lid: u16) -> Gid {
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        g[14..].copy_from_slice(&lid.to_be_bytes());
+        Gid(g)
+    }
+
     pub fn subnet_prefix(&self) -> u64 {
         u64::from_be_bytes(self.0[0..8].try_into().unwrap())
     }
