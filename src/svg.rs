@@ -727,9 +727,62 @@ pub fn rate_svg(points: &[(f64, f64)], label: &str) -> String {
     out
 }
 
+/// Pictures made by this module one above the other in one document:
+/// each keeps its own size and viewBox and is moved down by the heights
+/// of those before it (what `ibcm bench --svg` writes).
+pub fn stack(docs: &[String]) -> String {
+    // The size attributes `open_svg` writes on a document's root element.
+    let size = |d: &str, attr: &str| -> f64 {
+        let tag = d.find("<svg").map(|i| &d[i..]).unwrap_or("");
+        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+        tag.find(&format!(" {attr}=\""))
+            .and_then(|i| tag[i + attr.len() + 3..].split('"').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let width = docs.iter().map(|d| size(d, "width")).fold(0.0, f64::max);
+    let height: f64 = docs.iter().map(|d| size(d, "height")).sum();
+    let mut out = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" \
+         version=\"1.1\" width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\">\n"
+    );
+    let mut y = 0.0;
+    for d in docs {
+        let body = d.find("<svg").map(|i| &d[i..]).unwrap_or(d);
+        out.push_str(&body.replacen("<svg", &format!("<svg y=\"{y:.0}\""), 1));
+        out.push('\n');
+        y += size(d, "height");
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stacked_pictures_keep_their_sizes() {
+        let cdf = latency_cdf_svg(&[("a", vec![1.0, 2.0])]);
+        let rate = rate_svg(&[(0.0, 1.0), (1.0, 2.0)], "r");
+        let s = stack(&[cdf.clone(), rate.clone()]);
+        let attr = |d: &str, a: &str| -> String {
+            let t = &d[d.find("<svg").unwrap()..];
+            let t = &t[..t.find('>').unwrap()];
+            let i = t.find(&format!(" {a}=\"")).unwrap() + a.len() + 3;
+            t[i..].split('"').next().unwrap().to_string()
+        };
+        let h1: f64 = attr(&cdf, "height").parse().unwrap();
+        let h2: f64 = attr(&rate, "height").parse().unwrap();
+        assert_eq!(attr(&s, "height").parse::<f64>().unwrap(), h1 + h2);
+        assert_eq!(s.matches("<svg").count(), 3);
+        assert_eq!(s.matches("<?xml").count(), 1, "one prolog");
+        assert!(s.contains("<svg y=\"0\""));
+        assert!(
+            s.contains(&format!("<svg y=\"{h1:.0}\"")),
+            "the second one below the first"
+        );
+    }
 
     #[test]
     fn escapes() {

@@ -673,35 +673,7 @@ fn bench_svg(
         &rate_series(established_s, bin),
         "connections established per second",
     );
-    stack_svgs(&[cdf, rate])
-}
-
-/// Several standalone SVG documents one above the other in one document.
-fn stack_svgs(docs: &[String]) -> String {
-    let size = |d: &str, attr: &str| -> f64 {
-        let tag = d.find("<svg").map(|i| &d[i..]).unwrap_or("");
-        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
-        tag.find(&format!(" {attr}=\""))
-            .and_then(|i| tag[i + attr.len() + 3..].split('"').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
-    let width = docs.iter().map(|d| size(d, "width")).fold(0.0, f64::max);
-    let height: f64 = docs.iter().map(|d| size(d, "height")).sum();
-    let mut out = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" \
-         version=\"1.1\" width=\"{width:.0}\" height=\"{height:.0}\" viewBox=\"0 0 {width:.0} {height:.0}\">\n"
-    );
-    let mut y = 0.0;
-    for d in docs {
-        let body = d.find("<svg").map(|i| &d[i..]).unwrap_or(d);
-        // The nested document keeps its own size and viewBox; `y` moves it.
-        out.push_str(&body.replacen("<svg", &format!("<svg y=\"{y:.0}\""), 1));
-        out.push('\n');
-        y += size(d, "height");
-    }
-    out.push_str("</svg>\n");
-    out
+    ibcm::svg::stack(&[cdf, rate])
 }
 
 // -------------------------------------------------------- UDP baseline
