@@ -141,31 +141,55 @@ impl IpHeader {
     /// Reads the header at the start of `pd`; returns it and the user data
     /// that follows.
     pub fn parse(pd: &[u8]) -> Result<(IpHeader, &[u8]), HeaderError> {
-        if pd.len() < HEADER_LEN {
-            return Err(HeaderError::TooShort(pd.len()));
+        let raw = RawHeader::read(pd).ok_or(HeaderError::TooShort(pd.len()))?;
+        if raw.cma_version != CMA_VERSION {
+            return Err(HeaderError::Version(raw.cma_version));
         }
-        if pd[0] != CMA_VERSION {
-            return Err(HeaderError::Version(pd[0]));
-        }
-        let ip = |at: usize, v4: bool| -> IpAddr {
-            let b: [u8; 16] = pd[at..at + 16].try_into().unwrap();
-            if v4 {
-                IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15]))
-            } else {
-                IpAddr::V6(Ipv6Addr::from(b))
-            }
-        };
-        let v4 = match pd[1] >> 4 {
-            4 => true,
-            6 => false,
-            v => return Err(HeaderError::IpVersion(v)),
+        let (Some(src), Some(dst)) = (raw.src, raw.dst) else {
+            return Err(HeaderError::IpVersion(raw.ip_version));
         };
         let h = IpHeader {
-            src_port: u16::from_be_bytes([pd[2], pd[3]]),
-            src: ip(4, v4),
-            dst: ip(20, v4),
+            src_port: raw.src_port,
+            src,
+            dst,
         };
         Ok((h, &pd[HEADER_LEN..]))
+    }
+}
+
+/// The header bytes as they stand, checked for nothing but length (what a
+/// decoder shows, malformed or not); the addresses only when the IP
+/// version is 4 or 6. [`IpHeader::parse`] is the checked reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawHeader {
+    pub cma_version: u8,
+    /// The high nibble of the second byte.
+    pub ip_version: u8,
+    pub src_port: u16,
+    pub src: Option<IpAddr>,
+    pub dst: Option<IpAddr>,
+}
+
+impl RawHeader {
+    /// `None` when `pd` is shorter than [`HEADER_LEN`].
+    pub fn read(pd: &[u8]) -> Option<RawHeader> {
+        let pd = pd.get(..HEADER_LEN)?;
+        let ip_version = pd[1] >> 4;
+        let ip = |at: usize| -> Option<IpAddr> {
+            let b: [u8; 16] = pd[at..at + 16].try_into().unwrap();
+            match ip_version {
+                4 => Some(IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15]))),
+                6 => Some(IpAddr::V6(Ipv6Addr::from(b))),
+                _ => None,
+            }
+        };
+        Some(RawHeader {
+            cma_version: pd[0],
+            ip_version,
+            src_port: u16::from_be_bytes([pd[2], pd[3]]),
+            src: ip(4),
+            dst: ip(20),
+        })
     }
 }
 
@@ -351,7 +375,7 @@ mod tests {
         let req = cap
             .frames
             .iter()
-            .find_map(|f| match crate::decode::parse(f).ok()?.msg {
+            .find_map(|f| match crate::wire::CmMad::parse(&f.mad).ok()?.msg {
                 crate::wire::CmMsg::Req(r) => Some(r),
                 _ => None,
             })

@@ -51,9 +51,10 @@
 //! `message_mraed`) `"REQ"`, `"REP"` or `"OTHER"`.
 
 use std::fmt::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use crate::capture::RoceFrame;
+use crate::cma;
 use crate::wire::{
     self, CmMad, CmMsg, FieldRef, FieldValue, Gid, MadHeader, ReqPath, Show, attr, hex, method,
 };
@@ -272,43 +273,26 @@ pub struct RdmaCmHeader {
 /// Decodes the rdma_cm header when `service_id` is in the RDMA CM IP space
 /// (top 40 bits 0x0000000001).
 pub fn rdma_cm_header(service_id: u64, private_data: &[u8]) -> Option<RdmaCmHeader> {
-    if service_id >> 24 != 1 || private_data.len() < 36 {
+    if service_id >> 24 != 1 {
         return None;
     }
-    let ip_version = private_data[1] >> 4;
-    let addr = |b: &[u8]| -> Option<IpAddr> {
-        let b: [u8; 16] = b.try_into().ok()?;
-        match ip_version {
-            4 => Some(IpAddr::V4(Ipv4Addr::new(b[12], b[13], b[14], b[15]))),
-            6 => Some(IpAddr::V6(Ipv6Addr::from(b))),
-            _ => None,
-        }
-    };
+    let h = cma::RawHeader::read(private_data)?;
     Some(RdmaCmHeader {
         port_space: (service_id >> 16) as u16,
         port: service_id as u16,
-        cma_version: private_data[0],
-        ip_version,
-        src_port: u16::from_be_bytes([private_data[2], private_data[3]]),
-        src_addr: addr(&private_data[4..20]),
-        dst_addr: addr(&private_data[20..36]),
+        cma_version: h.cma_version,
+        ip_version: h.ip_version,
+        src_port: h.src_port,
+        src_addr: h.src,
+        dst_addr: h.dst,
     })
-}
-
-fn port_space_text(ps: u16) -> String {
-    match ps {
-        0x0106 => "TCP".to_string(),
-        0x0111 => "UDP".to_string(),
-        0x013f => "IB".to_string(),
-        _ => format!("port space {ps:#06x}"),
-    }
 }
 
 fn service_id_note(service_id: u64) -> Option<String> {
     if service_id >> 24 == 1 {
         Some(format!(
             "RDMA CM {} port {}",
-            port_space_text((service_id >> 16) as u16),
+            cma::port_space::name((service_id >> 16) as u16),
             service_id as u16
         ))
     } else {
@@ -325,7 +309,7 @@ fn rdma_cm_row(service_id: u64, private_data: &[u8]) -> Option<Row> {
         dec("rdma_cm_ip_version", h.ip_version),
         dec("rdma_cm_src_port", h.src_port),
     ];
-    let ps = port_space_text(h.port_space);
+    let ps = cma::port_space::name(h.port_space);
     let line = match (h.src_addr, h.dst_addr) {
         (Some(s), Some(d)) => {
             fields.push(Field::new("rdma_cm_src_addr", Value::Ip(s)));

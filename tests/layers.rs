@@ -22,11 +22,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("sim", &["engine", "wire", "log"]),
     // Captures (the transports' taps write them) and what reads them.
     ("capture", &["engine", "wire", "log"]),
-    ("decode", &["capture", "wire", "log"]),
+    ("decode", &["cma", "capture", "wire", "log"]),
     ("ladder", &["decode", "capture", "wire", "log"]),
     ("svg", &["ladder", "decode", "capture", "wire", "log"]),
     // rdma_cm's conventions over the IB CM (its tests read a capture).
-    ("cma", &["engine", "wire", "decode", "capture"]),
+    ("cma", &["engine", "wire", "capture"]),
     // Transports, threads, the Rust API, the C ABI.
     ("fabric", &["capture", "engine", "wire", "log"]),
     (
