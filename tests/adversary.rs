@@ -22,7 +22,6 @@ use ibcm::api::{Device, DeviceOptions};
 use ibcm::engine::EventParam;
 use ibcm::engine::EventType as E;
 use ibcm::wire::cm::{CmMad, CmMsg, MsgCode, Rej, pdata, rej_reason};
-use ibcm::wire::roce::{self, Bth, Deth, GSI_PAYLOAD_LEN, IcrcInput};
 use ibcm::wire::{Gid, attr};
 use rel_common::*;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -44,61 +43,8 @@ fn open_with(name: &str, f: impl FnOnce(&mut DeviceOptions)) -> Arc<Device> {
     Device::open(name, o).unwrap_or_else(|e| panic!("open {name}: {e}"))
 }
 
-/// A MAD framed as the software fabric frames it (valid ICRC).
-fn frame(from: &UdpSocket, to: Ipv4Addr, mad: &[u8; 256]) -> [u8; GSI_PAYLOAD_LEN] {
-    let SocketAddr::V4(src) = from.local_addr().unwrap() else {
-        unreachable!()
-    };
-    let mut out = [0u8; GSI_PAYLOAD_LEN];
-    let icrc = IcrcInput::linux_ipv4(*src.ip(), to, 4791, 4791);
-    roce::emit_udp_payload(&Bth::gsi(1), &Deth::GSI, mad, icrc, &mut out);
-    out
-}
-
 fn send(from: &UdpSocket, to: Ipv4Addr, mad: &[u8; 256]) {
     from.send_to(&frame(from, to, mad), (to, 4791)).unwrap();
-}
-
-/// The CM MADs a socket receives within `wait` (parsed), in order.
-fn receive(sock: &UdpSocket, wait: Duration) -> Vec<CmMad> {
-    let end = Instant::now() + wait;
-    let mut out = Vec::new();
-    let mut buf = [0u8; 600];
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return out;
-        }
-        sock.set_read_timeout(Some(left)).unwrap();
-        match sock.recv_from(&mut buf) {
-            Ok((n, _)) if n == GSI_PAYLOAD_LEN => {
-                if let Ok(m) = CmMad::parse(&buf[20..276]) {
-                    out.push(m);
-                }
-            }
-            Ok(_) => {}
-            Err(_) => return out,
-        }
-    }
-}
-
-fn bind(ip: &str) -> UdpSocket {
-    UdpSocket::bind((v4(ip), 4791)).unwrap_or_else(|e| panic!("bind {ip}: {e}"))
-}
-
-/// A REQ as our own stack sends it to `to` (captured by a socket there),
-/// from a throw-away device at `from`.
-fn captured_req(from: &str, to: &str, service: u64) -> CmMad {
-    let sink = bind(to);
-    let dev = open_with(&format!("soft:{from}"), |_| {});
-    let id = dev.create_id(None, std::ptr::null_mut(), None).unwrap();
-    id.send_req(&req(&dev, to, service, 7, 16, 0)).unwrap();
-    let got = receive(&sink, Duration::from_secs(5));
-    let _ = id.destroy();
-    dev.close();
-    got.into_iter()
-        .find(|m| matches!(m.msg, CmMsg::Req(_)))
-        .expect("captured REQ")
 }
 
 /// Rewrites a REQ: `f` edits the parsed message.
@@ -182,7 +128,7 @@ fn half_open_flood_does_not_lock_out_real_clients() {
     let sdev = open_with(&format!("soft:{server}"), |_| {});
     let reqs = Arc::new(AtomicUsize::new(0));
     let _l = accepting_server(&sdev, SERVICE, reqs.clone());
-    let cap = sdev_cap(&sdev);
+    let cap = sdev.engine_config().max_half_open;
     let crec = Arc::new(Recorder::default());
     let cdev = open_with("soft:127.0.80.3", |_| {});
     let ch = crec.client_handler();
@@ -308,20 +254,12 @@ fn half_open_flood_does_not_lock_out_real_clients() {
         rss1 < rss0 + 512 * 1024,
         "memory bounded: {rss0} -> {rss1} KiB"
     );
-    let (sources, queued) = sdev_admission(&sdev);
+    let (sources, queued) = sdev.admission_sizes();
     assert!(sources <= SOURCES as usize + 1, "{sources}");
     assert!(queued <= 4 * cap as usize + 4096, "{queued}");
     drop(_l);
     sdev.close();
     cdev.close();
-}
-
-fn sdev_cap(dev: &Device) -> u32 {
-    dev.engine_config().max_half_open
-}
-
-fn sdev_admission(dev: &Device) -> (usize, usize) {
-    dev.admission_sizes()
 }
 
 // ------------------------------------------------------------------ 2

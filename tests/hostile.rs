@@ -19,7 +19,7 @@ mod rel_common;
 use ibcm::engine::EventType as E;
 use ibcm::engine::State;
 use ibcm::wire::cm::{CmMad, CmMsg, Drep, Dreq, Mra, MsgCode, Rej, Rtu, pdata};
-use ibcm::wire::roce::{self, Bth, Deth, GSI_PAYLOAD_LEN, IcrcInput};
+use ibcm::wire::roce::GSI_PAYLOAD_LEN;
 use rel_common::*;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -50,37 +50,8 @@ fn attackers() -> Vec<UdpSocket> {
         .collect()
 }
 
-/// A MAD framed as the software fabric frames it (valid ICRC).
-fn frame(from: &UdpSocket, mad: &[u8; 256]) -> [u8; GSI_PAYLOAD_LEN] {
-    let src = match from.local_addr().unwrap() {
-        SocketAddr::V4(a) => *a.ip(),
-        _ => unreachable!(),
-    };
-    let mut out = [0u8; GSI_PAYLOAD_LEN];
-    let icrc = IcrcInput::linux_ipv4(src, SERVER, 4791, 4791);
-    roce::emit_udp_payload(&Bth::gsi(1), &Deth::GSI, mad, icrc, &mut out);
-    out
-}
-
 fn send(from: &UdpSocket, to: Ipv4Addr, bytes: &[u8]) {
     let _ = from.send_to(bytes, (to, 4791));
-}
-
-/// A REQ as our own stack sends it, captured off the wire (sent by a
-/// throw-away device to an attacker socket).
-fn template_req() -> [u8; 256] {
-    let sink = UdpSocket::bind((Ipv4Addr::new(127, 0, 78, 10), 4791)).unwrap();
-    sink.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let dev = open("soft:127.0.78.9", 0);
-    let id = dev.create_id(None, std::ptr::null_mut(), None).unwrap();
-    id.send_req(&req(&dev, "127.0.78.10", SERVICE, 7, 16, 0))
-        .unwrap();
-    let mut buf = [0u8; 600];
-    let (n, _) = sink.recv_from(&mut buf).unwrap();
-    assert_eq!(n, GSI_PAYLOAD_LEN);
-    let _ = id.destroy();
-    dev.close();
-    buf[20..276].try_into().unwrap()
 }
 
 /// Makes a REQ name the socket it is sent from as its requester, as a
@@ -231,7 +202,7 @@ fn hostile_input() {
     listener.listen(SERVICE).unwrap();
     let crec = Arc::new(Recorder::default());
     let cdev = open(&format!("soft:{CLIENT}"), 0);
-    let req_tpl = template_req();
+    let req_tpl = captured_req("127.0.78.9", "127.0.78.10", SERVICE).to_bytes();
     let socks = Arc::new(attackers());
     let rss0 = rss_kib();
 
@@ -246,7 +217,7 @@ fn hostile_input() {
             while !stop.load(Ordering::Relaxed) {
                 let s = &socks[r.below(socks.len() as u64) as usize];
                 let mad = random_cm_mad(&mut r, &req_tpl);
-                let f = frame(s, &mad);
+                let f = frame(s, SERVER, &mad);
                 match r.below(6) {
                     0 => {
                         let n = r.below(600) as usize;
@@ -336,7 +307,7 @@ fn hostile_input() {
         let q = u32::from_be_bytes(m[56..60].try_into().unwrap()) & 0xff;
         set_u32(&mut m, 56, ((10_000 + i) << 8) | q); // local QPN
         claim_source(&mut m, s);
-        send(s, SERVER, &frame(s, &m));
+        send(s, SERVER, &frame(s, SERVER, &m));
         if i % 100 == 0 {
             max_live = max_live.max(sdev.live_ids());
             max_half = max_half.max(sdev.half_open());
@@ -433,7 +404,7 @@ fn hostile_input() {
     let mut forged = 0;
     let mut forge = |to: Ipv4Addr, msg: CmMsg, r: &mut Rng| {
         let m = CmMad::send(r.next(), 0, msg).to_bytes();
-        send(a, to, &frame(a, &m));
+        send(a, to, &frame(a, SERVER, &m));
         forged += 1;
     };
     for i in 0..3000u32 {

@@ -8,6 +8,9 @@ use ibcm::api::{
     CmId, Device, DeviceOptions, Event, EventParam, EventType, RepParams, ReqParams, RustHandler,
     qp_type,
 };
+use ibcm::wire::cm::{CmMad, CmMsg};
+use ibcm::wire::roce::{self, Bth, Deth, GSI_PAYLOAD_LEN, IcrcInput};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -217,4 +220,66 @@ pub fn until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+// ------------------------------------------------- a raw-MAD peer over UDP
+
+/// A MAD framed as the software fabric frames it, from `from` to `to`
+/// (valid ICRC).
+pub fn frame(from: &UdpSocket, to: Ipv4Addr, mad: &[u8; 256]) -> [u8; GSI_PAYLOAD_LEN] {
+    let SocketAddr::V4(src) = from.local_addr().unwrap() else {
+        unreachable!()
+    };
+    let mut out = [0u8; GSI_PAYLOAD_LEN];
+    let icrc = IcrcInput::linux_ipv4(*src.ip(), to, 4791, 4791);
+    roce::emit_udp_payload(&Bth::gsi(1), &Deth::GSI, mad, icrc, &mut out);
+    out
+}
+
+/// A UDP socket on `ip`, port 4791.
+pub fn bind(ip: &str) -> UdpSocket {
+    let ip: Ipv4Addr = ip.parse().unwrap();
+    UdpSocket::bind((ip, 4791)).unwrap_or_else(|e| panic!("bind {ip}: {e}"))
+}
+
+/// The next CM MAD `sock` receives before `until`.
+fn next_mad(sock: &UdpSocket, until: Instant) -> Option<CmMad> {
+    let mut buf = [0u8; 600];
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        sock.set_read_timeout(Some(left)).unwrap();
+        match sock.recv_from(&mut buf) {
+            Ok((n, _)) if n == GSI_PAYLOAD_LEN => {
+                if let Ok(m) = CmMad::parse(&buf[20..276]) {
+                    return Some(m);
+                }
+            }
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The CM MADs a socket receives within `wait` (parsed), in order.
+pub fn receive(sock: &UdpSocket, wait: Duration) -> Vec<CmMad> {
+    let until = Instant::now() + wait;
+    std::iter::from_fn(|| next_mad(sock, until)).collect()
+}
+
+/// A REQ as our own stack sends it to `to` (captured by a socket there),
+/// from a throw-away device at `from`.
+pub fn captured_req(from: &str, to: &str, service: u64) -> CmMad {
+    let sink = bind(to);
+    let dev = open(&format!("soft:{from}"), 0);
+    let id = dev.create_id(None, std::ptr::null_mut(), None).unwrap();
+    id.send_req(&req(&dev, to, service, 7, 16, 0)).unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    let got =
+        std::iter::from_fn(|| next_mad(&sink, until)).find(|m| matches!(m.msg, CmMsg::Req(_)));
+    let _ = id.destroy();
+    dev.close();
+    got.expect("captured REQ")
 }
