@@ -1,0 +1,1 @@
+//! libibverbs for the rdma_cm layer (see the crate documentation).
