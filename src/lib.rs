@@ -8,12 +8,14 @@ pub mod cma;
 pub mod decode;
 pub mod engine;
 pub mod fabric;
+pub mod ipc;
 pub mod ladder;
 #[macro_use]
 pub mod log;
 pub mod ffi;
 pub mod path;
 pub mod runtime;
+pub mod service;
 pub mod sim;
 pub mod svg;
 pub mod wire;

@@ -29,9 +29,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("cma", &["engine", "wire", "capture"]),
     // Transports, threads, the Rust API, the C ABI.
     ("fabric", &["capture", "engine", "wire", "log"]),
+    // The host CM service's protocol (below both of its ends).
+    ("ipc", &["fabric", "engine", "wire", "log"]),
     (
         "runtime",
-        &["fabric", "capture", "engine", "wire", "log", "abi"],
+        &["ipc", "fabric", "capture", "engine", "wire", "log", "abi"],
     ),
     (
         "api",
@@ -40,6 +42,8 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("ffi", &["api", "wire", "log", "abi"]),
+    // The host CM service: devices opened in-process, served over ipc.
+    ("service", &["api", "ipc", "engine", "log"]),
 ];
 
 fn src_dir() -> PathBuf {

@@ -13,6 +13,7 @@ mod args;
 mod baseline;
 mod bench;
 mod cm;
+mod daemon;
 mod decode;
 mod devices;
 
@@ -62,6 +63,9 @@ enum Command {
     /// list the devices ibcm can use
     #[command(long_about = devices::ABOUT)]
     Devices(devices::Args),
+    /// run the host CM service (one CM per host, shared by processes)
+    #[command(long_about = daemon::ABOUT)]
+    Daemon(daemon::Args),
     /// print a shell completion script (bash, zsh, fish, ...)
     Completions(CompletionsArgs),
 }
@@ -121,6 +125,7 @@ fn run(argv: Vec<OsString>) -> i32 {
         Command::Connect(a) => cm::connect_main(a),
         Command::Bench(a) => bench::main(a),
         Command::Devices(a) => devices::main(a),
+        Command::Daemon(a) => daemon::main(a),
         Command::Completions(a) => completions(a),
     }
 }

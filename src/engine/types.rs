@@ -107,11 +107,14 @@ pub mod errno {
     pub const EPERM: i32 = 1;
     pub const ENOENT: i32 = 2;
     pub const EIO: i32 = 5;
+    pub const EAGAIN: i32 = 11;
     pub const ENOMEM: i32 = 12;
     pub const EBUSY: i32 = 16;
     pub const ENODEV: i32 = 19;
     pub const EINVAL: i32 = 22;
     pub const ENOSPC: i32 = 28;
+    pub const EPROTO: i32 = 71;
+    pub const EOPNOTSUPP: i32 = 95;
     pub const EADDRINUSE: i32 = 98;
     pub const EISCONN: i32 = 106;
     pub const ETIMEDOUT: i32 = 110;
@@ -141,6 +144,9 @@ impl std::fmt::Display for Errno {
             errno::ENODEV => "ENODEV",
             errno::EINVAL => "EINVAL",
             errno::ENOSPC => "ENOSPC",
+            errno::EAGAIN => "EAGAIN",
+            errno::EPROTO => "EPROTO",
+            errno::EOPNOTSUPP => "EOPNOTSUPP",
             errno::EADDRINUSE => "EADDRINUSE",
             errno::EISCONN => "EISCONN",
             errno::ETIMEDOUT => "ETIMEDOUT",

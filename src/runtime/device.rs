@@ -3,6 +3,7 @@
 //! close.
 
 use super::event_loop::Outputs;
+use super::remote::Remote;
 use super::shell::Shell;
 use super::spec::open_transport;
 use super::{lock, read};
@@ -121,15 +122,72 @@ pub struct Device {
     gid_attrs: std::sync::RwLock<Vec<GidAttrTable>>,
     ports: std::sync::RwLock<Arc<Vec<PortInfo>>>,
     node_guid: u64,
+    /// Set for a device served by the host CM service: no shards or
+    /// threads here, every id call is a request to the service.
+    pub(super) remote: Option<Arc<Remote>>,
 }
 
 unsafe impl Send for Device {}
 unsafe impl Sync for Device {}
 
 impl Device {
-    /// Opens a device by name (`soft:…`, `loop:…`).
+    /// Opens a device by name (`soft:…`, `loop:…`, an RDMA device): through
+    /// the host CM service when `IBCM_SERVICE` says so (see `remote`),
+    /// else in this process.
     pub fn open(name: &str, opts: DeviceOptions) -> Result<Arc<Device>, Errno> {
+        if let Some(dev) = super::remote::open(name)? {
+            return Ok(dev);
+        }
         Ok(Device::with_transport(open_transport(name)?, opts))
+    }
+
+    /// Opens a device in this process whatever `IBCM_SERVICE` says (the
+    /// service's own devices).
+    pub fn open_local(name: &str, opts: DeviceOptions) -> Result<Arc<Device>, Errno> {
+        Ok(Device::with_transport(open_transport(name)?, opts))
+    }
+
+    /// Whether the host CM service serves this device.
+    pub fn is_served(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// A device served by the CM service (its ports and GUID as the
+    /// service reported them).
+    pub(super) fn with_remote(remote: Arc<Remote>) -> Arc<Device> {
+        let ports = remote.ports();
+        let dev = Arc::new(Device {
+            name: remote.describe(),
+            transport: remote.clone(),
+            shards: Vec::new(),
+            shared: Arc::new(Shared::new(0, 0)),
+            epoch: Instant::now(),
+            stop: AtomicBool::new(false),
+            threads: Mutex::new(Vec::new()),
+            sleep_until: AtomicU64::new(0),
+            timer_gen: AtomicU64::new(0),
+            listen_lock: Mutex::new(()),
+            live_ids: Box::new([]),
+            deferred: Mutex::new(Vec::new()),
+            outq: Mutex::new(Vec::new()),
+            outq_pending: std::sync::atomic::AtomicBool::new(false),
+            send_lock: Mutex::new(()),
+            gid_attrs: std::sync::RwLock::new(vec![gid_attr_table(&ports, std::ptr::null_mut())]),
+            node_guid: remote.node_guid(),
+            ports: std::sync::RwLock::new(Arc::new(ports)),
+            remote: Some(remote),
+        });
+        dev.fix_gid_attr_device();
+        dev
+    }
+
+    fn fix_gid_attr_device(&self) {
+        let me = self.c_ptr();
+        for t in read(&self.gid_attrs).iter() {
+            for (_, _, a) in t.iter() {
+                unsafe { (*a.get()).device = me };
+            }
+        }
     }
 
     /// A device over any transport; starts its event-loop thread(s).
@@ -179,13 +237,9 @@ impl Device {
             gid_attrs: std::sync::RwLock::new(vec![attrs]),
             ports: std::sync::RwLock::new(Arc::new(ports)),
             node_guid,
+            remote: None,
         });
-        let me = dev.c_ptr();
-        for t in read(&dev.gid_attrs).iter() {
-            for (_, _, a) in t.iter() {
-                unsafe { (*a.get()).device = me };
-            }
-        }
+        dev.fix_gid_attr_device();
         let mut threads = lock(&dev.threads);
         if dev.transport.watches_ports() {
             let d = dev.clone();
@@ -257,8 +311,12 @@ impl Device {
         &self.transport
     }
 
-    /// Live ids (listeners and incoming ids included).
+    /// Live ids (listeners and incoming ids included; of this process on
+    /// a served device).
     pub fn live_ids(&self) -> usize {
+        if let Some(r) = &self.remote {
+            return r.ids();
+        }
         self.live_ids
             .iter()
             .map(|c| c.0.load(Ordering::Relaxed))
@@ -267,6 +325,9 @@ impl Device {
 
     /// Counters of all shards.
     pub fn counters(&self) -> Counters {
+        if let Some(r) = &self.remote {
+            return r.stat().cm;
+        }
         let mut c = Counters::default();
         for s in &self.shards {
             c.merge(lock(s).counters());
@@ -277,6 +338,9 @@ impl Device {
     /// The engine configuration (shard 0's; the shards differ only in
     /// their index and seed).
     pub fn engine_config(&self) -> EngineConfig {
+        if self.remote.is_some() {
+            return EngineConfig::new(self.node_guid, self.ports().to_vec());
+        }
         lock(&self.shards[0]).config().clone()
     }
 
@@ -298,6 +362,9 @@ impl Device {
 
     /// Pending timers of all shards.
     pub fn timer_count(&self) -> usize {
+        if let Some(r) = &self.remote {
+            return r.stat().pending_timers as usize;
+        }
         self.shards.iter().map(|s| lock(s).timer_count()).sum()
     }
 
@@ -318,6 +385,10 @@ impl Device {
     /// protocol actions are sent). Called by `ibcm_close_device`.
     pub fn close(self: &Arc<Self>) {
         if self.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        if let Some(r) = &self.remote {
+            r.close();
             return;
         }
         // Destroy what the consumer left behind.

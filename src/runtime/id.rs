@@ -9,6 +9,7 @@ use super::registry::register;
 use super::shell::{IN_CALLBACK, RustHandler, Shell};
 use crate::abi::{IbCmHandler, IbCmId};
 use crate::engine::*;
+use crate::ipc::op;
 use crate::log::{ERROR, WARN};
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -47,6 +48,9 @@ impl Device {
     ) -> Result<CmId, Errno> {
         if self.stop.load(Ordering::SeqCst) {
             return Err(Errno::ENODEV);
+        }
+        if let Some(r) = &self.remote {
+            return r.create_id(self, handler, context, rust_handler);
         }
         // Spread new ids over the shards: round robin per thread, each
         // thread starting at a different shard, so one creating thread
@@ -98,6 +102,9 @@ impl Device {
         service_id: u64,
         rust_handler: Option<RustHandler>,
     ) -> Result<CmId, Errno> {
+        if let Some(r) = &self.remote {
+            return r.insert_listen(self, handler, service_id, rust_handler);
+        }
         let _g = lock(&self.listen_lock);
         let key = handler.map_or(0, |f| f as usize as u64)
             ^ rust_handler
@@ -171,6 +178,12 @@ impl CmId {
         &self.0.dev
     }
 
+    /// The engine's handle of this id (the service protocol names ids by
+    /// it).
+    pub fn handle(&self) -> u64 {
+        self.0.handle().0
+    }
+
     pub fn local_id(&self) -> u32 {
         self.0.handle().0 as u32
     }
@@ -182,7 +195,14 @@ impl CmId {
 
     pub fn state(&self) -> Option<State> {
         let dev = &self.0.dev;
+        if let Some(r) = &dev.remote {
+            return r.state(&self.0);
+        }
         lock(dev.shard_of(&self.0)).state(self.0.handle())
+    }
+
+    fn remote(&self) -> Option<&super::remote::Remote> {
+        self.0.dev.remote.as_deref()
     }
 
     /// Runs an engine call on this id, then sends and delivers its results.
@@ -208,57 +228,122 @@ impl CmId {
     }
 
     pub fn listen(&self, service_id: u64) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::LISTEN, |w| {
+                w.put(&service_id);
+            });
+        }
         let _g = lock(&self.0.dev.listen_lock);
         self.with_engine(|e, _, h| e.listen(h, service_id))
     }
 
     pub fn send_req(&self, p: &ReqParams) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::SEND_REQ, |w| {
+                w.put(p);
+            });
+        }
         self.with_engine(|e, now, h| e.send_req(now, h, p))
     }
 
     pub fn send_rep(&self, p: &RepParams) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::SEND_REP, |w| {
+                w.put(p);
+            });
+        }
         self.with_engine(|e, now, h| e.send_rep(now, h, p))
     }
 
     pub fn send_rtu(&self, pdata: &[u8]) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::SEND_RTU, |w| {
+                w.put(&pdata.to_vec());
+            });
+        }
         self.with_engine(|e, _, h| e.send_rtu(h, pdata))
     }
 
     pub fn send_dreq(&self, pdata: &[u8]) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::SEND_DREQ, |w| {
+                w.put(&pdata.to_vec());
+            });
+        }
         self.with_engine(|e, now, h| e.send_dreq(now, h, pdata))
     }
 
     pub fn send_drep(&self, pdata: &[u8]) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::SEND_DREP, |w| {
+                w.put(&pdata.to_vec());
+            });
+        }
         self.with_engine(|e, now, h| e.send_drep(now, h, pdata))
     }
 
     pub fn send_rej(&self, reason: u32, ari: &[u8], pdata: &[u8]) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::SEND_REJ, |w| {
+                w.put(&reason).put(&ari.to_vec()).put(&pdata.to_vec());
+            });
+        }
         self.with_engine(|e, now, h| e.send_rej(now, h, reason, ari, pdata))
     }
 
     pub fn prepare_mra(&self) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::PREPARE_MRA, |w| {
+                let _ = w;
+            });
+        }
         self.with_engine(|e, _, h| e.prepare_mra(h))
     }
 
     pub fn notify(&self, event: u32) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::NOTIFY, |w| {
+                w.put(&event);
+            });
+        }
         self.with_engine(|e, _, h| e.notify(h, event))
     }
 
     pub fn init_qp_attr(&self, qp_state: u32) -> ApiResult<QpAttr> {
+        if let Some(r) = self.remote() {
+            return r.init_qp_attr(&self.0, qp_state);
+        }
         self.with_engine(|e, _, h| e.init_qp_attr(h, qp_state))
     }
 
     pub fn send_sidr_req(&self, p: &SidrReqParams) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::SIDR_REQ, |w| {
+                w.put(p);
+            });
+        }
         self.with_engine(|e, now, h| e.send_sidr_req(now, h, p))
     }
 
     pub fn send_sidr_rep(&self, p: &SidrRepParams) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.call_unit(&self.0, op::SIDR_REP, |w| {
+                w.put(p);
+            });
+        }
         self.with_engine(|e, _, h| e.send_sidr_rep(h, p))
     }
 
     /// `ib_destroy_cm_id`: blocks until no callback for this id runs; from
     /// the id's own callback it is refused (returns `-EBUSY`).
     pub fn destroy(&self) -> ApiResult {
+        self.destroy_with(0)
+    }
+
+    /// `destroy` with the error a handler's non-zero return would give
+    /// (what a REQ id's destroy tells its peer); the service uses it for
+    /// a process's ids.
+    pub fn destroy_with(&self, err: i32) -> ApiResult {
         let me = Arc::as_ptr(&self.0);
         if IN_CALLBACK.with(|c| c.get()) == me {
             ibcm_log!(
@@ -271,7 +356,7 @@ impl CmId {
         if lock(&self.0.dq).destroyed {
             return Err(Errno::EINVAL);
         }
-        self.0.destroy_inner(0, false);
+        self.0.destroy_inner(err, false);
         Ok(())
     }
 

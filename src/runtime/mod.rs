@@ -51,6 +51,9 @@
 //!   `Device::insert_listen`.
 //! * `registry.rs` — the live-id registry behind [`lookup`], and
 //!   [`listen_id`].
+//! * `remote.rs` — a device served by the host CM service (`ipc`
+//!   requests instead of engine steps, pushed events into the same
+//!   delivery), `IBCM_SERVICE`, starting the service on demand.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -58,12 +61,14 @@ mod device;
 mod event_loop;
 mod id;
 mod registry;
+mod remote;
 mod shell;
 mod spec;
 
 pub use device::{Device, DeviceOptions};
 pub use id::CmId;
 pub use registry::{listen_id, lookup};
+pub use remote::{Mode as ServiceMode, mode as service_mode};
 pub use shell::{RustHandler, Shell};
 pub use spec::{DeviceSpec, SOFT_VERBS_PORT};
 

@@ -178,7 +178,10 @@ impl Shell {
         let is_listener;
         let gone;
         let mut out = Outputs::default();
-        {
+        if let Some(r) = &dev.remote {
+            is_listener = unsafe { (*self.c.get()).state } == State::Listen as u32;
+            gone = r.destroy(self, err);
+        } else {
             let mut e = lock(dev.shard_of(self));
             is_listener = e.state(self.handle()) == Some(State::Listen);
             gone = e.destroy(self.handle(), err);
@@ -193,7 +196,7 @@ impl Shell {
             }
             return;
         }
-        if is_listener {
+        if is_listener && dev.remote.is_none() {
             // Barrier: after this no shard can still hold the listener's
             // table entry without having taken a reference.
             for s in &dev.shards {
@@ -210,9 +213,9 @@ impl Shell {
                 }
             }
         }
-        dev.live_ids[self.shard as usize]
-            .0
-            .fetch_sub(1, Ordering::Relaxed);
+        if let Some(c) = dev.live_ids.get(self.shard as usize) {
+            c.0.fetch_sub(1, Ordering::Relaxed);
+        }
         unregister(Arc::as_ptr(self));
         // Release the reference the engine's user token stood for.
         unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };

@@ -1,0 +1,118 @@
+//! `ibcm daemon`: the host CM service (one CM per host). Without
+//! `--foreground` it detaches (fork, setsid) once its socket listens, so
+//! the command returns when the service is ready — what a process that
+//! starts it on demand (`IBCM_SERVICE=auto`) waits for.
+
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ibcm::service::{Limits, Options, Service, bind};
+
+/// The long description in `ibcm daemon --help`.
+pub const ABOUT: &str = "\
+Runs the host CM service: it owns each device's CM transport (the UDP port
+of a soft: address, the umad agent of an HCA port) and its engines, and
+serves every process that opens the device with IBCM_SERVICE=auto or
+required (libibcm, Python, the CLI, ibcm::api). Two processes can then use
+one device: one listener per service ID on the host (-EBUSY for a second),
+connections between processes on the device, and the ids of a process that
+exits or is killed are destroyed at once (DREQ / REJ to their peers).
+
+The socket is /run/ibcm/ibcmd.sock ($IBCM_SERVICE_SOCKET or --socket
+override), mode 0660 with group ibcm if that group exists, else 0600: who
+may open it may use every device the service opens. Limits per process:
+$IBCM_SERVICE_MAX_IDS, $IBCM_SERVICE_MAX_LISTENERS, $IBCM_SERVICE_MAX_EVENTS.
+Logs ($IBCM_LOG=info) go to stderr.";
+
+/// `ibcm daemon`'s command line.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// stay in the foreground (logs on stderr); default: detach once ready
+    #[arg(long)]
+    pub foreground: bool,
+    /// the service socket (default $IBCM_SERVICE_SOCKET, else /run/ibcm/ibcmd.sock)
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// leave after SECS without any process connected (default: never)
+    #[arg(long, value_name = "SECS")]
+    pub idle_exit: Option<u64>,
+}
+
+pub fn main(a: &Args) -> i32 {
+    let socket = a.socket.clone().unwrap_or_else(ibcm::ipc::socket_path);
+    let opts = Options {
+        socket: socket.clone(),
+        idle_exit: a.idle_exit.map(Duration::from_secs),
+        limits: Limits::default(),
+    };
+    if a.foreground {
+        return serve(opts, None);
+    }
+    // Detach: the child signals readiness (or its failure) on a pipe.
+    let mut fds = [0; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        eprintln!("ibcm daemon: pipe: {}", std::io::Error::last_os_error());
+        return 1;
+    }
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    match unsafe { libc::fork() } {
+        -1 => {
+            eprintln!("ibcm daemon: fork: {}", std::io::Error::last_os_error());
+            1
+        }
+        0 => {
+            drop(rd);
+            unsafe { libc::setsid() };
+            // Logs stay on stderr; nothing else of the caller's is kept.
+            let null = c"/dev/null";
+            let fd = unsafe { libc::open(null.as_ptr(), libc::O_RDWR) };
+            if fd >= 0 {
+                unsafe {
+                    libc::dup2(fd, 0);
+                    libc::dup2(fd, 1);
+                    libc::close(fd);
+                }
+            }
+            std::process::exit(serve(opts, Some(wr)));
+        }
+        _ => {
+            drop(wr);
+            let mut b = [0u8; 1];
+            match std::fs::File::from(rd).read(&mut b) {
+                Ok(1) => 0,
+                _ => {
+                    eprintln!("ibcm daemon: the service did not start");
+                    1
+                }
+            }
+        }
+    }
+}
+
+fn serve(opts: Options, ready: Option<OwnedFd>) -> i32 {
+    let listener = match bind(&opts.socket) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("ibcm daemon: {}: {e}", opts.socket.display());
+            return 1;
+        }
+    };
+    if let Some(w) = ready {
+        use std::io::Write;
+        let _ = std::fs::File::from(w).write_all(b"1");
+    }
+    eprintln!(
+        "ibcm daemon: pid {} serving on {}",
+        std::process::id(),
+        opts.socket.display()
+    );
+    match Service::new(opts).run(listener) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("ibcm daemon: {e}");
+            1
+        }
+    }
+}

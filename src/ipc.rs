@@ -1,0 +1,1052 @@
+//! The host CM service protocol: fixed little-endian records on a Unix
+//! `SOCK_SEQPACKET` socket (one record per message, so a record's length is
+//! the message's), between a process (`runtime::remote`) and `ibcm daemon`
+//! (`service`).
+//!
+//! Every record starts with the same 20-byte header:
+//!
+//! ```text
+//!  0  u16  op      a request (`op::*`), `REPLY | op`, or `EVENT`
+//!  2  u16  zero    must be 0
+//!  4  u64  seq     the request's number, echoed by its reply (0 in events)
+//! 12  u64  handle  the id the record is about (0 for device-wide ops)
+//! 20  ...  body
+//! ```
+//!
+//! A reply's body starts with an `i32` errno (0 or negative) followed by
+//! the id's public fields (`Public`) and the call's result. Every field is
+//! read through [`Reader`], which fails with `-EPROTO` on a short record, a
+//! length field longer than what follows, an enum value out of range or
+//! bytes left over — the service decodes what a process sends exactly as
+//! the engine decodes what the wire brings.
+
+use crate::engine::*;
+use crate::fabric::TransportCounters;
+use crate::wire::Gid;
+
+/// Bytes of the common header.
+pub const HEADER: usize = 20;
+/// The largest record either side sends or accepts.
+pub const MAX_RECORD: usize = 65536;
+/// Private data, ARI and info areas are at most this long on the wire.
+const MAX_BYTES: usize = 256;
+
+/// Request op codes.
+pub mod op {
+    pub const OPEN: u16 = 1;
+    pub const CREATE_ID: u16 = 2;
+    pub const LISTEN: u16 = 3;
+    pub const SEND_REQ: u16 = 4;
+    pub const SEND_REP: u16 = 5;
+    pub const SEND_RTU: u16 = 6;
+    pub const SEND_DREQ: u16 = 7;
+    pub const SEND_DREP: u16 = 8;
+    pub const SEND_REJ: u16 = 9;
+    pub const PREPARE_MRA: u16 = 10;
+    pub const NOTIFY: u16 = 11;
+    pub const INIT_QP_ATTR: u16 = 12;
+    pub const SIDR_REQ: u16 = 13;
+    pub const SIDR_REP: u16 = 14;
+    pub const DESTROY: u16 = 15;
+    pub const STATE: u16 = 16;
+    pub const STAT: u16 = 17;
+    /// The highest request op.
+    pub const LAST: u16 = STAT;
+    /// Set in a reply's op.
+    pub const REPLY: u16 = 0x8000;
+    /// An event pushed by the service.
+    pub const EVENT: u16 = 0x4000;
+}
+
+/// The common header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub op: u16,
+    pub seq: u64,
+    pub handle: u64,
+}
+
+impl Header {
+    /// A record with this header and nothing after it yet.
+    pub fn record(self) -> Writer {
+        let mut w = Writer(Vec::with_capacity(128));
+        self.op.put(&mut w);
+        0u16.put(&mut w);
+        self.seq.put(&mut w);
+        self.handle.put(&mut w);
+        w
+    }
+
+    /// Splits a record into its header and body.
+    pub fn parse(rec: &[u8]) -> Result<(Header, Reader<'_>), Errno> {
+        if rec.len() < HEADER || rec.len() > MAX_RECORD {
+            return Err(Errno(errno::EPROTO));
+        }
+        let mut r = Reader(rec);
+        let op = u16::get(&mut r)?;
+        if u16::get(&mut r)? != 0 {
+            return Err(Errno(errno::EPROTO));
+        }
+        let seq = u64::get(&mut r)?;
+        let handle = u64::get(&mut r)?;
+        Ok((Header { op, seq, handle }, r))
+    }
+}
+
+/// Builds a record.
+pub struct Writer(pub Vec<u8>);
+
+impl Writer {
+    pub fn put<T: Field>(&mut self, v: &T) -> &mut Self {
+        v.put(self);
+        self
+    }
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+/// Reads a record's fields, each checked against what is left.
+pub struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    pub fn new(b: &'a [u8]) -> Reader<'a> {
+        Reader(b)
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Errno> {
+        if self.0.len() < n {
+            return Err(Errno(errno::EPROTO));
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    pub fn get<T: Field>(&mut self) -> Result<T, Errno> {
+        T::get(self)
+    }
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.0.len()
+    }
+    /// Fails unless every byte was read.
+    pub fn end(&self) -> Result<(), Errno> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(Errno(errno::EPROTO))
+        }
+    }
+}
+
+/// A value with a fixed little-endian encoding.
+pub trait Field: Sized {
+    fn put(&self, w: &mut Writer);
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno>;
+}
+
+macro_rules! int_field {
+    ($($t:ty),*) => {$(
+        impl Field for $t {
+            fn put(&self, w: &mut Writer) {
+                w.0.extend_from_slice(&self.to_le_bytes());
+            }
+            fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+                let b = r.take(std::mem::size_of::<$t>())?;
+                Ok(<$t>::from_le_bytes(b.try_into().expect("length taken")))
+            }
+        }
+    )*};
+}
+int_field!(u8, u16, u32, u64, i32);
+
+impl Field for bool {
+    fn put(&self, w: &mut Writer) {
+        (*self as u8).put(w)
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        match u8::get(r)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Errno(errno::EPROTO)),
+        }
+    }
+}
+
+impl<const N: usize> Field for [u8; N] {
+    fn put(&self, w: &mut Writer) {
+        w.0.extend_from_slice(self)
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        Ok(r.take(N)?.try_into().expect("length taken"))
+    }
+}
+
+impl Field for Gid {
+    fn put(&self, w: &mut Writer) {
+        self.0.put(w)
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        Ok(Gid(<[u8; 16]>::get(r)?))
+    }
+}
+
+/// Byte strings (private data, ARI, info, names): a u16 length, at most
+/// `MAX_BYTES` bytes.
+impl Field for Vec<u8> {
+    fn put(&self, w: &mut Writer) {
+        let n = self.len().min(MAX_BYTES);
+        (n as u16).put(w);
+        w.0.extend_from_slice(&self[..n]);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        let n = u16::get(r)? as usize;
+        if n > MAX_BYTES {
+            return Err(Errno(errno::EPROTO));
+        }
+        Ok(r.take(n)?.to_vec())
+    }
+}
+
+impl<T: Field> Field for Option<T> {
+    fn put(&self, w: &mut Writer) {
+        match self {
+            None => false.put(w),
+            Some(v) => {
+                true.put(w);
+                v.put(w)
+            }
+        }
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        Ok(if bool::get(r)? {
+            Some(T::get(r)?)
+        } else {
+            None
+        })
+    }
+}
+
+impl<A: Field, B: Field> Field for (A, B) {
+    fn put(&self, w: &mut Writer) {
+        self.0.put(w);
+        self.1.put(w);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        Ok((A::get(r)?, B::get(r)?))
+    }
+}
+
+/// Lists (ports, GID tables, P_Keys): a u16 count, at most 4096 entries.
+impl<T: Field> Field for Box<[T]> {
+    fn put(&self, w: &mut Writer) {
+        let n = self.len().min(4096);
+        (n as u16).put(w);
+        for v in &self[..n] {
+            v.put(w);
+        }
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        let n = u16::get(r)? as usize;
+        if n > 4096 {
+            return Err(Errno(errno::EPROTO));
+        }
+        (0..n).map(|_| T::get(r)).collect()
+    }
+}
+
+/// `repr(u8)` enums: encoded as their value, decoded only if valid.
+macro_rules! enum_field {
+    ($t:ty, $from:expr) => {
+        impl Field for $t {
+            fn put(&self, w: &mut Writer) {
+                (*self as u8).put(w)
+            }
+            fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+                let f: fn(u8) -> Option<$t> = $from;
+                f(u8::get(r)?).ok_or(Errno(errno::EPROTO))
+            }
+        }
+    };
+}
+enum_field!(PathRecType, |v| PathRecType::from_u32(v as u32));
+enum_field!(GidType, |v| match v {
+    0 => Some(GidType::Ib),
+    1 => Some(GidType::RoceV1),
+    2 => Some(GidType::RoceV2),
+    _ => None,
+});
+enum_field!(State, |v| State::ALL.get(v as usize).copied());
+
+/// Structs encoded as their fields in order.
+macro_rules! struct_field {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl Field for $t {
+            fn put(&self, w: &mut Writer) {
+                $(self.$f.put(w);)*
+            }
+            fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+                Ok($t { $($f: Field::get(r)?,)* })
+            }
+        }
+    };
+}
+
+struct_field!(PathRec {
+    dgid,
+    sgid,
+    service_id,
+    flow_label,
+    hop_limit,
+    traffic_class,
+    reversible,
+    numb_path,
+    pkey,
+    qos_class,
+    sl,
+    mtu_selector,
+    mtu,
+    rate_selector,
+    rate,
+    packet_life_time_selector,
+    packet_life_time,
+    preference,
+    rec_type,
+    flags,
+    dlid,
+    slid,
+    raw_traffic,
+    route_resolved,
+    dmac,
+});
+struct_field!(Ece {
+    vendor_id,
+    attr_mod
+});
+struct_field!(AhAttr {
+    port_num,
+    sl,
+    static_rate,
+    has_grh,
+    dgid,
+    sgid_index,
+    flow_label,
+    hop_limit,
+    traffic_class,
+    dlid,
+    src_path_bits,
+    dmac,
+    rec_type,
+});
+struct_field!(QpAttr {
+    mask,
+    qp_state,
+    qp_access_flags,
+    pkey_index,
+    port_num,
+    ah_attr,
+    path_mtu,
+    dest_qp_num,
+    rq_psn,
+    max_dest_rd_atomic,
+    min_rnr_timer,
+    alt_ah_attr,
+    alt_port_num,
+    alt_pkey_index,
+    alt_timeout,
+    sq_psn,
+    retry_cnt,
+    rnr_retry,
+    max_rd_atomic,
+    timeout,
+    path_mig_state,
+});
+struct_field!(ReqParams {
+    primary_path,
+    primary_path_inbound,
+    primary_path_outbound,
+    alternate_path,
+    sgid_attr,
+    service_id,
+    qp_num,
+    qp_type,
+    starting_psn,
+    private_data,
+    responder_resources,
+    initiator_depth,
+    remote_cm_response_timeout,
+    flow_control,
+    local_cm_response_timeout,
+    retry_count,
+    rnr_retry_count,
+    max_cm_retries,
+    srq,
+    ece,
+});
+struct_field!(RepParams {
+    qp_num,
+    starting_psn,
+    private_data,
+    responder_resources,
+    initiator_depth,
+    failover_accepted,
+    flow_control,
+    rnr_retry_count,
+    srq,
+    ece,
+});
+struct_field!(SidrReqParams {
+    path,
+    sgid_attr,
+    service_id,
+    timeout_ms,
+    private_data,
+    max_cm_retries,
+});
+struct_field!(SidrRepParams {
+    qp_num,
+    qkey,
+    status,
+    info,
+    private_data,
+    ece
+});
+struct_field!(RepEvent {
+    remote_ca_guid,
+    remote_qkey,
+    remote_qpn,
+    starting_psn,
+    responder_resources,
+    initiator_depth,
+    target_ack_delay,
+    failover_accepted,
+    flow_control,
+    rnr_retry_count,
+    srq,
+    ece,
+});
+struct_field!(SidrRepEvent {
+    status,
+    qkey,
+    qpn,
+    info_len,
+    sgid_attr
+});
+struct_field!(GidEntry { gid, gid_type });
+struct_field!(TransportCounters {
+    rx_datagrams,
+    tx_datagrams,
+    rx_garbage,
+    rx_icrc_unverified,
+    tx_errors,
+    rx_errors,
+    tx_unroutable,
+});
+
+impl Field for PortInfo {
+    fn put(&self, w: &mut Writer) {
+        self.port_num.put(w);
+        Box::<[GidEntry]>::from(self.gids.as_slice()).put(w);
+        Box::<[u16]>::from(self.pkeys.as_slice()).put(w);
+        self.lid.put(w);
+        self.lmc.put(w);
+        self.is_roce.put(w);
+        self.mtu.put(w);
+        self.rate.put(w);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        Ok(PortInfo {
+            port_num: r.get()?,
+            gids: Box::<[GidEntry]>::get(r)?.into_vec(),
+            pkeys: Box::<[u16]>::get(r)?.into_vec(),
+            lid: r.get()?,
+            lmc: r.get()?,
+            is_roce: r.get()?,
+            mtu: r.get()?,
+            rate: r.get()?,
+        })
+    }
+}
+
+impl Field for Counters {
+    fn put(&self, w: &mut Writer) {
+        for row in [
+            &self.tx[..],
+            &self.rx,
+            &self.rx_duplicates,
+            &self.tx_retries,
+            &self.timeouts,
+            &self.rej_tx,
+            &self.rej_rx,
+            &self.drops,
+        ] {
+            for v in row {
+                v.put(w);
+            }
+        }
+        for v in [
+            self.ids_created,
+            self.ids_destroyed,
+            self.events,
+            self.rx_clamped,
+            self.half_open_evicted,
+            self.rx_off_path,
+        ] {
+            v.put(w);
+        }
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        let mut c = Counters::default();
+        for row in [
+            &mut c.tx[..],
+            &mut c.rx,
+            &mut c.rx_duplicates,
+            &mut c.tx_retries,
+            &mut c.timeouts,
+            &mut c.rej_tx,
+            &mut c.rej_rx,
+            &mut c.drops,
+        ] {
+            for v in row {
+                *v = r.get()?;
+            }
+        }
+        for v in [
+            &mut c.ids_created,
+            &mut c.ids_destroyed,
+            &mut c.events,
+            &mut c.rx_clamped,
+            &mut c.half_open_evicted,
+            &mut c.rx_off_path,
+        ] {
+            *v = r.get()?;
+        }
+        Ok(c)
+    }
+}
+
+/// The public `ib_cm_id` fields of an id, in host order, sent with every
+/// reply about an id and every event so the process's copy follows the
+/// service's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Public {
+    pub state: u32,
+    pub lap_state: u32,
+    pub local_id: u32,
+    pub remote_id: u32,
+    pub service_id: u64,
+}
+struct_field!(Public {
+    state,
+    lap_state,
+    local_id,
+    remote_id,
+    service_id
+});
+
+/// The reply to `OPEN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opened {
+    pub name: Vec<u8>,
+    pub node_guid: u64,
+    pub ports: Box<[PortInfo]>,
+}
+struct_field!(Opened {
+    name,
+    node_guid,
+    ports
+});
+
+/// The reply to `STAT`: the device's counters and this connection's.
+#[derive(Debug, Clone, Default)]
+pub struct Stat {
+    pub cm: Counters,
+    pub transport: TransportCounters,
+    /// This process's ids on the device.
+    pub live_ids: u64,
+    /// Every id of the device (all processes).
+    pub device_ids: u64,
+    pub pending_timers: u64,
+    /// Processes using the device.
+    pub clients: u64,
+    /// Requests of this process refused by its limits.
+    pub limit_refusals: u64,
+    /// Records this process sent that failed to decode.
+    pub bad_records: u64,
+}
+struct_field!(Stat {
+    cm,
+    transport,
+    live_ids,
+    device_ids,
+    pending_timers,
+    clients,
+    limit_refusals,
+    bad_records,
+});
+
+/// An event as the service pushes it (`op::EVENT`, header handle = the
+/// id's). For REQ/SIDR_REQ events the header names the new id and
+/// `listener` the listener it matched.
+#[derive(Debug, Clone)]
+pub struct WireEvent {
+    pub public: Public,
+    pub listener: u64,
+    pub event: Event,
+}
+
+impl Field for WireEvent {
+    fn put(&self, w: &mut Writer) {
+        let ev = &self.event;
+        self.public.put(w);
+        self.listener.put(w);
+        (ev.kind as u32 as u8).put(w);
+        ev.local_id.put(w);
+        match &ev.param {
+            EventParam::None => 0u8.put(w),
+            EventParam::SendStatus(s) => {
+                1u8.put(w);
+                s.put(w)
+            }
+            EventParam::Req(p) => {
+                2u8.put(w);
+                w.put(&p.bth_pkey)
+                    .put(&p.port)
+                    .put(&p.primary_path)
+                    .put(&p.alternate_path)
+                    .put(&p.sgid_attr)
+                    .put(&p.remote_ca_guid)
+                    .put(&p.remote_qkey)
+                    .put(&p.remote_qpn)
+                    .put(&p.qp_type)
+                    .put(&p.starting_psn)
+                    .put(&p.responder_resources)
+                    .put(&p.initiator_depth)
+                    .put(&p.local_cm_response_timeout)
+                    .put(&p.flow_control)
+                    .put(&p.remote_cm_response_timeout)
+                    .put(&p.retry_count)
+                    .put(&p.rnr_retry_count)
+                    .put(&p.srq)
+                    .put(&p.ece);
+            }
+            EventParam::Rep(p) => {
+                3u8.put(w);
+                p.put(w)
+            }
+            EventParam::Rej { reason, ari_length } => {
+                w.put(&4u8).put(reason).put(ari_length);
+            }
+            EventParam::Mra { service_timeout } => {
+                w.put(&5u8).put(service_timeout);
+            }
+            EventParam::Lap { alternate_path } => {
+                w.put(&6u8).put(&**alternate_path);
+            }
+            EventParam::Apr {
+                ap_status,
+                info_len,
+            } => {
+                w.put(&7u8).put(ap_status).put(info_len);
+            }
+            EventParam::SidrReq(p) => {
+                w.put(&8u8)
+                    .put(&p.service_id)
+                    .put(&p.sgid_attr)
+                    .put(&p.bth_pkey)
+                    .put(&p.port)
+                    .put(&p.pkey);
+            }
+            EventParam::SidrRep(p) => {
+                9u8.put(w);
+                p.put(w)
+            }
+        }
+        ev.mad.as_deref().copied().put(w);
+    }
+
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        let public = r.get()?;
+        let listener: u64 = r.get()?;
+        let kind = event_type(r.get()?).ok_or(Errno(errno::EPROTO))?;
+        let local_id = r.get()?;
+        let lid = Handle(listener);
+        let param = match u8::get(r)? {
+            0 => EventParam::None,
+            1 => EventParam::SendStatus(r.get()?),
+            2 => EventParam::Req(Box::new(ReqEvent {
+                listen_id: lid,
+                listen_user: 0,
+                bth_pkey: r.get()?,
+                port: r.get()?,
+                primary_path: r.get()?,
+                alternate_path: r.get()?,
+                sgid_attr: r.get()?,
+                remote_ca_guid: r.get()?,
+                remote_qkey: r.get()?,
+                remote_qpn: r.get()?,
+                qp_type: r.get()?,
+                starting_psn: r.get()?,
+                responder_resources: r.get()?,
+                initiator_depth: r.get()?,
+                local_cm_response_timeout: r.get()?,
+                flow_control: r.get()?,
+                remote_cm_response_timeout: r.get()?,
+                retry_count: r.get()?,
+                rnr_retry_count: r.get()?,
+                srq: r.get()?,
+                ece: r.get()?,
+            })),
+            3 => EventParam::Rep(r.get()?),
+            4 => EventParam::Rej {
+                reason: r.get()?,
+                ari_length: r.get()?,
+            },
+            5 => EventParam::Mra {
+                service_timeout: r.get()?,
+            },
+            6 => EventParam::Lap {
+                alternate_path: Box::new(r.get()?),
+            },
+            7 => EventParam::Apr {
+                ap_status: r.get()?,
+                info_len: r.get()?,
+            },
+            8 => EventParam::SidrReq(SidrReqEvent {
+                listen_id: lid,
+                listen_user: 0,
+                service_id: r.get()?,
+                sgid_attr: r.get()?,
+                bth_pkey: r.get()?,
+                port: r.get()?,
+                pkey: r.get()?,
+            }),
+            9 => EventParam::SidrRep(r.get()?),
+            _ => return Err(Errno(errno::EPROTO)),
+        };
+        let mad: Option<[u8; 256]> = r.get()?;
+        Ok(WireEvent {
+            public,
+            listener,
+            event: Event {
+                id: Handle(0),
+                user: 0,
+                kind,
+                param,
+                local_id,
+                mad: mad.map(Box::new),
+            },
+        })
+    }
+}
+
+fn event_type(v: u8) -> Option<EventType> {
+    use EventType::*;
+    const ALL: [EventType; 18] = [
+        ReqError,
+        ReqReceived,
+        RepError,
+        RepReceived,
+        RtuReceived,
+        UserEstablished,
+        DreqError,
+        DreqReceived,
+        DrepReceived,
+        TimewaitExit,
+        MraReceived,
+        RejReceived,
+        LapError,
+        LapReceived,
+        AprReceived,
+        SidrReqError,
+        SidrReqReceived,
+        SidrRepReceived,
+    ];
+    ALL.get(v as usize).copied()
+}
+
+/// A reply record: errno, the id's public fields, then `body`.
+pub fn reply(req: Header, err: i32, public: Public, body: impl FnOnce(&mut Writer)) -> Vec<u8> {
+    let mut w = Header {
+        op: op::REPLY | req.op,
+        seq: req.seq,
+        handle: req.handle,
+    }
+    .record();
+    w.put(&err).put(&public);
+    if err == 0 {
+        body(&mut w);
+    }
+    w.into_bytes()
+}
+
+/// The service socket: `$IBCM_SERVICE_SOCKET`, else `/run/ibcm/ibcmd.sock`.
+pub fn socket_path() -> std::path::PathBuf {
+    std::env::var_os("IBCM_SERVICE_SOCKET")
+        .filter(|v| !v.is_empty())
+        .map(Into::into)
+        .unwrap_or_else(|| DEFAULT_SOCKET.into())
+}
+
+/// Where the service listens unless told otherwise.
+pub const DEFAULT_SOCKET: &str = "/run/ibcm/ibcmd.sock";
+
+/// `SOCK_SEQPACKET` Unix sockets: one record per message.
+pub mod sock {
+    use std::io;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::path::Path;
+
+    fn addr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        let b = path.as_os_str().as_bytes();
+        if b.is_empty() || b.len() >= a.sun_path.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("socket path {} is empty or too long", path.display()),
+            ));
+        }
+        for (d, s) in a.sun_path.iter_mut().zip(b) {
+            *d = *s as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sa_family_t>() + b.len() + 1;
+        Ok((a, len as libc::socklen_t))
+    }
+
+    fn socket() -> io::Result<OwnedFd> {
+        let fd =
+            unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Connects to the service at `path`.
+    pub fn connect(path: &Path) -> io::Result<OwnedFd> {
+        let (a, len) = addr(path)?;
+        let fd = socket()?;
+        let r = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                &a as *const libc::sockaddr_un as *const libc::sockaddr,
+                len,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(fd)
+    }
+
+    /// Binds and listens at `path` (a stale socket file nobody answers
+    /// on is replaced; a live one is `EADDRINUSE`).
+    pub fn listen(path: &Path) -> io::Result<OwnedFd> {
+        let (a, len) = addr(path)?;
+        if path.exists() {
+            if connect(path).is_ok() {
+                return Err(io::Error::from_raw_os_error(libc::EADDRINUSE));
+            }
+            let _ = std::fs::remove_file(path);
+        }
+        let fd = socket()?;
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &a as *const libc::sockaddr_un as *const libc::sockaddr,
+                len,
+            )
+        };
+        if r < 0 || unsafe { libc::listen(fd.as_raw_fd(), 128) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(fd)
+    }
+
+    /// Accepts a connection (blocking).
+    pub fn accept(fd: &OwnedFd) -> io::Result<OwnedFd> {
+        loop {
+            let c = unsafe {
+                libc::accept4(
+                    fd.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if c >= 0 {
+                return Ok(unsafe { OwnedFd::from_raw_fd(c) });
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Sends one record (never raises SIGPIPE).
+    pub fn send(fd: &OwnedFd, rec: &[u8]) -> io::Result<()> {
+        loop {
+            let n = unsafe {
+                libc::send(
+                    fd.as_raw_fd(),
+                    rec.as_ptr() as *const libc::c_void,
+                    rec.len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            };
+            if n >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Receives one record into `buf`; `Ok(0)` when the peer has gone. A
+    /// record longer than `buf` is cut (and then fails to decode).
+    pub fn recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let n = unsafe {
+                libc::recv(
+                    fd.as_raw_fd(),
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    buf.len(),
+                    0,
+                )
+            };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Ends both directions: a thread blocked in `recv` on it returns 0.
+    pub fn shutdown(fd: &OwnedFd) {
+        unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+
+    /// The process at the other end (`SO_PEERCRED`): pid, uid.
+    pub fn peer(fd: &OwnedFd) -> (i32, u32) {
+        let mut c: libc::ucred = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        let r = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                &mut c as *mut libc::ucred as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if r < 0 { (0, u32::MAX) } else { (c.pid, c.uid) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip() {
+        let p = ReqParams {
+            primary_path: PathRec {
+                dgid: Gid([7; 16]),
+                rec_type: PathRecType::RoceV2,
+                dmac: [1, 2, 3, 4, 5, 6],
+                route_resolved: true,
+                ..PathRec::default()
+            },
+            alternate_path: Some(PathRec::default()),
+            sgid_attr: Some((1, 3)),
+            service_id: 0x1234,
+            private_data: vec![9; 92],
+            ece: Ece {
+                vendor_id: 5,
+                attr_mod: 6,
+            },
+            ..ReqParams::default()
+        };
+        let mut w = Header {
+            op: op::SEND_REQ,
+            seq: 7,
+            handle: 9,
+        }
+        .record();
+        w.put(&p);
+        let rec = w.into_bytes();
+        let (h, mut r) = Header::parse(&rec).unwrap();
+        assert_eq!((h.op, h.seq, h.handle), (op::SEND_REQ, 7, 9));
+        let q: ReqParams = r.get().unwrap();
+        r.end().unwrap();
+        assert_eq!(format!("{p:?}"), format!("{q:?}"));
+        // Every truncation is refused, never a panic.
+        for n in 0..rec.len() {
+            let res = Header::parse(&rec[..n]).and_then(|(_, mut r)| {
+                let v: ReqParams = r.get()?;
+                r.end().map(|()| v)
+            });
+            assert!(res.is_err(), "truncated at {n} accepted");
+        }
+    }
+
+    #[test]
+    fn events_round_trip_and_garbage_is_refused() {
+        let ev = WireEvent {
+            public: Public {
+                state: 3,
+                local_id: 0x55,
+                ..Public::default()
+            },
+            listener: 42,
+            event: Event {
+                id: Handle(0),
+                user: 0,
+                kind: EventType::RejReceived,
+                param: EventParam::Rej {
+                    reason: 28,
+                    ari_length: 4,
+                },
+                local_id: 0,
+                mad: Some(Box::new([3; 256])),
+            },
+        };
+        let mut w = Writer(Vec::new());
+        w.put(&ev);
+        let b = w.into_bytes();
+        let got: WireEvent = Reader::new(&b).get().unwrap();
+        assert_eq!(got.public, ev.public);
+        assert_eq!(got.event.kind, EventType::RejReceived);
+        assert_eq!(got.event.mad.as_deref(), ev.event.mad.as_deref());
+        // An out-of-range event type, parameter tag or bool fails.
+        let mut bad = b.clone();
+        bad[32] = 200; // kind
+        assert!(Reader::new(&bad).get::<WireEvent>().is_err());
+        let mut bad = b.clone();
+        bad[37] = 77; // parameter tag
+        assert!(Reader::new(&bad).get::<WireEvent>().is_err());
+        // Bytes from a fixed-seed generator never panic the decoder.
+        let mut x = 0x1234_5678_9abc_def0u64;
+        for _ in 0..2000 {
+            let n = (x % 600) as usize;
+            let junk: Vec<u8> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let _ = Reader::new(&junk).get::<WireEvent>();
+            let _ = Reader::new(&junk).get::<ReqParams>();
+            let _ = Header::parse(&junk);
+        }
+    }
+}

@@ -1,0 +1,613 @@
+//! A device served by the host CM service (`ibcm daemon`): the process
+//! keeps its `Shell`s, registry and callback delivery exactly as for an
+//! in-process device; what an engine shard would do is a request on the
+//! service socket (`ipc`), and the events the service pushes enter the
+//! same delivery path. `IBCM_SERVICE` chooses: `off` (in-process, the
+//! default), `auto` (the running service, else one started on demand, else
+//! in-process with a log line), `required` (the service or `-ENODEV`).
+//! `loop:` devices always stay in-process.
+
+use super::device::Device;
+use super::lock;
+use super::registry::register;
+use super::shell::{Item, RustHandler, Shell};
+use crate::abi::IbCmHandler;
+use crate::engine::*;
+use crate::fabric::{Received, Transport, TransportStats};
+use crate::ipc::{self, Header, Opened, Public, Reader, Stat, WireEvent, Writer, op, sock};
+use crate::log::{DEBUG, ERROR, INFO, WARN};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How devices are opened (`IBCM_SERVICE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Off,
+    Auto,
+    Required,
+}
+
+pub fn mode() -> Mode {
+    match std::env::var("IBCM_SERVICE").as_deref() {
+        Ok("auto") => Mode::Auto,
+        Ok("required") | Ok("on") => Mode::Required,
+        _ => Mode::Off,
+    }
+}
+
+/// One process's connection to the service for one device.
+pub struct Remote {
+    fd: OwnedFd,
+    opened: Opened,
+    stats: TransportStats,
+    dev: OnceLock<Weak<Device>>,
+    seq: AtomicU64,
+    /// Replies by request number (`None` until it arrives).
+    pending: Mutex<HashMap<u64, Option<Vec<u8>>>>,
+    replied: Condvar,
+    dead: AtomicBool,
+    /// Live ids by service handle: the raw `Arc<Shell>` the engine's user
+    /// token is in-process (released by destroy).
+    ids: Mutex<HashMap<u64, usize>>,
+    /// Extra owners of listeners shared by `insert_listen`, by shell.
+    shares: Mutex<HashMap<usize, u32>>,
+    /// Ids with events to deliver, for the delivery thread.
+    ready: Mutex<VecDeque<Arc<Shell>>>,
+    ready_cv: Condvar,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+unsafe impl Send for Remote {}
+unsafe impl Sync for Remote {}
+
+/// Opens `name` through the service if `IBCM_SERVICE` says so (`None`:
+/// open it in-process).
+pub(super) fn open(name: &str) -> Result<Option<Arc<Device>>, Errno> {
+    let mode = mode();
+    if mode == Mode::Off || name.starts_with("loop:") {
+        return Ok(None);
+    }
+    let path = ipc::socket_path();
+    let fd = match sock::connect(&path) {
+        Ok(fd) => Ok(fd),
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(e),
+        Err(_) => start_service(&path).and_then(|()| sock::connect(&path)),
+    };
+    let fd = match fd {
+        Ok(fd) => fd,
+        Err(e) if mode == Mode::Auto => {
+            ibcm_log!(
+                INFO,
+                "{name}: no CM service at {} ({e}): opening in-process",
+                path.display()
+            );
+            return Ok(None);
+        }
+        Err(e) => {
+            crate::log::always(
+                ERROR,
+                format_args!(
+                    "{name}: IBCM_SERVICE=required but no CM service at {}: {e}",
+                    path.display()
+                ),
+            );
+            return Err(Errno::ENODEV);
+        }
+    };
+    Remote::open(fd, name).map(Some)
+}
+
+/// Starts `ibcm daemon` for `path` and waits until it listens: the binary
+/// is `$IBCM_DAEMON`, else `ibcm` beside this library or program, else
+/// `ibcm` on `PATH`. An on-demand service leaves after 30 s without clients.
+fn start_service(path: &Path) -> std::io::Result<()> {
+    let bin = daemon_binary();
+    ibcm_log!(INFO, "starting the CM service: {} daemon", bin.display());
+    let status = std::process::Command::new(&bin)
+        .args(["daemon", "--idle-exit", "30", "--socket"])
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()?;
+    if !status.success() {
+        return Err(std::io::Error::other(format!(
+            "{} daemon exited with {status}",
+            bin.display()
+        )));
+    }
+    Ok(())
+}
+
+fn daemon_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("IBCM_DAEMON").filter(|p| !p.is_empty()) {
+        return p.into();
+    }
+    // The directory of the object holding this code (libibcm.so, or the
+    // program it is linked into).
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let here = daemon_binary as *const c_void;
+    let mut dirs = Vec::new();
+    if unsafe { libc::dladdr(here, &mut info) } != 0 && !info.dli_fname.is_null() {
+        let f = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+        if let Ok(f) = f.to_str()
+            && let Some(d) = Path::new(f).parent()
+        {
+            dirs.push(d.to_path_buf());
+        }
+    }
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(d) = exe.parent()
+    {
+        dirs.push(d.to_path_buf());
+    }
+    for d in dirs {
+        for cand in [d.join("ibcm"), d.join("../bin/ibcm")] {
+            if cand.is_file() {
+                return cand;
+            }
+        }
+    }
+    PathBuf::from("ibcm")
+}
+
+fn public_of(p: &Public) -> crate::abi::IbCmId {
+    crate::abi::IbCmId {
+        cm_handler: None,
+        context: std::ptr::null_mut(),
+        device: std::ptr::null_mut(),
+        service_id: p.service_id.to_be(),
+        state: p.state,
+        lap_state: p.lap_state,
+        local_id: p.local_id.to_be(),
+        remote_id: p.remote_id.to_be(),
+        remote_cm_qpn: 1,
+    }
+}
+
+impl Shell {
+    /// Mirrors the service's public fields of this id into the C struct.
+    pub(super) fn sync_remote(&self, p: &Public) {
+        let v = public_of(p);
+        let c = self.c.get();
+        unsafe {
+            std::ptr::write_volatile(&mut (*c).state, v.state);
+            std::ptr::write_volatile(&mut (*c).lap_state, v.lap_state);
+            std::ptr::write_volatile(&mut (*c).remote_id, v.remote_id);
+            std::ptr::write_volatile(&mut (*c).service_id, v.service_id);
+        }
+    }
+}
+
+impl Remote {
+    fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
+        let mut w = Header {
+            op: op::OPEN,
+            seq: 1,
+            handle: 0,
+        }
+        .record();
+        w.put(&name.as_bytes().to_vec());
+        sock::send(&fd, &w.into_bytes()).map_err(|_| Errno::ENODEV)?;
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        let n = sock::recv(&fd, &mut buf).map_err(|_| Errno::ENODEV)?;
+        let (h, mut r) = Header::parse(&buf[..n]).map_err(|_| Errno::ENODEV)?;
+        if h.op != op::REPLY | op::OPEN || h.seq != 1 {
+            return Err(Errno::ENODEV);
+        }
+        let err: i32 = r.get().map_err(|_| Errno::ENODEV)?;
+        let _: Public = r.get().map_err(|_| Errno::ENODEV)?;
+        if err != 0 {
+            ibcm_log!(WARN, "{name}: the CM service refused to open it: {err}");
+            return Err(Errno(-err));
+        }
+        let opened: Opened = r.get().map_err(|_| Errno::ENODEV)?;
+        let remote = Arc::new(Remote {
+            fd,
+            opened,
+            stats: TransportStats::default(),
+            dev: OnceLock::new(),
+            seq: AtomicU64::new(2),
+            pending: Mutex::new(HashMap::new()),
+            replied: Condvar::new(),
+            dead: AtomicBool::new(false),
+            ids: Mutex::new(HashMap::new()),
+            shares: Mutex::new(HashMap::new()),
+            ready: Mutex::new(VecDeque::new()),
+            ready_cv: Condvar::new(),
+            threads: Mutex::new(Vec::new()),
+        });
+        let dev = Device::with_remote(remote.clone());
+        let _ = remote.dev.set(Arc::downgrade(&dev));
+        let mut t = lock(&remote.threads);
+        let r = remote.clone();
+        t.push(
+            std::thread::Builder::new()
+                .name("ibcm-svc-rx".into())
+                .spawn(move || r.reader())
+                .map_err(|_| Errno(errno::ENOMEM))?,
+        );
+        let r = remote.clone();
+        t.push(
+            std::thread::Builder::new()
+                .name("ibcm-svc-cb".into())
+                .spawn(move || r.deliverer())
+                .map_err(|_| Errno(errno::ENOMEM))?,
+        );
+        drop(t);
+        ibcm_log!(INFO, "{}: open through the CM service", dev.name());
+        Ok(dev)
+    }
+
+    fn device(&self) -> Option<Arc<Device>> {
+        self.dev.get()?.upgrade()
+    }
+
+    /// One request and its reply: the errno, the id's public fields and
+    /// the result's reader input.
+    fn call(
+        &self,
+        opc: u16,
+        handle: u64,
+        body: impl FnOnce(&mut Writer),
+    ) -> Result<(Public, Vec<u8>), Errno> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(Errno::ENODEV);
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut w = Header {
+            op: opc,
+            seq,
+            handle,
+        }
+        .record();
+        body(&mut w);
+        lock(&self.pending).insert(seq, None);
+        if sock::send(&self.fd, &w.into_bytes()).is_err() {
+            lock(&self.pending).remove(&seq);
+            self.mark_dead("send failed");
+            return Err(Errno::ENODEV);
+        }
+        let mut p = lock(&self.pending);
+        let rec = loop {
+            if let Some(Some(_)) = p.get(&seq) {
+                break p.remove(&seq).flatten().expect("reply present");
+            }
+            if self.dead.load(Ordering::SeqCst) {
+                p.remove(&seq);
+                return Err(Errno::ENODEV);
+            }
+            p = self.replied.wait(p).unwrap_or_else(|e| e.into_inner());
+        };
+        drop(p);
+        let bad = |_| Errno(errno::EPROTO);
+        let (_, mut r) = Header::parse(&rec).map_err(bad)?;
+        let err: i32 = r.get().map_err(bad)?;
+        let public: Public = r.get().map_err(bad)?;
+        if err != 0 {
+            return Err(Errno(-err));
+        }
+        let rest = rec[rec.len() - r.remaining()..].to_vec();
+        Ok((public, rest))
+    }
+
+    /// A call on an id: its public fields are refreshed from the reply.
+    fn call_id(
+        &self,
+        sh: &Shell,
+        opc: u16,
+        body: impl FnOnce(&mut Writer),
+    ) -> Result<Vec<u8>, Errno> {
+        let (public, rest) = self.call(opc, sh.handle().0, body)?;
+        sh.sync_remote(&public);
+        Ok(rest)
+    }
+
+    pub(super) fn call_unit(
+        &self,
+        sh: &Shell,
+        opc: u16,
+        body: impl FnOnce(&mut Writer),
+    ) -> ApiResult {
+        self.call_id(sh, opc, body).map(|_| ())
+    }
+
+    pub(super) fn init_qp_attr(&self, sh: &Shell, qp_state: u32) -> ApiResult<QpAttr> {
+        let rest = self.call_id(sh, op::INIT_QP_ATTR, |w| {
+            w.put(&qp_state);
+        })?;
+        Reader::new(&rest).get().map_err(|_| Errno(errno::EPROTO))
+    }
+
+    pub(super) fn state(&self, sh: &Shell) -> Option<State> {
+        let rest = self.call_id(sh, op::STATE, |_| ()).ok()?;
+        Reader::new(&rest).get::<Option<State>>().ok().flatten()
+    }
+
+    pub(super) fn stat(&self) -> Stat {
+        self.call(op::STAT, 0, |_| ())
+            .ok()
+            .and_then(|(_, rest)| Reader::new(&rest).get().ok())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn create_id(
+        &self,
+        dev: &Arc<Device>,
+        handler: IbCmHandler,
+        context: *mut c_void,
+        rust_handler: Option<RustHandler>,
+    ) -> Result<super::CmId, Errno> {
+        let (public, rest) = self.call(op::CREATE_ID, 0, |_| ())?;
+        let h: u64 = Reader::new(&rest).get().map_err(|_| Errno(errno::EPROTO))?;
+        let shell = Arc::new(Shell::new(
+            dev.clone(),
+            0,
+            Handle(h),
+            handler,
+            context,
+            rust_handler,
+        ));
+        shell.sync_remote(&public);
+        let raw = Arc::into_raw(shell.clone());
+        lock(&self.ids).insert(h, raw as usize);
+        register(raw);
+        Ok(super::CmId(shell))
+    }
+
+    /// `insert_listen` through the service: a listener of this process for
+    /// `service_id` with the same handlers is shared (the service holds
+    /// one listener; each sharer destroys its share).
+    pub(super) fn insert_listen(
+        &self,
+        dev: &Arc<Device>,
+        handler: IbCmHandler,
+        service_id: u64,
+        rust_handler: Option<RustHandler>,
+    ) -> Result<super::CmId, Errno> {
+        let same = |sh: &Shell| {
+            let c = unsafe { *sh.c.get() };
+            c.cm_handler.map(|f| f as usize) == handler.map(|f| f as usize)
+                && c.context.is_null()
+                && match (&sh.rust_handler, &rust_handler) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    (None, None) => true,
+                    _ => false,
+                }
+        };
+        let existing: Vec<usize> = lock(&self.ids).values().copied().collect();
+        for p in existing {
+            let sh = unsafe { &*(p as *const Shell) };
+            let c = unsafe { *sh.c.get() };
+            if c.state == State::Listen as u32 && u64::from_be(c.service_id) == service_id {
+                if !same(sh) {
+                    return Err(Errno::EINVAL);
+                }
+                *lock(&self.shares).entry(p).or_insert(0) += 1;
+                register(p as *const Shell);
+                unsafe {
+                    Arc::increment_strong_count(p as *const Shell);
+                    Arc::increment_strong_count(p as *const Shell);
+                    return Ok(super::CmId(Arc::from_raw(p as *const Shell)));
+                }
+            }
+        }
+        let id = self.create_id(dev, handler, std::ptr::null_mut(), rust_handler)?;
+        match id.listen(service_id) {
+            Ok(()) => Ok(id),
+            Err(e) => {
+                let _ = id.destroy();
+                Err(e)
+            }
+        }
+    }
+
+    /// The protocol destroy of an id. `false`: only a share was dropped.
+    pub(super) fn destroy(&self, sh: &Shell, err: i32) -> bool {
+        let p = sh as *const Shell as usize;
+        {
+            let mut s = lock(&self.shares);
+            if let Some(n) = s.get_mut(&p) {
+                *n -= 1;
+                if *n == 0 {
+                    s.remove(&p);
+                }
+                return false;
+            }
+        }
+        if let Err(e) = self.call_id(sh, op::DESTROY, |w| {
+            w.put(&err);
+        }) && e != Errno::ENODEV
+        {
+            ibcm_log!(DEBUG, "destroy {:#x} in the service: {e}", sh.handle().0);
+        }
+        lock(&self.ids).remove(&sh.handle().0);
+        true
+    }
+
+    fn mark_dead(&self, why: &str) {
+        if !self.dead.swap(true, Ordering::SeqCst) {
+            ibcm_log!(
+                WARN,
+                "CM service connection lost ({why}): calls now fail with -ENODEV"
+            );
+        }
+        drop(lock(&self.pending));
+        self.replied.notify_all();
+        drop(lock(&self.ready));
+        self.ready_cv.notify_all();
+    }
+
+    fn reader(self: Arc<Self>) {
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        loop {
+            let n = match sock::recv(&self.fd, &mut buf) {
+                Ok(0) => break self.mark_dead("the service closed it"),
+                Ok(n) => n,
+                Err(e) => break self.mark_dead(&e.to_string()),
+            };
+            let rec = &buf[..n];
+            let Ok((h, r)) = Header::parse(rec) else {
+                ibcm_log!(WARN, "CM service: undecodable record dropped");
+                continue;
+            };
+            if h.op & op::REPLY != 0 {
+                let mut p = lock(&self.pending);
+                if let Some(slot) = p.get_mut(&h.seq) {
+                    *slot = Some(rec.to_vec());
+                    drop(p);
+                    self.replied.notify_all();
+                }
+            } else if h.op == op::EVENT {
+                if let Err(e) = self.on_event(h, r) {
+                    ibcm_log!(WARN, "CM service: event record dropped: {e}");
+                }
+            }
+        }
+    }
+
+    /// Queues a pushed event on its id (creating the id of a REQ), for
+    /// the delivery thread.
+    fn on_event(&self, h: Header, mut r: Reader<'_>) -> Result<(), Errno> {
+        let we: WireEvent = r.get()?;
+        r.end()?;
+        let mut ev = we.event;
+        ev.id = Handle(h.handle);
+        let take = |handle: u64| -> Option<Arc<Shell>> {
+            let ids = lock(&self.ids);
+            let p = *ids.get(&handle)? as *const Shell;
+            unsafe {
+                Arc::increment_strong_count(p);
+                Some(Arc::from_raw(p))
+            }
+        };
+        let (sh, listener) = match &mut ev.param {
+            EventParam::Req(_) | EventParam::SidrReq(_) => {
+                let Some(l) = take(we.listener) else {
+                    return Ok(());
+                };
+                let Some(dev) = self.device() else {
+                    return Ok(());
+                };
+                let lc = unsafe { *l.c.get() };
+                let sh = Arc::new(Shell::new(
+                    dev,
+                    0,
+                    Handle(h.handle),
+                    lc.cm_handler,
+                    lc.context,
+                    l.rust_handler.clone(),
+                ));
+                sh.sync_remote(&we.public);
+                let raw = Arc::into_raw(sh.clone());
+                lock(&self.ids).insert(h.handle, raw as usize);
+                register(raw);
+                let lu = Arc::as_ptr(&l) as u64;
+                match &mut ev.param {
+                    EventParam::Req(p) => p.listen_user = lu,
+                    EventParam::SidrReq(p) => p.listen_user = lu,
+                    _ => {}
+                }
+                (sh, Some(l))
+            }
+            _ => {
+                let Some(sh) = take(h.handle) else {
+                    return Ok(());
+                };
+                sh.sync_remote(&we.public);
+                (sh, None)
+            }
+        };
+        ev.user = Arc::as_ptr(&sh) as u64;
+        lock(&sh.dq).queue.push_back(Item {
+            ev,
+            _listener: listener,
+        });
+        lock(&self.ready).push_back(sh);
+        self.ready_cv.notify_one();
+        Ok(())
+    }
+
+    fn deliverer(self: Arc<Self>) {
+        loop {
+            let sh = {
+                let mut q = lock(&self.ready);
+                loop {
+                    if let Some(sh) = q.pop_front() {
+                        break sh;
+                    }
+                    if self.dead.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    q = self.ready_cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            sh.deliver();
+        }
+    }
+
+    /// Closes the device: what the process left is destroyed by the
+    /// service when the connection ends.
+    pub(super) fn close(&self) {
+        let left: Vec<usize> = lock(&self.ids).drain().map(|(_, p)| p).collect();
+        if !left.is_empty() {
+            ibcm_log!(
+                WARN,
+                "{}: closed with {} live id(s); the service destroys them",
+                self.describe(),
+                left.len()
+            );
+        }
+        for p in &left {
+            let sh = unsafe { &*(*p as *const Shell) };
+            let mut d = lock(&sh.dq);
+            d.destroyed = true;
+            d.queue.clear();
+        }
+        sock::shutdown(&self.fd);
+        self.mark_dead("closed");
+        let me = std::thread::current().id();
+        let threads: Vec<JoinHandle<()>> = lock(&self.threads).drain(..).collect();
+        for t in threads {
+            if t.thread().id() != me && t.join().is_err() {
+                ibcm_log!(ERROR, "a CM service thread had panicked");
+            }
+        }
+    }
+
+    pub(super) fn ids(&self) -> usize {
+        lock(&self.ids).len()
+    }
+}
+
+/// The device's transport as far as the process sees it: ports and node
+/// GUID from the service; MADs never pass through the process.
+impl Transport for Remote {
+    fn send(&self, _batch: &[Transmit]) {}
+    fn recv(&self, timeout: Option<Duration>, _out: &mut Vec<Received>) -> std::io::Result<()> {
+        // No event loop runs for a served device; sleep as asked.
+        std::thread::sleep(timeout.map_or(Duration::from_millis(100), |t| {
+            t.min(Duration::from_millis(100))
+        }));
+        Ok(())
+    }
+    fn wake(&self) {}
+    fn ports(&self) -> Vec<PortInfo> {
+        self.opened.ports.to_vec()
+    }
+    fn node_guid(&self) -> u64 {
+        self.opened.node_guid
+    }
+    fn stats(&self) -> &TransportStats {
+        &self.stats
+    }
+    fn describe(&self) -> String {
+        String::from_utf8_lossy(&self.opened.name).into_owned()
+    }
+}

@@ -1,0 +1,569 @@
+//! The host CM service (`ibcm daemon`): one CM per host. It opens each
+//! device once (the UDP port of a `soft:` address, the umad agent of an
+//! HCA port) and runs its engines as any in-process `Device` does; every
+//! process that opens the device through the service (`runtime::remote`)
+//! gets a connection on the service socket whose ids live here.
+//!
+//! * A connection serves one device for one process. Each request is
+//!   decoded by `ipc` (garbage is counted and answered `-EPROTO`, never
+//!   trusted), checked against the connection's own id table (a process
+//!   acts only on its ids: a handle of another connection is `-EINVAL`)
+//!   and its limits (ids, listeners, queued events: `-ENOMEM`/`-EAGAIN`,
+//!   counted), run on the device and answered with its errno.
+//! * Events of a connection's ids are encoded by the device's event loop
+//!   into the connection's queue (never blocking the loop) and written by
+//!   the connection's writer thread. A process that lets `max_events`
+//!   events pile up is disconnected.
+//! * When a connection ends (exit, crash, SIGKILL, or the process closed
+//!   the device) its ids are destroyed at once, exactly as the kernel does
+//!   for a dying process: established → DREQ, pending → REJ, listeners
+//!   released. A device is closed with its last connection.
+
+use crate::api::{CmId, Device, DeviceOptions, EventParam, RustHandler};
+use crate::engine::{Errno, errno};
+use crate::ipc::{self, Header, Opened, Public, Reader, Stat, WireEvent, op, sock};
+use crate::log::{INFO, WARN};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Limits per connection (one process's use of one device).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_ids: usize,
+    pub max_listeners: usize,
+    pub max_events: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        let env = |k: &str, d: usize| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        Limits {
+            max_ids: env("IBCM_SERVICE_MAX_IDS", 1 << 20),
+            max_listeners: env("IBCM_SERVICE_MAX_LISTENERS", 4096),
+            max_events: env("IBCM_SERVICE_MAX_EVENTS", 1 << 20),
+        }
+    }
+}
+
+/// How the service runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub socket: PathBuf,
+    /// Leave after this long without connections (`None`: run forever).
+    pub idle_exit: Option<Duration>,
+    pub limits: Limits,
+}
+
+/// A served device and the connections using it.
+struct Served {
+    dev: Arc<Device>,
+    clients: usize,
+}
+
+/// The service: its devices by name.
+pub struct Service {
+    opts: Options,
+    devices: Mutex<HashMap<String, Served>>,
+    connections: AtomicUsize,
+    last_active: Mutex<Instant>,
+    next_conn: AtomicU64,
+}
+
+/// One process's connection for one device.
+struct Conn {
+    id: u64,
+    pid: i32,
+    fd: OwnedFd,
+    svc: Arc<Service>,
+    /// The device's name as the service keys it (set by OPEN).
+    name: Mutex<Option<String>>,
+    dev: Mutex<Option<Arc<Device>>>,
+    ids: Mutex<HashMap<u64, CmId>>,
+    listeners: Mutex<HashSet<u64>>,
+    out: Mutex<VecDeque<Vec<u8>>>,
+    out_cv: Condvar,
+    closed: AtomicBool,
+    refusals: AtomicU64,
+    bad: AtomicU64,
+}
+
+/// Binds the socket (`0660`, group `ibcm` if that group exists, else
+/// owner only): after this, opens wait in the backlog until `run`.
+pub fn bind(path: &Path) -> std::io::Result<OwnedFd> {
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    let fd = sock::listen(path)?;
+    use std::os::unix::fs::PermissionsExt;
+    let group = unsafe { libc::getgrnam(c"ibcm".as_ptr()) };
+    let mode = if group.is_null() {
+        0o600
+    } else {
+        let gid = unsafe { (*group).gr_gid };
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
+        if unsafe { libc::chown(c.as_ptr(), u32::MAX, gid) } != 0 {
+            ibcm_log!(WARN, "cannot give {} to group ibcm", path.display());
+        }
+        0o660
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    Ok(fd)
+}
+
+impl Service {
+    pub fn new(opts: Options) -> Arc<Service> {
+        Arc::new(Service {
+            opts,
+            devices: Mutex::new(HashMap::new()),
+            connections: AtomicUsize::new(0),
+            last_active: Mutex::new(Instant::now()),
+            next_conn: AtomicU64::new(1),
+        })
+    }
+
+    /// Accepts connections on `listener` (from `bind`) until the idle
+    /// limit, if any, runs out.
+    pub fn run(self: &Arc<Self>, listener: OwnedFd) -> std::io::Result<()> {
+        ibcm_log!(
+            INFO,
+            "CM service listening on {}",
+            self.opts.socket.display()
+        );
+        let listener = Arc::new(listener);
+        if let Some(idle) = self.opts.idle_exit {
+            let me = self.clone();
+            let l = listener.clone();
+            std::thread::Builder::new()
+                .name("ibcmd-idle".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(Duration::from_millis(500));
+                        if me.connections.load(Ordering::SeqCst) == 0
+                            && lock(&me.last_active).elapsed() >= idle
+                        {
+                            ibcm_log!(INFO, "CM service idle for {idle:?}: leaving");
+                            let _ = std::fs::remove_file(&me.opts.socket);
+                            sock::shutdown(&l);
+                            return;
+                        }
+                    }
+                })?;
+        }
+        loop {
+            let fd = match sock::accept(&listener) {
+                Ok(fd) => fd,
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(()),
+                Err(e) => {
+                    ibcm_log!(WARN, "accept: {e}");
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+            };
+            self.connections.fetch_add(1, Ordering::SeqCst);
+            let (pid, _) = sock::peer(&fd);
+            let conn = Arc::new(Conn {
+                id: self.next_conn.fetch_add(1, Ordering::Relaxed),
+                pid,
+                fd,
+                svc: self.clone(),
+                name: Mutex::new(None),
+                dev: Mutex::new(None),
+                ids: Mutex::new(HashMap::new()),
+                listeners: Mutex::new(HashSet::new()),
+                out: Mutex::new(VecDeque::new()),
+                out_cv: Condvar::new(),
+                closed: AtomicBool::new(false),
+                refusals: AtomicU64::new(0),
+                bad: AtomicU64::new(0),
+            });
+            let c = conn.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("ibcmd-c{}", conn.id))
+                .spawn(move || c.serve());
+            if let Err(e) = spawned {
+                ibcm_log!(WARN, "no thread for a connection: {e}");
+                self.connections.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Opens (or shares) a device by name.
+    fn open(&self, name: &str) -> Result<(String, Arc<Device>), Errno> {
+        let key = canonical(name);
+        let mut devs = lock(&self.devices);
+        if let Some(s) = devs.get_mut(&key) {
+            s.clients += 1;
+            return Ok((key, s.dev.clone()));
+        }
+        // The service's own devices are in-process, whatever IBCM_SERVICE
+        // says in its environment.
+        let dev = Device::open_local(name, DeviceOptions::default())?;
+        ibcm_log!(INFO, "serving {key}");
+        devs.insert(
+            key.clone(),
+            Served {
+                dev: dev.clone(),
+                clients: 1,
+            },
+        );
+        Ok((key, dev))
+    }
+
+    fn release(&self, key: &str) {
+        let mut devs = lock(&self.devices);
+        let last = devs.get_mut(key).is_some_and(|s| {
+            s.clients -= 1;
+            s.clients == 0
+        });
+        if last && let Some(s) = devs.remove(key) {
+            drop(devs);
+            ibcm_log!(INFO, "{key}: last process gone, closing it");
+            s.dev.close();
+        }
+    }
+}
+
+/// The key of a device name: `soft:` addresses with their port spelled
+/// out, so `soft:10.0.0.1` and `soft:10.0.0.1:4791` are one device.
+fn canonical(name: &str) -> String {
+    if !name.contains('@')
+        && let Ok(crate::api::DeviceSpec::Soft { ip, port }) = crate::api::DeviceSpec::parse(name)
+    {
+        return format!("soft:{}", std::net::SocketAddr::new(ip, port));
+    }
+    name.to_string()
+}
+
+fn public(id: &CmId) -> Public {
+    let c = id.public();
+    Public {
+        state: c.state,
+        lap_state: c.lap_state,
+        local_id: u32::from_be(c.local_id),
+        remote_id: u32::from_be(c.remote_id),
+        service_id: u64::from_be(c.service_id),
+    }
+}
+
+impl Conn {
+    fn serve(self: Arc<Self>) {
+        let w = self.clone();
+        let writer = std::thread::Builder::new()
+            .name(format!("ibcmd-w{}", self.id))
+            .spawn(move || w.writer());
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        if writer.is_ok() {
+            loop {
+                let n = match sock::recv(&self.fd, &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if self.closed.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Some(reply) = self.request(&buf[..n])
+                    && sock::send(&self.fd, &reply).is_err()
+                {
+                    break;
+                }
+            }
+        }
+        self.closed.store(true, Ordering::SeqCst);
+        self.out_cv.notify_all();
+        self.cleanup();
+        if let Ok(w) = writer {
+            let _ = w.join();
+        }
+        *lock(&self.svc.last_active) = Instant::now();
+        self.svc.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Destroys what the process left: as the kernel does for a process
+    /// that dies holding ids.
+    fn cleanup(&self) {
+        let ids: Vec<CmId> = lock(&self.ids).drain().map(|(_, id)| id).collect();
+        if !ids.is_empty() {
+            ibcm_log!(
+                INFO,
+                "process {} gone: destroying its {} id(s)",
+                self.pid,
+                ids.len()
+            );
+        }
+        for id in ids {
+            let _ = id.destroy();
+        }
+        lock(&self.listeners).clear();
+        *lock(&self.dev) = None;
+        if let Some(key) = lock(&self.name).take() {
+            self.svc.release(&key);
+        }
+    }
+
+    fn writer(&self) {
+        loop {
+            let batch: Vec<Vec<u8>> = {
+                let mut q = lock(&self.out);
+                while q.is_empty() && !self.closed.load(Ordering::SeqCst) {
+                    q = self.out_cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+                if self.closed.load(Ordering::SeqCst) {
+                    return;
+                }
+                q.drain(..).collect()
+            };
+            for rec in batch {
+                if sock::send(&self.fd, &rec).is_err() {
+                    self.disconnect();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Ends the connection from the service's side (the reader sees EOF
+    /// and cleans up).
+    fn disconnect(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        sock::shutdown(&self.fd);
+        self.out_cv.notify_all();
+    }
+
+    /// The handler of this connection's ids: encode, queue, return.
+    fn handler(self: &Arc<Self>) -> RustHandler {
+        let me: Weak<Conn> = Arc::downgrade(self);
+        Arc::new(move |id, ev| {
+            let Some(c) = me.upgrade() else { return 0 };
+            if c.closed.load(Ordering::SeqCst) {
+                return 0;
+            }
+            let listener = match &ev.param {
+                EventParam::Req(p) => Some(p.listen_id.0),
+                EventParam::SidrReq(p) => Some(p.listen_id.0),
+                _ => None,
+            };
+            if listener.is_some() {
+                let mut ids = lock(&c.ids);
+                if ids.len() >= c.svc.opts.limits.max_ids {
+                    drop(ids);
+                    c.refusals.fetch_add(1, Ordering::Relaxed);
+                    ibcm_log!(WARN, "process {}: id limit reached: request refused", c.pid);
+                    return -errno::ENOMEM;
+                }
+                ids.insert(id.handle(), id.clone());
+            }
+            let mut w = Header {
+                op: op::EVENT,
+                seq: 0,
+                handle: ev.id.0,
+            }
+            .record();
+            w.put(&WireEvent {
+                public: public(id),
+                listener: listener.unwrap_or(0),
+                event: ev.clone(),
+            });
+            let mut q = lock(&c.out);
+            if q.len() >= c.svc.opts.limits.max_events {
+                drop(q);
+                c.refusals.fetch_add(1, Ordering::Relaxed);
+                ibcm_log!(
+                    WARN,
+                    "process {}: {} events not read: disconnecting it",
+                    c.pid,
+                    c.svc.opts.limits.max_events
+                );
+                c.disconnect();
+                return 0;
+            }
+            q.push_back(w.into_bytes());
+            drop(q);
+            c.out_cv.notify_one();
+            0
+        })
+    }
+
+    /// Decodes and runs one request; the reply to send (none for a record
+    /// too broken to answer).
+    fn request(self: &Arc<Self>, rec: &[u8]) -> Option<Vec<u8>> {
+        let Ok((h, mut r)) = Header::parse(rec) else {
+            self.bad.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        if h.op == 0 || h.op > op::LAST {
+            self.bad.fetch_add(1, Ordering::Relaxed);
+            return Some(ipc::reply(h, -errno::EOPNOTSUPP, Public::default(), |_| ()));
+        }
+        let res = self.run(h, &mut r);
+        let (err, public, body) = match res {
+            Ok((p, b)) => (0, p, b),
+            Err(e) => {
+                if e == Errno(errno::EPROTO) {
+                    self.bad.fetch_add(1, Ordering::Relaxed);
+                }
+                (neg(e), Public::default(), Vec::new())
+            }
+        };
+        Some(ipc::reply(h, err, public, |w| w.0.extend_from_slice(&body)))
+    }
+
+    fn run(self: &Arc<Self>, h: Header, r: &mut Reader<'_>) -> Result<(Public, Vec<u8>), Errno> {
+        let proto = Errno(errno::EPROTO);
+        let mut out = ipc::Writer(Vec::new());
+        if h.op == op::OPEN {
+            let name: Vec<u8> = r.get()?;
+            r.end()?;
+            if lock(&self.dev).is_some() {
+                return Err(Errno::EINVAL);
+            }
+            let name = String::from_utf8(name).map_err(|_| Errno::EINVAL)?;
+            let (key, dev) = self.svc.open(&name)?;
+            out.put(&Opened {
+                name: dev.name().as_bytes().to_vec(),
+                node_guid: dev.node_guid(),
+                ports: dev.ports().to_vec().into_boxed_slice(),
+            });
+            *lock(&self.name) = Some(key);
+            *lock(&self.dev) = Some(dev);
+            return Ok((Public::default(), out.0));
+        }
+        let dev = lock(&self.dev).clone().ok_or(Errno::ENODEV)?;
+        match h.op {
+            op::CREATE_ID => {
+                r.end()?;
+                if lock(&self.ids).len() >= self.svc.opts.limits.max_ids {
+                    self.refusals.fetch_add(1, Ordering::Relaxed);
+                    return Err(Errno(errno::ENOMEM));
+                }
+                let id = dev.create_id(None, std::ptr::null_mut(), Some(self.handler()))?;
+                let hd = id.handle();
+                let p = public(&id);
+                lock(&self.ids).insert(hd, id);
+                out.put(&hd);
+                return Ok((p, out.0));
+            }
+            op::STAT => {
+                r.end()?;
+                let c = dev.all_counters();
+                let clients = lock(&self.svc.devices)
+                    .values()
+                    .find(|s| Arc::ptr_eq(&s.dev, &dev))
+                    .map_or(0, |s| s.clients as u64);
+                out.put(&Stat {
+                    cm: c.cm,
+                    transport: c.transport,
+                    live_ids: lock(&self.ids).len() as u64,
+                    device_ids: c.live_ids,
+                    pending_timers: c.pending_timers,
+                    clients,
+                    limit_refusals: self.refusals.load(Ordering::Relaxed),
+                    bad_records: self.bad.load(Ordering::Relaxed),
+                });
+                return Ok((Public::default(), out.0));
+            }
+            _ => {}
+        }
+        // Calls on one of this connection's ids.
+        let id = lock(&self.ids)
+            .get(&h.handle)
+            .cloned()
+            .ok_or(Errno::EINVAL)?;
+        match h.op {
+            op::LISTEN => {
+                let sid: u64 = r.get()?;
+                r.end()?;
+                if lock(&self.listeners).len() >= self.svc.opts.limits.max_listeners {
+                    self.refusals.fetch_add(1, Ordering::Relaxed);
+                    return Err(Errno(errno::ENOMEM));
+                }
+                id.listen(sid)?;
+                lock(&self.listeners).insert(h.handle);
+            }
+            op::SEND_REQ => {
+                let p = r.get()?;
+                r.end()?;
+                id.send_req(&p)?
+            }
+            op::SEND_REP => {
+                let p = r.get()?;
+                r.end()?;
+                id.send_rep(&p)?
+            }
+            op::SEND_RTU | op::SEND_DREQ | op::SEND_DREP => {
+                let pd: Vec<u8> = r.get()?;
+                r.end()?;
+                match h.op {
+                    op::SEND_RTU => id.send_rtu(&pd)?,
+                    op::SEND_DREQ => id.send_dreq(&pd)?,
+                    _ => id.send_drep(&pd)?,
+                }
+            }
+            op::SEND_REJ => {
+                let reason: u32 = r.get()?;
+                let ari: Vec<u8> = r.get()?;
+                let pd: Vec<u8> = r.get()?;
+                r.end()?;
+                id.send_rej(reason, &ari, &pd)?
+            }
+            op::PREPARE_MRA => {
+                r.end()?;
+                id.prepare_mra()?
+            }
+            op::NOTIFY => {
+                let ev: u32 = r.get()?;
+                r.end()?;
+                id.notify(ev)?
+            }
+            op::INIT_QP_ATTR => {
+                let s: u32 = r.get()?;
+                r.end()?;
+                out.put(&id.init_qp_attr(s)?);
+            }
+            op::SIDR_REQ => {
+                let p = r.get()?;
+                r.end()?;
+                id.send_sidr_req(&p)?
+            }
+            op::SIDR_REP => {
+                let p = r.get()?;
+                r.end()?;
+                id.send_sidr_rep(&p)?
+            }
+            op::STATE => {
+                r.end()?;
+                out.put(&id.state());
+            }
+            op::DESTROY => {
+                let err: i32 = r.get()?;
+                r.end()?;
+                let p = public(&id);
+                lock(&self.ids).remove(&h.handle);
+                lock(&self.listeners).remove(&h.handle);
+                id.destroy_with(err)?;
+                return Ok((p, out.0));
+            }
+            _ => return Err(proto),
+        }
+        Ok((public(&id), out.0))
+    }
+}
+
+/// An errno as the protocol carries it (negative).
+fn neg(e: Errno) -> i32 {
+    -e.0.abs()
+}
