@@ -66,6 +66,7 @@ pub use crate::engine::{
     State, errno, qp_mask, qp_type,
 };
 pub use crate::fabric::TransportCounters;
+pub use crate::ipc::Stat as ServiceStat;
 pub use crate::path::{SOFT_PACKET_LIFE_TIME, path_from_port, select_sgid};
 pub use crate::runtime::{CmId, Device, DeviceOptions, DeviceSpec, RustHandler, listen_id, lookup};
 pub use crate::wire::Gid;
@@ -110,8 +111,17 @@ impl Device {
         path_from_port(port, dgid)
     }
 
-    /// Every counter of the device (`ibcm_get_counters`).
+    /// Every counter of the device (`ibcm_get_counters`); a device served
+    /// by the CM service reports the service's (its ids: this process's).
     pub fn all_counters(&self) -> DeviceCounters {
+        if let Some(s) = self.service_stat() {
+            return DeviceCounters {
+                cm: s.cm,
+                transport: s.transport,
+                live_ids: s.live_ids,
+                pending_timers: s.pending_timers,
+            };
+        }
         DeviceCounters {
             cm: self.counters(),
             transport: self.transport().stats().snapshot(),

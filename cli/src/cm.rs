@@ -301,6 +301,18 @@ fn open(dev: &str) -> Result<Arc<Device>, i32> {
     })
 }
 
+/// Added to this process's QP numbers on a device the CM service shares:
+/// processes there share one CA GUID, and the CM takes a second
+/// connection from the same (CA GUID, QPN) for a stale one (REJ 10), as
+/// a real device never hands out one QPN twice.
+fn qpn_offset(dev: &Device) -> u32 {
+    if dev.is_served() {
+        0x10000 * (1 + std::process::id() % 200)
+    } else {
+        0
+    }
+}
+
 fn print_counters(dev: &Device) {
     eprint!("counters ({}):\n{}", dev.name(), dev.counters().report());
 }
@@ -343,6 +355,7 @@ pub fn listen_main(a: &ListenArgs) -> i32 {
     let disconnect_delay = o.disconnect_delay;
     let qkey = o.qkey;
     let accepted = std::sync::atomic::AtomicU32::new(0);
+    let qpn_base = qpn_offset(&dev);
     let handler: RustHandler = Arc::new(move |id: &CmId, ev: &Event| {
         if !quiet {
             print_event(start, id, ev, rdma_cm);
@@ -359,7 +372,7 @@ pub fn listen_main(a: &ListenArgs) -> i32 {
                 }
                 let n = accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let rep = RepParams {
-                    qp_num: 0x1000 + n,
+                    qp_num: qpn_base + 0x1000 + n,
                     starting_psn: (id.local_id() & 0xff_ffff) ^ 0x5a5a5a,
                     private_data: pd.clone(),
                     responder_resources: 1,
@@ -597,7 +610,7 @@ pub fn connect_main(a: &ConnectArgs) -> i32 {
             let req = ReqParams {
                 primary_path: path,
                 service_id,
-                qp_num: 0x2000 + i,
+                qp_num: qpn_offset(&dev) + 0x2000 + i,
                 qp_type: qp_type::RC,
                 starting_psn: (id.local_id() & 0xff_ffff) ^ 0xa5a5a5,
                 private_data,

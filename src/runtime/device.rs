@@ -147,9 +147,19 @@ impl Device {
         Ok(Device::with_transport(open_transport(name)?, opts))
     }
 
+    /// Opens a device through the CM service listening at `socket`.
+    pub fn open_served(name: &str, socket: &std::path::Path) -> Result<Arc<Device>, Errno> {
+        super::remote::open_at(socket, name)
+    }
+
     /// Whether the host CM service serves this device.
     pub fn is_served(&self) -> bool {
         self.remote.is_some()
+    }
+
+    /// The service's counters of a served device (`None` in-process).
+    pub fn service_stat(&self) -> Option<crate::ipc::Stat> {
+        self.remote.as_ref()?.stat()
     }
 
     /// A device served by the CM service (its ports and GUID as the
@@ -326,7 +336,7 @@ impl Device {
     /// Counters of all shards.
     pub fn counters(&self) -> Counters {
         if let Some(r) = &self.remote {
-            return r.stat().cm;
+            return r.stat().unwrap_or_default().cm;
         }
         let mut c = Counters::default();
         for s in &self.shards {
@@ -363,7 +373,7 @@ impl Device {
     /// Pending timers of all shards.
     pub fn timer_count(&self) -> usize {
         if let Some(r) = &self.remote {
-            return r.stat().pending_timers as usize;
+            return r.stat().map_or(0, |s| s.pending_timers as usize);
         }
         self.shards.iter().map(|s| lock(s).timer_count()).sum()
     }

@@ -103,6 +103,16 @@ pub(super) fn open(name: &str) -> Result<Option<Arc<Device>>, Errno> {
     Remote::open(fd, name).map(Some)
 }
 
+/// Opens `name` through the service listening at `path` (no start on
+/// demand, whatever `IBCM_SERVICE` says).
+pub(super) fn open_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
+    let fd = sock::connect(path).map_err(|e| {
+        ibcm_log!(WARN, "{name}: no CM service at {}: {e}", path.display());
+        Errno::ENODEV
+    })?;
+    Remote::open(fd, name)
+}
+
 /// Starts `ibcm daemon` for `path` and waits until it listens: the binary
 /// is `$IBCM_DAEMON`, else `ibcm` beside this library or program, else
 /// `ibcm` on `PATH`. An on-demand service leaves after 30 s without clients.
@@ -330,11 +340,11 @@ impl Remote {
         Reader::new(&rest).get::<Option<State>>().ok().flatten()
     }
 
-    pub(super) fn stat(&self) -> Stat {
+    /// The service's counters (`None` once the service is gone).
+    pub(super) fn stat(&self) -> Option<Stat> {
         self.call(op::STAT, 0, |_| ())
             .ok()
             .and_then(|(_, rest)| Reader::new(&rest).get().ok())
-            .unwrap_or_default()
     }
 
     pub(super) fn create_id(

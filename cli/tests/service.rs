@@ -1,0 +1,484 @@
+//! The host CM service end to end: `ibcm daemon --foreground` on a private
+//! socket, `ibcm listen` / `ibcm connect` processes (and this test
+//! process) sharing one `soft:` address through it.
+//!
+//! * two processes on one address: a second listener on the same service
+//!   ID gets -EBUSY, connects from other processes reach the listener
+//!   (loopback through the service, no wire);
+//! * a killed listener's service ID is free again and its peers are
+//!   rejected; a client killed while connected gets its peer a DREQ, one
+//!   killed mid-connect a REJ, each within a second, and the service's id
+//!   count returns to where it was;
+//! * a hostile local client (garbage, truncated records, another
+//!   process's handles) gets errors while the others keep working;
+//! * a killed service: calls fail with -ENODEV (no hang), a restarted
+//!   service serves new opens.
+
+mod common;
+
+use common::TempDir;
+use ibcm::api::{Device, Errno, EventType, ReqParams, RustHandler, qp_type};
+use ibcm::ipc::{self, Header, op, sock};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn ibcm() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ibcm"))
+}
+
+/// `ibcm daemon --foreground` on a socket of its own; killed when dropped.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    _dir: TempDir,
+}
+
+impl Daemon {
+    fn start(test: &str) -> Daemon {
+        let dir = TempDir::new("service", test);
+        let socket = dir.0.join("ibcmd.sock");
+        Daemon::at(socket, dir)
+    }
+
+    fn at(socket: PathBuf, dir: TempDir) -> Daemon {
+        let child = ibcm()
+            .args(["daemon", "--foreground", "--socket"])
+            .arg(&socket)
+            .env("IBCM_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.0.join("daemon.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        while sock::connect(&socket).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "the daemon did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon {
+            child,
+            socket,
+            _dir: dir,
+        }
+    }
+
+    /// `ibcm ARGS` as a client of this service.
+    fn ibcm(&self, args: &[&str]) -> Command {
+        let mut c = ibcm();
+        c.args(args)
+            .env("IBCM_SERVICE", "required")
+            .env("IBCM_SERVICE_SOCKET", &self.socket)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.0.join("daemon.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Waits until `f` holds (polling), at most `limit`.
+fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < limit {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    f()
+}
+
+/// A listener process whose stdout is collected as it comes.
+struct Listener {
+    child: Child,
+    out: Arc<Mutex<String>>,
+}
+
+impl Listener {
+    fn spawn(d: &Daemon, args: &[&str]) -> Listener {
+        let mut child = d.ibcm(&[&["listen"], args].concat()).spawn().unwrap();
+        let mut so = child.stdout.take().unwrap();
+        let out = Arc::new(Mutex::new(String::new()));
+        let o = out.clone();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut b = [0u8; 4096];
+            while let Ok(n) = so.read(&mut b) {
+                if n == 0 {
+                    break;
+                }
+                o.lock().unwrap().push_str(&text(&b[..n]));
+            }
+        });
+        Listener { child, out }
+    }
+
+    fn out(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+}
+
+#[test]
+fn two_processes_share_one_soft_address() {
+    let d = Daemon::start("share");
+    let dev = "soft:127.0.9.1";
+    let mut l = Listener::spawn(&d, &["--device", dev, "--count", "2", "--timeout", "20"]);
+    assert!(wait_for(Duration::from_secs(5), || d
+        .log()
+        .contains("serving")));
+    std::thread::sleep(Duration::from_millis(200));
+    // The service ID is the first listener's, host-wide.
+    let second = d
+        .ibcm(&["listen", "--device", dev, "--timeout", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    assert!(
+        text(&second.stderr).contains("EBUSY"),
+        "{}",
+        text(&second.stderr)
+    );
+    // Two other processes on the same address connect to it, at once.
+    let c: Vec<Child> = (0..2)
+        .map(|_| {
+            d.ibcm(&[
+                "connect",
+                "--device",
+                dev,
+                "--dest",
+                "127.0.9.1",
+                "--timeout",
+                "10",
+            ])
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for c in c {
+        let o = c.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "connect: {}{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        assert!(text(&o.stdout).contains("REP_RECEIVED"));
+    }
+    assert!(l.child.wait().unwrap().success(), "{}", l.out());
+    assert_eq!(
+        l.out().matches(" REQ_RECEIVED from").count(),
+        2,
+        "{}",
+        l.out()
+    );
+}
+
+/// The ids the service holds on `dev` (all processes).
+fn service_ids(probe: &Device) -> u64 {
+    probe.service_stat().expect("service stat").device_ids
+}
+
+#[test]
+fn a_killed_listener_frees_its_service_id() {
+    let d = Daemon::start("killed-listener");
+    let dev = "soft:127.0.9.2";
+    let probe = Device::open_served(dev, &d.socket).unwrap();
+    let base = service_ids(&probe);
+    let mut l = Listener::spawn(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
+    assert!(wait_for(Duration::from_secs(5), || service_ids(&probe) == base + 1));
+    l.child.kill().unwrap();
+    l.child.wait().unwrap();
+    // Released within a second: a new listener gets the service ID.
+    assert!(wait_for(Duration::from_secs(1), || service_ids(&probe) == base));
+    let mut l2 = Listener::spawn(&d, &["--device", dev, "--count", "1", "--timeout", "20"]);
+    assert!(wait_for(Duration::from_secs(5), || service_ids(&probe) == base + 1));
+    let c = d
+        .ibcm(&[
+            "connect",
+            "--device",
+            dev,
+            "--dest",
+            "127.0.9.2",
+            "--timeout",
+            "10",
+        ])
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}", text(&c.stderr));
+    assert!(l2.child.wait().unwrap().success());
+}
+
+#[test]
+fn a_client_killed_while_connected_gets_its_peer_a_dreq() {
+    let d = Daemon::start("killed-connected");
+    let dev = "soft:127.0.9.3";
+    let probe = Device::open_served(dev, &d.socket).unwrap();
+    let mut l = Listener::spawn(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
+    assert!(wait_for(Duration::from_secs(5), || service_ids(&probe) == 1));
+    let mut c = d
+        .ibcm(&[
+            "connect",
+            "--device",
+            dev,
+            "--dest",
+            "127.0.9.3",
+            "--wait-disconnect",
+            "--timeout",
+            "30",
+        ])
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || l.out().contains("RTU_RECEIVED")),
+        "{}",
+        l.out()
+    );
+    c.kill().unwrap();
+    let killed = Instant::now();
+    c.wait().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(1), || l.out().contains("DREQ_RECEIVED")),
+        "no DREQ within 1 s of the kill: {}",
+        l.out()
+    );
+    assert!(killed.elapsed() < Duration::from_millis(1500));
+    assert!(l.child.wait().unwrap().success(), "{}", l.out());
+    // Everything the two processes had is gone (time wait included).
+    assert!(
+        wait_for(Duration::from_secs(5), || service_ids(&probe) == 0),
+        "{} ids left",
+        service_ids(&probe)
+    );
+}
+
+/// The attribute ID of the MAD in a RoCEv2 datagram (BTH + DETH + MAD).
+fn attr_of(dgram: &[u8]) -> u16 {
+    u16::from_be_bytes([dgram[20 + 16], dgram[20 + 17]])
+}
+
+#[test]
+fn a_client_killed_mid_connect_gets_its_peer_a_rej() {
+    let d = Daemon::start("killed-connecting");
+    // Another process keeps the device open (closing the device would
+    // destroy the id too; the REJ must come from the process's death).
+    let probe = Device::open_served("soft:127.0.9.4", &d.socket).unwrap();
+    // The peer is a bare UDP socket that never answers the REQ.
+    let peer = UdpSocket::bind("127.0.9.5:4791").unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut c = d
+        .ibcm(&[
+            "connect",
+            "--device",
+            "soft:127.0.9.4",
+            "--dest",
+            "127.0.9.5",
+            "--timeout",
+            "30",
+        ])
+        .spawn()
+        .unwrap();
+    let mut b = [0u8; 512];
+    let n = peer.recv(&mut b).unwrap();
+    assert_eq!(attr_of(&b[..n]), 0x0010, "expected a REQ");
+    c.kill().unwrap();
+    let killed = Instant::now();
+    c.wait().unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    loop {
+        let n = peer.recv(&mut b).expect("no REJ within 1 s of the kill");
+        match attr_of(&b[..n]) {
+            0x0010 => continue, // a REQ retry sent before the kill
+            a => {
+                assert_eq!(a, 0x0012, "expected a REJ");
+                break;
+            }
+        }
+    }
+    assert!(killed.elapsed() < Duration::from_secs(1));
+    assert!(wait_for(Duration::from_secs(1), || service_ids(&probe) == 0));
+}
+
+/// Sends `rec` (request number `seq`) on a raw connection; its reply's
+/// header and errno (replies to junk that happened to parse are skipped).
+fn raw_call(fd: &std::os::fd::OwnedFd, seq: u64, rec: &[u8]) -> (Header, i32) {
+    sock::send(fd, rec).unwrap();
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    loop {
+        let n = sock::recv(fd, &mut b).unwrap();
+        assert!(n > 0, "the service closed the connection");
+        let (h, mut r) = Header::parse(&b[..n]).expect("a reply");
+        if h.seq == seq {
+            return (h, r.get::<i32>().expect("an errno"));
+        }
+    }
+}
+
+fn record(opc: u16, seq: u64, handle: u64, body: &[u8]) -> Vec<u8> {
+    let mut w = Header {
+        op: opc,
+        seq,
+        handle,
+    }
+    .record();
+    w.0.extend_from_slice(body);
+    w.into_bytes()
+}
+
+#[test]
+fn a_hostile_client_neither_crashes_the_service_nor_reaches_other_ids() {
+    let d = Daemon::start("hostile");
+    let dev = "soft:127.0.9.6";
+    // A legitimate process with a listener that rejects every request
+    // (reason 28, consumer reject).
+    let good = Device::open_served(dev, &d.socket).unwrap();
+    let reject: RustHandler = Arc::new(|id, ev| {
+        if ev.kind == EventType::ReqReceived {
+            id.send_rej(28, &[], &[]).map_or(1, |()| 0)
+        } else {
+            0
+        }
+    });
+    let lid = good
+        .create_id(None, std::ptr::null_mut(), Some(reject))
+        .unwrap();
+    lid.listen(0x5151).unwrap();
+    // The hostile one: raw records on its own connection.
+    let bad = sock::connect(&d.socket).unwrap();
+    // Calls before OPEN: no device.
+    let (_, e) = raw_call(&bad, 1, &record(op::CREATE_ID, 1, 0, &[]));
+    assert_eq!(e, -19);
+    let mut name = Vec::new();
+    name.extend_from_slice(&(dev.len() as u16).to_le_bytes());
+    name.extend_from_slice(dev.as_bytes());
+    let (_, e) = raw_call(&bad, 2, &record(op::OPEN, 2, 0, &name));
+    assert_eq!(e, 0);
+    // Another process's id: every call on it is refused.
+    for opc in [op::DESTROY, op::SEND_DREQ, op::LISTEN, op::STATE] {
+        let body: &[u8] = match opc {
+            op::DESTROY => &[0; 4],
+            op::SEND_DREQ => &[0; 2],
+            op::LISTEN => &[0x51, 0x51, 0, 0, 0, 0, 0, 0],
+            _ => &[],
+        };
+        let (h, e) = raw_call(&bad, 3, &record(opc, 3, lid.handle(), body));
+        assert_eq!((h.op, e), (op::REPLY | opc, -22), "op {opc}");
+    }
+    // Truncated, oversized-length and unknown records.
+    let (_, e) = raw_call(&bad, 4, &record(op::SEND_REQ, 4, 0, &[1, 2, 3]));
+    assert!(e < 0);
+    let (_, e) = raw_call(&bad, 5, &record(op::OPEN, 5, 0, &[0xff, 0xff, 1]));
+    assert!(e < 0);
+    let (_, e) = raw_call(&bad, 6, &record(999, 6, 0, &[]));
+    assert_eq!(e, -95);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..500u64 {
+        let n = 1 + (x % 300) as usize;
+        let junk: Vec<u8> = (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        // Valid headers with junk bodies are answered; junk headers dropped.
+        let opc = (i % op::LAST as u64) as u16 + 1;
+        if opc != op::OPEN {
+            let (_, e) = raw_call(&bad, 100 + i, &record(opc, 100 + i, x, &junk));
+            assert!(e < 0, "junk op {opc} accepted");
+        }
+        sock::send(&bad, &junk).unwrap();
+    }
+    // The listener is intact and another process still connects to it.
+    assert_eq!(lid.state(), Some(ibcm::api::State::Listen));
+    let c = d
+        .ibcm(&[
+            "connect",
+            "--device",
+            dev,
+            "--dest",
+            "127.0.9.6",
+            "--service-id",
+            "0x5151",
+            "--timeout",
+            "10",
+            "--expect-reject",
+            "28",
+        ])
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}{}", text(&c.stdout), text(&c.stderr));
+    assert!(
+        text(&c.stdout).contains("REJ_RECEIVED"),
+        "{}",
+        text(&c.stdout)
+    );
+    let stat = good.service_stat().expect("service alive");
+    assert!(stat.clients >= 2);
+    drop(bad);
+    lid.destroy().unwrap();
+    good.close();
+}
+
+#[test]
+fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
+    let mut d = Daemon::start("restart");
+    let dev = "soft:127.0.9.7";
+    let got: Arc<Mutex<Vec<EventType>>> = Arc::default();
+    let g = got.clone();
+    let h: RustHandler = Arc::new(move |_, ev| {
+        g.lock().unwrap().push(ev.kind);
+        0
+    });
+    let a = Device::open_served(dev, &d.socket).unwrap();
+    let id = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    id.listen(0x7777).unwrap();
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let t = Instant::now();
+    assert!(wait_for(Duration::from_secs(2), || id.state().is_none()));
+    let path = a.init_path(1, "127.0.9.8".parse().unwrap()).unwrap();
+    let r = id.send_req(&ReqParams {
+        primary_path: path,
+        service_id: 0x1,
+        qp_num: 5,
+        qp_type: qp_type::RC,
+        ..ReqParams::default()
+    });
+    assert_eq!(r, Err(Errno::ENODEV));
+    assert_eq!(
+        a.create_id(None, std::ptr::null_mut(), None).err(),
+        Some(Errno::ENODEV)
+    );
+    assert!(t.elapsed() < Duration::from_secs(3));
+    id.destroy().unwrap();
+    a.close();
+    // A new service on the same socket serves new opens.
+    let dir = TempDir::new("service", "restart2");
+    let socket: &Path = &d.socket;
+    let d2 = Daemon::at(socket.to_path_buf(), dir);
+    let b = Device::open_served(dev, &d2.socket).unwrap();
+    let id2 = b.create_id(None, std::ptr::null_mut(), None).unwrap();
+    id2.listen(0x7777).unwrap();
+    id2.destroy().unwrap();
+    b.close();
+}
