@@ -16,7 +16,7 @@ PKG        := PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config
 CTESTS     := abi_static cm_scenarios misuse
 VALGRIND   ?= valgrind
 
-.PHONY: all lib install demo deps test test-rust test-man test-docs test-c test-python wheel clean
+.PHONY: all lib install demo deps test test-rust test-man test-docs test-c test-python test-service wheel clean
 
 all: lib
 
@@ -49,7 +49,7 @@ demo: lib
 	./target/release/ibcm bench --baseline
 
 test: deps
-	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-python test-netns
+	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-python test-service test-netns
 
 deps:
 	./scripts/deps.sh
@@ -161,6 +161,21 @@ test-python:
 	@if [ -d python/tests ]; then \
 		IBCM_LIB=$(STAGE)/lib/libibcm.so python3 -m pytest -q python/tests; \
 	else echo "== no Python tests yet"; fi
+
+# The C scenarios and the Python suite once more through the host CM
+# service (`ibcm daemon` on a private socket, IBCM_SERVICE=required); the
+# multi-process service tests themselves are cli/tests/service.rs.
+SVC_SOCK := $(abspath $(BUILD))/ibcmd-test.sock
+test-service: $(BUILD)/c/cm_scenarios
+	$(CARGO) build --release -p ibcm-cli
+	@echo "== C scenarios and Python suite through the host CM service"
+	set -e; rm -f $(SVC_SOCK); \
+	target/release/ibcm daemon --foreground --socket $(SVC_SOCK) 2>$(BUILD)/ibcmd-test.log & pid=$$!; \
+	trap "kill $$pid" EXIT; \
+	for i in $$(seq 200); do [ -S $(SVC_SOCK) ] && break; sleep 0.05; done; \
+	export IBCM_SERVICE=required IBCM_SERVICE_SOCKET=$(SVC_SOCK); \
+	$(BUILD)/c/cm_scenarios 127.0.85.2 127.0.85.3; \
+	IBCM_LIB=$(STAGE)/lib/libibcm.so python3 -m pytest -q --ignore=python/tests/test_wheel.py python/tests
 
 clean:
 	$(CARGO) clean

@@ -4,6 +4,7 @@ returns it."""
 
 import ctypes
 import errno
+import os
 import time
 
 import pytest
@@ -108,7 +109,12 @@ def test_device_errors(addrs):
     assert e.call == "ibcm_open_device"
     expect(errno.EINVAL, ibcm.Device, "bogus:1.2.3.4")
     with ibcm.Device(ip) as d:
-        expect(errno.EADDRINUSE, ibcm.Device, f"soft:{ip}")
+        if os.environ.get("IBCM_SERVICE") == "required":
+            # The host CM service shares a device between its openers.
+            with ibcm.Device(ip):
+                pass
+        else:
+            expect(errno.EADDRINUSE, ibcm.Device, f"soft:{ip}")
         expect(errno.EINVAL, d.query_gid, 2, 0)
         expect(errno.EINVAL, d.query_gid, 1, 1)
         expect(errno.EINVAL, d.path_to, "127.0.0.1", port=2)
