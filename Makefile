@@ -32,6 +32,9 @@ install: lib
 	install -m 0644 include/rdma/*.h $(DESTDIR)$(PREFIX)/include/rdma/
 	install -m 0644 include/ibcm.h $(DESTDIR)$(PREFIX)/include/ibcm.h
 	install -m 0755 target/release/ibcm $(DESTDIR)$(PREFIX)/bin/ibcm
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
+	sed -e 's|@PREFIX@|$(PREFIX)|' systemd/ibcmd.service.in \
+		> $(DESTDIR)$(PREFIX)/lib/systemd/system/ibcmd.service
 	install -d $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 		$(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
 	target/release/ibcm completions bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/ibcm

@@ -50,8 +50,12 @@ pub mod op {
     pub const DESTROY: u16 = 15;
     pub const STATE: u16 = 16;
     pub const STAT: u16 = 17;
+    /// Every id on the host (no OPEN needed): `u32` first index → `IdList`.
+    pub const IDS: u16 = 18;
+    /// Every served device's counters (no OPEN needed) → `Box<[DeviceStat]>`.
+    pub const HOST_STAT: u16 = 19;
     /// The highest request op.
-    pub const LAST: u16 = STAT;
+    pub const LAST: u16 = HOST_STAT;
     /// Set in a reply's op.
     pub const REPLY: u16 = 0x8000;
     /// An event pushed by the service.
@@ -582,6 +586,62 @@ struct_field!(Stat {
     clients,
     limit_refusals,
     bad_records,
+});
+
+/// One id as `ibcm ids` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdInfo {
+    pub pid: i32,
+    pub device: Vec<u8>,
+    /// `enum ib_cm_state`.
+    pub state: u32,
+    pub local_id: u32,
+    pub remote_id: u32,
+    pub service_id: u64,
+    /// The peer's GID (from the REQ sent or received), if known.
+    pub peer: Option<Gid>,
+    pub age_ms: u64,
+}
+struct_field!(IdInfo {
+    pid,
+    device,
+    state,
+    local_id,
+    remote_id,
+    service_id,
+    peer,
+    age_ms
+});
+
+/// A page of `IDS`: the ids from `first` on, and how many there are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdList {
+    pub total: u32,
+    pub first: u32,
+    pub ids: Box<[IdInfo]>,
+}
+struct_field!(IdList { total, first, ids });
+
+/// Ids in one `IDS` reply, at most (a record stays under `MAX_RECORD`).
+pub const IDS_PER_PAGE: usize = 256;
+
+/// One served device in `HOST_STAT`.
+#[derive(Debug, Clone)]
+pub struct DeviceStat {
+    pub name: Vec<u8>,
+    pub clients: u64,
+    pub ids: u64,
+    pub pending_timers: u64,
+    pub cm: Counters,
+    pub transport: TransportCounters,
+}
+struct_field!(DeviceStat {
+    name,
+    clients,
+    ids,
+    pending_timers,
+    cm,
+    transport
 });
 
 /// An event as the service pushes it (`op::EVENT`, header handle = the

@@ -21,8 +21,11 @@
 
 use crate::api::{CmId, Device, DeviceOptions, EventParam, RustHandler};
 use crate::engine::{Errno, errno};
-use crate::ipc::{self, Header, Opened, Public, Reader, Stat, WireEvent, op, sock};
+use crate::ipc::{
+    self, DeviceStat, Header, IdInfo, IdList, Opened, Public, Reader, Stat, WireEvent, op, sock,
+};
 use crate::log::{INFO, WARN};
+use crate::wire::Gid;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -80,6 +83,26 @@ pub struct Service {
     connections: AtomicUsize,
     last_active: Mutex<Instant>,
     next_conn: AtomicU64,
+    /// Live connections, for `ibcm ids`.
+    conns: Mutex<HashMap<u64, Weak<Conn>>>,
+}
+
+/// One of a connection's ids, with what `ibcm ids` shows beside its
+/// public fields.
+struct Entry {
+    id: CmId,
+    born: Instant,
+    peer: Option<Gid>,
+}
+
+impl Entry {
+    fn new(id: CmId, peer: Option<Gid>) -> Entry {
+        Entry {
+            id,
+            born: Instant::now(),
+            peer,
+        }
+    }
 }
 
 /// One process's connection for one device.
@@ -91,7 +114,7 @@ struct Conn {
     /// The device's name as the service keys it (set by OPEN).
     name: Mutex<Option<String>>,
     dev: Mutex<Option<Arc<Device>>>,
-    ids: Mutex<HashMap<u64, CmId>>,
+    ids: Mutex<HashMap<u64, Entry>>,
     listeners: Mutex<HashSet<u64>>,
     out: Mutex<VecDeque<Vec<u8>>>,
     out_cv: Condvar,
@@ -133,6 +156,7 @@ impl Service {
             connections: AtomicUsize::new(0),
             last_active: Mutex::new(Instant::now()),
             next_conn: AtomicU64::new(1),
+            conns: Mutex::new(HashMap::new()),
         })
     }
 
@@ -191,12 +215,14 @@ impl Service {
                 refusals: AtomicU64::new(0),
                 bad: AtomicU64::new(0),
             });
+            lock(&self.conns).insert(conn.id, Arc::downgrade(&conn));
             let c = conn.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("ibcmd-c{}", conn.id))
                 .spawn(move || c.serve());
             if let Err(e) = spawned {
                 ibcm_log!(WARN, "no thread for a connection: {e}");
+                lock(&self.conns).remove(&conn.id);
                 self.connections.fetch_sub(1, Ordering::SeqCst);
             }
         }
@@ -222,6 +248,63 @@ impl Service {
             },
         );
         Ok((key, dev))
+    }
+
+    /// Every id of every connection, oldest connection first.
+    fn all_ids(&self) -> Vec<IdInfo> {
+        let mut conns: Vec<(u64, Arc<Conn>)> = lock(&self.conns)
+            .iter()
+            .filter_map(|(k, w)| Some((*k, w.upgrade()?)))
+            .collect();
+        conns.sort_by_key(|(k, _)| *k);
+        let mut out = Vec::new();
+        for (_, c) in conns {
+            let device = lock(&c.name).clone().unwrap_or_default().into_bytes();
+            let mut ids: Vec<IdInfo> = lock(&c.ids)
+                .values()
+                .map(|e| {
+                    let p = public(&e.id);
+                    IdInfo {
+                        pid: c.pid,
+                        device: device.clone(),
+                        state: p.state,
+                        local_id: p.local_id,
+                        remote_id: p.remote_id,
+                        service_id: p.service_id,
+                        peer: e.peer,
+                        age_ms: e.born.elapsed().as_millis() as u64,
+                    }
+                })
+                .collect();
+            ids.sort_by_key(|i| std::cmp::Reverse(i.age_ms));
+            out.extend(ids);
+        }
+        out
+    }
+
+    /// Every served device's counters (at most 48: one record).
+    fn device_stats(&self) -> Vec<DeviceStat> {
+        let devs: Vec<(String, usize, Arc<Device>)> = lock(&self.devices)
+            .iter()
+            .map(|(k, s)| (k.clone(), s.clients, s.dev.clone()))
+            .collect();
+        let mut out: Vec<DeviceStat> = devs
+            .into_iter()
+            .take(48)
+            .map(|(name, clients, dev)| {
+                let c = dev.all_counters();
+                DeviceStat {
+                    name: name.into_bytes(),
+                    clients: clients as u64,
+                    ids: c.live_ids,
+                    pending_timers: c.pending_timers,
+                    cm: c.cm,
+                    transport: c.transport,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 
     fn release(&self, key: &str) {
@@ -290,13 +373,14 @@ impl Conn {
             let _ = w.join();
         }
         *lock(&self.svc.last_active) = Instant::now();
+        lock(&self.svc.conns).remove(&self.id);
         self.svc.connections.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Destroys what the process left: as the kernel does for a process
     /// that dies holding ids.
     fn cleanup(&self) {
-        let ids: Vec<CmId> = lock(&self.ids).drain().map(|(_, id)| id).collect();
+        let ids: Vec<CmId> = lock(&self.ids).drain().map(|(_, e)| e.id).collect();
         if !ids.is_empty() {
             ibcm_log!(
                 INFO,
@@ -365,7 +449,13 @@ impl Conn {
                     ibcm_log!(WARN, "process {}: id limit reached: request refused", c.pid);
                     return -errno::ENOMEM;
                 }
-                ids.insert(id.handle(), id.clone());
+                let peer = match &ev.param {
+                    // The REQ's path as the passive side sees it: the
+                    // requester is its destination.
+                    EventParam::Req(p) => Some(p.primary_path.dgid),
+                    _ => None,
+                };
+                ids.insert(id.handle(), Entry::new(id.clone(), peer));
             }
             let mut w = Header {
                 op: op::EVENT,
@@ -442,6 +532,31 @@ impl Conn {
             *lock(&self.dev) = Some(dev);
             return Ok((Public::default(), out.0));
         }
+        match h.op {
+            op::IDS => {
+                let first: u32 = r.get()?;
+                r.end()?;
+                let all = self.svc.all_ids();
+                let ids: Vec<IdInfo> = all
+                    .iter()
+                    .skip(first as usize)
+                    .take(ipc::IDS_PER_PAGE)
+                    .cloned()
+                    .collect();
+                out.put(&IdList {
+                    total: all.len() as u32,
+                    first,
+                    ids: ids.into_boxed_slice(),
+                });
+                return Ok((Public::default(), out.0));
+            }
+            op::HOST_STAT => {
+                r.end()?;
+                out.put(&self.svc.device_stats().into_boxed_slice());
+                return Ok((Public::default(), out.0));
+            }
+            _ => {}
+        }
         let dev = lock(&self.dev).clone().ok_or(Errno::ENODEV)?;
         match h.op {
             op::CREATE_ID => {
@@ -453,7 +568,7 @@ impl Conn {
                 let id = dev.create_id(None, std::ptr::null_mut(), Some(self.handler()))?;
                 let hd = id.handle();
                 let p = public(&id);
-                lock(&self.ids).insert(hd, id);
+                lock(&self.ids).insert(hd, Entry::new(id, None));
                 out.put(&hd);
                 return Ok((p, out.0));
             }
@@ -481,7 +596,7 @@ impl Conn {
         // Calls on one of this connection's ids.
         let id = lock(&self.ids)
             .get(&h.handle)
-            .cloned()
+            .map(|e| e.id.clone())
             .ok_or(Errno::EINVAL)?;
         match h.op {
             op::LISTEN => {
@@ -495,9 +610,12 @@ impl Conn {
                 lock(&self.listeners).insert(h.handle);
             }
             op::SEND_REQ => {
-                let p = r.get()?;
+                let p: crate::api::ReqParams = r.get()?;
                 r.end()?;
-                id.send_req(&p)?
+                id.send_req(&p)?;
+                if let Some(e) = lock(&self.ids).get_mut(&h.handle) {
+                    e.peer = Some(p.primary_path.dgid);
+                }
             }
             op::SEND_REP => {
                 let p = r.get()?;
@@ -535,9 +653,12 @@ impl Conn {
                 out.put(&id.init_qp_attr(s)?);
             }
             op::SIDR_REQ => {
-                let p = r.get()?;
+                let p: crate::api::SidrReqParams = r.get()?;
                 r.end()?;
-                id.send_sidr_req(&p)?
+                id.send_sidr_req(&p)?;
+                if let Some(e) = lock(&self.ids).get_mut(&h.handle) {
+                    e.peer = Some(p.path.dgid);
+                }
             }
             op::SIDR_REP => {
                 let p = r.get()?;
@@ -566,4 +687,57 @@ impl Conn {
 /// An errno as the protocol carries it (negative).
 fn neg(e: Errno) -> i32 {
     -e.0.abs()
+}
+
+/// One request on a connection of its own, for the host-wide queries.
+fn query(socket: &Path, opc: u16, body: &[u8]) -> std::io::Result<Vec<u8>> {
+    let fd = sock::connect(socket)?;
+    let mut w = Header {
+        op: opc,
+        seq: 1,
+        handle: 0,
+    }
+    .record();
+    w.0.extend_from_slice(body);
+    sock::send(&fd, &w.into_bytes())?;
+    let mut buf = vec![0u8; ipc::MAX_RECORD];
+    let n = sock::recv(&fd, &mut buf)?;
+    let bad = |e: Errno| std::io::Error::other(format!("bad reply from the service: {e}"));
+    let (h, mut r) = Header::parse(&buf[..n]).map_err(bad)?;
+    if h.op != op::REPLY | opc {
+        return Err(std::io::Error::other(
+            "the service answered another request",
+        ));
+    }
+    let err: i32 = r.get().map_err(bad)?;
+    let _: Public = r.get().map_err(bad)?;
+    if err != 0 {
+        return Err(std::io::Error::from_raw_os_error(-err));
+    }
+    Ok(buf[n - r.remaining()..n].to_vec())
+}
+
+/// Every id on the host, from the service at `socket` (`ibcm ids`).
+pub fn query_ids(socket: &Path) -> std::io::Result<Vec<IdInfo>> {
+    let mut out = Vec::new();
+    loop {
+        let rest = query(socket, op::IDS, &(out.len() as u32).to_le_bytes())?;
+        let page: IdList = Reader::new(&rest)
+            .get()
+            .map_err(|e| std::io::Error::other(format!("bad id list: {e}")))?;
+        let n = page.ids.len();
+        out.extend(page.ids.into_vec());
+        if n == 0 || out.len() >= page.total as usize {
+            return Ok(out);
+        }
+    }
+}
+
+/// Every served device's counters, from the service at `socket` (`ibcm stat`).
+pub fn query_stat(socket: &Path) -> std::io::Result<Vec<DeviceStat>> {
+    let rest = query(socket, op::HOST_STAT, &[])?;
+    let v: Box<[DeviceStat]> = Reader::new(&rest)
+        .get()
+        .map_err(|e| std::io::Error::other(format!("bad device list: {e}")))?;
+    Ok(v.into_vec())
 }

@@ -38,12 +38,12 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "api",
         &[
-            "runtime", "path", "fabric", "capture", "engine", "wire", "log", "abi",
+            "runtime", "ipc", "path", "fabric", "capture", "engine", "wire", "log", "abi",
         ],
     ),
     ("ffi", &["api", "wire", "log", "abi"]),
     // The host CM service: devices opened in-process, served over ipc.
-    ("service", &["api", "ipc", "engine", "log"]),
+    ("service", &["api", "ipc", "engine", "wire", "log"]),
 ];
 
 fn src_dir() -> PathBuf {

@@ -16,6 +16,7 @@ mod cm;
 mod daemon;
 mod decode;
 mod devices;
+mod svc;
 
 /// Exit status for usage errors (clap exits with it for every parse error).
 pub const EXIT_USAGE: i32 = 2;
@@ -66,6 +67,12 @@ enum Command {
     /// run the host CM service (one CM per host, shared by processes)
     #[command(long_about = daemon::ABOUT)]
     Daemon(daemon::Args),
+    /// list every id the host CM service holds (all processes)
+    #[command(long_about = svc::IDS_ABOUT)]
+    Ids(svc::Args),
+    /// print the counters of every device the host CM service serves
+    #[command(long_about = svc::STAT_ABOUT)]
+    Stat(svc::Args),
     /// print a shell completion script (bash, zsh, fish, ...)
     Completions(CompletionsArgs),
 }
@@ -126,6 +133,8 @@ fn run(argv: Vec<OsString>) -> i32 {
         Command::Bench(a) => bench::main(a),
         Command::Devices(a) => devices::main(a),
         Command::Daemon(a) => daemon::main(a),
+        Command::Ids(a) => svc::ids_main(a),
+        Command::Stat(a) => svc::stat_main(a),
         Command::Completions(a) => completions(a),
     }
 }

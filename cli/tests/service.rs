@@ -251,6 +251,31 @@ fn a_client_killed_while_connected_gets_its_peer_a_dreq() {
         "{}",
         l.out()
     );
+    // `ibcm ids` shows both ends, each with its process and peer.
+    let ids = d
+        .ibcm(&["ids", "--json", "--socket", d.socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(ids.status.success(), "{}", text(&ids.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&ids.stdout).unwrap();
+    let est: Vec<&serde_json::Value> = v["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["state"] == "ESTABLISHED")
+        .collect();
+    assert_eq!(est.len(), 2, "{v}");
+    let pids: Vec<i64> = est.iter().map(|i| i["pid"].as_i64().unwrap()).collect();
+    assert!(pids.contains(&(c.id() as i64)) && pids.contains(&(l.child.id() as i64)));
+    assert!(est.iter().all(|i| i["peer"] == "::ffff:127.0.9.3"), "{v}");
+    assert_eq!(est[0]["local_id"], est[1]["remote_id"]);
+    let stat = d
+        .ibcm(&["stat", "--json", "--socket", d.socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&stat.stdout).unwrap();
+    assert_eq!(v["devices"][0]["device"], "soft:127.0.9.3:4791");
+    assert_eq!(v["devices"][0]["processes"], 3, "{v}");
     c.kill().unwrap();
     let killed = Instant::now();
     c.wait().unwrap();
