@@ -507,3 +507,94 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
     id2.destroy().unwrap();
     b.close();
 }
+
+#[test]
+fn auto_starts_the_service_on_the_first_open() {
+    let dir = TempDir::new("service", "auto");
+    let socket = dir.0.join("ibcmd.sock");
+    let run = |args: &[&str]| {
+        let mut c = ibcm();
+        c.args(args)
+            .env("IBCM_SERVICE", "auto")
+            .env("IBCM_SERVICE_SOCKET", &socket)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let dev = "soft:127.0.9.9";
+    let l = run(&["listen", "--device", dev, "--count", "1", "--timeout", "20"])
+        .spawn()
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(10), || sock::connect(&socket).is_ok()));
+    // The service is another process (started by the listener), which
+    // the listener's device is served by: the address is shared.
+    let service_pid = sock::peer(&sock::connect(&socket).unwrap()).0;
+    assert!(service_pid > 0 && service_pid as u32 != l.id());
+    std::thread::sleep(Duration::from_millis(200));
+    let c = run(&[
+        "connect",
+        "--device",
+        dev,
+        "--dest",
+        "127.0.9.9",
+        "--timeout",
+        "10",
+    ])
+    .output()
+    .unwrap();
+    assert!(c.status.success(), "{}", text(&c.stderr));
+    let lo = l.wait_with_output().unwrap();
+    assert!(lo.status.success(), "{}", text(&lo.stderr));
+    // The on-demand service would leave 30 s after its last client.
+    let _ = Command::new("kill")
+        .args(["-9", &service_pid.to_string()])
+        .status();
+}
+
+#[test]
+fn per_process_limits_refuse_with_enomem_and_are_counted() {
+    let dir = TempDir::new("service", "limits");
+    let socket = dir.0.join("ibcmd.sock");
+    let child = ibcm()
+        .args(["daemon", "--foreground", "--socket"])
+        .arg(&socket)
+        .env("IBCM_SERVICE_MAX_IDS", "3")
+        .env("IBCM_SERVICE_MAX_LISTENERS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let d = Daemon {
+        child,
+        socket: socket.clone(),
+        _dir: dir,
+    };
+    assert!(wait_for(Duration::from_secs(10), || sock::connect(&socket).is_ok()));
+    let dev = "soft:127.0.9.10";
+    let a = Device::open_served(dev, &d.socket).unwrap();
+    let ids: Vec<_> = (0..3)
+        .map(|_| a.create_id(None, std::ptr::null_mut(), None).unwrap())
+        .collect();
+    assert_eq!(
+        a.create_id(None, std::ptr::null_mut(), None).err(),
+        Some(Errno::ENOMEM)
+    );
+    ids[0].listen(0x9001).unwrap();
+    assert_eq!(ids[1].listen(0x9002), Err(Errno::ENOMEM));
+    assert_eq!(a.service_stat().unwrap().limit_refusals, 2);
+    // Another process has limits of its own.
+    let b = Device::open_served(dev, &d.socket).unwrap();
+    let other = b.create_id(None, std::ptr::null_mut(), None).unwrap();
+    other.listen(0x9003).unwrap();
+    assert_eq!(b.service_stat().unwrap().limit_refusals, 0);
+    // Destroying gives the room back.
+    ids[2].destroy().unwrap();
+    let again = a.create_id(None, std::ptr::null_mut(), None).unwrap();
+    again.destroy().unwrap();
+    other.destroy().unwrap();
+    for id in &ids[..2] {
+        id.destroy().unwrap();
+    }
+    a.close();
+    b.close();
+}
