@@ -475,8 +475,29 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
         0
     });
     let a = Device::open_served(dev, &d.socket).unwrap();
-    let id = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    let id = a
+        .create_id(None, std::ptr::null_mut(), Some(h.clone()))
+        .unwrap();
     id.listen(0x7777).unwrap();
+    // A connect waiting for an answer from a peer that never gives one.
+    let peer = UdpSocket::bind("127.0.9.11:4791").unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let pending = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    pending
+        .send_req(&ReqParams {
+            primary_path: a.init_path(1, "127.0.9.11".parse().unwrap()).unwrap(),
+            service_id: 0x77,
+            qp_num: 7,
+            qp_type: qp_type::RC,
+            remote_cm_response_timeout: 20,
+            local_cm_response_timeout: 20,
+            max_cm_retries: 15,
+            ..ReqParams::default()
+        })
+        .unwrap();
+    let mut b = [0u8; 512];
+    peer.recv(&mut b).unwrap();
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     let t = Instant::now();
@@ -495,6 +516,13 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
         Some(Errno::ENODEV)
     );
     assert!(t.elapsed() < Duration::from_secs(3));
+    // The pending connect got its error event instead of waiting forever.
+    assert!(wait_for(Duration::from_secs(1), || got
+        .lock()
+        .unwrap()
+        .contains(&EventType::ReqError)));
+    assert_eq!(got.lock().unwrap().len(), 1, "{:?}", got.lock().unwrap());
+    pending.destroy().unwrap();
     id.destroy().unwrap();
     a.close();
     // A new service on the same socket serves new opens.

@@ -454,13 +454,72 @@ impl Remote {
         self.ready_cv.notify_all();
     }
 
+    /// The service is gone: every id waiting for an answer gets the error
+    /// event a timeout would give (`REQ_ERROR`, `REP_ERROR`, `DREQ_ERROR`,
+    /// `SIDR_REQ_ERROR`, status `RESP_TIMEOUT_ERR`), so nobody waits for
+    /// an answer that cannot come; later calls fail with `-ENODEV`.
+    fn service_lost(&self, why: &str) {
+        let live: Vec<usize> = lock(&self.ids).values().copied().collect();
+        let mut failed = 0;
+        for p in live {
+            let sh = unsafe { &*(p as *const Shell) };
+            let state = unsafe { (*sh.c.get()).state };
+            let kind = match State::ALL.get(state as usize) {
+                Some(State::ReqSent | State::MraReqRcvd) => EventType::ReqError,
+                Some(State::RepSent | State::MraRepRcvd) => EventType::RepError,
+                Some(State::DreqSent) => EventType::DreqError,
+                Some(State::SidrReqSent) => EventType::SidrReqError,
+                _ => continue,
+            };
+            let sh = unsafe {
+                Arc::increment_strong_count(p as *const Shell);
+                Arc::from_raw(p as *const Shell)
+            };
+            let c = sh.c.get();
+            unsafe { std::ptr::write_volatile(&mut (*c).state, State::Idle as u32) };
+            lock(&sh.dq).queue.push_back(Item {
+                ev: Event {
+                    id: sh.handle(),
+                    user: p as u64,
+                    kind,
+                    param: EventParam::SendStatus(WC_RESP_TIMEOUT_ERR),
+                    local_id: 0,
+                    mad: None,
+                },
+                _listener: None,
+            });
+            lock(&self.ready).push_back(sh);
+            failed += 1;
+        }
+        if failed > 0 {
+            ibcm_log!(
+                WARN,
+                "CM service gone: {failed} pending id(s) get an error event"
+            );
+        }
+        self.mark_dead(why);
+    }
+
+    /// Sends a request whose reply nobody waits for (from the reader
+    /// thread, which cannot wait for its own replies).
+    fn send_detached(&self, opc: u16, handle: u64, body: impl FnOnce(&mut Writer)) {
+        let mut w = Header {
+            op: opc,
+            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+            handle,
+        }
+        .record();
+        body(&mut w);
+        let _ = sock::send(&self.fd, &w.into_bytes());
+    }
+
     fn reader(self: Arc<Self>) {
         let mut buf = vec![0u8; ipc::MAX_RECORD];
         loop {
             let n = match sock::recv(&self.fd, &mut buf) {
-                Ok(0) => break self.mark_dead("the service closed it"),
+                Ok(0) => break self.service_lost("the service closed it"),
                 Ok(n) => n,
-                Err(e) => break self.mark_dead(&e.to_string()),
+                Err(e) => break self.service_lost(&e.to_string()),
             };
             let rec = &buf[..n];
             let Ok((h, r)) = Header::parse(rec) else {
@@ -500,6 +559,11 @@ impl Remote {
         let (sh, listener) = match &mut ev.param {
             EventParam::Req(_) | EventParam::SidrReq(_) => {
                 let Some(l) = take(we.listener) else {
+                    // The listener was destroyed meanwhile: so is the
+                    // request's id (a REJ to its requester).
+                    self.send_detached(op::DESTROY, h.handle, |w| {
+                        w.put(&-errno::ENOMEM);
+                    });
                     return Ok(());
                 };
                 let Some(dev) = self.device() else {
@@ -580,6 +644,8 @@ impl Remote {
             d.destroyed = true;
             d.queue.clear();
         }
+        // Dead before the reader sees the end: a close is no lost service.
+        self.dead.store(true, Ordering::SeqCst);
         sock::shutdown(&self.fd);
         self.mark_dead("closed");
         let me = std::thread::current().id();
