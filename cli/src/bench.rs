@@ -52,6 +52,10 @@ struct Opts {
     /// How long the server waits for its ids to finish before reporting.
     settle: Duration,
     svg: Option<std::path::PathBuf>,
+    /// A client process of a `--processes N > 2` run.
+    client_only: bool,
+    /// Added to this process's QP numbers (client processes share a CA GUID).
+    qpn_base: u32,
 }
 
 /// The long description in `ibcm bench --help`.
@@ -91,8 +95,10 @@ pub struct Args {
     #[arg(long, value_name = "T", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub threads: u32,
     /// 2: the server runs in a second process (this binary), as on two
-    /// hosts; 1: both in this one
-    #[arg(long, value_name = "1|2", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=2))]
+    /// hosts; 1: both in this one; N > 2: the server and N-1 client
+    /// processes sharing the client device through the host CM service
+    /// (IBCM_SERVICE=auto|required), reporting the aggregate rate
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub processes: u32,
     /// first run a plain UDP 3-datagram exchange with the same sizes and
     /// pattern and report ratio_to_udp
@@ -137,6 +143,12 @@ pub struct Args {
     /// (internal) run as the server process of a two-process run
     #[arg(long, hide = true)]
     pub serve: bool,
+    /// (internal) run as one client process of a --processes N > 2 run
+    #[arg(long, hide = true)]
+    pub client_only: bool,
+    /// (internal) first QP number of this process's connections, minus 1
+    #[arg(long, hide = true, default_value_t = 0)]
+    pub qpn_base: u32,
     /// (internal) run as the baseline's responder process
     #[arg(long, hide = true)]
     pub serve_baseline: bool,
@@ -165,6 +177,8 @@ impl Opts {
             verify: a.verify,
             settle: a.settle,
             svg: a.svg.clone(),
+            client_only: a.client_only,
+            qpn_base: a.qpn_base,
         };
         if o.fabric == "loopback" {
             for dev in [&mut o.server, &mut o.client] {
@@ -579,7 +593,7 @@ fn req_params(o: &Opts, path: PathRec, i: usize) -> ReqParams {
     ReqParams {
         primary_path: path,
         service_id: SERVICE,
-        qp_num: (i as u32 + 1) & 0xff_ffff,
+        qp_num: (o.qpn_base.wrapping_add(i as u32 + 1)) & 0xff_ffff,
         qp_type: qp_type::RC,
         starting_psn: 1,
         responder_resources: 1,
@@ -974,7 +988,7 @@ enum Server {
 
 impl Server {
     fn start(o: &Opts) -> Result<Server, String> {
-        if o.processes == 2 {
+        if o.processes >= 2 {
             return Ok(Server::Process(spawn_server(o, "--serve")?));
         }
         let dev = open(&o.server, o.threads)?;
@@ -1407,6 +1421,10 @@ pub fn main(a: &Args) -> i32 {
         ("ibcm bench --serve-baseline", serve_baseline(&o))
     } else if o.scale {
         ("ibcm bench --scale", scale(&o))
+    } else if o.client_only {
+        ("ibcm bench --client-only", client_only(&o))
+    } else if o.processes > 2 {
+        ("ibcm bench", run_processes(&o))
     } else {
         ("ibcm bench", run(&o))
     };
@@ -1498,6 +1516,169 @@ fn run(o: &Opts) -> Result<(), String> {
                 "verify: {failures} connection(s) ended differently on the two sides, or ids/timers leaked"
             ));
         }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------- --processes N > 2
+
+/// What one client process of a `--processes N > 2` run reports.
+#[derive(Debug, Serialize, Deserialize)]
+struct ClientRun {
+    connections: usize,
+    established: usize,
+    failed: usize,
+    disconnected: usize,
+    connect_s: f64,
+    disconnect_s: f64,
+    connect_us: Pct,
+    req_rep_us: Pct,
+    cpu_s: f64,
+}
+
+/// A client process: open the (shared) client device, say "ready", wait
+/// for the go (stdin), connect and disconnect, print one JSON line.
+fn client_only(o: &Opts) -> Result<(), String> {
+    let client = Client::open(o)?;
+    let mut progress = Progress::new(&Opts {
+        json: true,
+        ..o.clone()
+    });
+    say_ready();
+    wait_for_stdin();
+    let deadline = Instant::now() + o.timeout;
+    let (cpu0, _) = usage();
+    let (ids, connect_s) = client.connect(o, &mut progress, deadline)?;
+    let established = client.shared.established();
+    let (disconnected, disconnect_s) = client.disconnect(o, ids, &mut progress, deadline)?;
+    let (cpu1, _) = usage();
+    let lat = Latencies::collect(&client.shared.conns);
+    print_json(&ClientRun {
+        connections: o.connections,
+        established,
+        failed: client.shared.failed.load(Ordering::Relaxed),
+        disconnected,
+        connect_s,
+        disconnect_s,
+        connect_us: pct(lat.connect),
+        req_rep_us: pct(lat.req_rep),
+        cpu_s: cpu1 - cpu0,
+    });
+    let _ = std::io::stdout().flush();
+    client.dev.close();
+    Ok(())
+}
+
+/// `--processes N > 2`: one server process and N-1 client processes that
+/// share the client device through the host CM service, started together;
+/// the aggregate connect rate is all connections over the slowest
+/// process's connect phase.
+fn run_processes(o: &Opts) -> Result<(), String> {
+    if ibcm::runtime::service_mode() == ibcm::runtime::ServiceMode::Off {
+        return Err(format!(
+            "--processes {}: the client processes share {} through the host CM service; set IBCM_SERVICE=auto or required",
+            o.processes, o.client
+        ));
+    }
+    let k = (o.processes - 1) as usize;
+    let server = Server::start(o)?;
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut children = Vec::with_capacity(k);
+    for c in 0..k {
+        let n = o.connections / k + usize::from(c < o.connections % k);
+        let child = std::process::Command::new(&exe)
+            .args(["bench", "--client-only"])
+            .args(["--connections", &n.to_string()])
+            .args(["--concurrency", &(o.concurrency / k).max(1).to_string()])
+            .args(["--server", &o.server, "--client", &o.client])
+            .args(["--threads", &o.threads.to_string()])
+            .args(["--timeout", &o.timeout.as_secs_f64().to_string()])
+            .args(["--cm-timeout", &o.cm_timeout.to_string()])
+            .args(["--cm-local-timeout", &o.cm_local_timeout.to_string()])
+            .args(["--cm-retries", &o.cm_retries.to_string()])
+            .args(["--qpn-base", &((c as u32 + 1) << 20).to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start client process {c}: {e}"))?;
+        children.push(child);
+    }
+    let mut outs = Vec::with_capacity(k);
+    for (c, child) in children.iter_mut().enumerate() {
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let _ = out.read_line(&mut line);
+        if line.trim() != "ready" {
+            for ch in children.iter_mut() {
+                let _ = ch.kill();
+            }
+            return Err(format!(
+                "client process {c} did not start ({:?})",
+                line.trim()
+            ));
+        }
+        outs.push(out);
+    }
+    // Go: all at once.
+    for child in children.iter_mut() {
+        drop(child.stdin.take());
+    }
+    let mut runs = Vec::with_capacity(k);
+    for (c, (mut child, mut out)) in children.into_iter().zip(outs).enumerate() {
+        let mut text = String::new();
+        let _ = out.read_to_string(&mut text);
+        let status = child.wait().map_err(|e| e.to_string())?;
+        let run: ClientRun = serde_json::from_str(text.trim()).map_err(|e| {
+            format!("client process {c} ({status}): unreadable report ({e}): {text:?}")
+        })?;
+        runs.push(run);
+    }
+    let srv = server.finish(o)?;
+    let established: usize = runs.iter().map(|r| r.established).sum();
+    let failed: usize = runs.iter().map(|r| r.failed).sum();
+    let disconnected: usize = runs.iter().map(|r| r.disconnected).sum();
+    let connect_s = runs.iter().map(|r| r.connect_s).fold(0.0, f64::max);
+    let disconnect_s = runs.iter().map(|r| r.disconnect_s).fold(0.0, f64::max);
+    let rate = |n: usize, s: f64| if s > 0.0 { per_s(n as f64 / s) } else { 0 };
+    let report = serde_json::json!({
+        "connections": o.connections,
+        "established": established,
+        "failed": failed,
+        "disconnected": disconnected,
+        "processes": o.processes,
+        "client_processes": k,
+        "concurrency": o.concurrency,
+        "connect_per_s": rate(established, connect_s),
+        "disconnect_per_s": rate(disconnected, disconnect_s),
+        "connect_s": rounded(connect_s, 4),
+        "disconnect_s": rounded(disconnect_s, 4),
+        "server_established": srv.established,
+        "per_process": runs,
+    });
+    if o.json {
+        print_json(&report);
+    } else {
+        println!(
+            "bench: {} connections from {k} client processes sharing {} (through the CM service) to {}, {} in flight",
+            o.connections, o.client, o.server, o.concurrency
+        );
+        println!(
+            "  connect     {:>9}/s aggregate ({established} established, {failed} failed, {connect_s:.3} s)",
+            rate(established, connect_s)
+        );
+        println!(
+            "  disconnect  {:>9}/s aggregate ({disconnected} in {disconnect_s:.3} s)",
+            rate(disconnected, disconnect_s)
+        );
+        for (c, r) in runs.iter().enumerate() {
+            println!(
+                "  process {c}: {} established, connect p50 {:.1} us p99 {:.1} us",
+                r.established, r.connect_us.p50, r.connect_us.p99
+            );
+        }
+    }
+    if established + failed < o.connections {
+        return Err("not every connection finished".into());
     }
     Ok(())
 }

@@ -626,3 +626,46 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
     a.close();
     b.close();
 }
+
+#[test]
+fn bench_with_client_processes_sharing_one_device() {
+    let d = Daemon::start("bench");
+    let args = [
+        "bench",
+        "--processes",
+        "3",
+        "--connections",
+        "40",
+        "--concurrency",
+        "8",
+        "--server",
+        "soft:127.0.9.12",
+        "--client",
+        "soft:127.0.9.13",
+        "--timeout",
+        "30",
+        "--json",
+    ];
+    let o = d.ibcm(&args).output().unwrap();
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["established"], 40, "{v}");
+    assert_eq!(v["server_established"], 40, "{v}");
+    assert_eq!(v["disconnected"], 40, "{v}");
+    let per = v["per_process"].as_array().unwrap();
+    assert_eq!(per.len(), 2);
+    assert!(per.iter().all(|p| p["established"] == 20), "{v}");
+    assert!(v["connect_per_s"].as_u64().unwrap() > 0);
+    // Without the service the client processes cannot share the device.
+    let o = ibcm()
+        .args(args)
+        .env("IBCM_SERVICE", "off")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("IBCM_SERVICE"),
+        "{}",
+        text(&o.stderr)
+    );
+}
