@@ -8,8 +8,9 @@
 //!   decoded by `ipc` (garbage is counted and answered `-EPROTO`, never
 //!   trusted), checked against the connection's own id table (a process
 //!   acts only on its ids: a handle of another connection is `-EINVAL`)
-//!   and its limits (ids, listeners, queued events: `-ENOMEM`/`-EAGAIN`,
-//!   counted), run on the device and answered with its errno.
+//!   and its limits (ids, listeners: `-ENOMEM`, counted), run on the
+//!   device and answered with its errno. The service takes at most
+//!   `max_connections` connections in all (a refused one is closed).
 //! * Events of a connection's ids are encoded by the device's event loop
 //!   into the connection's queue (never blocking the loop) and written by
 //!   the connection's writer thread. A process that lets `max_events`
@@ -43,6 +44,8 @@ pub struct Limits {
     pub max_ids: usize,
     pub max_listeners: usize,
     pub max_events: usize,
+    /// Connections of all processes together.
+    pub max_connections: usize,
 }
 
 impl Default for Limits {
@@ -57,6 +60,7 @@ impl Default for Limits {
             max_ids: env("IBCM_SERVICE_MAX_IDS", 1 << 20),
             max_listeners: env("IBCM_SERVICE_MAX_LISTENERS", 4096),
             max_events: env("IBCM_SERVICE_MAX_EVENTS", 1 << 20),
+            max_connections: env("IBCM_SERVICE_MAX_CONNECTIONS", 4096),
         }
     }
 }
@@ -198,8 +202,16 @@ impl Service {
                     continue;
                 }
             };
-            self.connections.fetch_add(1, Ordering::SeqCst);
             let (pid, _) = sock::peer(&fd);
+            if self.connections.load(Ordering::SeqCst) >= self.opts.limits.max_connections {
+                ibcm_log!(
+                    WARN,
+                    "process {pid}: {} connections already: refused",
+                    self.opts.limits.max_connections
+                );
+                continue;
+            }
+            self.connections.fetch_add(1, Ordering::SeqCst);
             let conn = Arc::new(Conn {
                 id: self.next_conn.fetch_add(1, Ordering::Relaxed),
                 pid,
@@ -432,15 +444,22 @@ impl Conn {
     fn handler(self: &Arc<Self>) -> RustHandler {
         let me: Weak<Conn> = Arc::downgrade(self);
         Arc::new(move |id, ev| {
-            let Some(c) = me.upgrade() else { return 0 };
-            if c.closed.load(Ordering::SeqCst) {
-                return 0;
-            }
             let listener = match &ev.param {
                 EventParam::Req(p) => Some(p.listen_id.0),
                 EventParam::SidrReq(p) => Some(p.listen_id.0),
                 _ => None,
             };
+            // A request for a listener whose process is going: its new id
+            // is destroyed at once (nobody would ever destroy it).
+            let gone = if listener.is_some() {
+                -errno::ENOMEM
+            } else {
+                0
+            };
+            let Some(c) = me.upgrade() else { return gone };
+            if c.closed.load(Ordering::SeqCst) {
+                return gone;
+            }
             if listener.is_some() {
                 let mut ids = lock(&c.ids);
                 if ids.len() >= c.svc.opts.limits.max_ids {

@@ -22,8 +22,10 @@ exits or is killed are destroyed at once (DREQ / REJ to their peers).
 
 The socket is /run/ibcm/ibcmd.sock ($IBCM_SERVICE_SOCKET or --socket
 override), mode 0660 with group ibcm if that group exists, else 0600: who
-may open it may use every device the service opens. Limits per process:
-$IBCM_SERVICE_MAX_IDS, $IBCM_SERVICE_MAX_LISTENERS, $IBCM_SERVICE_MAX_EVENTS.
+may open it may use every device the service opens. Limits per process and device:
+$IBCM_SERVICE_MAX_IDS, $IBCM_SERVICE_MAX_LISTENERS (-ENOMEM beyond),
+$IBCM_SERVICE_MAX_EVENTS (unread events; beyond, the process is
+disconnected); $IBCM_SERVICE_MAX_CONNECTIONS for all processes together.
 Logs ($IBCM_LOG=info) go to stderr.";
 
 /// `ibcm daemon`'s command line.

@@ -588,6 +588,7 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
         .arg(&socket)
         .env("IBCM_SERVICE_MAX_IDS", "3")
         .env("IBCM_SERVICE_MAX_LISTENERS", "1")
+        .env("IBCM_SERVICE_MAX_CONNECTIONS", "2")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -615,6 +616,11 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
     let other = b.create_id(None, std::ptr::null_mut(), None).unwrap();
     other.listen(0x9003).unwrap();
     assert_eq!(b.service_stat().unwrap().limit_refusals, 0);
+    // A third connection is over the service's limit.
+    assert_eq!(
+        Device::open_served(dev, &d.socket).err(),
+        Some(Errno::ENODEV)
+    );
     // Destroying gives the room back.
     ids[2].destroy().unwrap();
     let again = a.create_id(None, std::ptr::null_mut(), None).unwrap();
@@ -625,6 +631,13 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
     }
     a.close();
     b.close();
+    // Their connections are gone: room for new ones.
+    assert!(wait_for(Duration::from_secs(2), || {
+        Device::open_served(dev, &d.socket).is_ok_and(|c| {
+            c.close();
+            true
+        })
+    }));
 }
 
 #[test]

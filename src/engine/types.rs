@@ -107,7 +107,6 @@ pub mod errno {
     pub const EPERM: i32 = 1;
     pub const ENOENT: i32 = 2;
     pub const EIO: i32 = 5;
-    pub const EAGAIN: i32 = 11;
     pub const ENOMEM: i32 = 12;
     pub const EBUSY: i32 = 16;
     pub const ENODEV: i32 = 19;
@@ -144,7 +143,6 @@ impl std::fmt::Display for Errno {
             errno::ENODEV => "ENODEV",
             errno::EINVAL => "EINVAL",
             errno::ENOSPC => "ENOSPC",
-            errno::EAGAIN => "EAGAIN",
             errno::EPROTO => "EPROTO",
             errno::EOPNOTSUPP => "EOPNOTSUPP",
             errno::EADDRINUSE => "EADDRINUSE",
