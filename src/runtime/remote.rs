@@ -33,11 +33,23 @@ pub enum Mode {
     Required,
 }
 
+/// `IBCM_SERVICE` (unset, empty or `off`: in-process; an unknown value is
+/// logged once and taken as `off`).
 pub fn mode() -> Mode {
     match std::env::var("IBCM_SERVICE").as_deref() {
         Ok("auto") => Mode::Auto,
-        Ok("required") | Ok("on") => Mode::Required,
-        _ => Mode::Off,
+        Ok("required") => Mode::Required,
+        Ok("off") | Ok("") | Err(_) => Mode::Off,
+        Ok(other) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                crate::log::always(
+                    WARN,
+                    format_args!("IBCM_SERVICE={other:?} is not off, auto or required: off"),
+                )
+            });
+            Mode::Off
+        }
     }
 }
 
