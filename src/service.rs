@@ -113,6 +113,7 @@ impl Entry {
 struct Conn {
     id: u64,
     pid: i32,
+    uid: u32,
     fd: OwnedFd,
     svc: Arc<Service>,
     /// The device's name as the service keys it (set by OPEN).
@@ -202,7 +203,7 @@ impl Service {
                     continue;
                 }
             };
-            let (pid, _) = sock::peer(&fd);
+            let (pid, uid) = sock::peer(&fd);
             if self.connections.load(Ordering::SeqCst) >= self.opts.limits.max_connections {
                 ibcm_log!(
                     WARN,
@@ -215,6 +216,7 @@ impl Service {
             let conn = Arc::new(Conn {
                 id: self.next_conn.fetch_add(1, Ordering::Relaxed),
                 pid,
+                uid,
                 fd,
                 svc: self.clone(),
                 name: Mutex::new(None),
@@ -541,6 +543,16 @@ impl Conn {
                 return Err(Errno::EINVAL);
             }
             let name = String::from_utf8(name).map_err(|_| Errno::EINVAL)?;
+            // The service may run as root: it binds a UDP port below 1024
+            // only for a root process.
+            if let Ok(crate::api::DeviceSpec::Soft { port, .. }) =
+                crate::api::DeviceSpec::parse(name.split('@').next().unwrap_or(""))
+                && port < 1024
+                && self.uid != 0
+            {
+                ibcm_log!(WARN, "process {}: {name}: port {port} needs root", self.pid);
+                return Err(Errno(errno::EPERM));
+            }
             let (key, dev) = self.svc.open(&name)?;
             out.put(&Opened {
                 name: dev.name().as_bytes().to_vec(),

@@ -682,3 +682,48 @@ fn bench_with_client_processes_sharing_one_device() {
         text(&o.stderr)
     );
 }
+
+#[test]
+fn a_privileged_udp_port_is_bound_only_for_root() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let d = Daemon::start("privileged-port");
+    // Let an unprivileged process reach the socket (as group ibcm would).
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let as_nobody = |device: &str| {
+        d.ibcm(&["listen", "--device", device, "--timeout", "0.3"])
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    };
+    let low = as_nobody("soft:127.0.9.40:999");
+    assert!(
+        text(&low.stderr).contains("cannot open"),
+        "{}",
+        text(&low.stderr)
+    );
+    assert!(d.log().contains("port 999 needs root"), "{}", d.log());
+    let high = as_nobody("soft:127.0.9.40:4791");
+    assert!(
+        !text(&high.stderr).contains("cannot open"),
+        "{}",
+        text(&high.stderr)
+    );
+    // Root may.
+    let root = d
+        .ibcm(&[
+            "listen",
+            "--device",
+            "soft:127.0.9.40:999",
+            "--timeout",
+            "0.3",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !text(&root.stderr).contains("cannot open"),
+        "{}",
+        text(&root.stderr)
+    );
+}
