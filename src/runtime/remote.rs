@@ -15,7 +15,7 @@ use crate::abi::IbCmHandler;
 use crate::engine::*;
 use crate::fabric::{Received, Transport, TransportStats};
 use crate::ipc::{self, Header, Opened, Public, Reader, Stat, WireEvent, Writer, op, sock};
-use crate::log::{DEBUG, ERROR, INFO, WARN};
+use crate::log::{ERROR, INFO, WARN};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::os::fd::OwnedFd;
@@ -443,11 +443,14 @@ impl Remote {
                 return false;
             }
         }
-        if let Err(e) = self.call_id(sh, op::DESTROY, |w| {
-            w.put(&err);
-        }) && e != Errno::ENODEV
-        {
-            ibcm_log!(DEBUG, "destroy {:#x} in the service: {e}", sh.handle().0);
+        // Nobody waits for the reply: the service runs a connection's
+        // records in order (a later call sees the id gone and its limits
+        // counted), a destroy cannot fail for a live id, and this
+        // process's side (no callback after return) is kept here.
+        if !self.dead.load(Ordering::SeqCst) {
+            self.send_detached(op::DESTROY, sh.handle().0, |w| {
+                w.put(&err);
+            });
         }
         lock(&self.ids).remove(&sh.handle().0);
         true
@@ -522,7 +525,9 @@ impl Remote {
         }
         .record();
         body(&mut w);
-        let _ = sock::send(&self.fd, &w.into_bytes());
+        if sock::send(&self.fd, &w.into_bytes()).is_err() {
+            self.mark_dead("send failed");
+        }
     }
 
     fn reader(self: Arc<Self>) {
