@@ -26,7 +26,7 @@ may open it may use every device the service opens. Limits per process and devic
 $IBCM_SERVICE_MAX_IDS, $IBCM_SERVICE_MAX_LISTENERS (-ENOMEM beyond),
 $IBCM_SERVICE_MAX_EVENTS (unread events; beyond, the process is
 disconnected); $IBCM_SERVICE_MAX_CONNECTIONS for all processes together.
-Logs ($IBCM_LOG=info) go to stderr.";
+Logs go to stderr (IBCM_LOG, default info for the service).";
 
 /// `ibcm daemon`'s command line.
 #[derive(clap::Args, Debug)]
@@ -43,6 +43,12 @@ pub struct Args {
 }
 
 pub fn main(a: &Args) -> i32 {
+    // A service logs what it does (opens, processes gone, limits) unless
+    // told otherwise.
+    if std::env::var_os("IBCM_LOG").is_none() {
+        // SAFETY: no other thread exists yet.
+        unsafe { std::env::set_var("IBCM_LOG", "info") };
+    }
     let socket = a.socket.clone().unwrap_or_else(ibcm::ipc::socket_path);
     let opts = Options {
         socket: socket.clone(),
