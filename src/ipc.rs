@@ -839,16 +839,33 @@ pub fn reply(req: Header, err: i32, public: Public, body: impl FnOnce(&mut Write
     w.into_bytes()
 }
 
-/// The service socket: `$IBCM_SERVICE_SOCKET`, else `/run/ibcm/ibcmd.sock`.
+/// The service socket: `$IBCM_SERVICE_SOCKET`, else [`default_socket`].
 pub fn socket_path() -> std::path::PathBuf {
     std::env::var_os("IBCM_SERVICE_SOCKET")
         .filter(|v| !v.is_empty())
         .map(Into::into)
-        .unwrap_or_else(|| DEFAULT_SOCKET.into())
+        .unwrap_or_else(default_socket)
 }
 
-/// Where the service listens unless told otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/ibcm/ibcmd.sock";
+/// `/run/ibcm/ibcmd.<N>.sock`, N the inode of this process's network
+/// namespace: one service per namespace, since the service binds the
+/// `soft:` addresses (and reaches the devices) of its own namespace — a
+/// process in another namespace starts or finds that namespace's service.
+/// `/run/ibcm/ibcmd.sock` if the namespace cannot be read.
+pub fn default_socket() -> std::path::PathBuf {
+    let ns = std::fs::read_link("/proc/self/ns/net").ok().and_then(|l| {
+        let s = l.to_string_lossy().into_owned();
+        let n = s.strip_prefix("net:[")?.strip_suffix(']')?;
+        n.parse::<u64>().ok()
+    });
+    match ns {
+        Some(n) => format!("{SOCKET_DIR}/ibcmd.{n}.sock").into(),
+        None => format!("{SOCKET_DIR}/ibcmd.sock").into(),
+    }
+}
+
+/// Where the service's sockets live.
+pub const SOCKET_DIR: &str = "/run/ibcm";
 
 /// `SOCK_SEQPACKET` Unix sockets: one record per message.
 pub mod sock {
@@ -1055,6 +1072,16 @@ mod tests {
             });
             assert!(res.is_err(), "truncated at {n} accepted");
         }
+    }
+
+    #[test]
+    fn the_default_socket_is_per_network_namespace() {
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
+        assert_eq!(
+            default_socket(),
+            std::path::PathBuf::from(format!("/run/ibcm/ibcmd.{ino}.sock"))
+        );
     }
 
     #[test]

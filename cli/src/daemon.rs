@@ -20,7 +20,8 @@ one device: one listener per service ID on the host (-EBUSY for a second),
 connections between processes on the device, and the ids of a process that
 exits or is killed are destroyed at once (DREQ / REJ to their peers).
 
-The socket is /run/ibcm/ibcmd.sock ($IBCM_SERVICE_SOCKET or --socket
+The socket is /run/ibcm/ibcmd.<N>.sock, N the inode of the network
+namespace (one service per namespace; $IBCM_SERVICE_SOCKET or --socket
 override), mode 0660 with group ibcm if that group exists, else 0600: who
 may open it may use every device the service opens. Limits per process and device:
 $IBCM_SERVICE_MAX_IDS, $IBCM_SERVICE_MAX_LISTENERS (-ENOMEM beyond),
@@ -34,7 +35,7 @@ pub struct Args {
     /// stay in the foreground (logs on stderr); default: detach once ready
     #[arg(long)]
     pub foreground: bool,
-    /// the service socket (default $IBCM_SERVICE_SOCKET, else /run/ibcm/ibcmd.sock)
+    /// the service socket (default $IBCM_SERVICE_SOCKET, else /run/ibcm/ibcmd.<netns>.sock)
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
     /// leave after SECS without any process connected (default: never)

@@ -28,7 +28,7 @@ pub struct Args {
     /// one JSON document instead of text
     #[arg(long)]
     pub json: bool,
-    /// the service socket (default $IBCM_SERVICE_SOCKET, else /run/ibcm/ibcmd.sock)
+    /// the service socket (default $IBCM_SERVICE_SOCKET, else /run/ibcm/ibcmd.<netns>.sock)
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 }
