@@ -328,7 +328,8 @@ impl Service {
             s.clients == 0
         });
         if last && let Some(s) = devs.remove(key) {
-            drop(devs);
+            // Closed under the lock: an open of the same name waits for
+            // the transport to be released instead of finding it bound.
             ibcm_log!(INFO, "{key}: last process gone, closing it");
             s.dev.close();
         }
