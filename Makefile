@@ -16,14 +16,30 @@ PKG        := PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config
 CTESTS     := abi_static cm_scenarios misuse
 VALGRIND   ?= valgrind
 
-.PHONY: all lib install demo deps test test-rust test-man test-docs test-c test-python wheel clean
+.PHONY: all lib rdmacm install demo deps test test-rust test-man test-docs test-c test-rdmacm test-python wheel clean
 
 all: lib
 
 lib:
 	$(CARGO) build --release --lib --bins
 
-install: lib
+# librdmacm.so.1 (docs/RDMACM.md): the rdmacm/ crate's static archive
+# linked with gcc (rustc would add its own version script to a cdylib)
+# under SONAME librdmacm.so.1 and rdma-core's version nodes; everything
+# but the rdma_*/r* functions of rdmacm/librdmacm.map stays local.
+RDMACM_SO   := target/rdmacm/librdmacm.so.1
+RDMACM_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+rdmacm:
+	$(CARGO) build --release -p ibcm-rdmacm --lib
+	@mkdir -p $(dir $(RDMACM_SO))
+	$(CC) -shared -o $(RDMACM_SO) \
+		-Wl,--whole-archive target/release/libibcm_rdmacm.a -Wl,--no-whole-archive \
+		-Wl,-soname,librdmacm.so.1 -Wl,--version-script=rdmacm/librdmacm.map \
+		-Wl,-z,now -Wl,-z,defs -Wl,--gc-sections $(RDMACM_LIBS)
+
+install: lib rdmacm
+	install -d $(DESTDIR)$(PREFIX)/lib/ibcm
+	install -m 0755 $(RDMACM_SO) $(DESTDIR)$(PREFIX)/lib/ibcm/librdmacm.so.1
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/rdma $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 target/release/libibcm.so $(DESTDIR)$(PREFIX)/lib/libibcm.so.$(VERSION)
 	ln -sf libibcm.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libibcm.so.0
@@ -49,7 +65,7 @@ demo: lib
 	./target/release/ibcm bench --baseline
 
 test: deps
-	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-python test-netns
+	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-rdmacm test-python test-netns
 
 deps:
 	./scripts/deps.sh
@@ -122,6 +138,13 @@ test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .
 	@echo "== C tests under valgrind"
 	$(VALGRIND) -q --error-exitcode=99 --trace-children=yes --leak-check=full --show-possibly-lost=no \
 		--errors-for-leak-kinds=definite $(BUILD)/c/cm_scenarios 127.0.0.8 127.0.0.9
+
+# librdmacm.so.1: the crate's tests (ABI mirrors against <rdma/rdma_cma.h>,
+# port space, addrinfo), then the artifact's exports and loading by a
+# -z now binary built against the system librdmacm (rdmacm/tests/exports.sh).
+test-rdmacm: rdmacm
+	$(CARGO) test --release -p ibcm-rdmacm
+	bash rdmacm/tests/exports.sh $(RDMACM_SO) $(BUILD)/rdmacm
 
 # Live interoperability with the Linux kernel CM (docs/INTEROP.md): a qemu
 # guest with Soft-RoCE in a private network namespace. Needs root,
