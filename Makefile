@@ -1,7 +1,8 @@
 # ibcm — build, install, demo and test.
 #
 #   make demo            the main job (README): a CM demo on the software fabric
-#   make test            every test: Rust, man pages, C (ASan, valgrind, LD_PRELOAD), Python
+#   make test            every test: Rust, man pages, C (ASan, valgrind, LD_PRELOAD), librdmacm.so.1, Python
+#   make rdmacm          target/rdmacm/librdmacm.so.1 (docs/RDMACM.md)
 #   make interop         ibcm against the Linux kernel CM in qemu guests, and on
 #                        real (Soft-RoCE) devices with real QPs (root)
 #   make install PREFIX=/usr/local
@@ -142,9 +143,29 @@ test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .
 # librdmacm.so.1: the crate's tests (ABI mirrors against <rdma/rdma_cma.h>,
 # port space, addrinfo), then the artifact's exports and loading by a
 # -z now binary built against the system librdmacm (rdmacm/tests/exports.sh).
-test-rdmacm: rdmacm
+# Then c-tests/rdmacm_api.c, built against rdma-core's <rdma/rdma_cma.h>
+# and -lrdmacm and run on ours through LD_LIBRARY_PATH: plain, under
+# ASan+UBSan, and under TSan (c-tests/rdmacm_tsan.supp: the Rust library is
+# not instrumented).
+RDMACM_RUN := IBCM_RDMACM_DEVICE=soft LD_LIBRARY_PATH=$(dir $(RDMACM_SO))
+$(BUILD)/c/rdmacm_api: c-tests/rdmacm_api.c
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) $< -o $@ -lrdmacm -lpthread
+$(BUILD)/c/rdmacm_api.asan: c-tests/rdmacm_api.c
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) -fsanitize=address,undefined -fno-omit-frame-pointer $< -o $@ -lrdmacm -lpthread
+$(BUILD)/c/rdmacm_api.tsan: c-tests/rdmacm_api.c
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) -fsanitize=thread $< -o $@ -lrdmacm -lpthread
+
+test-rdmacm: rdmacm $(BUILD)/c/rdmacm_api $(BUILD)/c/rdmacm_api.asan $(BUILD)/c/rdmacm_api.tsan
 	$(CARGO) test --release -p ibcm-rdmacm
 	bash rdmacm/tests/exports.sh $(RDMACM_SO) $(BUILD)/rdmacm
+	@echo "== rdma_* surface (c-tests/rdmacm_api.c) on librdmacm.so.1"
+	$(RDMACM_RUN) $(BUILD)/c/rdmacm_api 127.0.90.2 127.0.90.3
+	ASAN_OPTIONS=detect_leaks=1 $(RDMACM_RUN) $(BUILD)/c/rdmacm_api.asan 127.0.90.4 127.0.90.5
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/c-tests/rdmacm_tsan.supp" $(RDMACM_RUN) \
+		setarch $$(uname -m) -R $(BUILD)/c/rdmacm_api.tsan 127.0.90.6 127.0.90.7
 
 # Live interoperability with the Linux kernel CM (docs/INTEROP.md): a qemu
 # guest with Soft-RoCE in a private network namespace. Needs root,

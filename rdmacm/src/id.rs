@@ -87,7 +87,8 @@ pub struct IdState {
     pub disconnected: bool,
     pub dreq_received: bool,
     pub remote_qpn: u32,
-    /// The peer's REQ: its responder resources and initiator depth.
+    /// From the peer's REQ, in our view (as the CONNECT_REQUEST reports
+    /// them): (responder resources, initiator depth).
     pub peer_resources: (u8, u8),
     pub psn: u32,
     /// `rdma_create_ep` on a passive id: the PD and QP attributes
@@ -950,8 +951,8 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 Some(p) => p,
                 None if has_qp => ConnParam {
                     rnr_retry_count: 7,
-                    responder_resources: s.peer_resources.1,
-                    initiator_depth: s.peer_resources.0,
+                    responder_resources: s.peer_resources.0,
+                    initiator_depth: s.peer_resources.1,
                     ..ConnParam::default()
                 },
                 None => return Err(Errno::EINVAL),
@@ -961,12 +962,12 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
             }
             // RDMA_MAX_*: as much as the peer asked for.
             let resp = if p.responder_resources == RDMA_MAX_RESP_RES {
-                s.peer_resources.1.min(SOFT_MAX_RD_ATOMIC)
+                s.peer_resources.0.min(SOFT_MAX_RD_ATOMIC)
             } else {
                 p.responder_resources
             };
             let init = if p.initiator_depth == RDMA_MAX_INIT_DEPTH {
-                s.peer_resources.0.min(SOFT_MAX_RD_ATOMIC)
+                s.peer_resources.1.min(SOFT_MAX_RD_ATOMIC)
             } else {
                 p.initiator_depth
             };
@@ -1327,8 +1328,9 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
             // SAFETY: writing the conn member of our own event.
             unsafe {
                 let c = &mut b.ev.param.conn;
-                c.responder_resources = r.initiator_depth;
-                c.initiator_depth = r.responder_resources;
+                // ibcm's REQ event is already the receiver's view (as ib_cm's).
+                c.responder_resources = r.responder_resources;
+                c.initiator_depth = r.initiator_depth;
                 c.flow_control = r.flow_control;
                 c.retry_count = r.retry_count;
                 c.rnr_retry_count = r.rnr_retry_count;
