@@ -13,13 +13,15 @@
  * UD / SIDR (180, qkey); the event fd (poll, O_NONBLOCK → EAGAIN);
  * destroy blocking until the event is acked (from another thread);
  * listener destroy with an unretrieved request; synchronous mode
- * (rdma_get_request, blocking calls, id->event); error paths (NULLs,
+ * (rdma_get_request, blocking calls, id->event); rdma_getaddrinfo,
+ * rdma_create_ep; rdma_migrate_id; error paths (NULLs,
  * freed and foreign pointers, double ack, private data too long, wrong
  * state).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -564,6 +566,97 @@ static void test_ports(void)
 	printf("ok port space\n");
 }
 
+static void *ep_server(void *arg)
+{
+	struct rdma_cm_id *l = arg, *child = NULL;
+	struct rdma_conn_param cp;
+	long ret = 0;
+
+	if (rdma_get_request(l, &child))
+		return (void *)1;
+	memset(&cp, 0, sizeof(cp));
+	cp.qp_num = 0x55;
+	cp.private_data = "ep-rep";
+	cp.private_data_len = 7;
+	if (rdma_accept(child, &cp))
+		ret = 2;
+	rdma_destroy_ep(child);
+	return (void *)ret;
+}
+
+static void test_endpoints(void)
+{
+	struct rdma_addrinfo hints, *res = NULL, *cres = NULL;
+	struct rdma_cm_id *l, *c;
+	struct rdma_conn_param cp;
+	struct sockaddr_in src = addr(client_ip, 0);
+	pthread_t t;
+	void *ret;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = RAI_PASSIVE | RAI_NUMERICHOST;
+	hints.ai_port_space = RDMA_PS_TCP;
+	CHECK(rdma_getaddrinfo(server_ip, "7080", &hints, &res) == 0);
+	CHECK(res->ai_src_addr && !res->ai_dst_addr && res->ai_qp_type == IBV_QPT_RC);
+	CHECK(rdma_create_ep(&l, res, NULL, NULL) == 0);
+	rdma_freeaddrinfo(res);
+	CHECK(rdma_listen(l, 4) == 0);
+	CHECK(pthread_create(&t, NULL, ep_server, l) == 0);
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = RAI_NUMERICHOST;
+	hints.ai_port_space = RDMA_PS_TCP;
+	hints.ai_src_addr = (struct sockaddr *)&src;
+	hints.ai_src_len = sizeof(src);
+	CHECK(rdma_getaddrinfo(server_ip, "7080", &hints, &cres) == 0);
+	CHECK(cres->ai_dst_addr && cres->ai_src_addr);
+	CHECK(rdma_create_ep(&c, cres, NULL, NULL) == 0);
+	rdma_freeaddrinfo(cres);
+	CHECK(c->event && c->event->event == RDMA_CM_EVENT_ROUTE_RESOLVED);
+	memset(&cp, 0, sizeof(cp));
+	cp.qp_num = 0x44;
+	CHECK(rdma_connect(c, &cp) == 0);
+	CHECK(c->event->event == RDMA_CM_EVENT_CONNECT_RESPONSE);
+	CHECK(memcmp(c->event->param.conn.private_data, "ep-rep", 7) == 0);
+	CHECK(rdma_establish(c) == 0);
+	CHECK(pthread_join(t, &ret) == 0);
+	CHECK(ret == NULL);
+	rdma_destroy_ep(c);
+	rdma_destroy_ep(l);
+	/* getaddrinfo's own errors come back as its code. */
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = RAI_NUMERICHOST;
+	CHECK(rdma_getaddrinfo("not-an-address", "1", &hints, &res) == EAI_NONAME);
+	printf("ok rdma_getaddrinfo, rdma_create_ep, rdma_get_request\n");
+}
+
+static void test_migrate(void)
+{
+	struct rdma_event_channel *a = rdma_create_event_channel();
+	struct rdma_event_channel *b = rdma_create_event_channel();
+	struct rdma_cm_id *id;
+	struct sockaddr_in src = addr(client_ip, 0), dst = addr(server_ip, 7090);
+	struct pollfd p;
+
+	CHECK(a && b);
+	CHECK(rdma_create_id(a, &id, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&dst, 100) == 0);
+	p.fd = a->fd;
+	p.events = POLLIN;
+	CHECK(poll(&p, 1, 1000) == 1);
+	/* The unretrieved event moves with the id. */
+	CHECK(rdma_migrate_id(id, b) == 0);
+	CHECK(id->channel == b);
+	CHECK(poll(&p, 1, 0) == 0);
+	CHECK(ack_expect(b, RDMA_CM_EVENT_ADDR_RESOLVED, 0));
+	CHECK(rdma_resolve_route(id, 100) == 0);
+	CHECK(ack_expect(b, RDMA_CM_EVENT_ROUTE_RESOLVED, 0));
+	CHECK(rdma_destroy_id(id) == 0);
+	rdma_destroy_event_channel(a);
+	rdma_destroy_event_channel(b);
+	printf("ok rdma_migrate_id\n");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -581,6 +674,8 @@ int main(int argc, char **argv)
 	test_destroy_waits_for_ack();
 	test_sync();
 	test_ports();
+	test_endpoints();
+	test_migrate();
 	if (failures) {
 		fprintf(stderr, "%d failure(s)\n", failures);
 		return 1;

@@ -1,4 +1,4 @@
-//! Which ibcm device serves an IP address (docs/RDMACM.md §Devices).
+//! Which ibcm device serves an IP address (docs/RDMACM.md, "Which device").
 //!
 //! `IBCM_RDMACM_DEVICE`:
 //! * unset — automatic: the RDMA device whose GID table holds the IP;
