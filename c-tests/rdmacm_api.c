@@ -14,7 +14,8 @@
  * destroy blocking until the event is acked (from another thread);
  * listener destroy with an unretrieved request; synchronous mode
  * (rdma_get_request, blocking calls, id->event); rdma_getaddrinfo,
- * rdma_create_ep; rdma_migrate_id; error paths (NULLs,
+ * rdma_create_ep; rdma_migrate_id; 64 connections at once on one
+ * channel per side (event-driven); error paths (NULLs,
  * freed and foreign pointers, double ack, private data too long, wrong
  * state).
  */
@@ -657,6 +658,112 @@ static void test_migrate(void)
 	printf("ok rdma_migrate_id\n");
 }
 
+#define MANY 64
+
+struct many_server {
+	struct rdma_event_channel *ch;
+	int established, disconnected;
+	struct rdma_cm_id *children[MANY];
+};
+
+/* Accepts MANY requests and waits for each to establish and disconnect. */
+static void *many_server_thread(void *arg)
+{
+	struct many_server *m = arg;
+	struct rdma_cm_event *ev;
+	struct rdma_conn_param cp;
+	int requests = 0;
+
+	memset(&cp, 0, sizeof(cp));
+	while (m->disconnected < MANY && (ev = next_event(m->ch))) {
+		switch (ev->event) {
+		case RDMA_CM_EVENT_CONNECT_REQUEST:
+			cp.qp_num = 0x1000 + (unsigned)requests;
+			m->children[requests++] = ev->id;
+			if (rdma_accept(ev->id, &cp))
+				return (void *)1;
+			break;
+		case RDMA_CM_EVENT_ESTABLISHED:
+			m->established++;
+			break;
+		case RDMA_CM_EVENT_DISCONNECTED:
+			m->disconnected++;
+			if (rdma_disconnect(ev->id))
+				return (void *)2;
+			break;
+		default:
+			break;
+		}
+		rdma_ack_cm_event(ev);
+	}
+	return m->established == MANY && m->disconnected == MANY ? NULL : (void *)3;
+}
+
+/* MANY connections at once on one channel per side, driven by events. */
+static void test_many(void)
+{
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct many_server m;
+	struct rdma_cm_id *l, *ids[MANY];
+	struct rdma_cm_event *ev;
+	struct rdma_conn_param cp;
+	struct sockaddr_in src = addr(client_ip, 0), dst = addr(server_ip, 7100);
+	int i, connected = 0, disconnected = 0;
+	pthread_t t;
+	void *ret;
+
+	memset(&m, 0, sizeof(m));
+	m.ch = rdma_create_event_channel();
+	CHECK(cch && m.ch);
+	l = listener(m.ch, 7100, RDMA_PS_TCP, NULL);
+	CHECK(l);
+	CHECK(pthread_create(&t, NULL, many_server_thread, &m) == 0);
+	for (i = 0; i < MANY; i++) {
+		CHECK(rdma_create_id(cch, &ids[i], (void *)(long)i, RDMA_PS_TCP) == 0);
+		CHECK(rdma_resolve_addr(ids[i], (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000) == 0);
+	}
+	memset(&cp, 0, sizeof(cp));
+	while (disconnected < MANY && (ev = next_event(cch))) {
+		struct rdma_cm_id *id = ev->id;
+		enum rdma_cm_event_type type = ev->event;
+		int status = ev->status;
+
+		CHECK(rdma_ack_cm_event(ev) == 0);
+		CHECK(status == 0);
+		switch (type) {
+		case RDMA_CM_EVENT_ADDR_RESOLVED:
+			CHECK(rdma_resolve_route(id, 2000) == 0);
+			break;
+		case RDMA_CM_EVENT_ROUTE_RESOLVED:
+			cp.qp_num = 0x2000 + (unsigned)(long)id->context;
+			CHECK(rdma_connect(id, &cp) == 0);
+			break;
+		case RDMA_CM_EVENT_CONNECT_RESPONSE:
+			CHECK(rdma_establish(id) == 0);
+			if (++connected == MANY)
+				for (i = 0; i < MANY; i++)
+					CHECK(rdma_disconnect(ids[i]) == 0);
+			break;
+		case RDMA_CM_EVENT_DISCONNECTED:
+			disconnected++;
+			break;
+		default:
+			break;
+		}
+	}
+	CHECK(connected == MANY && disconnected == MANY);
+	CHECK(pthread_join(t, &ret) == 0);
+	CHECK(ret == NULL);
+	for (i = 0; i < MANY; i++) {
+		CHECK(rdma_destroy_id(ids[i]) == 0);
+		CHECK(rdma_destroy_id(m.children[i]) == 0);
+	}
+	CHECK(rdma_destroy_id(l) == 0);
+	rdma_destroy_event_channel(cch);
+	rdma_destroy_event_channel(m.ch);
+	printf("ok %d connections at once, event-driven\n", MANY);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -676,6 +783,7 @@ int main(int argc, char **argv)
 	test_ports();
 	test_endpoints();
 	test_migrate();
+	test_many();
 	if (failures) {
 		fprintf(stderr, "%d failure(s)\n", failures);
 		return 1;
