@@ -941,15 +941,16 @@ fn status(r: c_int) -> Result<(), Errno> {
 /// devices open while it is loaded, and the application uses them). A
 /// device that fails to open is skipped with a log line (a container may
 /// expose only some of the uverbs files). `Err` only when libibverbs is
-/// missing (`ENOSYS`) or cannot list devices.
+/// missing (`ENOSYS`) or lists no device at all (`ENODEV`).
 pub fn open_all() -> Result<Vec<(String, *mut IbvContext)>, Errno> {
     let l = lib()?;
     let mut n: c_int = 0;
     let list = unsafe { (l.get_device_list)(&mut n) };
     if list.is_null() {
+        // ENOSYS here means "no kernel uverbs support": no device either way.
         let e = last_errno(errno::ENODEV);
-        crate::ibcm_log!(ERROR, "ibv_get_device_list failed: {e}");
-        return Err(e);
+        crate::ibcm_log!(ERROR, "ibv_get_device_list failed: {e}: no RDMA device");
+        return Err(Errno::ENODEV);
     }
     let mut out = Vec::new();
     for i in 0..n.max(0) as usize {
