@@ -291,6 +291,9 @@ int main(void) {
     S(ibv_qp_init_attr); O(ibv_qp_init_attr, qp_context); O(ibv_qp_init_attr, send_cq);
     O(ibv_qp_init_attr, recv_cq); O(ibv_qp_init_attr, srq); O(ibv_qp_init_attr, cap);
     O(ibv_qp_init_attr, qp_type); O(ibv_qp_init_attr, sq_sig_all);
+    S(ibv_srq_attr); O(ibv_srq_attr, max_wr); O(ibv_srq_attr, max_sge);
+    O(ibv_srq_attr, srq_limit);
+    S(ibv_srq_init_attr); O(ibv_srq_init_attr, srq_context); O(ibv_srq_init_attr, attr);
     S(ibv_rx_hash_conf); O(ibv_rx_hash_conf, rx_hash_function);
     O(ibv_rx_hash_conf, rx_hash_key_len); O(ibv_rx_hash_conf, rx_hash_key);
     O(ibv_rx_hash_conf, rx_hash_fields_mask);
@@ -446,6 +449,8 @@ fn rdmacm_verbs_layouts_match() {
         port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit);
     fields!("ibv_qp_init_attr", IbvQpInitAttr:
         qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all);
+    fields!("ibv_srq_attr", IbvSrqAttr: max_wr, max_sge, srq_limit);
+    fields!("ibv_srq_init_attr", IbvSrqInitAttr: srq_context, attr);
     fields!("ibv_rx_hash_conf", IbvRxHashConf:
         rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask);
     fields!("ibv_qp_init_attr_ex", IbvQpInitAttrEx:

@@ -9,9 +9,10 @@
 //! takes the default PD; creates an RC QP (CQs with `cq_context == id`,
 //! INIT at once) and walks it RTR → RTS → ERR with ibcm's CM attributes
 //! (a loopback connection to itself); creates a UD QP on the caller's CQ
-//! (RTS at once, Q_Key RDMA_UDP_QKEY) and an RC QP through the provider's
-//! `create_qp_ex`; every state is read back with the application's own
-//! `ibv_query_qp`. Then destroys everything and checks the PD went away.
+//! (RTS at once, Q_Key RDMA_UDP_QKEY), attaches it to a multicast MGID and
+//! joins the IP group on the netdev, a basic SRQ, and an RC QP through the
+//! provider's `create_qp_ex`; every state is read back with the
+//! application's own `ibv_query_qp`. Then destroys everything and checks the PD went away.
 //! Prints `VERBS LAB OK` and exits 0 when every check passed.
 
 use ibcm::api::ibv::{self, IbvQp, IbvQpAttr, IbvQpInitAttr};
@@ -355,6 +356,53 @@ fn main() {
         q.qp_state == qps::RTS && q.qkey == verbs::RDMA_UDP_QKEY && q.sq_psn == 0,
         "UD QP in RTS with RDMA_UDP_QKEY, sq_psn 0",
     );
+
+    // --- multicast: the group's MGID on the UD QP, the IP-level join --------------
+    let group: IpAddr = "239.77.0.9".parse().unwrap();
+    let mgid = verbs::mcast_mgid(group, b.gid_type);
+    check(
+        mgid.to_string() == "::ffff:239.77.0.9",
+        "RoCE v2 MGID of 239.77.0.9",
+    );
+    must(
+        unsafe { verbs::attach_mcast(ud.qp, &mgid, 0) },
+        "ibv_attach_mcast(UD QP, MGID)",
+    );
+    must(
+        unsafe { verbs::detach_mcast(ud.qp, &mgid, 0) },
+        "ibv_detach_mcast",
+    );
+    if let Some(peer) = peer {
+        let r = must(
+            verbs::route_to(SocketAddr::new(peer, 0), None),
+            "route for the join",
+        );
+        let igmp = || std::fs::read_to_string("/proc/net/igmp").unwrap_or_default();
+        let hex = "09004DEF"; // 239.77.0.9 as /proc/net/igmp prints it
+        let m = must(
+            verbs::join_ip_group(group, local, r.ifindex),
+            "IP-level join",
+        );
+        check(igmp().contains(hex), "the group is joined on the netdev");
+        drop(m);
+        check(!igmp().contains(hex), "and left");
+    }
+
+    // --- a basic SRQ on the default PD ----------------------------------------------
+    let mut srq_attr = ibv::IbvSrqInitAttr {
+        srq_context: id_ud_ptr,
+        attr: ibv::IbvSrqAttr {
+            max_wr: 16,
+            max_sge: 1,
+            srq_limit: 0,
+        },
+    };
+    let srq = must(
+        unsafe { ibv::create_srq(pd, &mut srq_attr) },
+        "ibv_create_srq",
+    );
+    check(srq_attr.attr.max_wr >= 16, "SRQ limits granted");
+    must(unsafe { ibv::destroy_srq(srq) }, "ibv_destroy_srq");
 
     // --- the provider's create_qp_ex (comp_mask beyond PD) -----------------------
     const CREATE_FLAGS: u32 = 1 << 2; // IBV_QP_INIT_ATTR_CREATE_FLAGS

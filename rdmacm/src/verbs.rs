@@ -611,6 +611,78 @@ pub fn route_to(dst: SocketAddr, src: Option<SocketAddr>) -> Result<Route, Errno
     })
 }
 
+/// The MGID rdma_cm uses on RoCE for an IP multicast group (the kernel's
+/// `cma_iboe_set_mgid`): an IPv6 group as is; IPv4 `a.b.c.d` as
+/// `::ffff:a.b.c.d` for a RoCE v2 join and `ff0e::ffff:a.b.c.d` otherwise;
+/// the wildcard address as the zero MGID.
+pub fn mcast_mgid(group: IpAddr, gid_type: GidType) -> Gid {
+    match group {
+        IpAddr::V6(v6) => Gid(v6.octets()),
+        IpAddr::V4(v4) if v4.is_unspecified() => Gid([0; 16]),
+        IpAddr::V4(v4) => {
+            let mut g = [0u8; 16];
+            if gid_type != GidType::RoceV2 {
+                g[0] = 0xff;
+                g[1] = 0x0e;
+            }
+            g[10] = 0xff;
+            g[11] = 0xff;
+            g[12..].copy_from_slice(&v4.octets());
+            Gid(g)
+        }
+    }
+}
+
+/// `ibv_attach_mcast(qp, mgid, mlid)`: what `rdma_join_multicast` does on
+/// the MULTICAST_JOIN event for a QP that is not send-only (RoCE: mlid 0).
+///
+/// # Safety
+/// `qp` must be a live (UD) QP.
+pub unsafe fn attach_mcast(qp: *mut IbvQp, mgid: &Gid, mlid: u16) -> Result<(), Errno> {
+    unsafe { ibv::attach_mcast(qp, &mgid.0, mlid) }
+}
+
+/// `ibv_detach_mcast` (`rdma_leave_multicast`).
+///
+/// # Safety
+/// `qp` must be a live QP.
+pub unsafe fn detach_mcast(qp: *mut IbvQp, mgid: &Gid, mlid: u16) -> Result<(), Errno> {
+    unsafe { ibv::detach_mcast(qp, &mgid.0, mlid) }
+}
+
+/// An IP-level multicast membership (IGMP / MLD report) on one interface,
+/// held until dropped: the join the kernel's rdma_cm makes on the netdev
+/// for a RoCE v2 group, so that switches and the peer's stack forward the
+/// group's RoCE traffic.
+#[derive(Debug)]
+pub struct IpMembership {
+    _sock: UdpSocket,
+    pub group: IpAddr,
+}
+
+/// Joins `group` at the IP level on the interface holding `local`
+/// (IPv4) or with index `ifindex` (IPv6). `EINVAL` for a non-multicast
+/// group or mixed families; the socket layer's error otherwise.
+pub fn join_ip_group(group: IpAddr, local: IpAddr, ifindex: u32) -> Result<IpMembership, Errno> {
+    if !group.is_multicast() {
+        return Err(Errno::EINVAL);
+    }
+    let sock = match (group, local) {
+        (IpAddr::V4(g), IpAddr::V4(l)) => {
+            let s = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|e| io_err(&e))?;
+            s.join_multicast_v4(&g, &l).map_err(|e| io_err(&e))?;
+            s
+        }
+        (IpAddr::V6(g), IpAddr::V6(_)) => {
+            let s = UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0)).map_err(|e| io_err(&e))?;
+            s.join_multicast_v6(&g, ifindex).map_err(|e| io_err(&e))?;
+            s
+        }
+        _ => return Err(Errno::EINVAL),
+    };
+    Ok(IpMembership { _sock: sock, group })
+}
+
 /// How `create_qp` moves an RC/UC QP to INIT.
 #[derive(Debug, Clone, Copy)]
 pub enum QpInit<'a> {
@@ -977,6 +1049,44 @@ mod tests {
         let (u, umask) = init_attr_fresh(2, 0, qpt::UD);
         assert_eq!(umask, m::STATE | m::PKEY_INDEX | m::PORT | m::QKEY);
         assert_eq!((u.qkey, u.port_num), (RDMA_UDP_QKEY, 2));
+    }
+
+    #[test]
+    fn multicast_gids() {
+        let g: IpAddr = "239.1.2.3".parse().unwrap();
+        assert_eq!(
+            mcast_mgid(g, GidType::RoceV2).to_string(),
+            "::ffff:239.1.2.3"
+        );
+        assert_eq!(
+            mcast_mgid(g, GidType::RoceV1).to_string(),
+            "ff0e::ffff:ef01:203"
+        );
+        let g6: IpAddr = "ff05::1:3".parse().unwrap();
+        assert_eq!(mcast_mgid(g6, GidType::RoceV2).to_string(), "ff05::1:3");
+        assert!(mcast_mgid("0.0.0.0".parse().unwrap(), GidType::RoceV2).is_zero());
+    }
+
+    #[test]
+    fn ip_group_membership() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(
+            join_ip_group("10.0.0.1".parse().unwrap(), lo, 1).err(),
+            Some(Errno::EINVAL)
+        );
+        assert_eq!(
+            join_ip_group("ff05::1:3".parse().unwrap(), lo, 1).err(),
+            Some(Errno::EINVAL)
+        );
+        // 239.255.77.1 on lo: listed in /proc/net/igmp while held.
+        let hex = "014DFFEF"; // the group as /proc/net/igmp prints it
+        let listed = || std::fs::read_to_string("/proc/net/igmp").is_ok_and(|t| t.contains(hex));
+        let procfs = std::fs::metadata("/proc/net/igmp").is_ok();
+        let m = join_ip_group("239.255.77.1".parse().unwrap(), lo, 0).unwrap();
+        assert_eq!(m.group, "239.255.77.1".parse::<IpAddr>().unwrap());
+        assert!(!procfs || listed(), "group joined");
+        drop(m);
+        assert!(!procfs || !listed(), "group left");
     }
 
     #[test]

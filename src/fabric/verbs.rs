@@ -110,6 +110,9 @@ type CreateQpEx = unsafe extern "C" fn(*mut IbvContext, *mut IbvQpInitAttrEx) ->
 type DestroyQp = unsafe extern "C" fn(*mut IbvQp) -> c_int;
 type ModifyQp = unsafe extern "C" fn(*mut IbvQp, *mut IbvQpAttr, c_int) -> c_int;
 type QueryQp = unsafe extern "C" fn(*mut IbvQp, *mut IbvQpAttr, c_int, *mut IbvQpInitAttr) -> c_int;
+type McastOp = unsafe extern "C" fn(*mut IbvQp, *const [u8; 16], u16) -> c_int;
+type CreateSrq = unsafe extern "C" fn(*mut IbvPd, *mut IbvSrqInitAttr) -> *mut IbvSrq;
+type DestroySrq = unsafe extern "C" fn(*mut IbvSrq) -> c_int;
 
 /// The libibverbs entry points we use.
 struct Lib {
@@ -135,6 +138,10 @@ struct Lib {
     destroy_qp: DestroyQp,
     modify_qp: ModifyQp,
     query_qp: QueryQp,
+    attach_mcast: McastOp,
+    detach_mcast: McastOp,
+    create_srq: CreateSrq,
+    destroy_srq: DestroySrq,
 }
 
 unsafe fn sym(h: *mut c_void, name: &CStr) -> Option<*mut c_void> {
@@ -192,6 +199,10 @@ fn load() -> Result<Lib, String> {
         destroy_qp: need!(c"ibv_destroy_qp", DestroyQp),
         modify_qp: need!(c"ibv_modify_qp", ModifyQp),
         query_qp: need!(c"ibv_query_qp", QueryQp),
+        attach_mcast: need!(c"ibv_attach_mcast", McastOp),
+        detach_mcast: need!(c"ibv_detach_mcast", McastOp),
+        create_srq: need!(c"ibv_create_srq", CreateSrq),
+        destroy_srq: need!(c"ibv_destroy_srq", DestroySrq),
         query_gid_table: unsafe { sym(h, c"_ibv_query_gid_table") }
             .map(|p| unsafe { std::mem::transmute::<*mut c_void, QueryGidTable>(p) }),
     })
@@ -818,6 +829,23 @@ impl IbvQpInitAttrEx {
     }
 }
 
+/// `struct ibv_srq_attr`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IbvSrqAttr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct IbvSrqInitAttr {
+    pub srq_context: *mut c_void,
+    pub attr: IbvSrqAttr,
+}
+
 /// `IBV_QP_INIT_ATTR_PD`.
 pub const QP_INIT_ATTR_PD: u32 = 1;
 
@@ -1129,6 +1157,43 @@ pub unsafe fn query_qp(qp: *mut IbvQp, mask: c_int) -> Result<(IbvQpAttr, IbvQpI
     let mut init = IbvQpInitAttr::default();
     status(unsafe { (lib()?.query_qp)(qp, &mut a, mask, &mut init) })?;
     Ok((a, init))
+}
+
+/// `ibv_attach_mcast(qp, mgid, mlid)`: `qp` (UD) receives the group.
+///
+/// # Safety
+/// `qp` must be a live QP.
+pub unsafe fn attach_mcast(qp: *mut IbvQp, mgid: &[u8; 16], mlid: u16) -> Result<(), Errno> {
+    status(unsafe { (lib()?.attach_mcast)(qp, mgid, mlid) })
+}
+
+/// `ibv_detach_mcast(qp, mgid, mlid)`.
+///
+/// # Safety
+/// `qp` must be a live QP.
+pub unsafe fn detach_mcast(qp: *mut IbvQp, mgid: &[u8; 16], mlid: u16) -> Result<(), Errno> {
+    status(unsafe { (lib()?.detach_mcast)(qp, mgid, mlid) })
+}
+
+/// `ibv_create_srq(pd, attr)` (a basic SRQ; the granted limits are
+/// written back to `attr`).
+///
+/// # Safety
+/// `pd` must be a live PD.
+pub unsafe fn create_srq(pd: *mut IbvPd, attr: &mut IbvSrqInitAttr) -> Result<*mut IbvSrq, Errno> {
+    let srq = unsafe { (lib()?.create_srq)(pd, attr) };
+    if srq.is_null() {
+        return Err(last_errno(errno::EINVAL));
+    }
+    Ok(srq)
+}
+
+/// `ibv_destroy_srq`.
+///
+/// # Safety
+/// `srq` must be a live SRQ no QP uses any more.
+pub unsafe fn destroy_srq(srq: *mut IbvSrq) -> Result<(), Errno> {
+    status(unsafe { (lib()?.destroy_srq)(srq) })
 }
 
 /// `pd->context`.
