@@ -291,6 +291,7 @@ int main(void) {
     S(ibv_qp_init_attr); O(ibv_qp_init_attr, qp_context); O(ibv_qp_init_attr, send_cq);
     O(ibv_qp_init_attr, recv_cq); O(ibv_qp_init_attr, srq); O(ibv_qp_init_attr, cap);
     O(ibv_qp_init_attr, qp_type); O(ibv_qp_init_attr, sq_sig_all);
+    S(ibv_ece); O(ibv_ece, vendor_id); O(ibv_ece, options); O(ibv_ece, comp_mask);
     S(ibv_srq_attr); O(ibv_srq_attr, max_wr); O(ibv_srq_attr, max_sge);
     O(ibv_srq_attr, srq_limit);
     S(ibv_srq_init_attr); O(ibv_srq_init_attr, srq_context); O(ibv_srq_init_attr, attr);
@@ -449,6 +450,7 @@ fn rdmacm_verbs_layouts_match() {
         port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit);
     fields!("ibv_qp_init_attr", IbvQpInitAttr:
         qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all);
+    fields!("ibv_ece", IbvEce: vendor_id, options, comp_mask);
     fields!("ibv_srq_attr", IbvSrqAttr: max_wr, max_sge, srq_limit);
     fields!("ibv_srq_init_attr", IbvSrqInitAttr: srq_context, attr);
     fields!("ibv_rx_hash_conf", IbvRxHashConf:

@@ -245,6 +245,14 @@ fn main() {
         "INIT: access flags 0, port, P_Key index",
     );
 
+    // ECE as librdmacm handles it: queried at creation, applied before RTR.
+    let ece = must(unsafe { verbs::qp_ece(rc.qp) }, "qp_ece (ibv_query_ece)");
+    println!("local ECE {ece:?}");
+    must(
+        unsafe { verbs::apply_remote_ece(rc.qp, &ece) },
+        "apply_remote_ece(own ECE)",
+    );
+
     // RTR/RTS with the CM's attributes, a connection to itself.
     let ah = AhAttr {
         port_num: b.port_num,

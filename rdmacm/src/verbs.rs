@@ -18,15 +18,20 @@
 //!   choice of source address, interface, hop limit and path MTU toward a
 //!   destination.
 //! * **QPs** ([`create_qp`], [`destroy_qp`], [`modify_qp_cm`],
-//!   [`init_attr_fresh`], [`qp_state`], [`to_error`]): `rdma_create_qp_ex`
+//!   [`init_attr_fresh`], [`qp_state`], [`to_error`], [`qp_ece`],
+//!   [`apply_remote_ece`]): `rdma_create_qp_ex`
 //!   and `rdma_destroy_qp` (CQs with one completion channel each and
 //!   `cq_context == id`, the QP moved to INIT — a UD QP on to RTS — at
-//!   once) and the QP transitions of connect/accept/disconnect.
+//!   once), the QP transitions of connect/accept/disconnect, and ECE.
+//! * **Multicast and SRQs** ([`mcast_mgid`], [`attach_mcast`],
+//!   [`detach_mcast`], [`join_ip_group`]; `ibv::create_srq`): what
+//!   `rdma_join_multicast`/`rdma_leave_multicast` need on RoCE, and basic
+//!   SRQs for `rdma_create_srq` (XRC SRQs are not provided).
 //!
 //! Errors are positive errnos ([`Errno`]), as librdmacm leaves in `errno`.
 
 use ibcm::api::ibv::{self, IbvCompChannel, IbvContext, IbvCq, IbvPd, IbvQp, IbvQpAttr};
-use ibcm::api::{Errno, Gid, GidType, QpAttr};
+use ibcm::api::{Ece, Errno, Gid, GidType, QpAttr};
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::Mutex;
@@ -909,6 +914,44 @@ pub unsafe fn destroy_qp(r: &QpResources) -> Result<(), Errno> {
 pub unsafe fn modify_qp_cm(qp: *mut IbvQp, a: &QpAttr) -> Result<(), Errno> {
     let (attr, mask) = qp_attr_from_cm(a)?;
     unsafe { ibv::modify_qp(qp, &attr, mask) }
+}
+
+/// The QP's own ECE options (`ibv_query_ece`), which librdmacm records
+/// as the id's local ECE when `rdma_create_qp` creates the QP; a provider
+/// without ECE (`EOPNOTSUPP`) gives the empty ECE (vendor 0: none sent).
+///
+/// # Safety
+/// `qp` must be a live QP.
+pub unsafe fn qp_ece(qp: *mut IbvQp) -> Result<Ece, Errno> {
+    match unsafe { ibv::query_ece(qp) } {
+        Ok(e) => Ok(Ece {
+            vendor_id: e.vendor_id,
+            attr_mod: e.options,
+        }),
+        Err(e) if e.0 == libc::EOPNOTSUPP => Ok(Ece::default()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Applies the ECE the peer answered with (`ibv_set_ece`), as librdmacm
+/// does before moving the QP to RTR: nothing for vendor 0 or a provider
+/// without ECE.
+///
+/// # Safety
+/// `qp` must be a live QP.
+pub unsafe fn apply_remote_ece(qp: *mut IbvQp, ece: &Ece) -> Result<(), Errno> {
+    if ece.vendor_id == 0 {
+        return Ok(());
+    }
+    let e = ibv::IbvEce {
+        vendor_id: ece.vendor_id,
+        options: ece.attr_mod,
+        comp_mask: 0,
+    };
+    match unsafe { ibv::set_ece(qp, &e) } {
+        Err(e) if e.0 == libc::EOPNOTSUPP => Ok(()),
+        r => r,
+    }
 }
 
 /// Moves `qp` to ERR (`rdma_disconnect` does so before the DREQ,

@@ -111,6 +111,7 @@ type DestroyQp = unsafe extern "C" fn(*mut IbvQp) -> c_int;
 type ModifyQp = unsafe extern "C" fn(*mut IbvQp, *mut IbvQpAttr, c_int) -> c_int;
 type QueryQp = unsafe extern "C" fn(*mut IbvQp, *mut IbvQpAttr, c_int, *mut IbvQpInitAttr) -> c_int;
 type McastOp = unsafe extern "C" fn(*mut IbvQp, *const [u8; 16], u16) -> c_int;
+type EceOp = unsafe extern "C" fn(*mut IbvQp, *mut IbvEce) -> c_int;
 type CreateSrq = unsafe extern "C" fn(*mut IbvPd, *mut IbvSrqInitAttr) -> *mut IbvSrq;
 type DestroySrq = unsafe extern "C" fn(*mut IbvSrq) -> c_int;
 
@@ -142,6 +143,9 @@ struct Lib {
     detach_mcast: McastOp,
     create_srq: CreateSrq,
     destroy_srq: DestroySrq,
+    /// rdma-core ≥ 31 (`IBVERBS_1.10`).
+    query_ece: Option<EceOp>,
+    set_ece: Option<EceOp>,
 }
 
 unsafe fn sym(h: *mut c_void, name: &CStr) -> Option<*mut c_void> {
@@ -203,6 +207,10 @@ fn load() -> Result<Lib, String> {
         detach_mcast: need!(c"ibv_detach_mcast", McastOp),
         create_srq: need!(c"ibv_create_srq", CreateSrq),
         destroy_srq: need!(c"ibv_destroy_srq", DestroySrq),
+        query_ece: unsafe { sym(h, c"ibv_query_ece") }
+            .map(|p| unsafe { std::mem::transmute::<*mut c_void, EceOp>(p) }),
+        set_ece: unsafe { sym(h, c"ibv_set_ece") }
+            .map(|p| unsafe { std::mem::transmute::<*mut c_void, EceOp>(p) }),
         query_gid_table: unsafe { sym(h, c"_ibv_query_gid_table") }
             .map(|p| unsafe { std::mem::transmute::<*mut c_void, QueryGidTable>(p) }),
     })
@@ -846,6 +854,15 @@ pub struct IbvSrqInitAttr {
     pub attr: IbvSrqAttr,
 }
 
+/// `struct ibv_ece` (Enhanced Connection Establishment).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IbvEce {
+    pub vendor_id: u32,
+    pub options: u32,
+    pub comp_mask: u32,
+}
+
 /// `IBV_QP_INIT_ATTR_PD`.
 pub const QP_INIT_ATTR_PD: u32 = 1;
 
@@ -1173,6 +1190,30 @@ pub unsafe fn attach_mcast(qp: *mut IbvQp, mgid: &[u8; 16], mlid: u16) -> Result
 /// `qp` must be a live QP.
 pub unsafe fn detach_mcast(qp: *mut IbvQp, mgid: &[u8; 16], mlid: u16) -> Result<(), Errno> {
     status(unsafe { (lib()?.detach_mcast)(qp, mgid, mlid) })
+}
+
+/// `ibv_query_ece(qp)`: the ECE options the QP's provider offers.
+/// `EOPNOTSUPP` when the provider (or a libibverbs older than
+/// rdma-core 31) has none — librdmacm then sends no ECE.
+///
+/// # Safety
+/// `qp` must be a live QP.
+pub unsafe fn query_ece(qp: *mut IbvQp) -> Result<IbvEce, Errno> {
+    let f = lib()?.query_ece.ok_or(Errno(libc::EOPNOTSUPP))?;
+    let mut e = IbvEce::default();
+    status(unsafe { f(qp, &mut e) })?;
+    Ok(e)
+}
+
+/// `ibv_set_ece(qp, ece)`: the options the peer accepted (librdmacm
+/// applies the remote ECE before RTR). `EOPNOTSUPP` as for [`query_ece`].
+///
+/// # Safety
+/// `qp` must be a live QP.
+pub unsafe fn set_ece(qp: *mut IbvQp, ece: &IbvEce) -> Result<(), Errno> {
+    let f = lib()?.set_ece.ok_or(Errno(libc::EOPNOTSUPP))?;
+    let mut e = *ece;
+    status(unsafe { f(qp, &mut e) })
 }
 
 /// `ibv_create_srq(pd, attr)` (a basic SRQ; the granted limits are
