@@ -1165,6 +1165,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(r3.src, "127.0.0.1".parse::<IpAddr>().unwrap());
+        // IPv6 loopback, where the host has it.
+        match route_to("[::1]:1".parse().unwrap(), None) {
+            Ok(r6) => {
+                assert_eq!(r6.src, "::1".parse::<IpAddr>().unwrap());
+                assert_eq!(r6.ifname, "lo");
+                assert!(r6.hop_limit >= 1);
+            }
+            Err(e) => assert!(
+                [libc::EADDRNOTAVAIL, libc::EAFNOSUPPORT, libc::ENETUNREACH].contains(&e.0),
+                "{e:?}"
+            ),
+        }
         // A source that is not local, a family mismatch.
         assert_eq!(
             route_to(

@@ -1112,6 +1112,9 @@ pub unsafe fn create_qp_ex(
     attr: &mut IbvQpInitAttrEx,
 ) -> Result<*mut IbvQp, Errno> {
     let l = lib()?;
+    if attr.comp_mask & QP_INIT_ATTR_PD != 0 && attr.pd.is_null() {
+        return Err(Errno::EINVAL);
+    }
     let qp = if attr.comp_mask == QP_INIT_ATTR_PD {
         // `struct ibv_qp_init_attr_ex` begins with `struct ibv_qp_init_attr`.
         let basic = (attr as *mut IbvQpInitAttrEx).cast::<IbvQpInitAttr>();
@@ -1434,6 +1437,30 @@ pub fn qp_attr_from_cm(a: &QpAttr) -> Result<(IbvQpAttr, c_int), Errno> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn init_attr_ex_round_trip() {
+        let mut b = IbvQpInitAttr {
+            qp_type: qpt::UD,
+            sq_sig_all: 1,
+            ..IbvQpInitAttr::default()
+        };
+        b.cap.max_send_wr = 7;
+        b.cap.max_recv_sge = 2;
+        b.qp_context = 0x1000 as *mut c_void;
+        let pd = 0x2000 as *mut IbvPd;
+        let ex = IbvQpInitAttrEx::from_basic(&b, pd);
+        assert_eq!((ex.comp_mask, ex.pd), (QP_INIT_ATTR_PD, pd));
+        assert!(ex.xrcd.is_null() && ex.create_flags == 0 && ex.source_qpn == 0);
+        let back = ex.basic();
+        assert_eq!(back.cap, b.cap);
+        assert_eq!((back.qp_type, back.sq_sig_all), (qpt::UD, 1));
+        assert_eq!(back.qp_context, b.qp_context);
+        // A PD-masked request without a PD never reaches libibverbs.
+        let mut no_pd = IbvQpInitAttrEx::from_basic(&b, std::ptr::null_mut());
+        let r = unsafe { create_qp_ex(std::ptr::null_mut(), &mut no_pd) };
+        assert!(matches!(r, Err(Errno::EINVAL) | Err(Errno(38))), "{r:?}");
+    }
 
     #[test]
     fn rates() {
