@@ -6,7 +6,7 @@
 //! without rdma-core, and a real device fails to open with `-ENOSYS` and a
 //! log line when the library is missing. Only a handful of functions are
 //! used, through our own declarations of the few structs they fill; their
-//! layouts are the stable rdma-core ABI (`tests/verbs_layout.rs` compares
+//! layouts are the stable rdma-core ABI (`tests/verbs.rs` compares
 //! every offset used here with gcc's view of `<infiniband/verbs.h>` when
 //! the header is installed). Output structs are over-allocated so a newer
 //! library that appends members cannot write past them.
