@@ -125,6 +125,10 @@ $(BUILD)/c/%.preload: c-tests/%.c $(STAGE)/lib/pkgconfig/ibcm.pc $(BUILD)/stub/l
 	@mkdir -p $(BUILD)/c
 	$(CC) $(CFLAGS_T) $< -o $@ $$($(PKG) --cflags ibcm) -L$(BUILD)/stub -libcm -lpthread
 
+# test-c, test-python, test-netns: in-process (IBCM_SERVICE=off) — one
+# process per address, and no service at the host's default socket;
+# test-service runs the C scenarios and the Python suite through the service.
+test-c test-python test-netns: export IBCM_SERVICE = off
 test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .asan,$(CTESTS))) $(BUILD)/c/cm_scenarios.preload $(BUILD)/c/misuse.tsan
 	@echo "== C tests (pkg-config build)"
 	$(BUILD)/c/abi_static

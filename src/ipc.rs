@@ -983,6 +983,30 @@ pub mod sock {
         }
     }
 
+    /// Sends one record if the socket has room now: `Ok(false)` when it
+    /// would block (never raises SIGPIPE).
+    pub fn try_send(fd: &OwnedFd, rec: &[u8]) -> io::Result<bool> {
+        loop {
+            let n = unsafe {
+                libc::send(
+                    fd.as_raw_fd(),
+                    rec.as_ptr() as *const libc::c_void,
+                    rec.len(),
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
+            };
+            if n >= 0 {
+                return Ok(true);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(false),
+                _ => return Err(e),
+            }
+        }
+    }
+
     /// Receives one record into `buf`; `Ok(0)` when the peer has gone. A
     /// record longer than `buf` is cut (and then fails to decode).
     pub fn recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {

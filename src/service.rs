@@ -109,6 +109,15 @@ impl Entry {
     }
 }
 
+/// Events waiting for a connection's writer thread.
+#[derive(Default)]
+struct Outbox {
+    q: VecDeque<Vec<u8>>,
+    /// The writer is sending records it took from `q`: a new event must
+    /// queue behind them.
+    busy: bool,
+}
+
 /// One process's connection for one device.
 struct Conn {
     id: u64,
@@ -121,7 +130,7 @@ struct Conn {
     dev: Mutex<Option<Arc<Device>>>,
     ids: Mutex<HashMap<u64, Entry>>,
     listeners: Mutex<HashSet<u64>>,
-    out: Mutex<VecDeque<Vec<u8>>>,
+    out: Mutex<Outbox>,
     out_cv: Condvar,
     closed: AtomicBool,
     refusals: AtomicU64,
@@ -223,7 +232,7 @@ impl Service {
                 dev: Mutex::new(None),
                 ids: Mutex::new(HashMap::new()),
                 listeners: Mutex::new(HashSet::new()),
-                out: Mutex::new(VecDeque::new()),
+                out: Mutex::new(Outbox::default()),
                 out_cv: Condvar::new(),
                 closed: AtomicBool::new(false),
                 refusals: AtomicU64::new(0),
@@ -417,14 +426,16 @@ impl Conn {
     fn writer(&self) {
         loop {
             let batch: Vec<Vec<u8>> = {
-                let mut q = lock(&self.out);
-                while q.is_empty() && !self.closed.load(Ordering::SeqCst) {
-                    q = self.out_cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                let mut o = lock(&self.out);
+                o.busy = false;
+                while o.q.is_empty() && !self.closed.load(Ordering::SeqCst) {
+                    o = self.out_cv.wait(o).unwrap_or_else(|e| e.into_inner());
                 }
                 if self.closed.load(Ordering::SeqCst) {
                     return;
                 }
-                q.drain(..).collect()
+                o.busy = true;
+                o.q.drain(..).collect()
             };
             for rec in batch {
                 if sock::send(&self.fd, &rec).is_err() {
@@ -490,9 +501,24 @@ impl Conn {
                 listener: listener.unwrap_or(0),
                 event: ev.clone(),
             });
-            let mut q = lock(&c.out);
-            if q.len() >= c.svc.opts.limits.max_events {
-                drop(q);
+            let rec = w.into_bytes();
+            let mut o = lock(&c.out);
+            // Nothing queued before it: sent from this thread without
+            // waiting (no hop through the writer thread); a full socket
+            // buffer queues it for the writer, which may block.
+            if o.q.is_empty() && !o.busy {
+                match sock::try_send(&c.fd, &rec) {
+                    Ok(true) => return 0,
+                    Ok(false) => {}
+                    Err(_) => {
+                        drop(o);
+                        c.disconnect();
+                        return 0;
+                    }
+                }
+            }
+            if o.q.len() >= c.svc.opts.limits.max_events {
+                drop(o);
                 c.refusals.fetch_add(1, Ordering::Relaxed);
                 ibcm_log!(
                     WARN,
@@ -503,8 +529,8 @@ impl Conn {
                 c.disconnect();
                 return 0;
             }
-            q.push_back(w.into_bytes());
-            drop(q);
+            o.q.push_back(rec);
+            drop(o);
             c.out_cv.notify_one();
             0
         })

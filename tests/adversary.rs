@@ -40,7 +40,9 @@ fn open_with(name: &str, f: impl FnOnce(&mut DeviceOptions)) -> Arc<Device> {
         ..DeviceOptions::default()
     };
     f(&mut o);
-    Device::open(name, o).unwrap_or_else(|e| panic!("open {name}: {e}"))
+    // In-process whatever IBCM_SERVICE says: the adversary tests drive
+    // this process's engine with its options.
+    Device::open_local(name, o).unwrap_or_else(|e| panic!("open {name}: {e}"))
 }
 
 fn send(from: &UdpSocket, to: Ipv4Addr, mad: &[u8; 256]) {

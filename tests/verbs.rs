@@ -164,8 +164,9 @@ fn rdma_core_layouts_match() {
 fn real_device_names_fail_cleanly_without_rdma() {
     use ibcm::api::{Device, DeviceOptions};
     // No such device anywhere: ENODEV (library present) or ENOSYS (absent).
+    // Opened in-process (the names' handling, not the service's).
     for name in ["ibcm_no_such_dev0", "soft:127.0.0.1:0@ibcm_no_such_dev0"] {
-        let e = Device::open(name, DeviceOptions::default())
+        let e = Device::open_local(name, DeviceOptions::default())
             .err()
             .expect(name);
         assert!(e.0 == 19 || e.0 == 38, "{name}: {e:?}");
@@ -245,7 +246,7 @@ fn names_that_are_not_rdma_devices_stay_einval() {
         "soft:127.0.0.1@bad/name",
         "a b",
     ] {
-        let e = Device::open(name, DeviceOptions::default())
+        let e = Device::open_local(name, DeviceOptions::default())
             .err()
             .expect(name);
         assert_eq!(e.0, 22, "{name}");

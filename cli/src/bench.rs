@@ -63,7 +63,9 @@ pub const ABOUT: &str = "\
 Establishes N connections between a client and a server device with C
 connects in flight, then disconnects them. Reports connect/disconnect
 rates, latency percentiles per step (REQ->REP, REP->RTU, full connect,
-DREQ->DREP), CPU seconds and peak memory.";
+DREQ->DREP), CPU seconds and peak memory. The devices are opened in the
+bench's processes unless IBCM_SERVICE is set (auto|required: through the
+host CM service) or --processes N > 2.";
 
 /// `ibcm bench`'s command line.
 #[derive(clap::Args, Debug)]
@@ -97,7 +99,7 @@ pub struct Args {
     /// 2: the server runs in a second process (this binary), as on two
     /// hosts; 1: both in this one; N > 2: the server and N-1 client
     /// processes sharing the client device through the host CM service
-    /// (IBCM_SERVICE=auto|required), reporting the aggregate rate
+    /// (not with IBCM_SERVICE=off), reporting the aggregate rate
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub processes: u32,
     /// first run a plain UDP 3-datagram exchange with the same sizes and
@@ -557,14 +559,25 @@ fn server_handler(stats: Arc<ServerStats>) -> RustHandler {
     })
 }
 
-fn open(name: &str, threads: u32) -> Result<Arc<Device>, String> {
+/// Opens a bench device: in this process (with `--threads`) unless
+/// `IBCM_SERVICE` is set or this is a client process of a
+/// `--processes N > 2` run. Each device of a plain run has one process, and
+/// the bench measures the CM itself; `IBCM_SERVICE=auto|required`
+/// measures it through the host CM service.
+fn open(o: &Opts, name: &str) -> Result<Arc<Device>, String> {
     let opts = DeviceOptions {
-        shards: threads,
-        threads,
+        shards: o.threads,
+        threads: o.threads,
         max_half_open: 0,
         ..DeviceOptions::default()
     };
-    Device::open(name, opts).map_err(|e| format!("cannot open {name}: {e}"))
+    let served = o.client_only || std::env::var_os("IBCM_SERVICE").is_some_and(|v| !v.is_empty());
+    if served {
+        Device::open(name, opts)
+    } else {
+        Device::open_local(name, opts)
+    }
+    .map_err(|e| format!("cannot open {name}: {e}"))
 }
 
 /// The server's listening id on `dev`, counting into `stats`.
@@ -610,7 +623,7 @@ fn req_params(o: &Opts, path: PathRec, i: usize) -> ReqParams {
 /// The server process: listen, say "ready", serve until stdin closes, then
 /// print one JSON line with its measurements.
 fn serve(o: &Opts) -> Result<(), String> {
-    let dev = open(&o.server, o.threads)?;
+    let dev = open(o, &o.server)?;
     let stats = Arc::new(ServerStats::default());
     let listener = listen(&dev, &stats)?;
     say_ready();
@@ -991,7 +1004,7 @@ impl Server {
         if o.processes >= 2 {
             return Ok(Server::Process(spawn_server(o, "--serve")?));
         }
-        let dev = open(&o.server, o.threads)?;
+        let dev = open(o, &o.server)?;
         let stats = Arc::new(ServerStats::default());
         let listener = listen(&dev, &stats)?;
         Ok(Server::Local {
@@ -1046,7 +1059,7 @@ struct Client {
 
 impl Client {
     fn open(o: &Opts) -> Result<Client, String> {
-        let dev = open(&o.client, o.threads)?;
+        let dev = open(o, &o.client)?;
         let path = path_to(&dev, &o.server)?;
         let shared = Arc::new(Shared::new(o.connections));
         let handler: RustHandler = {
@@ -1576,7 +1589,7 @@ fn client_only(o: &Opts) -> Result<(), String> {
 fn run_processes(o: &Opts) -> Result<(), String> {
     if ibcm::runtime::service_mode() == ibcm::runtime::ServiceMode::Off {
         return Err(format!(
-            "--processes {}: the client processes share {} through the host CM service; set IBCM_SERVICE=auto or required",
+            "--processes {}: the client processes share {} through the host CM service; not with IBCM_SERVICE=off",
             o.processes, o.client
         ));
     }
@@ -1714,8 +1727,8 @@ fn scale(o: &Opts) -> Result<(), String> {
         },
     );
     let rss0 = rss_now_kib();
-    let sdev = open(&sname, o.threads)?;
-    let cdev = open(&cname, o.threads)?;
+    let sdev = open(o, &sname)?;
+    let cdev = open(o, &cname)?;
     let stats = Arc::new(ServerStats::default());
     let listener = listen(&sdev, &stats)?;
     let path = path_to(&cdev, &sname)?;

@@ -14,8 +14,8 @@ use ibcm::service::{Limits, Options, Service, bind};
 pub const ABOUT: &str = "\
 Runs the host CM service: it owns each device's CM transport (the UDP port
 of a soft: address, the umad agent of an HCA port) and its engines, and
-serves every process that opens the device with IBCM_SERVICE=auto or
-required (libibcm, Python, the CLI, ibcm::api). Two processes can then use
+serves every process that opens the device (IBCM_SERVICE=auto, the
+default, or required; libibcm, Python, the CLI, ibcm::api). Two processes can then use
 one device: one listener per service ID on the host (-EBUSY for a second),
 connections between processes on the device, and the ids of a process that
 exits or is killed are destroyed at once (DREQ / REJ to their peers).

@@ -5,8 +5,13 @@
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+/// The binary with its devices in-process: these tests run one process per
+/// address and check the CLI, not the host CM service (cli/tests/service.rs
+/// does), and must not start one at the host's default socket.
 fn ibcm() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ibcm"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ibcm"));
+    c.env("IBCM_SERVICE", "off");
+    c
 }
 
 /// `ibcm listen` (in the background, `--timeout 20` unless `listen` says

@@ -27,7 +27,10 @@ const SERVER: &str = "127.0.77.2";
 const CLIENT: &str = "127.0.77.3";
 
 fn start_server() -> Child {
+    // In-process (one process per address; no service at the host's
+    // default socket): the restart under test is the peer process's.
     let mut c = Command::new(env!("CARGO_BIN_EXE_ibcm"))
+        .env("IBCM_SERVICE", "off")
         .args([
             "bench",
             "--serve",

@@ -540,10 +540,13 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
 fn auto_starts_the_service_on_the_first_open() {
     let dir = TempDir::new("service", "auto");
     let socket = dir.0.join("ibcmd.sock");
+    // IBCM_SERVICE unset: `auto` is the default. The service it starts
+    // leaves 1 s after its last client (no process outlives the test).
     let run = |args: &[&str]| {
         let mut c = ibcm();
         c.args(args)
-            .env("IBCM_SERVICE", "auto")
+            .env_remove("IBCM_SERVICE")
+            .env("IBCM_SERVICE_IDLE_EXIT", "1")
             .env("IBCM_SERVICE_SOCKET", &socket)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -573,10 +576,19 @@ fn auto_starts_the_service_on_the_first_open() {
     assert!(c.status.success(), "{}", text(&c.stderr));
     let lo = l.wait_with_output().unwrap();
     assert!(lo.status.success(), "{}", text(&lo.stderr));
-    // The on-demand service would leave 30 s after its last client.
-    let _ = Command::new("kill")
-        .args(["-9", &service_pid.to_string()])
-        .status();
+    // Idle: the on-demand service leaves by itself.
+    let gone = wait_for(Duration::from_secs(10), || {
+        // Gone, or a zombie nobody has reaped yet.
+        std::fs::read_to_string(format!("/proc/{service_pid}/stat")).map_or(true, |st| {
+            st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z'))
+        })
+    });
+    if !gone {
+        let _ = Command::new("kill")
+            .args(["-9", &service_pid.to_string()])
+            .status();
+    }
+    assert!(gone, "the on-demand service did not leave when idle");
 }
 
 #[test]

@@ -9,6 +9,9 @@
 # own session, killed as a whole when it ends, with the helpers below.
 cd "$IC_SHARE" || exit 1
 export IC_SHARE
+# The scenarios run one process per device against the kernel CM, in-process;
+# one that wants the host CM service sets IBCM_SERVICE itself.
+export IBCM_SERVICE=off
 # Addresses and names the host wants the snippets to see (G, H, ...).
 [ -f env.sh ] && { set -a; . ./env.sh; set +a; }
 

@@ -17,6 +17,12 @@ from pathlib import Path
 
 import pytest
 
+# In-process unless the run says otherwise (`make test-service` runs this
+# suite through a private service with IBCM_SERVICE=required): the tests
+# give each device its own address, and a plain run must not start a host
+# CM service at the default socket. Set before the library is loaded.
+os.environ.setdefault("IBCM_SERVICE", "off")
+
 HERE = Path(__file__).resolve().parent
 PYTHON_DIR = HERE.parent
 REPO = PYTHON_DIR.parent

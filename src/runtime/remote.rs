@@ -2,10 +2,11 @@
 //! keeps its `Shell`s, registry and callback delivery exactly as for an
 //! in-process device; what an engine shard would do is a request on the
 //! service socket (`ipc`), and the events the service pushes enter the
-//! same delivery path. `IBCM_SERVICE` chooses: `off` (in-process, the
-//! default), `auto` (the running service, else one started on demand, else
-//! in-process with a log line), `required` (the service or `-ENODEV`).
-//! `loop:` devices always stay in-process.
+//! same delivery path. `IBCM_SERVICE` chooses: `auto` (the default: the
+//! running service, else one started on demand, else in-process with a log
+//! line), `off` (in-process: single-process use, the simulation tests),
+//! `required` (the service or `-ENODEV`). `loop:` devices always stay
+//! in-process.
 
 use super::device::Device;
 use super::lock;
@@ -33,25 +34,32 @@ pub enum Mode {
     Required,
 }
 
-/// `IBCM_SERVICE` (unset, empty or `off`: in-process; an unknown value is
-/// logged once and taken as `off`).
+/// `IBCM_SERVICE` (unset or empty: `auto`; an unknown value is logged once
+/// and taken as `auto`). This crate's own unit tests take unset as `off`:
+/// they test the in-process engine and must not start services.
 pub fn mode() -> Mode {
     match std::env::var("IBCM_SERVICE").as_deref() {
         Ok("auto") => Mode::Auto,
         Ok("required") => Mode::Required,
-        Ok("off") | Ok("") | Err(_) => Mode::Off,
+        Ok("off") => Mode::Off,
+        Ok("") | Err(_) => DEFAULT,
         Ok(other) => {
             static WARNED: std::sync::Once = std::sync::Once::new();
             WARNED.call_once(|| {
                 crate::log::always(
                     WARN,
-                    format_args!("IBCM_SERVICE={other:?} is not off, auto or required: off"),
+                    format_args!("IBCM_SERVICE={other:?} is not off, auto or required: auto"),
                 )
             });
-            Mode::Off
+            Mode::Auto
         }
     }
 }
+
+#[cfg(not(test))]
+const DEFAULT: Mode = Mode::Auto;
+#[cfg(test)]
+const DEFAULT: Mode = Mode::Off;
 
 /// One process's connection to the service for one device.
 pub struct Remote {
@@ -127,12 +135,17 @@ pub(super) fn open_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
 
 /// Starts `ibcm daemon` for `path` and waits until it listens: the binary
 /// is `$IBCM_DAEMON`, else `ibcm` beside this library or program, else
-/// `ibcm` on `PATH`. An on-demand service leaves after 30 s without clients.
+/// `ibcm` on `PATH`. An on-demand service leaves after
+/// `$IBCM_SERVICE_IDLE_EXIT` seconds (default 30) without clients.
 fn start_service(path: &Path) -> std::io::Result<()> {
     let bin = daemon_binary();
+    let idle = std::env::var("IBCM_SERVICE_IDLE_EXIT")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(30);
     ibcm_log!(INFO, "starting the CM service: {} daemon", bin.display());
     let status = std::process::Command::new(&bin)
-        .args(["daemon", "--idle-exit", "30", "--socket"])
+        .args(["daemon", "--idle-exit", &idle.to_string(), "--socket"])
         .arg(path)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

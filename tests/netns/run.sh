@@ -27,6 +27,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
+# In-process (one process per address, the namespaces are the hosts); no
+# service is started at either namespace's default socket.
+export IBCM_SERVICE=${IBCM_SERVICE:-off}
 BIN=${IBCM_BIN:-$PWD/target/release/ibcm}
 OUT=${IBCM_NETNS_OUT:-$PWD/build/reliability/netns.jsonl}
 EMU=$PWD/tests/netns/linkemu.py

@@ -93,8 +93,11 @@ impl Recorder {
     }
 }
 
+/// Opens `name` in this process whatever `IBCM_SERVICE` says: these tests
+/// drive the in-process engine (its options, its transport, raw peers on
+/// the wire) and must not start the host CM service.
 pub fn open(name: &str, max_half_open: u32) -> Arc<Device> {
-    Device::open(
+    Device::open_local(
         name,
         DeviceOptions {
             shards: 1,
