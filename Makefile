@@ -2,8 +2,9 @@
 #
 #   make demo            the main job (README): a CM demo on the software fabric
 #   make test            every test: Rust, man pages, C (ASan, valgrind, LD_PRELOAD), Python
-#   make interop         ibcm against the Linux kernel CM in qemu guests, and on
-#                        real (Soft-RoCE) devices with real QPs (root)
+#   make interop         ibcm against the Linux kernel CM in qemu guests, on real
+#                        (Soft-RoCE) devices with real QPs, and the unmodified rdma_cm
+#                        tools on ibcm's librdmacm (root)
 #   make install PREFIX=/usr/local
 
 PREFIX     ?= /usr/local
@@ -131,6 +132,7 @@ interop:
 	$(CARGO) build --release --bins
 	./interop/run.sh
 	bash interop/verbs.sh
+	bash interop/rdmacm.sh
 
 # Network faults between network namespaces (docs/RELIABILITY.md): needs
 # root and iproute2; prints "netns: SKIP: <reason>" and succeeds otherwise.
@@ -194,3 +196,11 @@ fuzz:
 .PHONY: interop-verbs
 interop-verbs:
 	bash interop/verbs.sh
+
+# The librdmacm drop-in proof (interop/rdmacm.sh, docs/INTEROP.md "The rdmacm matrix"): the
+# unmodified rdmacm-utils and perftest tools between two Soft-RoCE guests, kernel CM against
+# ibcm's librdmacm.so.1 (LD_PRELOAD) both ways and ibcm against itself over umad and over UDP.
+# The cells expected to pass are listed in interop/rdmacm-expect.
+.PHONY: interop-rdmacm
+interop-rdmacm:
+	bash interop/rdmacm.sh
