@@ -50,7 +50,7 @@ demo: lib
 	./target/release/ibcm bench --baseline
 
 test: deps
-	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-python test-netns
+	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-python test-netns test-interop
 
 deps:
 	./scripts/deps.sh
@@ -123,6 +123,13 @@ test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .
 	@echo "== C tests under valgrind"
 	$(VALGRIND) -q --error-exitcode=99 --trace-children=yes --leak-check=full --show-possibly-lost=no \
 		--errors-for-leak-kinds=definite $(BUILD)/c/cm_scenarios 127.0.0.8 127.0.0.9
+
+# The verdict logic of the rdmacm matrix (interop/rdmacm/check.py) without a guest: the
+# capture cut at the guests' marks, the side-channel ICRC rewrite, the checks (with the real
+# `ibcm decode` on tests/vectors/rping.pcap) and the expectations summary.
+.PHONY: test-interop
+test-interop: lib
+	python3 -m unittest discover -s interop/rdmacm -p 'test_*.py'
 
 # Live interoperability with the Linux kernel CM (docs/INTEROP.md): a qemu
 # guest with Soft-RoCE in a private network namespace. Needs root,

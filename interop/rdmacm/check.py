@@ -416,13 +416,16 @@ def cmd_summary(expect, out, pairings):
         if res[p] is None:
             lines.append(f"{p}: no results (see {os.path.join(out, p + '.log')})")
             continue
-        for n, r in res[p].items():
-            if r["verdict"] == "FAIL":
-                lines.append(f"FAIL {p} {n}: {'; '.join(r['reasons'])}")
+        fails = {n: "; ".join(r["reasons"]) for n, r in res[p].items() if r["verdict"] == "FAIL"}
+        if len(fails) > 1 and len(set(fails.values())) == 1:
+            lines.append(f"FAIL {p}, all {len(fails)} scenarios: {next(iter(fails.values()))}")
+            continue
+        for n, why in fails.items():
+            lines.append(f"FAIL {p} {n}: {why}")
     for s in surprise:
         lines.append(f"!!! UNEXPECTED PASS: {s} -- add it to {expect} !!!")
     for b in bad:
-        lines.append(f"EXPECTED TO PASS, DID NOT: {b}")
+        lines.append(f"EXPECTED TO PASS ({expect}), DID NOT: {b}")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(out, "summary.txt"), "w") as f:
         f.write(text)
