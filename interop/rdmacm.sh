@@ -20,7 +20,7 @@
 # Environment:
 #   RDMACM_SCENARIOS  scenario names to run (default: every one not excluded in the table)
 #   RDMACM_JOBS       pairings run at the same time (default: host CPUs / 2, at least 1)
-#   RDMACM_LIB        the library under test (default target/release/librdmacm.so.1, built with
+#   RDMACM_LIB        the library under test (default target/rdmacm/librdmacm.so.1, built with
 #                     `make rdmacm` when absent)
 #   RDMACM_EXPECT     the pairings/scenarios expected to pass (default interop/rdmacm-expect):
 #                     one of those failing fails the run; a pass not listed is reported loudly
@@ -63,7 +63,7 @@ t0=$(date +%s)
 # --- guests, decoder, library ------------------------------------------------------------------
 LAB_CACHE="$CACHE" bash "$HERE/verbs/build.sh"
 [ -x "$IBCM" ] || (cd "$ROOT" && cargo build --release --bins -q)
-LIB="${RDMACM_LIB:-$ROOT/target/release/librdmacm.so.1}"
+LIB="${RDMACM_LIB:-$ROOT/target/rdmacm/librdmacm.so.1}"
 LIBERR=
 need_lib=0
 for p in "${PAIRS[@]}"; do [ "$p" = kernel-kernel ] || need_lib=1; done
