@@ -195,7 +195,7 @@ def check_output(who, expects, out, rc):
         elif e == "stop":
             want_rc = "rc=any"
     if rc == "not-run":
-        return f"{who}: not run (the server never became ready)"
+        return f"{who}: not run (the server exited or never became ready)"
     if want_rc != "rc=any":
         if rc == "killed":
             return f"{who}: still running after its peer finished, killed"

@@ -15,8 +15,8 @@
 # rc files hold the exit status, or "killed" when the driver had to stop the tool.
 # Commands see IP (this guest), PEER (the other one) and DEV (rxe0).
 #
-# Synchronisation (files in $LAB_DIR): A signals NAME.ready once the server is ready, B
-# signals NAME.done after its client returned. A marks each scenario on the wire with a UDP
+# Synchronisation (files in $LAB_DIR): A signals NAME.ready once the server is ready (NAME.dead
+# if it exited before: the client is not run), B signals NAME.done after its client returned. A marks each scenario on the wire with a UDP
 # datagram "IBCM-RDMACM-MARK NAME begin|end" to the peer's port 9, so the host can cut the
 # capture of guest A's NIC into one capture per scenario (check.py).
 
@@ -34,16 +34,17 @@ rdmacm_env() {
   fi
 }
 
-# rdmacm_ready NAME READY PID OUT: wait until the server started as PID is ready
+# rdmacm_ready NAME READY OUT: wait until the server writing OUT is ready; fails if it exited
+# first (its .rc file exists). A readiness wait that runs out is noted; the client runs anyway.
 rdmacm_ready() {
-  local name=$1 ready=$2 pid=$3 out=$4 i=0 n=$((READY_WAIT * 10))
+  local name=$1 ready=$2 out=$3 i=0 n=$((READY_WAIT * 10))
   case $ready in
     none) return 0 ;;
     listen)
       if [ -n "$(rdmacm_env)" ]; then
         # ibcm: nothing in the kernel shows its listener; its log says so
         until grep -qiE "${LISTEN_RE:-listen}" "$out" 2>/dev/null; do
-          kill -0 "$pid" 2>/dev/null || { echo "server exited before it was ready" >> "$LAB_DIR/$name.note"; return 0; }
+          [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
           i=$((i + 1))
           if [ $i -ge $n ]; then
             echo "no line matching /${LISTEN_RE:-listen}/ in the server's log after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
@@ -53,7 +54,7 @@ rdmacm_ready() {
         done
       else
         until rdma res show cm_id 2>/dev/null | grep -q LISTEN; do
-          kill -0 "$pid" 2>/dev/null || { echo "server exited before it was ready" >> "$LAB_DIR/$name.note"; return 0; }
+          [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
           i=$((i + 1))
           if [ $i -ge $n ]; then
             echo "no kernel cm_id in LISTEN after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
@@ -65,7 +66,7 @@ rdmacm_ready() {
       ;;
     out:*)
       until grep -qE -- "${ready#out:}" "$out" 2>/dev/null; do
-        kill -0 "$pid" 2>/dev/null || { echo "server exited before it was ready" >> "$LAB_DIR/$name.note"; return 0; }
+        [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
         i=$((i + 1))
         if [ $i -ge $n ]; then
           echo "no line matching /${ready#out:}/ in the server's output after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
@@ -112,9 +113,11 @@ rdmacm_guest() {
       rdmacm_mark "$name" begin
       rdmacm_run "$LAB_DIR/$name.srv.out" "$LAB_DIR/$name.srv.rc" "$t" "$scmd" &
       pid=$!
-      # the tool is the child of the backgrounded subshell: the subshell lives as long as it
-      rdmacm_ready "$name" "$ready" "$pid" "$LAB_DIR/$name.srv.out"
-      lab_signal "$name.ready"
+      if rdmacm_ready "$name" "$ready" "$LAB_DIR/$name.srv.out"; then
+        lab_signal "$name.ready"
+      else
+        lab_signal "$name.dead"
+      fi
       lab_wait "$name.done" B $((t + 30)) || echo "the client did not finish" >> "$LAB_DIR/$name.note"
       # the server has its own timeout; give it 10 s after the client (none if STOP)
       g=100; [ "$stop" = 1 ] && g=0
@@ -137,10 +140,14 @@ rdmacm_guest() {
       done
       rdmacm_mark "$name" end
     else
-      if lab_wait "$name.ready" A $((t + 30)); then
+      i=0
+      until [ -e "$LAB_DIR/A.$name.ready" ] || [ -e "$LAB_DIR/A.$name.dead" ] || [ $i -ge $(((t + 30) * 10)) ]; do
+        sleep 0.1; i=$((i + 1))
+      done
+      if [ -e "$LAB_DIR/A.$name.ready" ]; then
         rdmacm_run "$LAB_DIR/$name.cli.out" "$LAB_DIR/$name.cli.rc" "$t" "$ccmd"
       else
-        echo "the server never became ready" >> "$LAB_DIR/$name.note"
+        [ -e "$LAB_DIR/A.$name.dead" ] || echo "the server never became ready" >> "$LAB_DIR/$name.note"
         echo "not-run" > "$LAB_DIR/$name.cli.rc"
       fi
       lab_signal "$name.done"
