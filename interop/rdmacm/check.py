@@ -29,7 +29,8 @@ The table (interop/rdmacm/scenarios): one scenario per line,
              "REQ REP RTU DREQ DREP") matches REGEX
     DATA     >=N or =N: RoCE packets to a QP other than QP1 (the tools' own traffic)
   and lines "exclude NAME REASON" for a scenario that does not pass between two kernel CMs.
-Commands see $IP (own address), $PEER (the other guest) and $DEV (rxe0).
+Commands are bash snippets; they see $IP (own address), $PEER (the other guest) and $DEV
+(rxe0). A pipe inside a command is written without spaces around its "|".
 """
 import json
 import os
