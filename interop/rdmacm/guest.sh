@@ -107,6 +107,13 @@ rdmacm_guest() {
   local role=$1 name t ready stop scmd ccmd pid i g
   # shellcheck disable=SC1091
   . "$LAB_DIR/pairing.env"
+  # the first mark must not go out before the peer's eth0 is up (ARP would drop it)
+  if [ "$role" = server ]; then
+    lab_wait up B 120 || echo "guest B never came up" >&2
+    rdmacm_mark - arp  # resolves the peer before the first mark that counts
+  else
+    lab_signal up
+  fi
   while IFS=$'\t' read -r name t ready stop scmd ccmd; do
     [ -n "$name" ] || continue
     if [ "$role" = server ]; then
