@@ -35,6 +35,7 @@ Commands are bash snippets; they see $IP (own address), $PEER (the other guest) 
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -185,6 +186,18 @@ def read(path):
         return None
 
 
+def rc_meaning(rc):
+    """What an exit status from timeout(1) / bash means beyond its number."""
+    if rc == "124":
+        return " (timeout)"
+    if rc.isdigit() and 128 < int(rc) < 128 + 65:
+        try:
+            return f" ({signal.Signals(int(rc) - 128).name})"
+        except ValueError:
+            return ""
+    return ""
+
+
 def check_output(who, expects, out, rc):
     """The first unmet expectation of one side, or None."""
     if rc is None:
@@ -204,7 +217,7 @@ def check_output(who, expects, out, rc):
             if rc == "0":
                 return f"{who}: exit status 0, expected a failure"
         elif rc != want_rc[3:]:
-            return f"{who}: exit status {rc}{' (timeout)' if rc == '124' else ''}, expected {want_rc[3:]}"
+            return f"{who}: exit status {rc}{rc_meaning(rc)}, expected {want_rc[3:]}"
     lines = (out or "").splitlines()
     for e in expects:
         if e.startswith("rc") or e == "stop":
@@ -250,8 +263,11 @@ def check_data(spec, n):
 
 
 def first_line(out, pats=("error", "fail", "reject", "unreachable", "timed out", "panic", "abort")):
-    """The first line of OUT that looks like an error (for the report)."""
+    """The first line of OUT that looks like an error (for the report); ibcm's debug and info
+    lines are not errors."""
     for line in (out or "").splitlines():
+        if re.match(r"ibcm\[\d+\] (debug|info):", line):
+            continue
         low = line.lower()
         if any(p in low for p in pats):
             return line.strip()[:200]

@@ -156,6 +156,10 @@ class Expectations(unittest.TestCase):
         self.assertEqual(check.check_output("server", [], out, "killed"),
                          "server: still running after its peer finished, killed")
         self.assertIsNone(check.check_output("server", ["stop"], out, "143"))
+        self.assertEqual(check.check_output("client", [], out, "139"),
+                         "client: exit status 139 (SIGSEGV), expected 0")
+        self.assertEqual(check.first_line("ibcm[7] debug: x failed (-22)\nibcm[7] error: no device\n"),
+                         "ibcm[7] error: no device")
         self.assertEqual(check.check_output("client", [], out, "not-run"),
                          "client: not run (the server exited or never became ready)")
 
