@@ -84,21 +84,24 @@ class Capture(unittest.TestCase):
                   + [mark_frame("IBCM-RDMACM-MARK a begin")] + self.frames
                   + [mark_frame("IBCM-RDMACM-MARK a end"), mark_frame("IBCM-RDMACM-MARK b begin")]
                   + [to_soft(f) for f in cm] + [mark_frame("IBCM-RDMACM-MARK b end")])
-        slices, counts = check.cut(self.write(frames))
+        bad = bytearray(to_soft(cm[2]))
+        bad[-1] ^= 1
+        frames.insert(-1, bytes(bad))
+        slices, counts, bad_icrc = check.cut(self.write(frames))
+        self.assertEqual(bad_icrc, {"b": 1})
         self.assertEqual(sorted(slices), ["a", "b", "x"])
         self.assertEqual(len(slices["x"][1]), 1)
         self.assertEqual(len(slices["a"][1]), len(self.frames))
         self.assertEqual(counts, {"x": 0, "a": len(data), "b": 0})
         self.assertGreater(len(data), 0)
-        # the side-channel frames come out as the kernel's own frames on 4791
+        # the side-channel frames come out as the kernel's own frames on 4791, also the one
+        # whose ICRC was wrong (its ICRC is recomputed)
         got = [fr for _, fr in slices["b"][1]]
-        for g, f in zip(got, cm):
+        self.assertEqual(len(got), len(cm) + 1)
+        for g, f in zip(got, cm + [cm[2]]):
             self.assertEqual(check.udp_of(g)[4], check.ROCE_PORT)
             self.assertEqual(g[34 + 8:], f[34 + 8:])
-        # a side-channel frame whose ICRC was wrong is left as it is
-        bad = bytearray(to_soft(cm[0]))
-        bad[-1] ^= 1
-        self.assertIsNone(check.to_roce_port(bytes(bad)))
+        self.assertIsNone(check.to_roce_port(cm[0]))
 
     def run_dir(self, table_line, srv_out, cli_out, srv_rc="0", cli_rc="0"):
         table = os.path.join(self.dir, "scenarios")
