@@ -1,7 +1,8 @@
 # ibcm — build, install, demo and test.
 #
 #   make demo            the main job (README): a CM demo on the software fabric
-#   make test            every test: Rust, man pages, C (ASan, valgrind, LD_PRELOAD), Python
+#   make test            every test: Rust, man pages, C (ASan, valgrind, LD_PRELOAD), librdmacm.so.1, Python
+#   make rdmacm          target/rdmacm/librdmacm.so.1 (docs/RDMACM.md)
 #   make interop         ibcm against the Linux kernel CM in qemu guests, on real
 #                        (Soft-RoCE) devices with real QPs, and the unmodified rdma_cm
 #                        tools on ibcm's librdmacm (root)
@@ -17,14 +18,30 @@ PKG        := PKG_CONFIG_PATH=$(STAGE)/lib/pkgconfig pkg-config
 CTESTS     := abi_static cm_scenarios misuse
 VALGRIND   ?= valgrind
 
-.PHONY: all lib install demo deps test test-rust test-man test-docs test-c test-python wheel clean
+.PHONY: all lib rdmacm install demo deps test test-rust test-man test-docs test-c test-rdmacm test-python wheel clean
 
 all: lib
 
 lib:
 	$(CARGO) build --release --lib --bins
 
-install: lib
+# librdmacm.so.1 (docs/RDMACM.md): the rdmacm/ crate's static archive
+# linked with gcc (rustc would add its own version script to a cdylib)
+# under SONAME librdmacm.so.1 and rdma-core's version nodes; everything
+# but the rdma_*/r* functions of rdmacm/librdmacm.map stays local.
+RDMACM_SO   := target/rdmacm/librdmacm.so.1
+RDMACM_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
+rdmacm:
+	$(CARGO) build --release -p ibcm-rdmacm --lib
+	@mkdir -p $(dir $(RDMACM_SO))
+	$(CC) -shared -o $(RDMACM_SO) \
+		-Wl,--whole-archive target/release/libibcm_rdmacm.a -Wl,--no-whole-archive \
+		-Wl,-soname,librdmacm.so.1 -Wl,--version-script=rdmacm/librdmacm.map \
+		-Wl,-z,now -Wl,-z,defs -Wl,--gc-sections $(RDMACM_LIBS)
+
+install: lib rdmacm
+	install -d $(DESTDIR)$(PREFIX)/lib/ibcm
+	install -m 0755 $(RDMACM_SO) $(DESTDIR)$(PREFIX)/lib/ibcm/librdmacm.so.1
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/rdma $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 target/release/libibcm.so $(DESTDIR)$(PREFIX)/lib/libibcm.so.$(VERSION)
 	ln -sf libibcm.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libibcm.so.0
@@ -50,7 +67,7 @@ demo: lib
 	./target/release/ibcm bench --baseline
 
 test: deps
-	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-python test-netns test-interop
+	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-rdmacm test-python test-netns test-interop
 
 deps:
 	./scripts/deps.sh
@@ -130,6 +147,33 @@ test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .
 .PHONY: test-interop
 test-interop: lib
 	python3 -m unittest discover -s interop/rdmacm -p 'test_*.py'
+
+# librdmacm.so.1: the crate's tests (ABI mirrors against <rdma/rdma_cma.h>,
+# port space, addrinfo), then the artifact's exports and loading by a
+# -z now binary built against the system librdmacm (rdmacm/tests/exports.sh).
+# Then c-tests/rdmacm_api.c, built against rdma-core's <rdma/rdma_cma.h>
+# and -lrdmacm and run on ours through LD_LIBRARY_PATH: plain, under
+# ASan+UBSan, and under TSan (c-tests/rdmacm_tsan.supp: the Rust library is
+# not instrumented).
+RDMACM_RUN := IBCM_RDMACM_DEVICE=soft LD_LIBRARY_PATH=$(dir $(RDMACM_SO))
+$(BUILD)/c/rdmacm_api: c-tests/rdmacm_api.c
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) $< -o $@ -lrdmacm -lpthread
+$(BUILD)/c/rdmacm_api.asan: c-tests/rdmacm_api.c
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) -fsanitize=address,undefined -fno-omit-frame-pointer $< -o $@ -lrdmacm -lpthread
+$(BUILD)/c/rdmacm_api.tsan: c-tests/rdmacm_api.c
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) -fsanitize=thread $< -o $@ -lrdmacm -lpthread
+
+test-rdmacm: rdmacm $(BUILD)/c/rdmacm_api $(BUILD)/c/rdmacm_api.asan $(BUILD)/c/rdmacm_api.tsan
+	$(CARGO) test --release -p ibcm-rdmacm
+	bash rdmacm/tests/exports.sh $(RDMACM_SO) $(BUILD)/rdmacm
+	@echo "== rdma_* surface (c-tests/rdmacm_api.c) on librdmacm.so.1"
+	$(RDMACM_RUN) $(BUILD)/c/rdmacm_api 127.0.90.2 127.0.90.3
+	ASAN_OPTIONS=detect_leaks=1 $(RDMACM_RUN) $(BUILD)/c/rdmacm_api.asan 127.0.90.4 127.0.90.5
+	TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/c-tests/rdmacm_tsan.supp" $(RDMACM_RUN) \
+		setarch $$(uname -m) -R $(BUILD)/c/rdmacm_api.tsan 127.0.90.6 127.0.90.7
 
 # Live interoperability with the Linux kernel CM (docs/INTEROP.md): a qemu
 # guest with Soft-RoCE in a private network namespace. Needs root,

@@ -3,7 +3,8 @@
 # pkg-config, valgrind, tshark (live decode cross-check), iproute2 (network
 # namespace tests), mandoc, man-db and col (man page checks), python3-venv
 # (the wheel test's clean venv), pytest, mypy (`mypy --strict` on the Python
-# package) and wheel (`make wheel`). Installs only what is missing; needs
+# package) and wheel (`make wheel`), librdmacm-dev and rdmacm-utils
+# (librdmacm.so.1's ABI and export checks). Installs only what is missing; needs
 # root (or sudo) for the Debian packages.
 set -euo pipefail
 
@@ -18,6 +19,10 @@ command -v mandoc     >/dev/null || need+=(mandoc)
 command -v man        >/dev/null || need+=(man-db)
 command -v col        >/dev/null || need+=(bsdextrautils)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+# librdmacm.so.1 is checked against rdma-core's header and library, and
+# run by its tools (make test-rdmacm).
+[ -e /usr/include/rdma/rdma_cma.h ] || need+=(librdmacm-dev)
+command -v rping      >/dev/null || need+=(rdmacm-utils)
 
 if ((${#need[@]})); then
     SUDO=""

@@ -1,10 +1,33 @@
 //! librdmacm on ibcm: the `rdma_*` API (rdma-core's `<rdma/rdma_cma.h>`)
-//! with librdmacm's semantics, built on `ibcm::api`.
+//! with librdmacm's semantics, built on `ibcm::api` (docs/RDMACM.md).
 //!
+//! * `abi` — `#[repr(C)]` mirrors of the public structs.
+//! * `exports` — the exported `rdma_*` functions (pointer checks,
+//!   `catch_unwind`, errno); `qp` — QP/SRQ/device/multicast calls;
+//!   `rsocket` — the rsocket entry points (`rpoll`/`rselect` only).
+//! * `id` — ids: addresses, route, connect/accept/…, the IB CM → rdma_cm
+//!   event translation, accounting, sync mode, destroy.
+//! * `channel` — event channels (eventfd level indicator + queue) and
+//!   events.
+//! * `ports` — the port space (`PortSpace`: per process now).
+//! * `select` — which ibcm device serves an IP (`IBCM_RDMACM_DEVICE`).
+//! * `addrinfo` — `rdma_getaddrinfo` over the system's `getaddrinfo`.
 //! * `verbs` — libibverbs for the rdma_cm layer: device contexts (one
 //!   `ibv_context` per device, shared with the application), default PDs,
 //!   CQs and QPs of `rdma_create_qp`, QP state transitions, and finding the
 //!   device/port/GID that owns an IP address.
 #![allow(clippy::missing_safety_doc)]
 
+#[macro_use]
+extern crate ibcm;
+
+pub mod abi;
+pub mod addrinfo;
+pub mod channel;
+pub mod exports;
+pub mod id;
+pub mod ports;
+pub mod qp;
+pub mod rsocket;
+pub mod select;
 pub mod verbs;

@@ -1,0 +1,1419 @@
+//! `struct rdma_cm_id` and everything done to one: creation, addresses and
+//! ports, route, listen/connect/accept/reject/disconnect on an
+//! `ibcm::api::CmId`, the IB CM → rdma_cm event translation (produced by
+//! ibcm's threads through one `RustHandler`), accounting for
+//! `rdma_ack_cm_event`, synchronous mode and destroy.
+
+use crate::abi::*;
+use crate::channel::{self, Channel, EventBox, lock};
+use crate::ports::{Binding, PortSpace, ProcessPorts};
+use crate::select;
+use ibcm::api::{
+    CmId, Device, Ece, Errno, Event, EventParam, EventType, Gid, PathRec, PathRecType, RepParams,
+    ReqParams, RustHandler, SidrRepParams, SidrReqParams, listen_id, qp_mask, qp_type,
+};
+use ibcm::cma::{self, IpHeader, RdmaCmEventType as R, port_space};
+use ibcm::log::DEBUG;
+use std::cell::UnsafeCell;
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+
+/// IB CM response timeout and retries rdma_cm uses
+/// (`CMA_CM_RESPONSE_TIMEOUT`, `CMA_MAX_CM_RETRIES`).
+pub const CM_RESPONSE_TIMEOUT: u8 = 20;
+pub const MAX_CM_RETRIES: u8 = 15;
+
+/// `IB_CM_REJ_CONSUMER_DEFINED`, `IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED`.
+pub const REJ_CONSUMER_DEFINED: u32 = 28;
+pub const REJ_VENDOR_OPTION_NOT_SUPPORTED: u32 = 35;
+/// `IB_SIDR_REJECT`.
+pub const SIDR_REJECT: u32 = 1;
+
+/// Private-data limits of the messages rdma_cm sends for the user.
+pub const MAX_REP_PDATA: usize = 196;
+pub const MAX_REJ_PDATA: usize = 148;
+pub const MAX_SIDR_REP_PDATA: usize = 136;
+pub const MAX_DREQ_PDATA: usize = 220;
+
+/// Where an id is (kernel `enum rdma_cm_state`, as far as it matters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum St {
+    Idle,
+    AddrBound,
+    AddrResolved,
+    RouteResolved,
+    /// REQ / SIDR_REQ sent.
+    Connect,
+    /// REP received on an id without a QP: `rdma_establish` sends the RTU.
+    ConnectResponse,
+    Listen,
+    /// A listener's child before accept/reject.
+    Request,
+    /// REP sent, waiting for the RTU.
+    Accepted,
+    Connected,
+    Disconnected,
+    /// Rejected, unreachable or refused: the id can only be destroyed.
+    Failed,
+}
+
+pub struct IdState {
+    pub channel: Arc<Channel>,
+    pub sync: bool,
+    pub ps: u16,
+    pub st: St,
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
+    /// The port this id holds in the port space.
+    pub lease: Option<u16>,
+    pub dev: Option<Arc<Device>>,
+    pub port_num: u8,
+    pub cm: Option<CmId>,
+    pub path: Option<PathRec>,
+    path_rec: Option<Box<IbvSaPathRec>>,
+    pub tos: Option<u8>,
+    pub reuseaddr: bool,
+    pub afonly: bool,
+    pub ack_timeout: Option<u8>,
+    completed: u64,
+    /// `rdma_create_ep`'s `ai_connect`, prepended to the next connect's
+    /// private data.
+    pub connect_prefix: Vec<u8>,
+    pub local_ece: Option<Ece>,
+    pub remote_ece: Ece,
+    pub disconnected: bool,
+    pub dreq_received: bool,
+    pub remote_qpn: u32,
+    /// From the peer's REQ, in our view (as the CONNECT_REQUEST reports
+    /// them): (responder resources, initiator depth).
+    pub peer_resources: (u8, u8),
+    pub psn: u32,
+    /// `rdma_create_ep` on a passive id: the PD and QP attributes
+    /// `rdma_get_request` uses.
+    pub ep_pd: *mut c_void,
+    pub ep_qp_attr: Option<IbvQpInitAttr>,
+    /// `rdma_resolve_addrinfo`'s result for `rdma_query_addrinfo`.
+    pub addrinfo: Option<crate::addrinfo::Owned>,
+}
+
+// Raw pointers in IdState are the application's (PD, attributes).
+unsafe impl Send for IdState {}
+
+/// An id: `struct rdma_cm_id` first (its address is the application's
+/// pointer), then ibcm's state.
+#[repr(C)]
+pub struct IdPriv {
+    public: UnsafeCell<RdmaCmId>,
+    pub st: Mutex<IdState>,
+    acked: Condvar,
+    reported: AtomicU64,
+    destroyed: AtomicBool,
+}
+
+unsafe impl Send for IdPriv {}
+unsafe impl Sync for IdPriv {}
+
+/// Ids the application holds (and children not yet reported), by address.
+fn ids() -> &'static Mutex<HashMap<usize, Arc<IdPriv>>> {
+    static I: OnceLock<Mutex<HashMap<usize, Arc<IdPriv>>>> = OnceLock::new();
+    I.get_or_init(Default::default)
+}
+
+/// Ids by their ibcm `ib_cm_id` address, for the event handler.
+fn by_cm() -> &'static Mutex<HashMap<usize, Weak<IdPriv>>> {
+    static B: OnceLock<Mutex<HashMap<usize, Weak<IdPriv>>>> = OnceLock::new();
+    B.get_or_init(Default::default)
+}
+
+/// The process's port spaces.
+pub fn ports() -> &'static dyn PortSpace {
+    static P: OnceLock<ProcessPorts> = OnceLock::new();
+    P.get_or_init(ProcessPorts::default)
+}
+
+/// The one handler every ibcm id of this library has.
+fn handler() -> RustHandler {
+    static H: OnceLock<RustHandler> = OnceLock::new();
+    H.get_or_init(|| Arc::new(on_cm_event)).clone()
+}
+
+/// The id behind an application pointer (`EINVAL` for NULL, freed or
+/// foreign pointers).
+pub fn lookup(p: *mut RdmaCmId) -> Result<Arc<IdPriv>, Errno> {
+    if p.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    lock(ids()).get(&(p as usize)).cloned().ok_or(Errno::EINVAL)
+}
+
+fn random_psn() -> u32 {
+    let mut v = 0u32;
+    // SAFETY: getrandom writes at most 4 bytes into `v`.
+    let n = unsafe { libc::getrandom((&raw mut v).cast(), 4, libc::GRND_NONBLOCK) };
+    if n != 4 {
+        v = std::process::id() ^ (std::time::Instant::now().elapsed().subsec_nanos());
+    }
+    v & 0x00ff_ffff
+}
+
+/// The QP type of a port space (`rdma_create_id`).
+pub fn qp_type_of(ps: u16) -> c_int {
+    match ps {
+        port_space::UDP | port_space::IPOIB => IBV_QPT_UD,
+        _ => IBV_QPT_RC,
+    }
+}
+
+pub fn valid_ps(ps: c_int) -> bool {
+    u16::try_from(ps).is_ok_and(|ps| {
+        matches!(
+            ps,
+            port_space::TCP | port_space::UDP | port_space::IB | port_space::IPOIB
+        )
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Socket addresses
+// ---------------------------------------------------------------------------
+
+/// Reads a `sockaddr` (AF_INET / AF_INET6) from the application.
+///
+/// # Safety
+/// `sa` must be NULL or point at a readable sockaddr of its family's size.
+pub unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Result<SocketAddr, Errno> {
+    if sa.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    unsafe {
+        match (*sa).sa_family as c_int {
+            libc::AF_INET => {
+                let s = &*(sa as *const libc::sockaddr_in);
+                let ip = Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr));
+                Ok(SocketAddr::new(IpAddr::V4(ip), u16::from_be(s.sin_port)))
+            }
+            libc::AF_INET6 => {
+                let s = &*(sa as *const libc::sockaddr_in6);
+                let ip = Ipv6Addr::from(s.sin6_addr.s6_addr);
+                Ok(SocketAddr::new(IpAddr::V6(ip), u16::from_be(s.sin6_port)))
+            }
+            AF_IB => Err(Errno(libc::EAFNOSUPPORT)),
+            _ => Err(Errno(libc::EAFNOSUPPORT)),
+        }
+    }
+}
+
+/// Writes `a` as a sockaddr_in / sockaddr_in6 into `out` (zeroing it).
+pub fn write_sockaddr(out: &mut SockaddrStorage, a: Option<SocketAddr>) {
+    out.bytes = [0; 128];
+    let Some(a) = a else { return };
+    let p = out.bytes.as_mut_ptr();
+    // SAFETY: the storage is 128 bytes, 8-aligned: room for either.
+    unsafe {
+        match a {
+            SocketAddr::V4(v) => {
+                let s = &mut *(p as *mut libc::sockaddr_in);
+                s.sin_family = libc::AF_INET as u16;
+                s.sin_port = v.port().to_be();
+                s.sin_addr.s_addr = u32::from(*v.ip()).to_be();
+            }
+            SocketAddr::V6(v) => {
+                let s = &mut *(p as *mut libc::sockaddr_in6);
+                s.sin6_family = libc::AF_INET6 as u16;
+                s.sin6_port = v.port().to_be();
+                s.sin6_addr.s6_addr = v.ip().octets();
+                s.sin6_flowinfo = v.flowinfo();
+                s.sin6_scope_id = v.scope_id();
+            }
+        }
+    }
+}
+
+fn gid_of(ip: IpAddr) -> Gid {
+    Gid::from(ip)
+}
+
+fn sa_path_rec(p: &PathRec) -> IbvSaPathRec {
+    IbvSaPathRec {
+        dgid: IbvGid { raw: p.dgid.0 },
+        sgid: IbvGid { raw: p.sgid.0 },
+        dlid: (p.dlid as u16).to_be(),
+        slid: (p.slid as u16).to_be(),
+        raw_traffic: p.raw_traffic as c_int,
+        flow_label: p.flow_label.to_be(),
+        hop_limit: p.hop_limit,
+        traffic_class: p.traffic_class,
+        reversible: p.reversible as c_int,
+        numb_path: p.numb_path,
+        pkey: p.pkey.to_be(),
+        sl: p.sl,
+        mtu_selector: p.mtu_selector,
+        mtu: p.mtu,
+        rate_selector: p.rate_selector,
+        rate: p.rate,
+        packet_life_time_selector: p.packet_life_time_selector,
+        packet_life_time: p.packet_life_time,
+        preference: p.preference,
+    }
+}
+
+/// The address handle a UD peer is reached with (`ib_init_ah_attr_from_path`).
+fn ah_from_path(p: &PathRec, port_num: u8) -> IbvAhAttr {
+    let grh = p.rec_type != PathRecType::Ib || p.hop_limit > 1;
+    IbvAhAttr {
+        grh: IbvGlobalRoute {
+            dgid: IbvGid { raw: p.dgid.0 },
+            flow_label: p.flow_label,
+            sgid_index: 0,
+            hop_limit: p.hop_limit,
+            traffic_class: p.traffic_class,
+        },
+        dlid: p.dlid as u16,
+        sl: p.sl,
+        src_path_bits: 0,
+        static_rate: 0,
+        is_global: grh as u8,
+        port_num,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// IdPriv
+// ---------------------------------------------------------------------------
+
+impl IdPriv {
+    fn new(
+        channel: Arc<Channel>,
+        sync: bool,
+        ps: u16,
+        qpt: c_int,
+        context: *mut c_void,
+    ) -> Arc<Self> {
+        // SAFETY: all-zero is a valid RdmaCmId (null pointers, zeros).
+        let mut public: RdmaCmId = unsafe { std::mem::zeroed() };
+        public.channel = channel.public_ptr();
+        public.context = context;
+        public.ps = ps as c_int;
+        public.qp_type = qpt;
+        Arc::new(IdPriv {
+            public: UnsafeCell::new(public),
+            st: Mutex::new(IdState {
+                channel,
+                sync,
+                ps,
+                st: St::Idle,
+                src: None,
+                dst: None,
+                lease: None,
+                dev: None,
+                port_num: 0,
+                cm: None,
+                path: None,
+                path_rec: None,
+                tos: None,
+                reuseaddr: false,
+                afonly: false,
+                ack_timeout: None,
+                completed: 0,
+                connect_prefix: Vec::new(),
+                local_ece: None,
+                remote_ece: Ece::default(),
+                disconnected: false,
+                dreq_received: false,
+                remote_qpn: 0,
+                peer_resources: (0, 0),
+                psn: random_psn(),
+                ep_pd: std::ptr::null_mut(),
+                ep_qp_attr: None,
+                addrinfo: None,
+            }),
+            acked: Condvar::new(),
+            reported: AtomicU64::new(0),
+            destroyed: AtomicBool::new(false),
+        })
+    }
+
+    pub fn public_ptr(&self) -> *mut RdmaCmId {
+        self.public.get()
+    }
+
+    /// The public struct, for reading fields the application may have set
+    /// (context, qp, pd).
+    pub fn public(&self) -> &RdmaCmId {
+        // SAFETY: a shared view of plain data; writers are this library
+        // (under `st`) and the application (its own fields).
+        unsafe { &*self.public.get() }
+    }
+
+    /// Writes public fields.
+    #[allow(clippy::mut_from_ref)]
+    fn public_mut(&self) -> &mut RdmaCmId {
+        // SAFETY: callers hold `st` (or own the id exclusively).
+        unsafe { &mut *self.public.get() }
+    }
+
+    pub fn note_reported(&self) {
+        self.reported.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn note_completed(&self) {
+        let mut s = lock(&self.st);
+        s.completed += 1;
+        drop(s);
+        self.acked.notify_all();
+    }
+
+    pub fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::SeqCst)
+    }
+
+    /// Waits until every event reported on this id has been acked.
+    fn wait_acked(&self) {
+        let mut s = lock(&self.st);
+        while s.completed < self.reported.load(Ordering::SeqCst) {
+            s = self.acked.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Mirrors addresses, GIDs, port and path into the public struct.
+    fn sync_public(&self, s: &IdState) {
+        let p = self.public_mut();
+        write_sockaddr(&mut p.route.addr.src, s.src);
+        write_sockaddr(&mut p.route.addr.dst, s.dst);
+        p.route.addr.ibaddr.sgid = IbvGid {
+            raw: s
+                .src
+                .filter(|a| !a.ip().is_unspecified())
+                .map_or([0; 16], |a| gid_of(a.ip()).0),
+        };
+        p.route.addr.ibaddr.dgid = IbvGid {
+            raw: s.dst.map_or([0; 16], |a| gid_of(a.ip()).0),
+        };
+        p.route.addr.ibaddr.pkey = if s.dev.is_some() {
+            0xffffu16.to_be()
+        } else {
+            0
+        };
+        p.port_num = s.port_num;
+        p.route.path_rec = s
+            .path_rec
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |b| &**b as *const _ as *mut _);
+        p.route.num_paths = s.path_rec.is_some() as c_int;
+    }
+
+    fn set_path(&self, s: &mut IdState, path: PathRec) {
+        s.path = Some(path);
+        s.path_rec = Some(Box::new(sa_path_rec(&path)));
+        self.sync_public(s);
+    }
+}
+
+/// Queues an event of `subject` accounted on `acct` on `acct`'s channel;
+/// false when either id is being destroyed (the event is dropped).
+fn enqueue(acct: &Arc<IdPriv>, ev: Box<EventBox>) -> bool {
+    let s = lock(&acct.st);
+    if acct.is_destroyed() || ev.subject.is_destroyed() {
+        return false;
+    }
+    s.channel.push(ev)
+}
+
+/// Queues an event of `id` itself.
+fn post(id: &Arc<IdPriv>, kind: c_int, status: c_int) -> bool {
+    enqueue(id, EventBox::new(id, id, kind, status))
+}
+
+// ---------------------------------------------------------------------------
+// Creation and destruction
+// ---------------------------------------------------------------------------
+
+/// `rdma_create_id` (`channel` NULL: synchronous mode with a private
+/// channel).
+pub fn create(
+    channel: Option<Arc<Channel>>,
+    context: *mut c_void,
+    ps: u16,
+    qpt: c_int,
+) -> Result<Arc<IdPriv>, Errno> {
+    let (ch, sync) = match channel {
+        Some(c) => (c, false),
+        None => (Channel::new()?, true),
+    };
+    let id = IdPriv::new(ch, sync, ps, qpt, context);
+    lock(ids()).insert(id.public_ptr() as usize, id.clone());
+    Ok(id)
+}
+
+fn register_cm(id: &Arc<IdPriv>, cm: &CmId) {
+    lock(by_cm()).insert(cm.c_ptr() as usize, Arc::downgrade(id));
+}
+
+/// Tears an id down without waiting for acks (children nobody was told
+/// about; the first half of `rdma_destroy_id`).
+fn teardown(id: &Arc<IdPriv>) {
+    id.destroyed.store(true, Ordering::SeqCst);
+    lock(ids()).remove(&(id.public_ptr() as usize));
+    let (cm, lease, ps, ch) = {
+        let mut s = lock(&id.st);
+        (s.cm.take(), s.lease.take(), s.ps, s.channel.clone())
+    };
+    if let Some(cm) = cm {
+        // No callback runs for this id after this returns.
+        if let Err(e) = cm.destroy() {
+            ibcm_log!(DEBUG, "librdmacm (ibcm): destroying the CM id: {e}");
+        }
+        lock(by_cm()).remove(&(cm.c_ptr() as usize));
+    }
+    if let Some(port) = lease {
+        ports().release(ps, port, id.public_ptr() as usize);
+    }
+    // Unretrieved events go; the unretrieved requests of a listener take
+    // their children with them.
+    for e in ch.take_for(id) {
+        if Arc::ptr_eq(&e.acct, id) && !Arc::ptr_eq(&e.subject, id) {
+            teardown(&e.subject);
+        }
+    }
+}
+
+/// `rdma_destroy_id`: blocks until the id's reported events are acked.
+pub fn destroy(id: &Arc<IdPriv>) -> Result<(), Errno> {
+    if id.is_destroyed() {
+        return Err(Errno::EINVAL);
+    }
+    teardown(id);
+    let (sync, ch) = {
+        let s = lock(&id.st);
+        (s.sync, s.channel.clone())
+    };
+    let last = std::mem::replace(&mut id.public_mut().event, std::ptr::null_mut());
+    if !last.is_null() {
+        let _ = channel::ack(last);
+    }
+    id.wait_acked();
+    if sync {
+        ch.close();
+    }
+    Ok(())
+}
+
+/// `rdma_migrate_id`.
+pub fn migrate(id: &Arc<IdPriv>, to: Option<Arc<Channel>>) -> Result<(), Errno> {
+    let (new, sync) = match to {
+        Some(c) => (c, false),
+        None => (Channel::new()?, true),
+    };
+    // Events already reported must be acked first (librdmacm waits).
+    id.wait_acked();
+    let mut s = lock(&id.st);
+    let old = std::mem::replace(&mut s.channel, new.clone());
+    let was_sync = s.sync;
+    s.sync = sync;
+    id.public_mut().channel = new.public_ptr();
+    for e in old.take_for(id) {
+        new.push(e);
+    }
+    drop(s);
+    if was_sync {
+        old.close();
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Synchronous mode
+// ---------------------------------------------------------------------------
+
+/// `ucma_complete`: on a synchronous id, acks the previous event, waits
+/// for the next, keeps it in `id->event` and turns a bad status into an
+/// errno.
+pub fn complete(id: &Arc<IdPriv>) -> Result<(), Errno> {
+    let (sync, ch) = {
+        let s = lock(&id.st);
+        (s.sync, s.channel.clone())
+    };
+    if !sync {
+        return Ok(());
+    }
+    let last = std::mem::replace(&mut id.public_mut().event, std::ptr::null_mut());
+    if !last.is_null() {
+        let _ = channel::ack(last);
+    }
+    let b = ch.pop()?;
+    let (kind, status) = (b.ev.event, b.ev.status);
+    id.public_mut().event = channel::hand_out(b);
+    match status {
+        0 => Ok(()),
+        _ if kind == R::Rejected as c_int => Err(Errno(libc::ECONNREFUSED)),
+        s if s < 0 => Err(Errno(-s)),
+        s => Err(Errno(s)),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Addresses
+// ---------------------------------------------------------------------------
+
+/// `rdma_bind_addr`.
+pub fn bind(id: &Arc<IdPriv>, addr: SocketAddr) -> Result<(), Errno> {
+    let mut s = lock(&id.st);
+    if s.st != St::Idle {
+        return Err(Errno::EINVAL);
+    }
+    bind_locked(id, &mut s, addr)
+}
+
+fn bind_locked(id: &Arc<IdPriv>, s: &mut IdState, addr: SocketAddr) -> Result<(), Errno> {
+    let ip = addr.ip();
+    // A specific address binds the id to the device serving it.
+    let dev = if ip.is_unspecified() {
+        None
+    } else {
+        Some(select::device_for(Some(ip))?)
+    };
+    let port = ports().bind(
+        s.ps,
+        addr.port(),
+        Binding {
+            ip,
+            reuse: s.reuseaddr,
+            afonly: s.afonly,
+            listening: false,
+            owner: id.public_ptr() as usize,
+        },
+    )?;
+    s.lease = Some(port);
+    s.src = Some(SocketAddr::new(ip, port));
+    if let Some(d) = dev {
+        s.dev = Some(d);
+        s.port_num = 1;
+    }
+    s.st = St::AddrBound;
+    id.sync_public(s);
+    Ok(())
+}
+
+/// `rdma_resolve_addr`: binds (ephemeral port, routing-table source) if
+/// needed and reports ADDR_RESOLVED or ADDR_ERROR.
+pub fn resolve_addr(
+    id: &Arc<IdPriv>,
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+) -> Result<(), Errno> {
+    let result = {
+        let mut s = lock(&id.st);
+        if !matches!(s.st, St::Idle | St::AddrBound) {
+            return Err(Errno::EINVAL);
+        }
+        if s.st == St::Idle {
+            let src = match src {
+                Some(a) => a,
+                None => SocketAddr::new(
+                    if dst.is_ipv4() {
+                        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+                    } else {
+                        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+                    },
+                    0,
+                ),
+            };
+            if src.is_ipv4() != dst.is_ipv4() {
+                return Err(Errno::EINVAL);
+            }
+            bind_locked(id, &mut s, src)?;
+        }
+        let bound = s.src.ok_or(Errno::EINVAL)?;
+        // A wildcard binding takes the routing table's source for dst.
+        let src_ip = if bound.ip().is_unspecified() {
+            match select::mode() {
+                select::Mode::Fixed(ref n) => {
+                    fixed_device_ip(n).or_else(|| select::route_source(dst.ip()))
+                }
+                _ => select::route_source(dst.ip()),
+            }
+        } else {
+            Some(bound.ip())
+        };
+        match src_ip {
+            None => Err(Errno(libc::ENETUNREACH)),
+            Some(ip) => match select::device_for(Some(ip)) {
+                Ok(dev) => {
+                    s.src = Some(SocketAddr::new(ip, bound.port()));
+                    s.dst = Some(dst);
+                    s.dev = Some(dev);
+                    s.port_num = 1;
+                    s.st = St::AddrResolved;
+                    id.sync_public(&s);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+        }
+    };
+    match result {
+        Ok(()) => post(id, R::AddrResolved as c_int, 0),
+        Err(e) => post(id, R::AddrError as c_int, -e.0),
+    };
+    complete(id)
+}
+
+/// The IP of a fixed `soft:<ip>[...]` device name.
+fn fixed_device_ip(name: &str) -> Option<IpAddr> {
+    let rest = name.strip_prefix("soft:")?;
+    let rest = rest.split('@').next()?;
+    if let Ok(sa) = rest.parse::<SocketAddr>() {
+        return Some(sa.ip());
+    }
+    rest.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()
+}
+
+/// `rdma_resolve_route`: the path built locally as the kernel builds it
+/// for RoCE (`cma_resolve_iboe_route`).
+pub fn resolve_route(id: &Arc<IdPriv>) -> Result<(), Errno> {
+    {
+        let mut s = lock(&id.st);
+        if s.st != St::AddrResolved {
+            return Err(Errno::EINVAL);
+        }
+        let (Some(dev), Some(src), Some(dst)) = (s.dev.clone(), s.src, s.dst) else {
+            return Err(Errno::EINVAL);
+        };
+        let mut path = dev.init_path(s.port_num as u32, gid_of(dst.ip()))?;
+        path.traffic_class = s.tos.unwrap_or(0);
+        path.packet_life_time = match s.ack_timeout {
+            Some(t) => t.saturating_sub(1),
+            None => ibcm::api::SOFT_PACKET_LIFE_TIME,
+        };
+        if path.rec_type == PathRecType::RoceV2 {
+            let (sp, dp) = (src.port() as u32, dst.port() as u32);
+            path.flow_label = match dst {
+                SocketAddr::V6(v) if v.flowinfo() & 0xfffff != 0 => v.flowinfo() & 0xfffff,
+                _ => (sp.wrapping_mul(31).wrapping_add(dp)) & 0xfffff,
+            };
+        }
+        path.sl = 0;
+        path.service_id = cma::service_id(s.ps, dst.port());
+        id.set_path(&mut s, path);
+        s.st = St::RouteResolved;
+    }
+    post(id, R::RouteResolved as c_int, 0);
+    complete(id)
+}
+
+// ---------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------
+
+/// `rdma_set_option`.
+pub fn set_option(id: &Arc<IdPriv>, level: c_int, name: c_int, val: &[u8]) -> Result<(), Errno> {
+    let mut s = lock(&id.st);
+    let int = || -> Result<c_int, Errno> {
+        let b: [u8; 4] = val.try_into().map_err(|_| Errno::EINVAL)?;
+        Ok(c_int::from_ne_bytes(b))
+    };
+    match (level, name) {
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => {
+            let [v] = val else { return Err(Errno::EINVAL) };
+            s.tos = Some(*v);
+        }
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => {
+            // Only before binding (kernel: -EINVAL otherwise).
+            if s.st != St::Idle {
+                return Err(Errno::EINVAL);
+            }
+            s.reuseaddr = int()? != 0;
+        }
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => {
+            if s.st != St::Idle {
+                return Err(Errno::EINVAL);
+            }
+            s.afonly = int()? != 0;
+        }
+        (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
+            let [v] = val else { return Err(Errno::EINVAL) };
+            s.ack_timeout = Some(*v);
+        }
+        (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): RDMA_OPTION_IB_PATH (ibacm path records) is not supported"
+            );
+            return Err(Errno(libc::ENOSYS));
+        }
+        _ => return Err(Errno(libc::ENOSYS)),
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Listen, connect, accept, reject, disconnect
+// ---------------------------------------------------------------------------
+
+/// `rdma_listen`.
+pub fn listen(id: &Arc<IdPriv>) -> Result<(), Errno> {
+    let mut s = lock(&id.st);
+    if s.st == St::Idle {
+        bind_locked(
+            id,
+            &mut s,
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+        )?;
+    }
+    if s.st == St::Listen {
+        return Ok(());
+    }
+    if s.st != St::AddrBound {
+        return Err(Errno::EINVAL);
+    }
+    let src = s.src.ok_or(Errno::EINVAL)?;
+    let dev = match s.dev.clone() {
+        Some(d) => d,
+        None => select::device_for(None)?,
+    };
+    ports().listen(s.ps, src.port(), id.public_ptr() as usize)?;
+    let cm = dev.create_id(None, std::ptr::null_mut(), Some(handler()))?;
+    register_cm(id, &cm);
+    if let Err(e) = cm.listen(cma::service_id(s.ps, src.port())) {
+        lock(by_cm()).remove(&(cm.c_ptr() as usize));
+        let _ = cm.destroy();
+        return Err(e);
+    }
+    s.dev = Some(dev);
+    s.port_num = 1;
+    s.cm = Some(cm);
+    s.st = St::Listen;
+    id.sync_public(&s);
+    Ok(())
+}
+
+/// The user's private data of a call, checked against `max`.
+///
+/// # Safety
+/// `p` must be NULL or readable for `len` bytes.
+pub unsafe fn pdata<'a>(p: *const c_void, len: usize, max: usize) -> Result<&'a [u8], Errno> {
+    if len > max {
+        return Err(Errno::EINVAL);
+    }
+    if p.is_null() || len == 0 {
+        return Ok(&[]);
+    }
+    Ok(unsafe { std::slice::from_raw_parts(p.cast(), len) })
+}
+
+/// Connection parameters of `rdma_connect` / `rdma_accept` in Rust form.
+#[derive(Clone, Default)]
+pub struct ConnParam {
+    pub private_data: Vec<u8>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: u8,
+    pub qp_num: u32,
+}
+
+/// The most RDMA reads a soft (device-less) id advertises for
+/// `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`.
+const SOFT_MAX_RD_ATOMIC: u8 = 16;
+
+/// `rdma_connect`.
+pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
+    {
+        let mut s = lock(&id.st);
+        if s.st != St::RouteResolved {
+            return Err(Errno::EINVAL);
+        }
+        let (Some(dev), Some(path), Some(src), Some(dst)) = (s.dev.clone(), s.path, s.src, s.dst)
+        else {
+            return Err(Errno::EINVAL);
+        };
+        let has_qp = !id.public().qp.is_null();
+        let ud = qp_type_of(s.ps) == IBV_QPT_UD;
+        let p = match p {
+            Some(p) => p,
+            None if !has_qp && !ud => return Err(Errno::EINVAL),
+            None => ConnParam {
+                retry_count: 7,
+                rnr_retry_count: 7,
+                ..ConnParam::default()
+            },
+        };
+        let header = IpHeader {
+            src_port: src.port(),
+            src: src.ip(),
+            dst: dst.ip(),
+        };
+        let mut user = s.connect_prefix.clone();
+        user.extend_from_slice(&p.private_data);
+        let max = if ud {
+            cma::SIDR_REQ_USER_DATA
+        } else {
+            cma::REQ_USER_DATA
+        };
+        if user.len() > max {
+            return Err(Errno::EINVAL);
+        }
+        let pd = header.with_user_data(&user).map_err(|_| Errno::EINVAL)?;
+        let cm = dev.create_id(None, std::ptr::null_mut(), Some(handler()))?;
+        register_cm(id, &cm);
+        let sid = cma::service_id(s.ps, dst.port());
+        let r = if ud {
+            cm.send_sidr_req(&SidrReqParams {
+                path,
+                sgid_attr: None,
+                service_id: sid,
+                timeout_ms: 1 << (CM_RESPONSE_TIMEOUT - 8),
+                private_data: pd,
+                max_cm_retries: MAX_CM_RETRIES,
+            })
+        } else {
+            let clamp = |v: u8| {
+                if v == RDMA_MAX_RESP_RES {
+                    SOFT_MAX_RD_ATOMIC
+                } else {
+                    v
+                }
+            };
+            let qp_num = if has_qp {
+                // SAFETY: id->qp is the application's struct ibv_qp; its
+                // qp_num member sits at offset 52 (ibv_qp: context, qp_context,
+                // pd, send_cq, recv_cq, srq, handle, qp_num).
+                unsafe { *(id.public().qp as *const u8).add(52).cast::<u32>() }
+            } else {
+                p.qp_num
+            };
+            cm.send_req(&ReqParams {
+                primary_path: path,
+                service_id: sid,
+                qp_num: qp_num & 0x00ff_ffff,
+                qp_type: qp_type::RC,
+                starting_psn: s.psn,
+                private_data: pd,
+                responder_resources: clamp(p.responder_resources),
+                initiator_depth: clamp(p.initiator_depth),
+                remote_cm_response_timeout: CM_RESPONSE_TIMEOUT,
+                local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
+                flow_control: p.flow_control,
+                retry_count: p.retry_count.min(7),
+                rnr_retry_count: p.rnr_retry_count.min(7),
+                max_cm_retries: MAX_CM_RETRIES,
+                srq: p.srq,
+                ece: s.local_ece.unwrap_or_default(),
+                ..ReqParams::default()
+            })
+        };
+        if let Err(e) = r {
+            lock(by_cm()).remove(&(cm.c_ptr() as usize));
+            let _ = cm.destroy();
+            return Err(e);
+        }
+        s.cm = Some(cm);
+        s.st = St::Connect;
+    }
+    complete(id)
+}
+
+/// `rdma_accept` on a listener's child.
+pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
+    let ud;
+    {
+        let mut s = lock(&id.st);
+        if s.st != St::Request {
+            return Err(Errno::EINVAL);
+        }
+        let cm = s.cm.clone().ok_or(Errno::EINVAL)?;
+        let has_qp = !id.public().qp.is_null();
+        ud = qp_type_of(s.ps) == IBV_QPT_UD;
+        if ud {
+            let p = p.unwrap_or_default();
+            if p.private_data.len() > MAX_SIDR_REP_PDATA {
+                return Err(Errno::EINVAL);
+            }
+            cm.send_sidr_rep(&SidrRepParams {
+                qp_num: p.qp_num,
+                qkey: cma::RDMA_UDP_QKEY,
+                status: 0,
+                info: Vec::new(),
+                private_data: p.private_data,
+                ece: s.local_ece.unwrap_or_default(),
+            })?;
+            s.st = St::Connected;
+        } else {
+            let p = match p {
+                Some(p) => p,
+                None if has_qp => ConnParam {
+                    rnr_retry_count: 7,
+                    responder_resources: s.peer_resources.0,
+                    initiator_depth: s.peer_resources.1,
+                    ..ConnParam::default()
+                },
+                None => return Err(Errno::EINVAL),
+            };
+            if p.private_data.len() > MAX_REP_PDATA {
+                return Err(Errno::EINVAL);
+            }
+            // RDMA_MAX_*: as much as the peer asked for.
+            let resp = if p.responder_resources == RDMA_MAX_RESP_RES {
+                s.peer_resources.0.min(SOFT_MAX_RD_ATOMIC)
+            } else {
+                p.responder_resources
+            };
+            let init = if p.initiator_depth == RDMA_MAX_INIT_DEPTH {
+                s.peer_resources.1.min(SOFT_MAX_RD_ATOMIC)
+            } else {
+                p.initiator_depth
+            };
+            cm.send_rep(&RepParams {
+                qp_num: p.qp_num & 0x00ff_ffff,
+                starting_psn: s.psn,
+                private_data: p.private_data,
+                responder_resources: resp,
+                initiator_depth: init,
+                failover_accepted: 0,
+                flow_control: p.flow_control,
+                rnr_retry_count: p.rnr_retry_count.min(7),
+                srq: p.srq,
+                ece: s.local_ece.unwrap_or_default(),
+            })?;
+            s.st = St::Accepted;
+        }
+    }
+    if ud { Ok(()) } else { complete(id) }
+}
+
+/// `rdma_reject` / `rdma_reject_ece`.
+pub fn reject(id: &Arc<IdPriv>, data: &[u8], reason: u32) -> Result<(), Errno> {
+    let mut s = lock(&id.st);
+    if s.st != St::Request {
+        return Err(Errno::EINVAL);
+    }
+    let cm = s.cm.clone().ok_or(Errno::EINVAL)?;
+    if qp_type_of(s.ps) == IBV_QPT_UD {
+        if data.len() > MAX_SIDR_REP_PDATA {
+            return Err(Errno::EINVAL);
+        }
+        cm.send_sidr_rep(&SidrRepParams {
+            status: SIDR_REJECT,
+            private_data: data.to_vec(),
+            ..SidrRepParams::default()
+        })?;
+    } else {
+        if data.len() > MAX_REJ_PDATA {
+            return Err(Errno::EINVAL);
+        }
+        cm.send_rej(reason, &[], data)?;
+    }
+    s.st = St::Failed;
+    Ok(())
+}
+
+/// `rdma_disconnect`: DREQ, or DREP when the peer's DREQ came first.
+pub fn disconnect(id: &Arc<IdPriv>) -> Result<(), Errno> {
+    {
+        let s = lock(&id.st);
+        let cm = s.cm.clone().ok_or(Errno::EINVAL)?;
+        if !matches!(
+            s.st,
+            St::Connected | St::Accepted | St::ConnectResponse | St::Disconnected | St::Connect
+        ) {
+            return Err(Errno::EINVAL);
+        }
+        let r = if s.dreq_received {
+            cm.send_drep(&[])
+        } else {
+            cm.send_dreq(&[]).or_else(|_| cm.send_drep(&[]))
+        };
+        r.map_err(|_| Errno::EINVAL)?;
+    }
+    // A synchronous caller waits for DISCONNECTED (already queued when the
+    // peer disconnected first).
+    complete(id)
+}
+
+/// `rdma_establish`: the RTU of a QP-less active connection.
+pub fn establish(id: &Arc<IdPriv>) -> Result<(), Errno> {
+    if !id.public().qp.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    let mut s = lock(&id.st);
+    if s.st != St::ConnectResponse {
+        return Err(Errno::EINVAL);
+    }
+    let cm = s.cm.clone().ok_or(Errno::EINVAL)?;
+    cm.send_rtu(&[])?;
+    s.st = St::Connected;
+    Ok(())
+}
+
+/// `rdma_notify`.
+pub fn notify(id: &Arc<IdPriv>, event: c_int) -> Result<(), Errno> {
+    let s = lock(&id.st);
+    let cm = s.cm.clone().ok_or(Errno::EINVAL)?;
+    if event != IBV_EVENT_COMM_EST {
+        return Err(Errno::EINVAL);
+    }
+    cm.notify(event as u32)
+}
+
+/// `rdma_init_qp_attr`.
+pub fn init_qp_attr(id: &Arc<IdPriv>, attr: &mut IbvQpAttr) -> Result<c_int, Errno> {
+    let s = lock(&id.st);
+    let ud = qp_type_of(s.ps) == IBV_QPT_UD;
+    let exchanged = matches!(
+        s.st,
+        St::Request | St::Accepted | St::Connect | St::ConnectResponse | St::Connected
+    );
+    if ud || !exchanged || attr.qp_state == IBV_QPS_INIT && s.cm.is_none() {
+        if s.dev.is_none() {
+            return Err(Errno::EINVAL);
+        }
+        return match attr.qp_state {
+            IBV_QPS_INIT => {
+                attr.pkey_index = 0;
+                attr.port_num = s.port_num;
+                if ud {
+                    attr.qkey = cma::RDMA_UDP_QKEY;
+                    Ok(IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY)
+                } else {
+                    attr.qp_access_flags = 0;
+                    Ok(IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)
+                }
+            }
+            IBV_QPS_RTR if ud => Ok(IBV_QP_STATE),
+            IBV_QPS_RTS if ud => {
+                attr.sq_psn = 0;
+                Ok(IBV_QP_STATE | qp_mask::SQ_PSN as c_int)
+            }
+            _ => Err(Errno::EINVAL),
+        };
+    }
+    let cm = s.cm.clone().ok_or(Errno::EINVAL)?;
+    let q = cm.init_qp_attr(attr.qp_state as u32)?;
+    let mut mask = q.mask as c_int;
+    attr.qp_state = q.qp_state as c_int;
+    attr.qp_access_flags = q.qp_access_flags;
+    attr.pkey_index = q.pkey_index;
+    attr.port_num = q.port_num;
+    attr.path_mtu = q.path_mtu as c_int;
+    attr.dest_qp_num = q.dest_qp_num;
+    attr.rq_psn = q.rq_psn;
+    attr.max_dest_rd_atomic = q.max_dest_rd_atomic;
+    attr.min_rnr_timer = q.min_rnr_timer;
+    attr.sq_psn = q.sq_psn;
+    attr.retry_cnt = q.retry_cnt;
+    attr.rnr_retry = q.rnr_retry;
+    attr.max_rd_atomic = q.max_rd_atomic;
+    attr.timeout = q.timeout;
+    attr.path_mig_state = q.path_mig_state as c_int;
+    let a = &q.ah_attr;
+    attr.ah_attr = IbvAhAttr {
+        grh: IbvGlobalRoute {
+            dgid: IbvGid { raw: a.dgid.0 },
+            flow_label: a.flow_label,
+            sgid_index: a.sgid_index as u8,
+            hop_limit: a.hop_limit,
+            traffic_class: a.traffic_class,
+        },
+        dlid: a.dlid as u16,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: a.has_grh as u8,
+        port_num: a.port_num,
+    };
+    if mask & IBV_QP_TIMEOUT != 0
+        && let Some(t) = s.ack_timeout
+    {
+        attr.timeout = t;
+    }
+    if attr.qp_state == IBV_QPS_RTS && s.ack_timeout.is_some() {
+        mask |= IBV_QP_TIMEOUT;
+    }
+    Ok(mask)
+}
+
+/// `rdma_set_local_ece`.
+pub fn set_local_ece(id: &Arc<IdPriv>, ece: &IbvEce) -> Result<(), Errno> {
+    if !id.public().qp.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    lock(&id.st).local_ece = Some(Ece {
+        vendor_id: ece.vendor_id,
+        attr_mod: ece.options,
+    });
+    Ok(())
+}
+
+/// `rdma_get_remote_ece`.
+pub fn remote_ece(id: &Arc<IdPriv>) -> Result<IbvEce, Errno> {
+    if !id.public().qp.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    let e = lock(&id.st).remote_ece;
+    Ok(IbvEce {
+        vendor_id: e.vendor_id,
+        options: e.attr_mod,
+        comp_mask: 0,
+    })
+}
+
+/// `rdma_write_cm_event`: a user event on the id's channel.
+pub fn write_event(id: &Arc<IdPriv>, kind: c_int, status: c_int, arg: u64) -> Result<(), Errno> {
+    let mut b = EventBox::new(id, id, kind, status);
+    // `param.arg` (rdma-core ≥ v60) overlays the first 8 bytes of param.
+    // SAFETY: param is at least 8 bytes.
+    unsafe { std::ptr::write_unaligned((&raw mut b.ev.param).cast::<u64>(), arg) };
+    if !enqueue(id, b) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// Queues an event the library produced for a call of the application
+/// (`rdma_resolve_addrinfo`).
+pub fn post_event(id: &Arc<IdPriv>, kind: c_int, status: c_int) {
+    post(id, kind, status);
+}
+
+/// `rdma_get_request`: the next CONNECT_REQUEST of a synchronous listener.
+pub fn get_request(listen: &Arc<IdPriv>) -> Result<Arc<IdPriv>, Errno> {
+    let (sync, ch) = {
+        let s = lock(&listen.st);
+        (s.sync, s.channel.clone())
+    };
+    if !sync {
+        return Err(Errno::EINVAL);
+    }
+    let last = std::mem::replace(&mut listen.public_mut().event, std::ptr::null_mut());
+    if !last.is_null() {
+        let _ = channel::ack(last);
+    }
+    let b = ch.pop()?;
+    if b.ev.status != 0 {
+        let rejected = b.ev.event == R::Rejected as c_int;
+        let st = b.ev.status;
+        let p = channel::hand_out(b);
+        let _ = channel::ack(p);
+        return Err(Errno(if rejected {
+            libc::ECONNREFUSED
+        } else {
+            st.abs()
+        }));
+    }
+    if b.ev.event != R::ConnectRequest as c_int {
+        let p = channel::hand_out(b);
+        let _ = channel::ack(p);
+        return Err(Errno::EINVAL);
+    }
+    let child = b.subject.clone();
+    let p = channel::hand_out(b);
+    child.public_mut().event = p;
+    Ok(child)
+}
+
+// ---------------------------------------------------------------------------
+// Events from ibcm
+// ---------------------------------------------------------------------------
+
+fn find(cm: *mut c_void) -> Option<Arc<IdPriv>> {
+    lock(by_cm()).get(&(cm as usize)).and_then(Weak::upgrade)
+}
+
+/// The `RustHandler` of every id: translates and queues; a non-zero
+/// return makes ibcm destroy the id (a request nobody takes is rejected).
+fn on_cm_event(cm: &CmId, ev: &Event) -> i32 {
+    match ev.kind {
+        EventType::ReqReceived | EventType::SidrReqReceived => on_request(cm, ev),
+        _ => {
+            if let Some(id) = find(cm.c_ptr().cast()) {
+                on_event(&id, ev);
+            }
+            0
+        }
+    }
+}
+
+fn on_request(cm: &CmId, ev: &Event) -> i32 {
+    let Some(listener) = find(listen_id(ev).cast()) else {
+        return 1;
+    };
+    let Some(pd) = ev.private_data() else {
+        return 1;
+    };
+    let (hdr, user) = match IpHeader::parse(pd) {
+        Ok(v) => v,
+        Err(e) => {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): request without a valid rdma_cm header ({e}): rejected"
+            );
+            return 1;
+        }
+    };
+    let (ps, lport, lsrc, ctx, sync, lchannel, ldev) = {
+        let s = lock(&listener.st);
+        let Some(src) = s.src else { return 1 };
+        (
+            s.ps,
+            src.port(),
+            src.ip(),
+            listener.public().context,
+            s.sync,
+            s.channel.clone(),
+            s.dev.clone(),
+        )
+    };
+    // A listener on a specific address takes requests for that address only
+    // (kernel cma_match_private_data).
+    if !lsrc.is_unspecified() && lsrc != hdr.dst {
+        ibcm_log!(
+            DEBUG,
+            "librdmacm (ibcm): request for {} on a listener bound to {lsrc}: rejected",
+            hdr.dst
+        );
+        return 1;
+    }
+    let child_channel = if sync {
+        match Channel::new() {
+            Ok(c) => c,
+            Err(_) => return 1,
+        }
+    } else {
+        lchannel
+    };
+    let child = IdPriv::new(child_channel, sync, ps, qp_type_of(ps), ctx);
+    let ud = ev.kind == EventType::SidrReqReceived;
+    {
+        let mut s = lock(&child.st);
+        s.src = Some(SocketAddr::new(hdr.dst, lport));
+        s.dst = Some(SocketAddr::new(hdr.src, hdr.src_port));
+        s.dev = ldev.or_else(|| Some(cm.device().clone()));
+        s.cm = Some(cm.clone());
+        s.st = St::Request;
+        match &ev.param {
+            EventParam::Req(r) => {
+                s.port_num = r.port;
+                s.remote_qpn = r.remote_qpn;
+                s.peer_resources = (r.responder_resources, r.initiator_depth);
+                s.remote_ece = r.ece;
+                child.set_path(&mut s, r.primary_path);
+            }
+            EventParam::SidrReq(r) => {
+                s.port_num = r.port;
+                if let Ok(path) = cm.device().init_path(r.port as u32, gid_of(hdr.src)) {
+                    child.set_path(&mut s, path);
+                }
+            }
+            _ => return 1,
+        }
+        child.sync_public(&s);
+    }
+    lock(ids()).insert(child.public_ptr() as usize, child.clone());
+    register_cm(&child, cm);
+    let mut b = EventBox::new(&child, &listener, R::ConnectRequest as c_int, 0);
+    b.ev.listen_id = listener.public_ptr();
+    if ud {
+        b.set_private_data(user, cma::SIDR_REQ_USER_DATA, true);
+    } else {
+        b.set_private_data(user, cma::REQ_USER_DATA, false);
+        if let EventParam::Req(r) = &ev.param {
+            // SAFETY: writing the conn member of our own event.
+            unsafe {
+                let c = &mut b.ev.param.conn;
+                // ibcm's REQ event is already the receiver's view (as ib_cm's).
+                c.responder_resources = r.responder_resources;
+                c.initiator_depth = r.initiator_depth;
+                c.flow_control = r.flow_control;
+                c.retry_count = r.retry_count;
+                c.rnr_retry_count = r.rnr_retry_count;
+                c.srq = r.srq;
+                c.qp_num = r.remote_qpn;
+            }
+        }
+    }
+    if enqueue(&listener, b) {
+        0
+    } else {
+        // The listener is going away: the child goes with the request.
+        child.destroyed.store(true, Ordering::SeqCst);
+        lock(ids()).remove(&(child.public_ptr() as usize));
+        lock(by_cm()).remove(&(cm.c_ptr() as usize));
+        1
+    }
+}
+
+fn on_event(id: &Arc<IdPriv>, ev: &Event) {
+    let Some(m) = cma::map_event(ev) else { return };
+    let mut b = EventBox::new(id, id, m.kind as c_int, m.status);
+    let pd = ev.private_data().unwrap_or(&[]);
+    {
+        let mut s = lock(&id.st);
+        match (ev.kind, &ev.param) {
+            (EventType::RepReceived, EventParam::Rep(r)) => {
+                s.remote_qpn = r.remote_qpn;
+                s.remote_ece = r.ece;
+                s.st = St::ConnectResponse;
+                b.set_private_data(pd, m.private_data_len as usize, false);
+                // SAFETY: writing the conn member of our own event.
+                unsafe {
+                    let c = &mut b.ev.param.conn;
+                    c.responder_resources = r.responder_resources;
+                    c.initiator_depth = r.initiator_depth;
+                    c.flow_control = r.flow_control;
+                    c.rnr_retry_count = r.rnr_retry_count;
+                    c.srq = r.srq;
+                    c.qp_num = r.remote_qpn;
+                }
+            }
+            (EventType::RtuReceived | EventType::UserEstablished, _) => {
+                s.st = St::Connected;
+            }
+            (EventType::RejReceived, _) => {
+                s.st = St::Failed;
+                b.set_private_data(pd, m.private_data_len as usize, false);
+            }
+            (EventType::DreqReceived | EventType::DrepReceived | EventType::DreqError, _) => {
+                if ev.kind == EventType::DreqReceived {
+                    s.dreq_received = true;
+                }
+                if s.disconnected {
+                    return;
+                }
+                s.disconnected = true;
+                s.st = St::Disconnected;
+            }
+            (EventType::SidrRepReceived, EventParam::SidrRep(r)) => {
+                if r.status == 0 {
+                    s.st = St::Connected;
+                    b.set_private_data(pd, m.private_data_len as usize, true);
+                    let ah = s
+                        .path
+                        .map(|p| ah_from_path(&p, s.port_num))
+                        .unwrap_or_default();
+                    // SAFETY: writing the ud member of our own event.
+                    unsafe {
+                        let u = &mut b.ev.param.ud;
+                        u.ah_attr = ah;
+                        u.qp_num = r.qpn;
+                        u.qkey = r.qkey;
+                    }
+                } else {
+                    s.st = St::Failed;
+                }
+            }
+            (EventType::ReqError | EventType::RepError | EventType::SidrReqError, _) => {
+                s.st = St::Failed;
+            }
+            _ => {}
+        }
+    }
+    enqueue(id, b);
+}

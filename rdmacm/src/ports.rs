@@ -1,0 +1,223 @@
+//! rdma_cm's port spaces: which (port space, address, port) an id holds,
+//! ephemeral ports, `EADDRINUSE`, `RDMA_OPTION_ID_REUSEADDR`, `AFONLY`
+//! and privileged ports. The space is *virtual*: no host socket is bound
+//! on these numbers (perftest uses TCP 18515 and rdma_cm port 18515 at
+//! once). [`PortSpace`] is the seam: [`ProcessPorts`] is one process's
+//! space; a host-wide service can provide another implementation.
+
+use ibcm::api::Errno;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Mutex;
+
+/// One binding's facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding {
+    /// Unspecified = wildcard.
+    pub ip: IpAddr,
+    pub reuse: bool,
+    pub afonly: bool,
+    pub listening: bool,
+    /// Who holds it (the id's address).
+    pub owner: usize,
+}
+
+/// A port space implementation.
+pub trait PortSpace: Send + Sync {
+    /// Binds `b` to `port` of `ps` (0: an ephemeral port); the port.
+    fn bind(&self, ps: u16, port: u16, b: Binding) -> Result<u16, Errno>;
+    /// Marks `owner`'s binding as listening; `EADDRINUSE` when another
+    /// listener overlaps it.
+    fn listen(&self, ps: u16, port: u16, owner: usize) -> Result<(), Errno>;
+    /// Drops `owner`'s binding of `port`.
+    fn release(&self, ps: u16, port: u16, owner: usize);
+}
+
+pub const EADDRINUSE: Errno = Errno(libc::EADDRINUSE);
+pub const EACCES: Errno = Errno(libc::EACCES);
+
+/// `CAP_NET_BIND_SERVICE` (linux/capability.h).
+const CAP_NET_BIND_SERVICE: u32 = 10;
+
+/// Whether two bindings cover a common address.
+fn overlap(a: &Binding, b: &Binding) -> bool {
+    if a.ip.is_unspecified() || b.ip.is_unspecified() {
+        // A wildcard of one family covers the other unless AFONLY.
+        let same_family = a.ip.is_ipv4() == b.ip.is_ipv4();
+        return same_family || !(a.afonly || b.afonly);
+    }
+    a.ip == b.ip
+}
+
+/// Whether `new` may be bound beside `old` (kernel `cma_check_port`):
+/// overlapping bindings need REUSEADDR on both and no listener.
+fn compatible(old: &Binding, new: &Binding) -> bool {
+    !overlap(old, new) || (old.reuse && new.reuse && !old.listening)
+}
+
+/// The range ephemeral ports come from (`ip_local_port_range`).
+fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .filter(|(lo, hi)| lo <= hi && *lo > 0)
+        .unwrap_or((32768, 60999))
+}
+
+/// Whether the process may bind ports below 1024 (CAP_NET_BIND_SERVICE in
+/// the effective set).
+pub fn may_bind_privileged() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_NET_BIND_SERVICE) != 0)
+}
+
+/// One process's port spaces.
+#[derive(Default)]
+pub struct ProcessPorts {
+    map: Mutex<HashMap<(u16, u16), Vec<Binding>>>,
+}
+
+impl ProcessPorts {
+    fn random() -> u32 {
+        let mut v = 0u32;
+        // SAFETY: getrandom writes at most 4 bytes into `v`.
+        let n = unsafe { libc::getrandom((&raw mut v).cast(), 4, libc::GRND_NONBLOCK) };
+        if n != 4 {
+            v = std::process::id().wrapping_mul(2_654_435_761);
+        }
+        v
+    }
+}
+
+impl PortSpace for ProcessPorts {
+    fn bind(&self, ps: u16, port: u16, b: Binding) -> Result<u16, Errno> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if port != 0 {
+            if port < 1024 && !may_bind_privileged() {
+                return Err(EACCES);
+            }
+            let list = map.entry((ps, port)).or_default();
+            if list.iter().any(|o| !compatible(o, &b)) {
+                return Err(EADDRINUSE);
+            }
+            list.push(b);
+            return Ok(port);
+        }
+        let (lo, hi) = ephemeral_range();
+        let n = (hi - lo) as u32 + 1;
+        let start = Self::random() % n;
+        for k in 0..n {
+            let p = lo + ((start + k) % n) as u16;
+            let list = map.entry((ps, p)).or_default();
+            if list.is_empty() {
+                list.push(b);
+                return Ok(p);
+            }
+        }
+        Err(EADDRINUSE)
+    }
+
+    fn listen(&self, ps: u16, port: u16, owner: usize) -> Result<(), Errno> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        let list = map.get_mut(&(ps, port)).ok_or(Errno::EINVAL)?;
+        let me = *list
+            .iter()
+            .find(|b| b.owner == owner)
+            .ok_or(Errno::EINVAL)?;
+        if list
+            .iter()
+            .any(|o| o.owner != owner && overlap(o, &me) && (o.listening || !(o.reuse && me.reuse)))
+        {
+            return Err(EADDRINUSE);
+        }
+        for b in list.iter_mut().filter(|b| b.owner == owner) {
+            b.listening = true;
+        }
+        Ok(())
+    }
+
+    fn release(&self, ps: u16, port: u16, owner: usize) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(list) = map.get_mut(&(ps, port)) {
+            list.retain(|b| b.owner != owner);
+            if list.is_empty() {
+                map.remove(&(ps, port));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(ip: &str, reuse: bool, owner: usize) -> Binding {
+        Binding {
+            ip: ip.parse().unwrap(),
+            reuse,
+            afonly: false,
+            listening: false,
+            owner,
+        }
+    }
+
+    #[test]
+    fn conflicts_reuse_and_ephemeral() {
+        let ps = ProcessPorts::default();
+        assert_eq!(ps.bind(0x106, 7471, b("10.0.0.1", false, 1)), Ok(7471));
+        // Same address, or a wildcard over it: in use.
+        assert_eq!(
+            ps.bind(0x106, 7471, b("10.0.0.1", false, 2)),
+            Err(EADDRINUSE)
+        );
+        assert_eq!(
+            ps.bind(0x106, 7471, b("0.0.0.0", false, 2)),
+            Err(EADDRINUSE)
+        );
+        assert_eq!(ps.bind(0x106, 7471, b("::", false, 2)), Err(EADDRINUSE));
+        // Another address, another port space: free.
+        assert_eq!(ps.bind(0x106, 7471, b("10.0.0.2", false, 3)), Ok(7471));
+        assert_eq!(ps.bind(0x111, 7471, b("10.0.0.1", false, 4)), Ok(7471));
+        // REUSEADDR on both: allowed until one listens.
+        assert_eq!(ps.bind(0x106, 9000, b("10.0.0.1", true, 5)), Ok(9000));
+        assert_eq!(ps.bind(0x106, 9000, b("10.0.0.1", true, 6)), Ok(9000));
+        assert_eq!(ps.listen(0x106, 9000, 5), Ok(()));
+        assert_eq!(ps.listen(0x106, 9000, 6), Err(EADDRINUSE));
+        assert_eq!(
+            ps.bind(0x106, 9000, b("10.0.0.1", true, 7)),
+            Err(EADDRINUSE)
+        );
+        ps.release(0x106, 9000, 5);
+        assert_eq!(ps.listen(0x106, 9000, 6), Ok(()));
+        // Ephemeral ports are distinct and in the range.
+        let (lo, hi) = ephemeral_range();
+        let p1 = ps.bind(0x106, 0, b("10.0.0.1", false, 8)).unwrap();
+        let p2 = ps.bind(0x106, 0, b("10.0.0.1", false, 9)).unwrap();
+        assert_ne!(p1, p2);
+        assert!((lo..=hi).contains(&p1) && (lo..=hi).contains(&p2));
+        ps.release(0x106, 7471, 1);
+        assert_eq!(
+            ps.bind(0x106, 7471, b("0.0.0.0", false, 2)),
+            Err(EADDRINUSE)
+        );
+        ps.release(0x106, 7471, 3);
+        assert_eq!(ps.bind(0x106, 7471, b("0.0.0.0", false, 2)), Ok(7471));
+        // AFONLY keeps an IPv6 wildcard off IPv4.
+        let mut v6 = b("::", false, 10);
+        v6.afonly = true;
+        assert_eq!(ps.bind(0x106, 7000, b("10.0.0.1", false, 11)), Ok(7000));
+        assert_eq!(ps.bind(0x106, 7000, v6), Ok(7000));
+        if !may_bind_privileged() {
+            assert_eq!(ps.bind(0x106, 80, b("10.0.0.1", false, 12)), Err(EACCES));
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! QPs, SRQs, devices and multicast of the rdma_cm API: the parts that
+//! need a verbs device (`id->verbs`). Ids on a software device (`soft:`,
+//! see `select`) have none; these calls then fail as librdmacm fails
+//! without a device context: `EINVAL` (QP/SRQ on an id whose `verbs` is
+//! NULL), an empty device list, `EOPNOTSUPP` for multicast.
+
+use crate::abi::*;
+use crate::exports::guard;
+use crate::id::{self, IdPriv};
+use ibcm::api::Errno;
+use ibcm::log::DEBUG;
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+fn no_verbs(what: &str) -> Errno {
+    ibcm_log!(
+        DEBUG,
+        "librdmacm (ibcm): {what} needs a verbs device; this id has none (id->verbs is NULL: \
+         a soft device, CM only)"
+    );
+    Errno::EINVAL
+}
+
+/// `rdma_create_qp[_ex]`.
+pub fn create_qp(
+    id: &Arc<IdPriv>,
+    _pd: *mut c_void,
+    _attr: *mut IbvQpInitAttr,
+) -> Result<(), Errno> {
+    if !id.public().qp.is_null() {
+        return Err(Errno::EINVAL);
+    }
+    // No id of this build has a verbs context (software devices only).
+    Err(no_verbs("rdma_create_qp"))
+}
+
+/// `rdma_destroy_qp`: nothing to do on an id without a QP.
+pub fn destroy_qp(id: &Arc<IdPriv>) {
+    if !id.public().qp.is_null() {
+        ibcm_log!(
+            DEBUG,
+            "librdmacm (ibcm): rdma_destroy_qp: the QP was not created here; left alone"
+        );
+    }
+}
+
+/// `rdma_destroy_srq`: nothing to do on an id without an SRQ.
+pub fn destroy_srq(id: &Arc<IdPriv>) {
+    if !id.public().srq.is_null() {
+        ibcm_log!(
+            DEBUG,
+            "librdmacm (ibcm): rdma_destroy_srq: the SRQ was not created here; left alone"
+        );
+    }
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_create_qp(
+    id: *mut RdmaCmId,
+    pd: *mut c_void,
+    attr: *mut IbvQpInitAttr,
+) -> c_int {
+    guard("rdma_create_qp", || {
+        let id = id::lookup(id)?;
+        if attr.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        create_qp(&id, pd, attr)?;
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_create_qp_ex(id: *mut RdmaCmId, attr: *mut c_void) -> c_int {
+    guard("rdma_create_qp_ex", || {
+        let id = id::lookup(id)?;
+        if attr.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        if !id.public().qp.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        Err(no_verbs("rdma_create_qp_ex"))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_destroy_qp(id: *mut RdmaCmId) {
+    guard("rdma_destroy_qp", || {
+        destroy_qp(&id::lookup(id)?);
+        Ok(0)
+    });
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_create_srq(id: *mut RdmaCmId, _pd: *mut c_void, attr: *mut c_void) -> c_int {
+    guard("rdma_create_srq", || {
+        let id = id::lookup(id)?;
+        if attr.is_null() || !id.public().srq.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        Err(no_verbs("rdma_create_srq"))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_create_srq_ex(id: *mut RdmaCmId, attr: *mut c_void) -> c_int {
+    guard("rdma_create_srq_ex", || {
+        let id = id::lookup(id)?;
+        if attr.is_null() || !id.public().srq.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        Err(no_verbs("rdma_create_srq_ex"))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_destroy_srq(id: *mut RdmaCmId) {
+    guard("rdma_destroy_srq", || {
+        destroy_srq(&id::lookup(id)?);
+        Ok(0)
+    });
+}
+
+/// The verbs contexts this library uses: none on software devices (a
+/// NULL-terminated empty array, `*num_devices = 0`).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut c_void {
+    let list = unsafe { libc::calloc(1, std::mem::size_of::<*mut c_void>()) } as *mut *mut c_void;
+    if list.is_null() {
+        crate::exports::set_errno(libc::ENOMEM);
+        return std::ptr::null_mut();
+    }
+    if !num_devices.is_null() {
+        unsafe { *num_devices = 0 };
+    }
+    list
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut c_void) {
+    unsafe { libc::free(list.cast()) };
+}
+
+fn no_multicast(what: &str, id: *mut RdmaCmId) -> c_int {
+    guard(what, || {
+        id::lookup(id)?;
+        ibcm_log!(
+            DEBUG,
+            "librdmacm (ibcm): {what}: multicast is not supported"
+        );
+        Err(Errno(libc::EOPNOTSUPP))
+    })
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_join_multicast(
+    id: *mut RdmaCmId,
+    _addr: *mut libc::sockaddr,
+    _context: *mut c_void,
+) -> c_int {
+    no_multicast("rdma_join_multicast", id)
+}
+
+/// 1.1.
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_join_multicast_ex(
+    id: *mut RdmaCmId,
+    _attr: *mut c_void,
+    _context: *mut c_void,
+) -> c_int {
+    no_multicast("rdma_join_multicast_ex", id)
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn rdma_leave_multicast(id: *mut RdmaCmId, _addr: *mut libc::sockaddr) -> c_int {
+    no_multicast("rdma_leave_multicast", id)
+}
