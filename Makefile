@@ -255,3 +255,11 @@ interop-verbs:
 .PHONY: interop-rdmacm
 interop-rdmacm:
 	bash interop/rdmacm.sh
+
+# ibcm against the kernel CM on the same unmodified binaries (scripts/bench-kernel.sh,
+# docs/PERFORMANCE.md "ibcm vs the kernel CM"): cmtime -c N, rping -C 1, ib_write_bw -R and
+# ib_send_lat -R between two Soft-RoCE guests in every pairing, with ratios to kernel-kernel.
+# A measurement (root, qemu, minutes): not part of `make test` or CI.
+.PHONY: bench-kernel
+bench-kernel:
+	bash scripts/bench-kernel.sh $(BENCH_PAIRINGS)
