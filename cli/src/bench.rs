@@ -319,6 +319,8 @@ struct Report<'a> {
 struct UdpBaseline {
     exchanges_per_s: u64,
     exchange_us: Pct,
+    /// How the baseline's sockets batched (`baseline::Socket::batching`).
+    batching: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -706,6 +708,8 @@ fn serve_baseline(o: &Opts) -> Result<(), String> {
 
 struct BaseResult {
     rate: f64,
+    /// "gso+gro" … "mmsg": the requester socket's batching.
+    batching: &'static str,
     lat: Pct,
     /// Every exchange's round trip, ns (for `--svg`).
     lat_ns: Vec<u64>,
@@ -746,6 +750,7 @@ fn run_baseline(o: &Opts) -> Result<BaseResult, String> {
     }
     Ok(BaseResult {
         rate,
+        batching: sock.batching(),
         lat: pct(lat.clone()),
         lat_ns: lat,
     })
@@ -1347,6 +1352,7 @@ impl Results {
             udp_baseline: self.baseline.as_ref().map(|b| UdpBaseline {
                 exchanges_per_s: per_s(b.rate),
                 exchange_us: b.lat,
+                batching: b.batching,
             }),
             ratio_to_udp: self.ratio_to_udp(o),
         }
@@ -1392,8 +1398,8 @@ impl Results {
         );
         if let (Some(b), Some(r)) = (&self.baseline, self.ratio_to_udp(o)) {
             println!(
-                "  UDP baseline: {:.0} exchanges/s, p50 {:.1} µs -> ratio_to_udp rate {:.2}, p50 {:.2}",
-                b.rate, b.lat.p50, r.rate, r.p50
+                "  UDP baseline ({}): {:.0} exchanges/s, p50 {:.1} µs -> ratio_to_udp rate {:.2}, p50 {:.2}",
+                b.batching, b.rate, b.lat.p50, r.rate, r.p50
             );
         }
     }
