@@ -143,10 +143,12 @@ test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .
 
 # The verdict logic of the rdmacm matrix (interop/rdmacm/check.py) without a guest: the
 # capture cut at the guests' marks, the side-channel ICRC rewrite, the checks (with the real
-# `ibcm decode` on tests/vectors/rping.pcap) and the expectations summary.
+# `ibcm decode` on tests/vectors/rping.pcap) and the expectations summary; and the tables of
+# scripts/bench-kernel.sh (interop/bench/test_bench_kernel.py: cmtime rows, timings, ratios).
 .PHONY: test-interop
 test-interop: lib
 	python3 -m unittest discover -s interop/rdmacm -p 'test_*.py'
+	python3 -m unittest discover -s interop/bench -p 'test_*.py'
 
 # librdmacm.so.1: the crate's tests (ABI mirrors against <rdma/rdma_cma.h>,
 # port space, addrinfo), then the artifact's exports and loading by a

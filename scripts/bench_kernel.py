@@ -20,7 +20,9 @@ import time
 
 REF = "kernel-kernel"
 # cmtime v44: printf("%-13s: %11.2f%11.2f%11.2f%11.2f\n", step, total ms, max ms, min us, us/conn)
-CMTIME_ROW = re.compile(r"^([a-z][a-z ]*?)\s*:\s*(-?[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)\s*$")
+# (fields can run together: a step no connection finished prints min 1000000000.00)
+CMTIME_ROW = re.compile(r"^([a-z][a-z ]*?)\s*:((?:\s*-?\d+\.\d\d){4})\s*$")
+NUMBER = re.compile(r"-?\d+\.\d\d")
 # the client's output line that shows its connection is up (rping: its first ping came back;
 # perftest: it prints the peer's QP after the rdma_cm exchange), and its first result line
 CONNECTED = {
@@ -51,11 +53,17 @@ def parse_cmtime(text):
             continue
         m = CMTIME_ROW.match(line) if seen_header else None
         if m:
+            total_ms, max_ms, min_us, per_conn = (float(x) for x in NUMBER.findall(m.group(2)))
+            # cmtime starts every min at 999999999 us: still there, no connection finished the step
+            if min_us >= 999_999_999:
+                steps[m.group(1).strip()] = {"completed": False}
+                continue
             steps[m.group(1).strip()] = {
-                "total_ms": float(m.group(2)),
-                "max_ms": float(m.group(3)),
-                "min_us": float(m.group(4)),
-                "us_per_conn": float(m.group(5)),
+                "completed": True,
+                "total_ms": total_ms,
+                "max_ms": max_ms,
+                "min_us": min_us,
+                "us_per_conn": per_conn,
             }
     return steps
 
@@ -192,7 +200,11 @@ def render(data):
         for st in steps:
             row = [st]
             for p in pairs:
-                v = res[p].get("scenarios", {}).get(name, {}).get("steps", {}).get(st, {}).get("us_per_conn")
+                cell = res[p].get("scenarios", {}).get(name, {}).get("steps", {}).get(st, {})
+                if cell.get("completed") is False:
+                    row.append("none finished")
+                    continue
+                v = cell.get("us_per_conn")
                 rv = refsteps.get(st, {}).get("us_per_conn")
                 row.append(fmt(v, ratio(v, rv) if p != REF else None))
             md.append("| " + " | ".join(row) + " |")
