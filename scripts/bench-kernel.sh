@@ -18,6 +18,8 @@
 # usage: scripts/bench-kernel.sh [PAIRING...]       (default: all five, one after the other)
 # Environment:
 #   BENCH_N          cmtime connection counts (default "100 1000")
+#   BENCH_APPS       0: cmtime only (no rping / perftest)
+#   BENCH_BOUND      seconds one cmtime run may take (default 60 + N / 10)
 #   BENCH_LIB        the library under test (default target/rdmacm/librdmacm.so.1; `make rdmacm`
 #                    when absent)
 #   BENCH_IBCM_ENV   extra environment of the preloaded tools (IBCM_RDMACM_* switches)
@@ -60,9 +62,10 @@ scenarios() {
   local n st='bash $LAB_DIR/stamp.sh $LAB_DIR'
   for n in "${NS[@]}"; do
     # cmtime's server serves until stopped; the bound grows with N (TCG guests: ms per connection)
-    printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-$n" $((60 + n / 10)) \
+    printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-$n" "${BENCH_BOUND:-$((60 + n / 10))}" \
       "cmtime -b \$IP -c $n" "$st/cmtime-$n.ts cmtime -s \$PEER -c $n"
   done
+  [ "${BENCH_APPS:-1}" != 0 ] || return 0
   printf '%s\t%s\tlisten\t0\t%s\t%s\n' rping-C1 60 'rping -s -a $IP -C 1 -v' \
     "$st/rping-C1.ts rping -c -a \$PEER -C 1 -v"
   printf '%s\t%s\tlisten\t0\t%s\t%s\n' ib_write_bw 90 'ib_write_bw -R -d $DEV -n 200' \

@@ -23,6 +23,10 @@ REF = "kernel-kernel"
 # (fields can run together: a step no connection finished prints min 1000000000.00)
 CMTIME_ROW = re.compile(r"^([a-z][a-z ]*?)\s*:((?:\s*-?\d+\.\d\d){4})\s*$")
 NUMBER = re.compile(r"-?\d+\.\d\d")
+# cmtime's server serves until the driver stops it (SIGTERM: 143)
+SERVER_RC = {"143": "stopped (served to the end)", "139": "139 (SIGSEGV)", "137": "137 (SIGKILL)", "124": "124 (timed out)"}
+# cmtime's line for a connection that failed
+CM_EVENT = re.compile(r"^event: RDMA_CM_EVENT_(\w+), error: (-?\d+)", re.M)
 # the client's output line that shows its connection is up (rping: its first ping came back;
 # perftest: it prints the peer's QP after the rdma_cm exchange), and its first result line
 CONNECTED = {
@@ -122,6 +126,11 @@ def collect(out, pairing):
         if name.startswith("cmtime-"):
             s["n"] = int(name.split("-", 1)[1])
             s["steps"] = parse_cmtime(cli)
+            # the connections cmtime reported failing, by event and status
+            s["failed"] = {}
+            for m in CM_EVENT.finditer(cli):
+                key = f"{m.group(1)} {m.group(2)}"
+                s["failed"][key] = s["failed"].get(key, 0) + 1
         if s["client_rc"] != "0":
             # the tool's own last line (ibcm's log lines name ibcm)
             lines = [ln for ln in cli.splitlines() if ln.strip() and "ibcm" not in ln.lower()]
@@ -208,17 +217,41 @@ def render(data):
                 rv = refsteps.get(st, {}).get("us_per_conn")
                 row.append(fmt(v, ratio(v, rv) if p != REF else None))
             md.append("| " + " | ".join(row) + " |")
+        row = ["failed connections"]
+        for p in pairs:
+            s = res[p].get("scenarios", {}).get(name)
+            f = (s or {}).get("failed") or {}
+            row.append(", ".join(f"{v} {k}" for k, v in sorted(f.items())) or ("—" if s is None else "0"))
+        md.append("| " + " | ".join(row) + " |")
         row = ["client exit status"]
         for p in pairs:
             s = res[p].get("scenarios", {}).get(name)
-            row.append("—" if s is None else s["client_rc"] + (f": {s['error']}" if s.get("error") else ""))
+            rc = None if s is None else ("124 (stopped at the bound)" if s["client_rc"] == "124" else s["client_rc"])
+            row.append("—" if s is None else rc + (f": {s['error']}" if s.get("error") else ""))
         md.append("| " + " | ".join(row) + " |")
+        row = ["server exit status"]
+        for p in pairs:
+            s = res[p].get("scenarios", {}).get(name)
+            row.append("—" if s is None else SERVER_RC.get(s["server_rc"], s["server_rc"]))
+        md.append("| " + " | ".join(row) + " |")
+    apps = [n for n in ("rping-C1", "ib_write_bw", "ib_send_lat") if any(n in res[p].get("scenarios", {}) for p in pairs)]
+    if apps:
+        md += app_table(pairs, res, ref, apps)
+    notes = [(p, n, s["note"]) for p in pairs for n, s in res[p].get("scenarios", {}).items() if s.get("note")]
+    if notes:
+        md += ["", "Driver notes:", ""] + [f"* {p} {n}: {t}" for p, n, t in notes]
+    return "\n".join(md) + "\n"
+
+
+def app_table(pairs, res, ref, apps):
+    md = []
     md += ["", "## Applications: seconds from the client's start (measured outside it) to the line that shows "
            "its connection up, to its first result line, and to its exit", ""]
     md.append("| tool | " + " | ".join(pairs) + " |")
     md.append("|---|" + "---|" * len(pairs))
-    for name, label in (("rping-C1", "rping -C 1"), ("ib_write_bw", "ib_write_bw -R -n 200"),
-                        ("ib_send_lat", "ib_send_lat -R -n 200")):
+    labels = {"rping-C1": "rping -C 1", "ib_write_bw": "ib_write_bw -R -n 200", "ib_send_lat": "ib_send_lat -R -n 200"}
+    for name in apps:
+        label = labels[name]
         keys = [("connected_s", "connected"), ("exit_s", "exit")]
         if name in FIRST_RESULT:
             keys.insert(1, ("first_result_s", "first result"))
@@ -233,10 +266,7 @@ def render(data):
                     cell += f" rc={s['client_rc']}"
                 row.append(cell)
             md.append("| " + " | ".join(row) + " |")
-    notes = [(p, n, s["note"]) for p in pairs for n, s in res[p].get("scenarios", {}).items() if s.get("note")]
-    if notes:
-        md += ["", "Driver notes:", ""] + [f"* {p} {n}: {t}" for p, n, t in notes]
-    return "\n".join(md) + "\n"
+    return md
 
 
 def main():
