@@ -26,7 +26,7 @@ NUMBER = re.compile(r"-?\d+\.\d\d")
 # cmtime's server serves until the driver stops it (SIGTERM: 143)
 SERVER_RC = {"143": "stopped (served to the end)", "139": "139 (SIGSEGV)", "137": "137 (SIGKILL)", "124": "124 (timed out)"}
 # cmtime's line for a connection that failed
-CM_EVENT = re.compile(r"^event: RDMA_CM_EVENT_(\w+), error: (-?\d+)", re.M)
+CM_EVENT = re.compile(r"^(?:event: )?RDMA_CM_EVENT_(\w+), error: (-?\d+)", re.M)
 # the client's output line that shows its connection is up (rping: its first ping came back;
 # perftest: it prints the peer's QP after the rdma_cm exchange), and its first result line
 CONNECTED = {

@@ -13,6 +13,9 @@ import bench_kernel  # noqa: E402
 
 CMTIME = """creating id
 connecting
+event: RDMA_CM_EVENT_REJECTED, error: 28
+RDMA_CM_EVENT_ADDR_ERROR, error: -19
+event: RDMA_CM_EVENT_REJECTED, error: 28
 step              total ms     max ms     min us  us / conn
 create id    :        2.00       0.10       9.00      20.00
 resolve addr :      583.99     360.93     138.00     583.99
@@ -79,6 +82,8 @@ class Tables(unittest.TestCase):
         sc = data["results"]["kernel-ibcm"]["scenarios"]["cmtime-100"]
         self.assertEqual(sc["steps"]["create id"]["us_per_conn"], 10.0)
         self.assertEqual(data["results"]["kernel-ibcm"]["wall_s"], 120.5)
+        self.assertEqual(sc["failed"], {"REJECTED 28": 2, "ADDR_ERROR -19": 1})
+        self.assertIn("| failed connections | 1 ADDR_ERROR -19, 2 REJECTED 28 |", md)
 
 
 if __name__ == "__main__":
