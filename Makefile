@@ -3,8 +3,9 @@
 #   make demo            the main job (README): a CM demo on the software fabric
 #   make test            every test: Rust, man pages, C (ASan, valgrind, LD_PRELOAD), librdmacm.so.1, Python
 #   make rdmacm          target/rdmacm/librdmacm.so.1 (docs/RDMACM.md)
-#   make interop         ibcm against the Linux kernel CM in qemu guests, and on
-#                        real (Soft-RoCE) devices with real QPs (root)
+#   make interop         ibcm against the Linux kernel CM in qemu guests, on real
+#                        (Soft-RoCE) devices with real QPs, and the unmodified rdma_cm
+#                        tools on ibcm's librdmacm (root)
 #   make install PREFIX=/usr/local
 
 PREFIX     ?= /usr/local
@@ -69,7 +70,7 @@ demo: lib
 	./target/release/ibcm bench --baseline
 
 test: deps
-	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-rdmacm test-python test-service test-netns
+	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-rdmacm test-python test-service test-netns test-interop
 
 deps:
 	./scripts/deps.sh
@@ -148,6 +149,15 @@ test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .
 	$(VALGRIND) -q --error-exitcode=99 --trace-children=yes --leak-check=full --show-possibly-lost=no \
 		--errors-for-leak-kinds=definite $(BUILD)/c/cm_scenarios 127.0.0.8 127.0.0.9
 
+# The verdict logic of the rdmacm matrix (interop/rdmacm/check.py) without a guest: the
+# capture cut at the guests' marks, the side-channel ICRC rewrite, the checks (with the real
+# `ibcm decode` on tests/vectors/rping.pcap) and the expectations summary; and the tables of
+# scripts/bench-kernel.sh (interop/bench/test_bench_kernel.py: cmtime rows, timings, ratios).
+.PHONY: test-interop
+test-interop: lib
+	python3 -m unittest discover -s interop/rdmacm -p 'test_*.py'
+	python3 -m unittest discover -s interop/bench -p 'test_*.py'
+
 # librdmacm.so.1: the crate's tests (ABI mirrors against <rdma/rdma_cma.h>,
 # port space, addrinfo), then the artifact's exports and loading by a
 # -z now binary built against the system librdmacm (rdmacm/tests/exports.sh).
@@ -183,6 +193,7 @@ interop:
 	$(CARGO) build --release --bins
 	./interop/run.sh
 	bash interop/verbs.sh
+	bash interop/rdmacm.sh
 
 # Network faults between network namespaces (docs/RELIABILITY.md): needs
 # root and iproute2; prints "netns: SKIP: <reason>" and succeeds otherwise.
@@ -261,3 +272,19 @@ fuzz:
 .PHONY: interop-verbs
 interop-verbs:
 	bash interop/verbs.sh
+
+# The librdmacm drop-in proof (interop/rdmacm.sh, docs/INTEROP.md "The rdmacm matrix"): the
+# unmodified rdmacm-utils and perftest tools between two Soft-RoCE guests, kernel CM against
+# ibcm's librdmacm.so.1 (LD_PRELOAD) both ways and ibcm against itself over umad and over UDP.
+# The cells expected to pass are listed in interop/rdmacm-expect.
+.PHONY: interop-rdmacm
+interop-rdmacm:
+	bash interop/rdmacm.sh
+
+# ibcm against the kernel CM on the same unmodified binaries (scripts/bench-kernel.sh,
+# docs/PERFORMANCE.md "ibcm vs the kernel CM"): cmtime -c N, rping -C 1, ib_write_bw -R and
+# ib_send_lat -R between two Soft-RoCE guests in every pairing, with ratios to kernel-kernel.
+# A measurement (root, qemu, minutes): not part of `make test` or CI.
+.PHONY: bench-kernel
+bench-kernel:
+	bash scripts/bench-kernel.sh $(BENCH_PAIRINGS)

@@ -1,56 +1,268 @@
-//! The `--baseline` half of `ibcm bench`: the transport's own limit for the
-//! CM's message pattern. Two UDP sockets on the devices' addresses, tuned
-//! and batched exactly as the soft fabric's (8 MiB receive / 4 MiB send
-//! buffers, `recvmmsg`/`sendmmsg` in batches of 64, non-blocking with
-//! `poll`), exchange 3 datagrams of the RoCEv2 GSI payload size (280 bytes)
-//! per "connection" — request, response, confirmation, as REQ, REP and RTU
-//! — with the same number in flight, and the same threads: one responder
+//! The `--baseline` half of `ibcm bench`: the best the kernel's UDP path
+//! does for the CM's message pattern. Two UDP sockets on the devices'
+//! addresses (8 MiB receive / 4 MiB send buffers, non-blocking with `poll`)
+//! exchange 3 datagrams of the RoCEv2 GSI payload size (280 bytes) per
+//! "connection" — request, response, confirmation, as REQ, REP and RTU —
+//! with the same number in flight, and the same threads: one responder
 //! thread, and on the requesting side one thread starting exchanges and one
-//! receiving responses and confirming them. No parsing, no state, no timers: what
-//! is left is the cost of the sockets, which is the bound the CM is
+//! receiving responses and confirming them. No parsing, no state, no timers:
+//! what is left is the cost of the sockets, which is the bound the CM is
 //! measured against.
+//!
+//! Every datagram has the same size and a burst goes to one peer, which is
+//! what UDP segmentation offload is for: a burst of up to 64 datagrams is
+//! one `sendmsg` with `UDP_SEGMENT` (the kernel builds one GSO packet and
+//! splits it as late as it can; on loopback it reaches the receiver whole),
+//! and the receiving socket sets `UDP_GRO` so that such a packet is one
+//! `recvmmsg` entry whose segments are split here. A kernel without them
+//! (setsockopt or sendmsg failing with `ENOPROTOOPT`/`EINVAL`/`EIO`) gets
+//! the fabric's own batching, `sendmmsg`/`recvmmsg` of 64 single datagrams;
+//! `IBCM_BASELINE_BATCH=mmsg` forces that for a comparison.
 
-use ibcm::fabric::udp::{self, BATCH, RECV_BUF, setsockopt_int, sockaddr_of};
+use ibcm::fabric::udp::{self, BATCH, RECV_BUF, addr_of, setsockopt_int, sockaddr_of};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Datagram size: BTH + DETH + MAD + ICRC, as the fabric sends.
 pub const SIZE: usize = 280;
+/// Bytes one receive buffer holds with `UDP_GRO`: the largest UDP payload,
+/// so that no coalesced packet is truncated.
+const GRO_BUF: usize = 65_535;
+/// Receive buffers of one `recvmmsg` with `UDP_GRO` (each may hold dozens of
+/// datagrams).
+const GRO_MSGS: usize = 16;
 
-/// Binds a socket on `ip:port` with the fabric's options.
-pub fn bind(ip: IpAddr, port: u16) -> io::Result<UdpSocket> {
+/// A baseline socket and the batching its kernel allows.
+pub struct Socket {
+    sock: UdpSocket,
+    /// `sendmsg` with `UDP_SEGMENT` works (cleared at its first refusal).
+    gso: AtomicBool,
+    /// `UDP_GRO` is set: a received entry may hold several datagrams.
+    gro: bool,
+}
+
+impl Socket {
+    /// "gso+gro", "gso", "gro" or "mmsg": how this socket batches.
+    pub fn batching(&self) -> &'static str {
+        match (self.gso.load(Ordering::Relaxed), self.gro) {
+            (true, true) => "gso+gro",
+            (true, false) => "gso",
+            (false, true) => "gro",
+            (false, false) => "mmsg",
+        }
+    }
+}
+
+/// Binds a socket on `ip:port`, non-blocking, with the fabric's buffer
+/// sizes and, unless `IBCM_BASELINE_BATCH=mmsg`, `UDP_GRO` and `UDP_SEGMENT`.
+pub fn bind(ip: IpAddr, port: u16) -> io::Result<Socket> {
+    let offload = std::env::var("IBCM_BASELINE_BATCH").map_or(true, |v| v != "mmsg");
+    bind_with(ip, port, offload)
+}
+
+/// `bind`, with (`offload`) or without GSO/GRO.
+fn bind_with(ip: IpAddr, port: u16, offload: bool) -> io::Result<Socket> {
     let s = UdpSocket::bind(SocketAddr::new(ip, port))?;
     s.set_nonblocking(true)?;
     let fd = s.as_raw_fd();
     let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, udp::RCVBUF);
     let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, udp::SNDBUF);
-    Ok(s)
+    let gro = offload && setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok();
+    Ok(Socket {
+        sock: s,
+        gso: AtomicBool::new(offload),
+        gro,
+    })
 }
 
 /// Waits up to `ms` for the socket to become readable.
-pub fn readable(s: &UdpSocket, ms: i32) -> bool {
+fn readable(s: &Socket, ms: i32) -> bool {
     let mut p = libc::pollfd {
-        fd: s.as_raw_fd(),
+        fd: s.sock.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
     unsafe { libc::poll(&mut p, 1, ms) > 0 }
 }
 
-/// Receives up to `BATCH` datagrams without blocking: `(bytes, from)` each.
-pub fn recv_many(s: &UdpSocket, bufs: &mut [[u8; RECV_BUF]; BATCH]) -> Vec<(usize, SocketAddr)> {
-    let mut got = [(0, None); BATCH];
-    let n = udp::recv_mmsg(s.as_raw_fd(), bufs, &mut got).unwrap_or(0);
-    got[..n]
-        .iter()
-        .filter_map(|&(len, from)| Some((len, from?)))
-        .collect()
+/// Waits up to 10 ms for room in the send buffer.
+fn writable(s: &Socket) {
+    let mut p = libc::pollfd {
+        fd: s.sock.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    unsafe { libc::poll(&mut p, 1, 10) };
 }
 
-/// Sends every datagram, in batches, waiting for buffer room if needed.
-pub fn send_many(s: &UdpSocket, dgrams: &mut [([u8; SIZE], SocketAddr)]) {
+/// Receive buffers, sized for the socket's batching.
+pub struct Rx {
+    buf: Vec<u8>,
+    each: usize,
+    count: usize,
+    addrs: Vec<libc::sockaddr_storage>,
+    /// Per entry: received length, segment size (from `UDP_GRO`, else the length).
+    got: Vec<(usize, usize)>,
+    ctrl: Vec<u64>,
+}
+
+/// Control bytes per entry: one `cmsghdr` carrying an `int`, aligned.
+const CTRL_WORDS: usize = 4;
+
+impl Rx {
+    pub fn new(s: &Socket) -> Rx {
+        let (each, count) = if s.gro {
+            (GRO_BUF, GRO_MSGS)
+        } else {
+            (RECV_BUF, BATCH)
+        };
+        Rx {
+            buf: vec![0; each * count],
+            each,
+            count,
+            addrs: vec![unsafe { std::mem::zeroed() }; count],
+            got: vec![(0, 0); count],
+            ctrl: vec![0; CTRL_WORDS * count],
+        }
+    }
+
+    /// One non-blocking `recvmmsg`: every datagram that arrived (a GRO
+    /// entry split into its segments) with its sender.
+    pub fn recv(&mut self, s: &Socket) -> Vec<(&[u8], SocketAddr)> {
+        let mut iovs: Vec<libc::iovec> = self
+            .buf
+            .chunks_mut(self.each)
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = (0..self.count)
+            .map(|i| {
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
+                m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+                m.msg_hdr.msg_iov = &mut iovs[i];
+                m.msg_hdr.msg_iovlen = 1;
+                if s.gro {
+                    m.msg_hdr.msg_control =
+                        self.ctrl[i * CTRL_WORDS..].as_mut_ptr() as *mut libc::c_void;
+                    m.msg_hdr.msg_controllen = CTRL_WORDS * 8;
+                }
+                m
+            })
+            .collect();
+        let n = unsafe {
+            libc::recvmmsg(
+                s.sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                self.count as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        let n = if n < 0 { 0 } else { n as usize };
+        for (i, m) in msgs.iter().enumerate().take(n) {
+            let len = (m.msg_len as usize).min(self.each);
+            self.got[i] = (len, gro_segment(&m.msg_hdr).unwrap_or(len).max(1));
+        }
+        let mut out = Vec::with_capacity(n);
+        for i in 0..n {
+            let Some(from) = addr_of(&self.addrs[i]) else {
+                continue;
+            };
+            let (len, seg) = self.got[i];
+            let entry = &self.buf[i * self.each..i * self.each + len];
+            out.extend(entry.chunks(seg).map(|d| (d, from)));
+        }
+        out
+    }
+}
+
+/// The segment size a `UDP_GRO` control message reports, if any.
+fn gro_segment(h: &libc::msghdr) -> Option<usize> {
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(h) };
+    while !c.is_null() {
+        let cm = unsafe { &*c };
+        if cm.cmsg_level == libc::SOL_UDP && cm.cmsg_type == libc::UDP_GRO {
+            let v = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const libc::c_int) };
+            return usize::try_from(v).ok().filter(|&v| v > 0);
+        }
+        c = unsafe { libc::CMSG_NXTHDR(h, c) };
+    }
+    None
+}
+
+/// Sends every datagram, waiting for buffer room if needed: bursts to one
+/// peer as GSO packets of up to `BATCH` segments, or (without GSO) with
+/// `sendmmsg` in batches of `BATCH`.
+pub fn send_many(s: &Socket, dgrams: &mut [([u8; SIZE], SocketAddr)]) {
+    let mut i = 0;
+    while i < dgrams.len() {
+        if !s.gso.load(Ordering::Relaxed) {
+            send_mmsg(s, &mut dgrams[i..]);
+            return;
+        }
+        let to = dgrams[i].1;
+        let run = dgrams[i..]
+            .iter()
+            .take(BATCH)
+            .take_while(|(_, a)| *a == to)
+            .count();
+        if send_gso(s, &mut dgrams[i..i + run]) {
+            i += run;
+        }
+    }
+}
+
+/// One GSO `sendmsg` of `dgrams` (same peer, at most `BATCH`). False when
+/// the kernel refused GSO (then `s.gso` is cleared and nothing was sent).
+fn send_gso(s: &Socket, dgrams: &mut [([u8; SIZE], SocketAddr)]) -> bool {
+    let (mut addr, alen) = sockaddr_of(&dgrams[0].1);
+    let mut iovs: Vec<libc::iovec> = dgrams
+        .iter_mut()
+        .map(|(d, _)| libc::iovec {
+            iov_base: d.as_mut_ptr() as *mut libc::c_void,
+            iov_len: SIZE,
+        })
+        .collect();
+    let mut ctrl = [0u64; CTRL_WORDS];
+    let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+    h.msg_name = &mut addr as *mut _ as *mut libc::c_void;
+    h.msg_namelen = alen;
+    h.msg_iov = iovs.as_mut_ptr();
+    h.msg_iovlen = iovs.len();
+    if dgrams.len() > 1 {
+        h.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+        h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&h);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = libc::UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(2) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut u16, SIZE as u16);
+        }
+    }
+    for _ in 0..1000 {
+        if unsafe { libc::sendmsg(s.sock.as_raw_fd(), &h, 0) } >= 0 {
+            return true;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => writable(s),
+            _ => {
+                s.gso.store(false, Ordering::Relaxed);
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// `sendmmsg` of every datagram in batches of `BATCH`.
+fn send_mmsg(s: &Socket, dgrams: &mut [([u8; SIZE], SocketAddr)]) {
     for chunk in dgrams.chunks_mut(BATCH) {
         let mut addrs: Vec<_> = chunk.iter().map(|(_, a)| sockaddr_of(a)).collect();
         let mut iovs: Vec<libc::iovec> = chunk
@@ -75,7 +287,7 @@ pub fn send_many(s: &UdpSocket, dgrams: &mut [([u8; SIZE], SocketAddr)]) {
         while done < msgs.len() && spins < 1000 {
             let r = unsafe {
                 libc::sendmmsg(
-                    s.as_raw_fd(),
+                    s.sock.as_raw_fd(),
                     msgs[done..].as_mut_ptr(),
                     (msgs.len() - done) as u32,
                     0,
@@ -85,12 +297,7 @@ pub fn send_many(s: &UdpSocket, dgrams: &mut [([u8; SIZE], SocketAddr)]) {
                 done += r as usize;
             } else {
                 spins += 1;
-                let mut p = libc::pollfd {
-                    fd: s.as_raw_fd(),
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                unsafe { libc::poll(&mut p, 1, 10) };
+                writable(s);
             }
         }
     }
@@ -98,25 +305,25 @@ pub fn send_many(s: &UdpSocket, dgrams: &mut [([u8; SIZE], SocketAddr)]) {
 
 /// The responder: answers kind 1 with kind 2 (same bytes), ignores kind 3,
 /// until `stop()` says so.
-pub fn serve(sock: &UdpSocket, stop: impl Fn() -> bool) {
-    let mut bufs = Box::new([[0u8; RECV_BUF]; BATCH]);
+pub fn serve(sock: &Socket, stop: impl Fn() -> bool) {
+    let mut rx = Rx::new(sock);
     let mut out = Vec::with_capacity(BATCH);
     while !stop() {
         if !readable(sock, 200) {
             continue;
         }
         loop {
-            let got = recv_many(sock, &mut bufs);
+            let got = rx.recv(sock);
             if got.is_empty() {
                 break;
             }
             out.clear();
-            for (i, (n, from)) in got.iter().enumerate() {
-                if *n == SIZE && bufs[i][0] == 1 {
+            for (b, from) in got {
+                if b.len() == SIZE && b[0] == 1 {
                     let mut d = [0u8; SIZE];
-                    d.copy_from_slice(&bufs[i][..SIZE]);
+                    d.copy_from_slice(b);
                     d[0] = 2;
-                    out.push((d, *from));
+                    out.push((d, from));
                 }
             }
             send_many(sock, &mut out);
@@ -132,7 +339,7 @@ pub fn serve(sock: &UdpSocket, stop: impl Fn() -> bool) {
 /// thread sends requests in bursts of every free window slot; a receiver
 /// thread takes responses, sends the confirmations and frees the slots.
 pub fn run(
-    sock: &UdpSocket,
+    sock: &Socket,
     to: SocketAddr,
     n: usize,
     window: usize,
@@ -156,7 +363,7 @@ pub fn run(
     let (done, lat) = std::thread::scope(|s| {
         let rx = s.spawn(|| {
             let mut lat = Vec::with_capacity(n);
-            let mut bufs = Box::new([[0u8; RECV_BUF]; BATCH]);
+            let mut rx = Rx::new(sock);
             let mut out: Vec<([u8; SIZE], SocketAddr)> = Vec::with_capacity(BATCH);
             let mut done = 0usize;
             while done < n && Instant::now() < deadline {
@@ -172,9 +379,8 @@ pub fn run(
                     continue;
                 }
                 out.clear();
-                for (k, (len, _)) in recv_many(sock, &mut bufs).into_iter().enumerate() {
-                    let b = &bufs[k];
-                    if len != SIZE || b[0] != 2 {
+                for (b, _) in rx.recv(sock) {
+                    if b.len() != SIZE || b[0] != 2 {
                         continue;
                     }
                     let i = u64::from_le_bytes(b[1..9].try_into().unwrap()) as usize;
@@ -222,4 +428,54 @@ pub fn run(
         rx.join().unwrap()
     });
     (done as f64 / start.elapsed().as_secs_f64(), lat)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 150 datagrams (bursts of 64, 64, 22) from one socket to another,
+    /// each numbered: all arrive once, whole and in order, whichever batching.
+    fn exchange(offload: bool, a: [u8; 4], b: [u8; 4]) -> &'static str {
+        let tx = bind_with(IpAddr::from(a), 0, offload).unwrap();
+        let rx_sock = bind_with(IpAddr::from(b), 0, offload).unwrap();
+        let to = rx_sock.sock.local_addr().unwrap();
+        let mut out: Vec<([u8; SIZE], SocketAddr)> = (0..150u32)
+            .map(|i| {
+                let mut d = [0u8; SIZE];
+                d[0] = 1;
+                d[1..5].copy_from_slice(&i.to_le_bytes());
+                d[SIZE - 1] = 0xee;
+                (d, to)
+            })
+            .collect();
+        send_many(&tx, &mut out);
+        let mut rx = Rx::new(&rx_sock);
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while seen.len() < 150 && Instant::now() < deadline {
+            if !readable(&rx_sock, 100) {
+                continue;
+            }
+            for (d, from) in rx.recv(&rx_sock) {
+                assert_eq!(d.len(), SIZE);
+                assert_eq!(d[SIZE - 1], 0xee);
+                assert_eq!(from, tx.sock.local_addr().unwrap());
+                seen.push(u32::from_le_bytes(d[1..5].try_into().unwrap()));
+            }
+        }
+        assert_eq!(seen, (0..150).collect::<Vec<_>>());
+        tx.batching()
+    }
+
+    #[test]
+    fn gso_gro_batches_split_into_datagrams() {
+        // Linux ≥ 4.18 (GSO) / 5.0 (GRO): this machine's kernel has both.
+        assert_eq!(exchange(true, [127, 0, 91, 1], [127, 0, 91, 2]), "gso+gro");
+    }
+
+    #[test]
+    fn mmsg_fallback_delivers_the_same() {
+        assert_eq!(exchange(false, [127, 0, 91, 3], [127, 0, 91, 4]), "mmsg");
+    }
 }

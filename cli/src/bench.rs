@@ -335,6 +335,8 @@ struct Report<'a> {
 struct UdpBaseline {
     exchanges_per_s: u64,
     exchange_us: Pct,
+    /// How the baseline's sockets batched (`baseline::Socket::batching`).
+    batching: &'static str,
 }
 
 #[derive(Debug, Serialize)]
@@ -733,6 +735,8 @@ fn serve_baseline(o: &Opts) -> Result<(), String> {
 
 struct BaseResult {
     rate: f64,
+    /// "gso+gro" … "mmsg": the requester socket's batching.
+    batching: &'static str,
     lat: Pct,
     /// Every exchange's round trip, ns (for `--svg`).
     lat_ns: Vec<u64>,
@@ -773,6 +777,7 @@ fn run_baseline(o: &Opts) -> Result<BaseResult, String> {
     }
     Ok(BaseResult {
         rate,
+        batching: sock.batching(),
         lat: pct(lat.clone()),
         lat_ns: lat,
     })
@@ -1374,6 +1379,7 @@ impl Results {
             udp_baseline: self.baseline.as_ref().map(|b| UdpBaseline {
                 exchanges_per_s: per_s(b.rate),
                 exchange_us: b.lat,
+                batching: b.batching,
             }),
             ratio_to_udp: self.ratio_to_udp(o),
         }
@@ -1419,8 +1425,8 @@ impl Results {
         );
         if let (Some(b), Some(r)) = (&self.baseline, self.ratio_to_udp(o)) {
             println!(
-                "  UDP baseline: {:.0} exchanges/s, p50 {:.1} µs -> ratio_to_udp rate {:.2}, p50 {:.2}",
-                b.rate, b.lat.p50, r.rate, r.p50
+                "  UDP baseline ({}): {:.0} exchanges/s, p50 {:.1} µs -> ratio_to_udp rate {:.2}, p50 {:.2}",
+                b.batching, b.rate, b.lat.p50, r.rate, r.p50
             );
         }
     }

@@ -55,8 +55,16 @@ fn compatible(old: &Binding, new: &Binding) -> bool {
     !overlap(old, new) || (old.reuse && new.reuse && !old.listening)
 }
 
-/// The range ephemeral ports come from (`ip_local_port_range`).
+/// The range ephemeral ports come from (`ip_local_port_range`), read once
+/// per process: every `rdma_resolve_addr` without a source binds an
+/// ephemeral port, and reading the sysctl each time cost four system calls
+/// per id (`cmtime` on the host, `strace -c`).
 fn ephemeral_range() -> (u16, u16) {
+    static RANGE: std::sync::OnceLock<(u16, u16)> = std::sync::OnceLock::new();
+    *RANGE.get_or_init(read_ephemeral_range)
+}
+
+fn read_ephemeral_range() -> (u16, u16) {
     std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| {

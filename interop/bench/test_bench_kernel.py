@@ -1,0 +1,90 @@
+"""Unit tests of scripts/bench_kernel.py (the tables of scripts/bench-kernel.sh), without a guest:
+cmtime's table as Debian 12's cmtime prints it, stamp.sh's timings, ratios to kernel-kernel."""
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+import bench_kernel  # noqa: E402
+
+CMTIME = """creating id
+connecting
+event: RDMA_CM_EVENT_REJECTED, error: 28
+RDMA_CM_EVENT_ADDR_ERROR, error: -19
+event: RDMA_CM_EVENT_REJECTED, error: 28
+step              total ms     max ms     min us  us / conn
+create id    :        2.00       0.10       9.00      20.00
+resolve addr :      583.99     360.93     138.00     583.99
+create qp    :        0.43       0.001000000000.00      86.20
+connect      :    11466.49   10984.41  381119.00   11466.49
+"""
+
+
+def pairing_dir(root, name, cmtime_out, stamps):
+    run = os.path.join(root, "runs", name)
+    os.makedirs(run)
+    with open(os.path.join(run, "scenarios.run"), "w") as f:
+        f.write("cmtime-100\t70\tlisten\t1\ts\tc\nrping-C1\t60\tlisten\t0\ts\tc\n")
+    files = {
+        "cmtime-100.cli.out": cmtime_out, "cmtime-100.cli.rc": "0\n", "cmtime-100.srv.rc": "143\n",
+        "rping-C1.cli.out": "ping data: rdma-ping-0\n", "rping-C1.cli.rc": "0\n", "rping-C1.srv.rc": "0\n",
+        "rping-C1.ts": stamps, "host.before": " 12:00 up 1 day, load average: 1.00, 2.00, 3.00\nmodel name : x\n",
+        "pair.log": "wall: 120.5 s (both guests)\n",
+    }
+    for k, v in files.items():
+        with open(os.path.join(run, k), "w") as f:
+            f.write(v)
+
+
+class Parse(unittest.TestCase):
+    def test_cmtime_rows(self):
+        st = bench_kernel.parse_cmtime(CMTIME)
+        self.assertEqual(st["create id"]["us_per_conn"], 20.0)
+        self.assertEqual(st["connect"]["total_ms"], 11466.49)
+        self.assertEqual(st["resolve addr"]["min_us"], 138.0)
+        # the fields of a step nobody finished run together: still read, marked
+        self.assertEqual(st["create qp"], {"completed": False})
+        self.assertEqual(len(st), 4)
+
+    def test_no_table_before_the_header(self):
+        self.assertEqual(bench_kernel.parse_cmtime("connect      :  1.00 2.00 3.00 4.00\n"), {})
+
+    def test_stamps(self):
+        text = "100.0 @start\n100.5 local address\n100.75 ping data: x\n101.0 ping data: y\n102.0 @exit 3\n"
+        first, total, rc = bench_kernel.parse_stamps(text, bench_kernel.CONNECTED["rping-C1"])
+        self.assertAlmostEqual(first, 0.75)
+        self.assertAlmostEqual(total, 2.0)
+        self.assertEqual(rc, "3")
+        self.assertEqual(bench_kernel.parse_stamps("", None), (None, None, None))
+
+
+class Tables(unittest.TestCase):
+    def test_ratios_to_kernel(self):
+        with tempfile.TemporaryDirectory() as root:
+            pairing_dir(root, "kernel-kernel", CMTIME, "10.0 @start\n10.4 ping data: a\n10.5 @exit 0\n")
+            half = CMTIME.replace("      20.00\n", "      10.00\n")
+            pairing_dir(root, "kernel-ibcm", half, "20.0 @start\n20.1 ping data: a\n20.3 @exit 0\n")
+            sys.argv = ["bench_kernel.py", root, "kernel-kernel", "kernel-ibcm"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                bench_kernel.main()
+            with open(os.path.join(root, "bench-kernel.md")) as f:
+                md = f.read()
+            with open(os.path.join(root, "bench-kernel.json")) as f:
+                data = json.load(f)
+        self.assertIn("| create id | 20.0 | 10.0 (×0.50) |", md)
+        self.assertIn("| create qp | none finished | none finished |", md)
+        self.assertIn("| rping -C 1: connected | 0.40 | 0.10 (×0.25) |", md)
+        self.assertIn("* kernel-ibcm: 1.00, 2.00, 3.00", md)
+        sc = data["results"]["kernel-ibcm"]["scenarios"]["cmtime-100"]
+        self.assertEqual(sc["steps"]["create id"]["us_per_conn"], 10.0)
+        self.assertEqual(data["results"]["kernel-ibcm"]["wall_s"], 120.5)
+        self.assertEqual(sc["failed"], {"REJECTED 28": 2, "ADDR_ERROR -19": 1})
+        self.assertIn("| failed connections | 1 ADDR_ERROR -19, 2 REJECTED 28 |", md)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,117 @@
+#!/bin/bash
+# scripts/bench-kernel.sh - ibcm against the kernel CM on the same unmodified binaries, in one run
+# (docs/PERFORMANCE.md, "ibcm vs the kernel CM"; `make bench-kernel`). A measurement, not a test:
+# it is not part of `make test` or CI.
+#
+# Two Soft-RoCE qemu guests (interop/verbs/run-pair.sh), guest A the server, guest B the client,
+# in the pairings of the rdmacm matrix (interop/rdmacm.sh, whose guest driver
+# interop/rdmacm/guest.sh runs the tools here too):
+#   kernel-kernel   kernel CM on both (the reference every ratio is taken to)
+#   kernel-ibcm     A kernel CM, B ibcm's librdmacm.so.1 preloaded (CM over ib_umad)
+#   ibcm-kernel     the reverse
+#   ibcm-ibcm-umad  both preloaded, no kernel CM module on either guest
+#   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (ibcm's UDP side channel)
+# In each: Debian 12's `cmtime -c N` for every N of BENCH_N (its own per-step times), `rping -C 1`,
+# `ib_write_bw -R` and `ib_send_lat -R`, the clients timed from outside by interop/bench/stamp.sh
+# (process start -> first result line, and -> exit).
+#
+# usage: scripts/bench-kernel.sh [PAIRING...]       (default: all five, one after the other)
+# Environment:
+#   BENCH_N          cmtime connection counts (default "100 1000")
+#   BENCH_APPS       0: cmtime only (no rping / perftest)
+#   BENCH_BOUND      seconds one cmtime run may take (default 60 + N / 10)
+#   BENCH_LIB        the library under test (default target/rdmacm/librdmacm.so.1; `make rdmacm`
+#                    when absent)
+#   BENCH_IBCM_ENV   extra environment of the preloaded tools (IBCM_RDMACM_* switches)
+#   IBCM_LOG_LEVEL   IBCM_LOG of the preloaded tools (default info: the listener's readiness line
+#                    is looked for with LISTEN_RE in the server's log)
+#   BENCH_OUT        output directory (default build/bench-kernel)
+# Output: BENCH_OUT/bench-kernel.md (printed) and bench-kernel.json; BENCH_OUT/runs/PAIRING/ holds
+# every tool's output. Needs root (qemu, apt). Exit status 0 iff the kernel-kernel reference ran.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="${BENCH_OUT:-$ROOT/build/bench-kernel}"
+CACHE="$ROOT/build/interop-verbs/cache"
+NOCM=rdma_rxe,ib_uverbs,ib_umad
+WITHCM=rdma_rxe,ib_uverbs,ib_umad,rdma_ucm
+ALL="kernel-kernel kernel-ibcm ibcm-kernel ibcm-ibcm-umad ibcm-ibcm-udp"
+read -r -a NS <<< "${BENCH_N:-100 1000}"
+say() { echo "[bench-kernel] $*"; }
+
+PAIRS=("$@"); [ ${#PAIRS[@]} -gt 0 ] || read -r -a PAIRS <<< "$ALL"
+for p in "${PAIRS[@]}"; do
+  case " $ALL " in *" $p "*) ;; *) echo "unknown pairing $p (one of: $ALL)" >&2; exit 2 ;; esac
+done
+for n in "${NS[@]}"; do
+  [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_N: $n is not a connection count" >&2; exit 2; }
+done
+if [ "$(id -u)" != 0 ]; then echo "bench-kernel: needs root (qemu guests, apt)" >&2; exit 2; fi
+mkdir -p "$OUT/runs"
+
+LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/build.sh"
+LIB="${BENCH_LIB:-$ROOT/target/rdmacm/librdmacm.so.1}"
+if [ ! -f "$LIB" ] && [ -z "${BENCH_LIB:-}" ]; then
+  for p in "${PAIRS[@]}"; do
+    if [ "$p" != kernel-kernel ]; then make -s -C "$ROOT" rdmacm; break; fi
+  done
+fi
+
+# the scenarios of one pairing, in the guest driver's format: NAME TIMEOUT READY STOP SERVER CLIENT
+# (TAB-separated); clients run under stamp.sh, which writes $LAB_DIR/NAME.ts
+scenarios() {
+  local n st='bash $LAB_DIR/stamp.sh $LAB_DIR'
+  for n in "${NS[@]}"; do
+    # cmtime's server serves until stopped; the bound grows with N (TCG guests: ms per connection)
+    printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-$n" "${BENCH_BOUND:-$((60 + n / 10))}" \
+      "cmtime -b \$IP -c $n" "$st/cmtime-$n.ts cmtime -s \$PEER -c $n"
+  done
+  [ "${BENCH_APPS:-1}" != 0 ] || return 0
+  printf '%s\t%s\tlisten\t0\t%s\t%s\n' rping-C1 60 'rping -s -a $IP -C 1 -v' \
+    "$st/rping-C1.ts rping -c -a \$PEER -C 1 -v"
+  printf '%s\t%s\tlisten\t0\t%s\t%s\n' ib_write_bw 90 'ib_write_bw -R -d $DEV -n 200' \
+    "$st/ib_write_bw.ts ib_write_bw -R -d \$DEV -n 200 \$PEER"
+  printf '%s\t%s\tlisten\t0\t%s\t%s\n' ib_send_lat 90 'ib_send_lat -R -d $DEV -n 200' \
+    "$st/ib_send_lat.ts ib_send_lat -R -d \$DEV -n 200 \$PEER"
+}
+
+pairing() { # pairing NAME MODS_A MODS_B PRELOAD_A PRELOAD_B
+  local p=$1 ma=$2 mb=$3 pa=$4 pb=$5 run="$OUT/runs/$1" total a b t1
+  rm -rf "$run"; mkdir -p "$run/lib"
+  scenarios > "$run/scenarios.run"
+  total=$(awk -F'\t' '{s += $2 + 20} END {print s + 30}' "$run/scenarios.run")
+  if [ "$pa$pb" != 00 ]; then
+    if [ ! -f "$LIB" ]; then echo "no library at $LIB" > "$run/skipped"; say "$p: skipped (no $LIB)"; return 0; fi
+    cp -L "$LIB" "$run/lib/librdmacm.so.1"
+  fi
+  cp "$ROOT/interop/rdmacm/guest.sh" "$ROOT/interop/bench/stamp.sh" "$run/"
+  {
+    echo "PRELOAD_A=$pa"; echo "PRELOAD_B=$pb"
+    printf 'IBCM_ENV=%q\n' "${BENCH_IBCM_ENV:-}"
+    printf 'IBCM_LOG_LEVEL=%q\n' "${IBCM_LOG_LEVEL:-info}"
+    printf 'LISTEN_RE=%q\n' "${BENCH_LISTEN_RE:-listen}"
+    echo "READY_WAIT=${BENCH_READY_WAIT:-10}"
+  } > "$run/pairing.env"
+  a="$([ "$ma" = "$NOCM" ] && echo '[ ! -d /sys/module/ib_cm ]' || echo '[ -d /sys/module/ib_cm ]') || { echo 'PAIRING: wrong kernel CM state'; exit 1; }
+. \$LAB_DIR/guest.sh; rdmacm_guest server"
+  b="$([ "$mb" = "$NOCM" ] && echo '[ ! -d /sys/module/ib_cm ]' || echo '[ -d /sys/module/ib_cm ]') || { echo 'PAIRING: wrong kernel CM state'; exit 1; }
+. \$LAB_DIR/guest.sh; rdmacm_guest client"
+  say "=== $p: guest A ${ma//,/ } (preload $pa), guest B ${mb//,/ } (preload $pb); bound $total s"
+  t1=$(date +%s)
+  { uptime; grep -m1 'model name' /proc/cpuinfo; } > "$run/host.before"
+  LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/run-pair.sh" -q -t "$total" -a "$ma" -b "$mb" \
+    -o "$run" "$a" "$b" > "$run/pair.log" 2>&1 || true
+  uptime > "$run/host.after"
+  grep -E '^(guest [AB]: rc|wall:|qemu timed out)' "$run/pair.log" | sed 's/^/  /' || true
+  say "$p: $(( $(date +%s) - t1 )) s"
+}
+
+for p in "${PAIRS[@]}"; do
+  case $p in
+    kernel-kernel)  pairing "$p" "$WITHCM" "$WITHCM" 0 0 ;;
+    kernel-ibcm)    pairing "$p" "$WITHCM" "$NOCM" 0 1 ;;
+    ibcm-kernel)    pairing "$p" "$NOCM" "$WITHCM" 1 0 ;;
+    ibcm-ibcm-umad) pairing "$p" "$NOCM" "$NOCM" 1 1 ;;
+    ibcm-ibcm-udp)  pairing "$p" "$WITHCM" "$WITHCM" 1 1 ;;
+  esac
+done
+python3 "$ROOT/scripts/bench_kernel.py" "$OUT" "${PAIRS[@]}"
