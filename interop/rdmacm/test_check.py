@@ -135,6 +135,10 @@ class Capture(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(self.dir, "out", "p", "s.decode.txt")))
         r = self.run_dir(line.replace("1:REQ REP RTU DREQ DREP", "1:REQ REJ"), srv, "ping data: 1\n")
         self.assertEqual(r["reasons"], ["capture: message sequence 'REQ REP RTU DREQ DREP', expected /REQ REJ/"])
+        r = self.run_dir(line + " | REQ.primary_local_ack_timeout=19 && REP.srq=false", srv, "ping data: 1\n")
+        self.assertEqual(r["verdict"], "PASS", r)
+        r = self.run_dir(line + " | REQ.primary_local_ack_timeout=17", srv, "ping data: 1\n")
+        self.assertRegex(r["reasons"][0], r"^capture: REQ frame \d+: primary_local_ack_timeout = 19, expected 17$")
         r = self.run_dir(line.replace("| >=20", "| =0"), srv, "ping data: 1\n")
         self.assertRegex(r["reasons"][0], r"^capture: \d+ data packet\(s\), expected =0$")
         r = self.run_dir(line, srv, "ping data: 1\nconnect error -1\n", cli_rc="255")
@@ -165,6 +169,14 @@ class Expectations(unittest.TestCase):
                          "ibcm[7] error: no device")
         self.assertEqual(check.check_output("client", [], out, "not-run"),
                          "client: not run (the server exited or never became ready)")
+
+    def test_field_rules(self):
+        mads = [{"attr": "REQ", "frame": 3, "primary_traffic_class": 32, "srq": False},
+                {"attr": "REP", "frame": 4}]
+        self.assertIsNone(check.check_fields(["REQ.primary_traffic_class=32", "REQ.srq=false"], mads))
+        self.assertEqual(check.check_fields(["REQ.primary_traffic_class=0"], mads),
+                         "capture: REQ frame 3: primary_traffic_class = 32, expected 0")
+        self.assertEqual(check.check_fields(["RTU.x=1"], mads), "capture: no RTU for RTU.x=1")
 
     def test_cm_rules(self):
         conn = {"messages": [{"attr": a, "repeat": "first"} for a in ("REQ", "REJ")]}
