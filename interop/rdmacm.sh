@@ -26,8 +26,9 @@
 #                     one of those failing fails the run; a pass not listed is reported loudly
 #   RDMACM_IBCM_ENV   extra environment for the preloaded tools (e.g. a transport override)
 #   IBCM_LOG_LEVEL    IBCM_LOG of the preloaded tools (default debug)
-#   RDMACM_LISTEN_RE  the line of the preloaded server's log that says it listens (default
-#                     "listen"); RDMACM_READY_WAIT bounds every readiness wait (default 10 s)
+#   RDMACM_LISTEN_RE  a line of the preloaded server's log that says it listens (default
+#                     "listen|opened device", case-insensitive); RDMACM_READY_WAIT bounds every
+#                     readiness wait (default 10 s)
 # Output: interop/out/rdmacm/ (summary.txt; per pairing: results.json, NAME.pcap,
 # NAME.decode.txt, NAME.srv.out, NAME.cli.out), build/interop-rdmacm/runs/ (the guests' share).
 # Exit status 0 iff every pairing/scenario of RDMACM_EXPECT passed. Needs root (apt, qemu).
@@ -96,7 +97,7 @@ pairing() { # pairing NAME MODS_A MODS_B PRELOAD_A PRELOAD_B
     echo "PRELOAD_A=$pa"; echo "PRELOAD_B=$pb"
     printf 'IBCM_ENV=%q\n' "${RDMACM_IBCM_ENV:-}"
     printf 'IBCM_LOG_LEVEL=%q\n' "${IBCM_LOG_LEVEL:-debug}"
-    printf 'LISTEN_RE=%q\n' "${RDMACM_LISTEN_RE:-listen}"
+    printf 'LISTEN_RE=%q\n' "${RDMACM_LISTEN_RE:-listen|opened device}"
     echo "READY_WAIT=${RDMACM_READY_WAIT:-10}"
   } > "$run/pairing.env"
   # the premise of the pairing: which guest has the kernel CM

@@ -42,16 +42,19 @@ rdmacm_ready() {
     none) return 0 ;;
     listen)
       if [ -n "$(rdmacm_env)" ]; then
-        # ibcm: nothing in the kernel shows its listener; its log says so
-        until grep -qiE "${LISTEN_RE:-listen}" "$out" 2>/dev/null; do
+        # ibcm: nothing in the kernel shows its listener; its log says so (or that it opened
+        # its device: the tools listen right after binding, long before a client can start)
+        until grep -qiE "$LISTEN_RE" "$out" 2>/dev/null; do
           [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
           i=$((i + 1))
           if [ $i -ge $n ]; then
-            echo "no line matching /${LISTEN_RE:-listen}/ in the server's log after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
+            echo "no line matching /$LISTEN_RE/ in the server's log after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
             return 0
           fi
           sleep 0.1
         done
+        sleep 0.3
+        [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
       else
         until rdma res show cm_id 2>/dev/null | grep -q LISTEN; do
           [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
