@@ -129,8 +129,11 @@ rdmacm_guest() {
         lab_signal "$name.dead"
       fi
       lab_wait "$name.done" B $((t + 30)) || echo "the client did not finish" >> "$LAB_DIR/$name.note"
-      # the server has its own timeout; give it 10 s after the client (none if STOP)
-      g=100; [ "$stop" = 1 ] && g=0
+      # the server has its own timeout; give it 10 s after the client, 2 s after a failed
+      # client (the cell fails anyway), none if STOP
+      g=100
+      [ "$(cat "$LAB_DIR/$name.cli.rc" 2>/dev/null)" = 0 ] || g=20
+      [ "$stop" = 1 ] && g=0
       i=0
       while kill -0 "$pid" 2>/dev/null && [ $i -lt $g ]; do sleep 0.1; i=$((i + 1)); done
       if [ "$stop" = 1 ]; then
@@ -140,7 +143,7 @@ rdmacm_guest() {
         rdmacm_stop "$LAB_DIR/$name.srv.out"
         wait "$pid" 2>/dev/null
         echo killed > "$LAB_DIR/$name.srv.rc"
-        echo "server still running 10 s after the client: killed" >> "$LAB_DIR/$name.note"
+        echo "server still running $((g / 10)) s after the client: killed" >> "$LAB_DIR/$name.note"
       fi
       wait "$pid" 2>/dev/null
       # no listener of this scenario may be left for the next one
