@@ -20,8 +20,8 @@
 # Environment:
 #   RDMACM_SCENARIOS  scenario names to run (default: every one not excluded in the table)
 #   RDMACM_JOBS       pairings run at the same time (default: host CPUs / 2, at least 1)
-#   RDMACM_LIB        the library under test (default target/rdmacm/librdmacm.so.1, built with
-#                     `make rdmacm` when absent)
+#   RDMACM_LIB        the library under test (default: target/rdmacm/librdmacm.so.1, built
+#                     first with `make rdmacm`)
 #   RDMACM_EXPECT     the pairings/scenarios expected to pass (default interop/rdmacm-expect):
 #                     one of those failing fails the run; a pass not listed is reported loudly
 #   RDMACM_IBCM_ENV   extra environment for the preloaded tools (e.g. a transport override)
@@ -68,9 +68,10 @@ LIB="${RDMACM_LIB:-$ROOT/target/rdmacm/librdmacm.so.1}"
 LIBERR=
 need_lib=0
 for p in "${PAIRS[@]}"; do [ "$p" = kernel-kernel ] || need_lib=1; done
-if [ $need_lib = 1 ] && [ ! -f "$LIB" ]; then
+if [ $need_lib = 1 ]; then
   if [ -z "${RDMACM_LIB:-}" ]; then
-    say "$LIB absent: make rdmacm"
+    # the repository's library, as its sources are now (cargo: nothing to do when fresh)
+    say "make rdmacm"
     make -s -C "$ROOT" rdmacm > "$WORK/make-rdmacm.log" 2>&1 ||
       LIBERR="make rdmacm failed: $(grep -m1 -iE 'error|no rule' "$WORK/make-rdmacm.log" || tail -1 "$WORK/make-rdmacm.log")"
   fi

@@ -16,9 +16,10 @@
 # Commands see IP (this guest), PEER (the other one) and DEV (rxe0).
 #
 # Synchronisation (files in $LAB_DIR): A signals NAME.ready once the server is ready (NAME.dead
-# if it exited before: the client is not run), B signals NAME.done after its client returned. A marks each scenario on the wire with a UDP
-# datagram "IBCM-RDMACM-MARK NAME begin|end" to the peer's port 9, so the host can cut the
-# capture of guest A's NIC into one capture per scenario (check.py).
+# if it exited before: the client is not run), B signals NAME.done after its client returned.
+# A marks each scenario on the wire with a UDP datagram "IBCM-RDMACM-MARK NAME begin|end" to
+# the peer's port 9, so the host can cut the capture of guest A's NIC into one capture per
+# scenario (check.py).
 
 rdmacm_mark() { # rdmacm_mark NAME begin|end
   echo "IBCM-RDMACM-MARK $1 $2" > "/dev/udp/$LAB_PEER_IP/9" 2>/dev/null || true
