@@ -421,6 +421,12 @@ def read_expect(path):
     return want
 
 
+def first_errors(r):
+    """ " [server: LINE | client: LINE]": the tools' first error lines, if any."""
+    e = [f"{w}: {r[w + '_first_error']}" for w in ("server", "client") if r.get(w + "_first_error")]
+    return f" [{' | '.join(e)}]" if e else ""
+
+
 def cmd_summary(expect, out, pairings):
     want = read_expect(expect)
     res = {}
@@ -467,7 +473,8 @@ def cmd_summary(expect, out, pairings):
         if res[p] is None:
             lines.append(f"{p}: no results (see {os.path.join(out, p + '.log')})")
             continue
-        fails = {n: "; ".join(r["reasons"]) for n, r in res[p].items() if r["verdict"] == "FAIL"}
+        fails = {n: "; ".join(r["reasons"]) + first_errors(r)
+                 for n, r in res[p].items() if r["verdict"] == "FAIL"}
         if len(fails) > 1 and len(set(fails.values())) == 1:
             lines.append(f"FAIL {p}, all {len(fails)} scenarios: {next(iter(fails.values()))}")
             continue

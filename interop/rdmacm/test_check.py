@@ -197,7 +197,8 @@ class Expectations(unittest.TestCase):
                     json.dump({"pairing": p, "results": res}, f)
             ok = {"verdict": "PASS", "reasons": [], "cli_seconds": 1.0}
             results("kk", {"s1": ok, "s2": {"verdict": "excluded", "reason": "hangs between kernels"}})
-            results("ki", {"s1": {"verdict": "FAIL", "reasons": ["client: exit status 1, expected 0"]}, "s2": ok})
+            results("ki", {"s1": {"verdict": "FAIL", "reasons": ["client: exit status 1, expected 0"],
+                                  "client_first_error": "connect error -1"}, "s2": ok})
             expect = os.path.join(d, "expect")
             with open(expect, "w") as f:
                 f.write("# comment\nkk *\n")
@@ -206,12 +207,12 @@ class Expectations(unittest.TestCase):
             text = out.getvalue()
             self.assertIn("excluded s2: hangs between kernels", text)
             self.assertIn("!!! UNEXPECTED PASS: ki s2", text)
-            self.assertIn("FAIL ki s1: client: exit status 1, expected 0", text)
+            self.assertIn("FAIL ki s1: client: exit status 1, expected 0 [client: connect error -1]", text)
             with open(expect, "a") as f:
                 f.write("ki s1\n")
             with contextlib.redirect_stdout(io.StringIO()) as out:
                 self.assertEqual(check.cmd_summary(expect, d, ["kk", "ki"]), 1)
-            self.assertIn("DID NOT: ki s1: client: exit status 1, expected 0", out.getvalue())
+            self.assertIn("DID NOT: ki s1: client: exit status 1, expected 0\n", out.getvalue())
             with open(os.path.join(d, "summary.txt")) as f:
                 self.assertEqual(f.read(), out.getvalue())
         finally:
