@@ -20,14 +20,15 @@
 # Environment:
 #   RDMACM_SCENARIOS  scenario names to run (default: every one not excluded in the table)
 #   RDMACM_JOBS       pairings run at the same time (default: host CPUs / 2, at least 1)
-#   RDMACM_LIB        the library under test (default target/rdmacm/librdmacm.so.1, built with
-#                     `make rdmacm` when absent)
+#   RDMACM_LIB        the library under test (default: target/rdmacm/librdmacm.so.1, built
+#                     first with `make rdmacm`)
 #   RDMACM_EXPECT     the pairings/scenarios expected to pass (default interop/rdmacm-expect):
 #                     one of those failing fails the run; a pass not listed is reported loudly
 #   RDMACM_IBCM_ENV   extra environment for the preloaded tools (e.g. a transport override)
 #   IBCM_LOG_LEVEL    IBCM_LOG of the preloaded tools (default debug)
-#   RDMACM_LISTEN_RE  the line of the preloaded server's log that says it listens (default
-#                     "listen"); RDMACM_READY_WAIT bounds every readiness wait (default 10 s)
+#   RDMACM_LISTEN_RE  a line of the preloaded server's log that says it listens (default
+#                     "listen|opened device", case-insensitive); RDMACM_READY_WAIT bounds every
+#                     readiness wait (default 10 s)
 # Output: interop/out/rdmacm/ (summary.txt; per pairing: results.json, NAME.pcap,
 # NAME.decode.txt, NAME.srv.out, NAME.cli.out), build/interop-rdmacm/runs/ (the guests' share).
 # Exit status 0 iff every pairing/scenario of RDMACM_EXPECT passed. Needs root (apt, qemu).
@@ -67,9 +68,10 @@ LIB="${RDMACM_LIB:-$ROOT/target/rdmacm/librdmacm.so.1}"
 LIBERR=
 need_lib=0
 for p in "${PAIRS[@]}"; do [ "$p" = kernel-kernel ] || need_lib=1; done
-if [ $need_lib = 1 ] && [ ! -f "$LIB" ]; then
+if [ $need_lib = 1 ]; then
   if [ -z "${RDMACM_LIB:-}" ]; then
-    say "$LIB absent: make rdmacm"
+    # the repository's library, as its sources are now (cargo: nothing to do when fresh)
+    say "make rdmacm"
     make -s -C "$ROOT" rdmacm > "$WORK/make-rdmacm.log" 2>&1 ||
       LIBERR="make rdmacm failed: $(grep -m1 -iE 'error|no rule' "$WORK/make-rdmacm.log" || tail -1 "$WORK/make-rdmacm.log")"
   fi
@@ -96,7 +98,7 @@ pairing() { # pairing NAME MODS_A MODS_B PRELOAD_A PRELOAD_B
     echo "PRELOAD_A=$pa"; echo "PRELOAD_B=$pb"
     printf 'IBCM_ENV=%q\n' "${RDMACM_IBCM_ENV:-}"
     printf 'IBCM_LOG_LEVEL=%q\n' "${IBCM_LOG_LEVEL:-debug}"
-    printf 'LISTEN_RE=%q\n' "${RDMACM_LISTEN_RE:-listen}"
+    printf 'LISTEN_RE=%q\n' "${RDMACM_LISTEN_RE:-listen|opened device}"
     echo "READY_WAIT=${RDMACM_READY_WAIT:-10}"
   } > "$run/pairing.env"
   # the premise of the pairing: which guest has the kernel CM

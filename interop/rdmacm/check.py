@@ -17,7 +17,7 @@
       when an expected one did not pass.
 
 The table (interop/rdmacm/scenarios): one scenario per line,
-  NAME | TIMEOUT | READY | SERVER | CLIENT | SERVER EXPECTS | CLIENT EXPECTS | CM | DATA
+  NAME | TIMEOUT | READY | SERVER | CLIENT | SERVER EXPECTS | CLIENT EXPECTS | CM | DATA [| FIELDS]
     READY    listen (a listener: the kernel's cm_id, or ibcm's log line), out:REGEX (the
              server printed REGEX), none
     EXPECTS  items joined by " && ": rc=N, rc!=0, rc=any (default rc=0); stop (server only: a
@@ -28,6 +28,9 @@ The table (interop/rdmacm/scenarios): one scenario per line,
              message sequence of each (the first transmission of every MAD, e.g.
              "REQ REP RTU DREQ DREP") matches REGEX
     DATA     >=N or =N: RoCE packets to a QP other than QP1 (the tools' own traffic)
+    FIELDS   (optional) items joined by " && ": ATTR.field=value: that field of every MAD
+             of kind ATTR in the capture (`ibcm decode --json` keys), e.g.
+             REQ.primary_traffic_class=32
   and lines "exclude NAME REASON" for a scenario that does not pass between two kernel CMs.
 Commands are bash snippets; they see $IP (own address), $PEER (the other guest) and $DEV
 (rxe0). A pipe inside a command is written without spaces around its "|".
@@ -48,9 +51,13 @@ SOFT_PORT = 4792  # ibcm's UDP side channel (soft:<ip>@<dev>), RoCEv2 framing
 
 class Scenario:
     def __init__(self, fields, line_no):
-        if len(fields) != 9:
-            raise SystemExit(f"scenarios:{line_no}: 9 fields separated by ' | ' expected, got {len(fields)}")
-        (self.name, timeout, self.ready, self.server, self.client, sx, cx, self.cm, self.data) = fields
+        if len(fields) not in (9, 10):
+            raise SystemExit(f"scenarios:{line_no}: 9 or 10 fields separated by ' | ' expected, got {len(fields)}")
+        (self.name, timeout, self.ready, self.server, self.client, sx, cx, self.cm, self.data) = fields[:9]
+        self.fields = split_expects(fields[9]) if len(fields) == 10 else []
+        for f in self.fields:
+            if not re.fullmatch(r"[A-Z_]+\.[a-z0-9_]+=\S+", f):
+                raise SystemExit(f"scenarios:{line_no}: bad field expectation {f!r} (ATTR.field=value)")
         self.timeout = int(timeout)
         self.server_expects = split_expects(sx)
         self.client_expects = split_expects(cx)
@@ -257,6 +264,21 @@ def check_cm(spec, summary):
     return None, seqs
 
 
+def check_fields(specs, mads):
+    """The first field expectation that a MAD of the capture does not meet, or None."""
+    for spec in specs:
+        lhs, want = spec.split("=", 1)
+        attr, key = lhs.split(".", 1)
+        got = [m for m in mads if m.get("attr") == attr]
+        if not got:
+            return f"capture: no {attr} for {spec}"
+        for m in got:
+            v = m.get(key)
+            if str(v).lower() != want.lower():
+                return f"capture: {attr} frame {m.get('frame')}: {key} = {v}, expected {want}"
+    return None
+
+
 def check_data(spec, n):
     m = re.match(r"(>=|=)(\d+)$", spec)
     if not m:
@@ -342,6 +364,12 @@ def cmd_check(table, rundir, pcap, ibcm, outdir, pairing):
             why, r["sequences"] = check_cm(s.cm, summary)
             if why:
                 r["reasons"].append(why)
+            if s.fields:
+                js = subprocess.run([ibcm, "decode", "--json", p], capture_output=True, text=True)
+                mads = [json.loads(line) for line in js.stdout.splitlines() if line.startswith("{")]
+                why = check_fields(s.fields, mads)
+                if why:
+                    r["reasons"].append(why)
             r["data_packets"] = data.get(s.name, 0)
             why = check_data(s.data, r["data_packets"])
             if why:
@@ -393,6 +421,12 @@ def read_expect(path):
     return want
 
 
+def first_errors(r):
+    """ " [server: LINE | client: LINE]": the tools' first error lines, if any."""
+    e = [f"{w}: {r[w + '_first_error']}" for w in ("server", "client") if r.get(w + "_first_error")]
+    return f" [{' | '.join(e)}]" if e else ""
+
+
 def cmd_summary(expect, out, pairings):
     want = read_expect(expect)
     res = {}
@@ -439,7 +473,8 @@ def cmd_summary(expect, out, pairings):
         if res[p] is None:
             lines.append(f"{p}: no results (see {os.path.join(out, p + '.log')})")
             continue
-        fails = {n: "; ".join(r["reasons"]) for n, r in res[p].items() if r["verdict"] == "FAIL"}
+        fails = {n: "; ".join(r["reasons"]) + first_errors(r)
+                 for n, r in res[p].items() if r["verdict"] == "FAIL"}
         if len(fails) > 1 and len(set(fails.values())) == 1:
             lines.append(f"FAIL {p}, all {len(fails)} scenarios: {next(iter(fails.values()))}")
             continue

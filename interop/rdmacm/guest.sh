@@ -16,9 +16,10 @@
 # Commands see IP (this guest), PEER (the other one) and DEV (rxe0).
 #
 # Synchronisation (files in $LAB_DIR): A signals NAME.ready once the server is ready (NAME.dead
-# if it exited before: the client is not run), B signals NAME.done after its client returned. A marks each scenario on the wire with a UDP
-# datagram "IBCM-RDMACM-MARK NAME begin|end" to the peer's port 9, so the host can cut the
-# capture of guest A's NIC into one capture per scenario (check.py).
+# if it exited before: the client is not run), B signals NAME.done after its client returned.
+# A marks each scenario on the wire with a UDP datagram "IBCM-RDMACM-MARK NAME begin|end" to
+# the peer's port 9, so the host can cut the capture of guest A's NIC into one capture per
+# scenario (check.py).
 
 rdmacm_mark() { # rdmacm_mark NAME begin|end
   echo "IBCM-RDMACM-MARK $1 $2" > "/dev/udp/$LAB_PEER_IP/9" 2>/dev/null || true
@@ -42,16 +43,19 @@ rdmacm_ready() {
     none) return 0 ;;
     listen)
       if [ -n "$(rdmacm_env)" ]; then
-        # ibcm: nothing in the kernel shows its listener; its log says so
-        until grep -qiE "${LISTEN_RE:-listen}" "$out" 2>/dev/null; do
+        # ibcm: nothing in the kernel shows its listener; its log says so (or that it opened
+        # its device: the tools listen right after binding, long before a client can start)
+        until grep -qiE "$LISTEN_RE" "$out" 2>/dev/null; do
           [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
           i=$((i + 1))
           if [ $i -ge $n ]; then
-            echo "no line matching /${LISTEN_RE:-listen}/ in the server's log after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
+            echo "no line matching /$LISTEN_RE/ in the server's log after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
             return 0
           fi
           sleep 0.1
         done
+        sleep 0.3
+        [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
       else
         until rdma res show cm_id 2>/dev/null | grep -q LISTEN; do
           [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
@@ -126,8 +130,11 @@ rdmacm_guest() {
         lab_signal "$name.dead"
       fi
       lab_wait "$name.done" B $((t + 30)) || echo "the client did not finish" >> "$LAB_DIR/$name.note"
-      # the server has its own timeout; give it 10 s after the client (none if STOP)
-      g=100; [ "$stop" = 1 ] && g=0
+      # the server has its own timeout; give it 10 s after the client, 2 s after a failed
+      # client (the cell fails anyway), none if STOP
+      g=100
+      [ "$(cat "$LAB_DIR/$name.cli.rc" 2>/dev/null)" = 0 ] || g=20
+      [ "$stop" = 1 ] && g=0
       i=0
       while kill -0 "$pid" 2>/dev/null && [ $i -lt $g ]; do sleep 0.1; i=$((i + 1)); done
       if [ "$stop" = 1 ]; then
@@ -137,7 +144,7 @@ rdmacm_guest() {
         rdmacm_stop "$LAB_DIR/$name.srv.out"
         wait "$pid" 2>/dev/null
         echo killed > "$LAB_DIR/$name.srv.rc"
-        echo "server still running 10 s after the client: killed" >> "$LAB_DIR/$name.note"
+        echo "server still running $((g / 10)) s after the client: killed" >> "$LAB_DIR/$name.note"
       fi
       wait "$pid" 2>/dev/null
       # no listener of this scenario may be left for the next one

@@ -135,6 +135,10 @@ class Capture(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(self.dir, "out", "p", "s.decode.txt")))
         r = self.run_dir(line.replace("1:REQ REP RTU DREQ DREP", "1:REQ REJ"), srv, "ping data: 1\n")
         self.assertEqual(r["reasons"], ["capture: message sequence 'REQ REP RTU DREQ DREP', expected /REQ REJ/"])
+        r = self.run_dir(line + " | REQ.primary_local_ack_timeout=19 && REP.srq=false", srv, "ping data: 1\n")
+        self.assertEqual(r["verdict"], "PASS", r)
+        r = self.run_dir(line + " | REQ.primary_local_ack_timeout=17", srv, "ping data: 1\n")
+        self.assertRegex(r["reasons"][0], r"^capture: REQ frame \d+: primary_local_ack_timeout = 19, expected 17$")
         r = self.run_dir(line.replace("| >=20", "| =0"), srv, "ping data: 1\n")
         self.assertRegex(r["reasons"][0], r"^capture: \d+ data packet\(s\), expected =0$")
         r = self.run_dir(line, srv, "ping data: 1\nconnect error -1\n", cli_rc="255")
@@ -166,6 +170,14 @@ class Expectations(unittest.TestCase):
         self.assertEqual(check.check_output("client", [], out, "not-run"),
                          "client: not run (the server exited or never became ready)")
 
+    def test_field_rules(self):
+        mads = [{"attr": "REQ", "frame": 3, "primary_traffic_class": 32, "srq": False},
+                {"attr": "REP", "frame": 4}]
+        self.assertIsNone(check.check_fields(["REQ.primary_traffic_class=32", "REQ.srq=false"], mads))
+        self.assertEqual(check.check_fields(["REQ.primary_traffic_class=0"], mads),
+                         "capture: REQ frame 3: primary_traffic_class = 32, expected 0")
+        self.assertEqual(check.check_fields(["RTU.x=1"], mads), "capture: no RTU for RTU.x=1")
+
     def test_cm_rules(self):
         conn = {"messages": [{"attr": a, "repeat": "first"} for a in ("REQ", "REJ")]}
         conn["messages"].insert(1, {"attr": "REQ", "repeat": "retransmission"})
@@ -185,7 +197,8 @@ class Expectations(unittest.TestCase):
                     json.dump({"pairing": p, "results": res}, f)
             ok = {"verdict": "PASS", "reasons": [], "cli_seconds": 1.0}
             results("kk", {"s1": ok, "s2": {"verdict": "excluded", "reason": "hangs between kernels"}})
-            results("ki", {"s1": {"verdict": "FAIL", "reasons": ["client: exit status 1, expected 0"]}, "s2": ok})
+            results("ki", {"s1": {"verdict": "FAIL", "reasons": ["client: exit status 1, expected 0"],
+                                  "client_first_error": "connect error -1"}, "s2": ok})
             expect = os.path.join(d, "expect")
             with open(expect, "w") as f:
                 f.write("# comment\nkk *\n")
@@ -194,12 +207,12 @@ class Expectations(unittest.TestCase):
             text = out.getvalue()
             self.assertIn("excluded s2: hangs between kernels", text)
             self.assertIn("!!! UNEXPECTED PASS: ki s2", text)
-            self.assertIn("FAIL ki s1: client: exit status 1, expected 0", text)
+            self.assertIn("FAIL ki s1: client: exit status 1, expected 0 [client: connect error -1]", text)
             with open(expect, "a") as f:
                 f.write("ki s1\n")
             with contextlib.redirect_stdout(io.StringIO()) as out:
                 self.assertEqual(check.cmd_summary(expect, d, ["kk", "ki"]), 1)
-            self.assertIn("DID NOT: ki s1: client: exit status 1, expected 0", out.getvalue())
+            self.assertIn("DID NOT: ki s1: client: exit status 1, expected 0\n", out.getvalue())
             with open(os.path.join(d, "summary.txt")) as f:
                 self.assertEqual(f.read(), out.getvalue())
         finally:
