@@ -15,8 +15,12 @@
 #              over UDP port 4792, GIDs/paths/QP attributes from rxe0).
 #   5 events   B (no ib_cm) opens rxe0, then an IPv4 address is added to eth0: the new RoCE GID
 #              must reach ibcm_query_gid / ibcm_init_path through the device's port events.
+#   6 rverbs   B (no ib_cm): rdmacm/examples/verbs_lab, the verbs half of the librdmacm drop-in
+#              (rdmacm/src/verbs.rs): rxe0 found from B's IP (RoCE v2 GID), the route to A, the
+#              default PD, an RC QP (own CQs, cq_context == id) INIT -> RTR -> RTS -> ERR and a UD
+#              QP (RTS, RDMA_UDP_QKEY) checked with ibv_query_qp, everything destroyed.
 #
-# usage: interop/verbs.sh [SCENARIO...]    (default: kernel rping umad soft events). Needs root (apt-get for
+# usage: interop/verbs.sh [SCENARIO...]    (default: kernel rping umad soft events rverbs). Needs root (apt-get for
 # the host packages, qemu). Everything it builds goes to build/interop-verbs/ (cache ~500 MB,
 # runs/, prefix/, verbs_client). Exit status 0 iff every scenario passed.
 set -euo pipefail
@@ -33,7 +37,7 @@ if [ "$(id -u)" != 0 ]; then
     echo "interop-verbs: skipped: needs root (apt-get for rdma-core and qemu)"
     exit 0
 fi
-SCEN=("$@"); [ ${#SCEN[@]} -gt 0 ] || SCEN=(kernel rping umad soft events)
+SCEN=("$@"); [ ${#SCEN[@]} -gt 0 ] || SCEN=(kernel rping umad soft events rverbs)
 mkdir -p "$OUT/runs"
 
 # --- build: guests, library, client ----------------------------------------------------------
@@ -59,6 +63,7 @@ pair() { # pair NAME MODS_A MODS_B CMD_A CMD_B [extra run-pair options]
   mkdir -p "$run/bin"
   cp "$BIN" "$run/bin/verbs_client"
   cp -L "$PREFIX/lib/libibcm.so.0" "$run/bin/libibcm.so.0"
+  for x in ${PAIR_BINS:-}; do cp "$x" "$run/bin/"; done
   if LAB_CACHE="$OUT/cache" bash "$HERE/verbs/run-pair.sh" -q -t 60 -a "$ma" -b "$mb" -o "$run" "$@" \
       "$ca" "$cb" > "$run.log" 2>&1; then
     rc=0
@@ -131,7 +136,14 @@ lab_wait listening && IBCM_LOG=info lab_time $GBIN -d soft:\$LAB_IP@rxe0 -c \$LA
       pair soft "$WITHCM" "$WITHCM" "$(have_cm)
 $(ibcm_server 'soft:$LAB_IP@rxe0')" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
       ;;
-    *) echo "unknown scenario $s (kernel, rping, umad, soft, events)" >&2; exit 2 ;;
+    rverbs)
+      cargo build --release -q --manifest-path "$ROOT/Cargo.toml" -p ibcm-rdmacm --example verbs_lab
+      B="$(no_cm)
+IBCM_LOG=debug lab_time \$LAB_DIR/bin/verbs_lab \$LAB_IP \$LAB_PEER_IP"
+      PAIR_BINS="$ROOT/target/release/examples/verbs_lab" pair rverbs "$NOCM" "$NOCM" "true" "$B" \
+        && RESULT[$s]=PASS || RESULT[$s]=FAIL
+      ;;
+    *) echo "unknown scenario $s (kernel, rping, umad, soft, events, rverbs)" >&2; exit 2 ;;
   esac
 done
 

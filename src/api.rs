@@ -10,6 +10,9 @@
 //!   `send_rep`, `send_rtu`, `send_dreq`, `send_drep`, `send_rej`,
 //!   `prepare_mra`, `notify`, `init_qp_attr`, `send_sidr_req`,
 //!   `send_sidr_rep`, `destroy`, `state`.
+//! * [`ibv`] — libibverbs objects shared with the application, for the
+//!   librdmacm drop-in (`rdmacm/`): device contexts kept open, PDs, CQs,
+//!   QPs, and the CM's [`QpAttr`] as a `struct ibv_qp_attr`.
 //! * Parameters and events are the engine's plain values ([`ReqParams`],
 //!   [`Event`], [`PathRec`], …); path and source-GID policy is
 //!   [`select_sgid`] / [`path_from_port`].
@@ -69,6 +72,23 @@ pub use crate::fabric::TransportCounters;
 pub use crate::path::{SOFT_PACKET_LIFE_TIME, path_from_port, select_sgid};
 pub use crate::runtime::{CmId, Device, DeviceOptions, DeviceSpec, RustHandler, listen_id, lookup};
 pub use crate::wire::Gid;
+
+/// libibverbs, loaded at run time by SONAME (the application's own copy
+/// when it links libibverbs), for the librdmacm drop-in: see
+/// `src/fabric/verbs.rs`. Every `unsafe fn` takes pointers to live
+/// objects of this process's libibverbs.
+pub mod ibv {
+    pub use crate::fabric::verbs::{
+        IbvAhAttr, IbvCompChannel, IbvContext, IbvCq, IbvEce, IbvGlobalRoute, IbvPd, IbvQp,
+        IbvQpAttr, IbvQpCap, IbvQpInitAttr, IbvQpInitAttrEx, IbvRwqIndTable, IbvRxHashConf, IbvSrq,
+        IbvSrqAttr, IbvSrqInitAttr, IbvXrcd, QP_INIT_ATTR_PD, QpView, VerbsInfo, alloc_pd,
+        attach_mcast, comp_channel_fd, cq_channel, cq_user_context, create_comp_channel, create_cq,
+        create_qp_ex, create_srq, dealloc_pd, destroy_comp_channel, destroy_cq, destroy_qp,
+        destroy_srq, detach_mcast, device_name, gid_ndev, modify_qp, open_all, pd_context,
+        qp_attr_from_cm, qp_attr_mask, qp_view, qps, qpt, query_context, query_ece, query_qp,
+        set_ece,
+    };
+}
 
 /// Every counter of a device, by name.
 #[derive(Debug, Clone, Default)]

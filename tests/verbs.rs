@@ -251,3 +251,407 @@ fn names_that_are_not_rdma_devices_stay_einval() {
         assert_eq!(e.0, 22, "{name}");
     }
 }
+
+/// The libibverbs structs and members the librdmacm drop-in touches
+/// (`ibcm::api::ibv`), and two `struct ibv_qp_attr` built by gcc from the
+/// same values as `qp_attr_from_cm` gets (a RoCE RTR and an RTS), dumped
+/// byte for byte.
+const RDMACM_PROGRAM: &str = r#"
+#include <stdio.h>
+#include <stddef.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+#define P(name, v) printf("%s %zu\n", name, (size_t)(v))
+#define O(s, f) P(#s "." #f, offsetof(struct s, f))
+#define S(s) P(#s ".size", sizeof(struct s))
+static void dump(const char *name, const void *p, size_t n) {
+    printf("%s ", name);
+    for (size_t i = 0; i < n; i++) printf("%02x", ((const unsigned char *)p)[i]);
+    printf("\n");
+}
+int main(void) {
+    S(ibv_global_route); O(ibv_global_route, dgid); O(ibv_global_route, flow_label);
+    O(ibv_global_route, sgid_index); O(ibv_global_route, hop_limit);
+    O(ibv_global_route, traffic_class);
+    S(ibv_ah_attr); O(ibv_ah_attr, grh); O(ibv_ah_attr, dlid); O(ibv_ah_attr, sl);
+    O(ibv_ah_attr, src_path_bits); O(ibv_ah_attr, static_rate); O(ibv_ah_attr, is_global);
+    O(ibv_ah_attr, port_num);
+    S(ibv_qp_cap); O(ibv_qp_cap, max_send_wr); O(ibv_qp_cap, max_recv_wr);
+    O(ibv_qp_cap, max_send_sge); O(ibv_qp_cap, max_recv_sge); O(ibv_qp_cap, max_inline_data);
+    S(ibv_qp_attr); O(ibv_qp_attr, qp_state); O(ibv_qp_attr, cur_qp_state);
+    O(ibv_qp_attr, path_mtu); O(ibv_qp_attr, path_mig_state); O(ibv_qp_attr, qkey);
+    O(ibv_qp_attr, rq_psn); O(ibv_qp_attr, sq_psn); O(ibv_qp_attr, dest_qp_num);
+    O(ibv_qp_attr, qp_access_flags); O(ibv_qp_attr, cap); O(ibv_qp_attr, ah_attr);
+    O(ibv_qp_attr, alt_ah_attr); O(ibv_qp_attr, pkey_index); O(ibv_qp_attr, alt_pkey_index);
+    O(ibv_qp_attr, en_sqd_async_notify); O(ibv_qp_attr, sq_draining);
+    O(ibv_qp_attr, max_rd_atomic); O(ibv_qp_attr, max_dest_rd_atomic);
+    O(ibv_qp_attr, min_rnr_timer); O(ibv_qp_attr, port_num); O(ibv_qp_attr, timeout);
+    O(ibv_qp_attr, retry_cnt); O(ibv_qp_attr, rnr_retry); O(ibv_qp_attr, alt_port_num);
+    O(ibv_qp_attr, alt_timeout); O(ibv_qp_attr, rate_limit);
+    S(ibv_qp_init_attr); O(ibv_qp_init_attr, qp_context); O(ibv_qp_init_attr, send_cq);
+    O(ibv_qp_init_attr, recv_cq); O(ibv_qp_init_attr, srq); O(ibv_qp_init_attr, cap);
+    O(ibv_qp_init_attr, qp_type); O(ibv_qp_init_attr, sq_sig_all);
+    S(ibv_ece); O(ibv_ece, vendor_id); O(ibv_ece, options); O(ibv_ece, comp_mask);
+    S(ibv_srq_attr); O(ibv_srq_attr, max_wr); O(ibv_srq_attr, max_sge);
+    O(ibv_srq_attr, srq_limit);
+    S(ibv_srq_init_attr); O(ibv_srq_init_attr, srq_context); O(ibv_srq_init_attr, attr);
+    S(ibv_rx_hash_conf); O(ibv_rx_hash_conf, rx_hash_function);
+    O(ibv_rx_hash_conf, rx_hash_key_len); O(ibv_rx_hash_conf, rx_hash_key);
+    O(ibv_rx_hash_conf, rx_hash_fields_mask);
+    S(ibv_qp_init_attr_ex); O(ibv_qp_init_attr_ex, qp_context); O(ibv_qp_init_attr_ex, send_cq);
+    O(ibv_qp_init_attr_ex, recv_cq); O(ibv_qp_init_attr_ex, srq); O(ibv_qp_init_attr_ex, cap);
+    O(ibv_qp_init_attr_ex, qp_type); O(ibv_qp_init_attr_ex, sq_sig_all);
+    O(ibv_qp_init_attr_ex, comp_mask); O(ibv_qp_init_attr_ex, pd); O(ibv_qp_init_attr_ex, xrcd);
+    O(ibv_qp_init_attr_ex, create_flags); O(ibv_qp_init_attr_ex, max_tso_header);
+    O(ibv_qp_init_attr_ex, rwq_ind_tbl); O(ibv_qp_init_attr_ex, rx_hash_conf);
+    O(ibv_qp_init_attr_ex, source_qpn); O(ibv_qp_init_attr_ex, send_ops_flags);
+    O(ibv_pd, context); O(ibv_cq, context); O(ibv_cq, channel); O(ibv_cq, cq_context);
+    O(ibv_comp_channel, context); O(ibv_comp_channel, fd);
+    O(ibv_qp, context); O(ibv_qp, qp_context); O(ibv_qp, pd); O(ibv_qp, send_cq);
+    O(ibv_qp, recv_cq); O(ibv_qp, srq); O(ibv_qp, qp_num); O(ibv_qp, state); O(ibv_qp, qp_type);
+    O(ibv_context, abi_compat);
+    P("vctx.create_qp_ex_back",
+      offsetof(struct verbs_context, context) - offsetof(struct verbs_context, create_qp_ex));
+    P("vctx.sz_back", offsetof(struct verbs_context, context) - offsetof(struct verbs_context, sz));
+    P("vctx.create_qp_ex_need",
+      sizeof(struct verbs_context) - offsetof(struct verbs_context, create_qp_ex));
+    O(ibv_device_attr, max_qp_wr); O(ibv_device_attr, max_cqe);
+    O(ibv_device_attr, max_qp_rd_atom); O(ibv_device_attr, max_qp_init_rd_atom);
+    P("IBV_QP_INIT_ATTR_PD", IBV_QP_INIT_ATTR_PD);
+    P("IBV_QPT_RC", IBV_QPT_RC); P("IBV_QPT_UC", IBV_QPT_UC); P("IBV_QPT_UD", IBV_QPT_UD);
+    P("IBV_QPS_RESET", IBV_QPS_RESET); P("IBV_QPS_INIT", IBV_QPS_INIT);
+    P("IBV_QPS_RTR", IBV_QPS_RTR); P("IBV_QPS_RTS", IBV_QPS_RTS); P("IBV_QPS_SQD", IBV_QPS_SQD);
+    P("IBV_QPS_SQE", IBV_QPS_SQE); P("IBV_QPS_ERR", IBV_QPS_ERR);
+    P("IBV_QP_STATE", IBV_QP_STATE); P("IBV_QP_CUR_STATE", IBV_QP_CUR_STATE);
+    P("IBV_QP_ACCESS_FLAGS", IBV_QP_ACCESS_FLAGS); P("IBV_QP_PKEY_INDEX", IBV_QP_PKEY_INDEX);
+    P("IBV_QP_PORT", IBV_QP_PORT); P("IBV_QP_QKEY", IBV_QP_QKEY); P("IBV_QP_AV", IBV_QP_AV);
+    P("IBV_QP_PATH_MTU", IBV_QP_PATH_MTU); P("IBV_QP_TIMEOUT", IBV_QP_TIMEOUT);
+    P("IBV_QP_RETRY_CNT", IBV_QP_RETRY_CNT); P("IBV_QP_RNR_RETRY", IBV_QP_RNR_RETRY);
+    P("IBV_QP_RQ_PSN", IBV_QP_RQ_PSN); P("IBV_QP_MAX_QP_RD_ATOMIC", IBV_QP_MAX_QP_RD_ATOMIC);
+    P("IBV_QP_ALT_PATH", IBV_QP_ALT_PATH); P("IBV_QP_MIN_RNR_TIMER", IBV_QP_MIN_RNR_TIMER);
+    P("IBV_QP_SQ_PSN", IBV_QP_SQ_PSN); P("IBV_QP_MAX_DEST_RD_ATOMIC", IBV_QP_MAX_DEST_RD_ATOMIC);
+    P("IBV_QP_PATH_MIG_STATE", IBV_QP_PATH_MIG_STATE); P("IBV_QP_CAP", IBV_QP_CAP);
+    P("IBV_QP_DEST_QPN", IBV_QP_DEST_QPN);
+    P("IBV_ACCESS_REMOTE_WRITE", IBV_ACCESS_REMOTE_WRITE);
+    P("IBV_ACCESS_REMOTE_READ", IBV_ACCESS_REMOTE_READ);
+
+    /* RTR of a RoCE v2 connection, as the kernel's rdma_init_qp_attr gives it. */
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = 0x000011;
+    a.rq_psn = 0xabcdef;
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.sl = 3;
+    a.ah_attr.static_rate = 7;
+    a.ah_attr.grh.sgid_index = 3;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.grh.traffic_class = 0x20;
+    a.ah_attr.grh.flow_label = 0x12345;
+    unsigned char dgid[16] = {0,0,0,0,0,0,0,0,0,0,0xff,0xff,10,77,0,2};
+    memcpy(a.ah_attr.grh.dgid.raw, dgid, 16);
+    dump("rtr.bytes", &a, sizeof a);
+    P("rtr.mask", IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    /* RTS. */
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 18;
+    a.retry_cnt = 7;
+    a.rnr_retry = 6;
+    a.sq_psn = 0x123456;
+    a.max_rd_atomic = 2;
+    dump("rts.bytes", &a, sizeof a);
+    P("rts.mask", IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+      IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+    /* INIT of a passive RC side granting responder resources. */
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_INIT;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    dump("init.bytes", &a, sizeof a);
+    P("init.mask", IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT);
+    return 0;
+}
+"#;
+
+/// Compiles and runs a C probe; `None` (after `cannot_check`) when the
+/// headers or the compiler are missing outside CI.
+fn run_probe(tag: &str, program: &str) -> Option<String> {
+    let h = "/usr/include/infiniband/verbs.h";
+    if !Path::new(h).exists() {
+        cannot_check(&format!("{h} not installed"));
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("ibcm-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("probe.c");
+    let exe = dir.join("probe");
+    std::fs::write(&src, program).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "gcc".into());
+    let st = match Command::new(&cc).arg(&src).arg("-o").arg(&exe).status() {
+        Ok(s) => s,
+        Err(e) => {
+            cannot_check(&format!("no C compiler {cc}: {e}"));
+            return None;
+        }
+    };
+    assert!(st.success(), "compiling the {tag} probe failed");
+    let out = Command::new(&exe).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "the {tag} probe failed");
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+fn probe_value<'a>(text: &'a str, k: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.strip_prefix(k)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{k} missing"))
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn rdmacm_verbs_layouts_match() {
+    use ibcm::api::ibv::*;
+    use ibcm::fabric::verbs::{device_attr as d, obj};
+    use std::mem::{offset_of, size_of};
+    let Some(text) = run_probe("rdmacm-layout", RDMACM_PROGRAM) else {
+        return;
+    };
+    let got = |k: &str| -> usize { probe_value(&text, k).parse().unwrap() };
+    macro_rules! fields {
+        ($c:literal, $t:ty: $($f:ident),*) => {{
+            assert_eq!(got(concat!($c, ".size")), size_of::<$t>(), "sizeof {}", $c);
+            $(assert_eq!(
+                got(concat!($c, ".", stringify!($f))),
+                offset_of!($t, $f),
+                "{}.{}", $c, stringify!($f)
+            );)*
+        }};
+    }
+    fields!("ibv_global_route", IbvGlobalRoute:
+        dgid, flow_label, sgid_index, hop_limit, traffic_class);
+    fields!("ibv_ah_attr", IbvAhAttr:
+        grh, dlid, sl, src_path_bits, static_rate, is_global, port_num);
+    fields!("ibv_qp_cap", IbvQpCap:
+        max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data);
+    fields!("ibv_qp_attr", IbvQpAttr:
+        qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num,
+        qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index,
+        en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer,
+        port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit);
+    fields!("ibv_qp_init_attr", IbvQpInitAttr:
+        qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all);
+    fields!("ibv_ece", IbvEce: vendor_id, options, comp_mask);
+    fields!("ibv_srq_attr", IbvSrqAttr: max_wr, max_sge, srq_limit);
+    fields!("ibv_srq_init_attr", IbvSrqInitAttr: srq_context, attr);
+    fields!("ibv_rx_hash_conf", IbvRxHashConf:
+        rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask);
+    fields!("ibv_qp_init_attr_ex", IbvQpInitAttrEx:
+        qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all, comp_mask, pd, xrcd,
+        create_flags, max_tso_header, rwq_ind_tbl, rx_hash_conf, source_qpn, send_ops_flags);
+    let checks: &[(&str, usize)] = &[
+        ("ibv_pd.context", obj::PD_CONTEXT),
+        ("ibv_cq.context", obj::CQ_CONTEXT),
+        ("ibv_cq.channel", obj::CQ_CHANNEL),
+        ("ibv_cq.cq_context", obj::CQ_CQ_CONTEXT),
+        ("ibv_comp_channel.context", obj::CHANNEL_CONTEXT),
+        ("ibv_comp_channel.fd", obj::CHANNEL_FD),
+        ("ibv_qp.context", obj::QP_CONTEXT),
+        ("ibv_qp.qp_context", obj::QP_QP_CONTEXT),
+        ("ibv_qp.pd", obj::QP_PD),
+        ("ibv_qp.send_cq", obj::QP_SEND_CQ),
+        ("ibv_qp.recv_cq", obj::QP_RECV_CQ),
+        ("ibv_qp.srq", obj::QP_SRQ),
+        ("ibv_qp.qp_num", obj::QP_QP_NUM),
+        ("ibv_qp.state", obj::QP_STATE),
+        ("ibv_qp.qp_type", obj::QP_TYPE),
+        ("ibv_context.abi_compat", obj::CONTEXT_ABI_COMPAT),
+        ("vctx.create_qp_ex_back", obj::VCTX_CREATE_QP_EX_BACK),
+        ("vctx.sz_back", obj::VCTX_SZ_BACK),
+        ("vctx.create_qp_ex_need", obj::VCTX_CREATE_QP_EX_NEED),
+        ("ibv_device_attr.max_qp_wr", d::MAX_QP_WR),
+        ("ibv_device_attr.max_cqe", d::MAX_CQE),
+        ("ibv_device_attr.max_qp_rd_atom", d::MAX_QP_RD_ATOM),
+        (
+            "ibv_device_attr.max_qp_init_rd_atom",
+            d::MAX_QP_INIT_RD_ATOM,
+        ),
+        ("IBV_QP_INIT_ATTR_PD", QP_INIT_ATTR_PD as usize),
+        ("IBV_QPT_RC", qpt::RC as usize),
+        ("IBV_QPT_UC", qpt::UC as usize),
+        ("IBV_QPT_UD", qpt::UD as usize),
+        ("IBV_QPS_RESET", qps::RESET as usize),
+        ("IBV_QPS_INIT", qps::INIT as usize),
+        ("IBV_QPS_RTR", qps::RTR as usize),
+        ("IBV_QPS_RTS", qps::RTS as usize),
+        ("IBV_QPS_SQD", qps::SQD as usize),
+        ("IBV_QPS_SQE", qps::SQE as usize),
+        ("IBV_QPS_ERR", qps::ERR as usize),
+    ];
+    for (k, v) in checks {
+        assert_eq!(got(k), *v, "{k}");
+    }
+    // The ibverbs mask bits, and the kernel's (engine) bits they mirror.
+    use ibcm::api::ibv::qp_attr_mask as m;
+    use ibcm::api::qp_mask as ib;
+    let masks: &[(&str, i32, Option<u32>)] = &[
+        ("IBV_QP_STATE", m::STATE, Some(ib::STATE)),
+        ("IBV_QP_CUR_STATE", m::CUR_STATE, None),
+        (
+            "IBV_QP_ACCESS_FLAGS",
+            m::ACCESS_FLAGS,
+            Some(ib::ACCESS_FLAGS),
+        ),
+        ("IBV_QP_PKEY_INDEX", m::PKEY_INDEX, Some(ib::PKEY_INDEX)),
+        ("IBV_QP_PORT", m::PORT, Some(ib::PORT)),
+        ("IBV_QP_QKEY", m::QKEY, None),
+        ("IBV_QP_AV", m::AV, Some(ib::AV)),
+        ("IBV_QP_PATH_MTU", m::PATH_MTU, Some(ib::PATH_MTU)),
+        ("IBV_QP_TIMEOUT", m::TIMEOUT, Some(ib::TIMEOUT)),
+        ("IBV_QP_RETRY_CNT", m::RETRY_CNT, Some(ib::RETRY_CNT)),
+        ("IBV_QP_RNR_RETRY", m::RNR_RETRY, Some(ib::RNR_RETRY)),
+        ("IBV_QP_RQ_PSN", m::RQ_PSN, Some(ib::RQ_PSN)),
+        (
+            "IBV_QP_MAX_QP_RD_ATOMIC",
+            m::MAX_QP_RD_ATOMIC,
+            Some(ib::MAX_QP_RD_ATOMIC),
+        ),
+        ("IBV_QP_ALT_PATH", m::ALT_PATH, Some(ib::ALT_PATH)),
+        (
+            "IBV_QP_MIN_RNR_TIMER",
+            m::MIN_RNR_TIMER,
+            Some(ib::MIN_RNR_TIMER),
+        ),
+        ("IBV_QP_SQ_PSN", m::SQ_PSN, Some(ib::SQ_PSN)),
+        (
+            "IBV_QP_MAX_DEST_RD_ATOMIC",
+            m::MAX_DEST_RD_ATOMIC,
+            Some(ib::MAX_DEST_RD_ATOMIC),
+        ),
+        (
+            "IBV_QP_PATH_MIG_STATE",
+            m::PATH_MIG_STATE,
+            Some(ib::PATH_MIG_STATE),
+        ),
+        ("IBV_QP_CAP", m::CAP, None),
+        ("IBV_QP_DEST_QPN", m::DEST_QPN, Some(ib::DEST_QPN)),
+    ];
+    for (k, v, kernel) in masks {
+        assert_eq!(got(k), *v as usize, "{k}");
+        if let Some(kb) = kernel {
+            assert_eq!(*kb as i32, *v, "{k}: kernel bit");
+        }
+    }
+    assert_eq!(
+        got("IBV_ACCESS_REMOTE_WRITE"),
+        ibcm::engine::access::REMOTE_WRITE as usize
+    );
+    assert_eq!(
+        got("IBV_ACCESS_REMOTE_READ"),
+        ibcm::engine::access::REMOTE_READ as usize
+    );
+}
+
+#[test]
+fn cm_qp_attributes_convert_byte_for_byte() {
+    use ibcm::api::ibv::{IbvQpAttr, qp_attr_from_cm};
+    use ibcm::api::{AhAttr, Gid, PathRecType, QpAttr, qp_mask as ib};
+    let Some(text) = run_probe("qp-attr-bytes", RDMACM_PROGRAM) else {
+        return;
+    };
+    let bytes = |a: &IbvQpAttr| -> String {
+        // SAFETY: IbvQpAttr is repr(C) with its padding spelled out, so
+        // every one of its bytes is initialised.
+        hex(unsafe {
+            std::slice::from_raw_parts(
+                (a as *const IbvQpAttr).cast::<u8>(),
+                std::mem::size_of::<IbvQpAttr>(),
+            )
+        })
+    };
+    let mask = |k: &str| -> i32 { probe_value(&text, k).parse().unwrap() };
+    // RTR: the RoCE AH comes with a GRH even though the CM left has_grh
+    // unset (RoCE address vectors are always global); dmac is not part
+    // of ibv_ah_attr (the kernel resolves it). Members outside the mask
+    // must not leak into the struct.
+    let rtr = QpAttr {
+        mask: ib::STATE
+            | ib::AV
+            | ib::PATH_MTU
+            | ib::DEST_QPN
+            | ib::RQ_PSN
+            | ib::MAX_DEST_RD_ATOMIC
+            | ib::MIN_RNR_TIMER,
+        qp_state: 2,
+        path_mtu: 3,
+        dest_qp_num: 0x11,
+        rq_psn: 0xabcdef,
+        max_dest_rd_atomic: 4,
+        min_rnr_timer: 12,
+        ah_attr: AhAttr {
+            port_num: 1,
+            sl: 3,
+            static_rate: 7,
+            has_grh: false,
+            dgid: Gid::from("10.77.0.2".parse::<std::net::IpAddr>().unwrap()),
+            sgid_index: 3,
+            flow_label: 0x12345,
+            hop_limit: 64,
+            traffic_class: 0x20,
+            dlid: 0,
+            src_path_bits: 0,
+            dmac: [2, 0, 0, 0, 0, 9],
+            rec_type: PathRecType::RoceV2,
+        },
+        // Not in the mask: must stay zero.
+        sq_psn: 99,
+        timeout: 14,
+        ..QpAttr::default()
+    };
+    let (a, m) = qp_attr_from_cm(&rtr).unwrap();
+    assert_eq!(bytes(&a), probe_value(&text, "rtr.bytes"), "RTR bytes");
+    assert_eq!(m, mask("rtr.mask"));
+    let rts = QpAttr {
+        mask: ib::STATE
+            | ib::TIMEOUT
+            | ib::RETRY_CNT
+            | ib::RNR_RETRY
+            | ib::SQ_PSN
+            | ib::MAX_QP_RD_ATOMIC,
+        qp_state: 3,
+        timeout: 18,
+        retry_cnt: 7,
+        rnr_retry: 6,
+        sq_psn: 0x123456,
+        max_rd_atomic: 2,
+        rq_psn: 5,
+        ..QpAttr::default()
+    };
+    let (a, m) = qp_attr_from_cm(&rts).unwrap();
+    assert_eq!(bytes(&a), probe_value(&text, "rts.bytes"), "RTS bytes");
+    assert_eq!(m, mask("rts.mask"));
+    let init = QpAttr {
+        mask: ib::STATE | ib::ACCESS_FLAGS | ib::PKEY_INDEX | ib::PORT,
+        qp_state: 1,
+        qp_access_flags: ibcm::engine::access::REMOTE_WRITE | ibcm::engine::access::REMOTE_READ,
+        pkey_index: 0,
+        port_num: 1,
+        ..QpAttr::default()
+    };
+    let (a, m) = qp_attr_from_cm(&init).unwrap();
+    assert_eq!(bytes(&a), probe_value(&text, "init.bytes"), "INIT bytes");
+    assert_eq!(m, mask("init.mask"));
+    // An SGID index ibv_qp_attr cannot hold.
+    let mut big = rtr;
+    big.ah_attr.sgid_index = 300;
+    assert_eq!(qp_attr_from_cm(&big).err(), Some(ibcm::api::Errno::EINVAL));
+}
