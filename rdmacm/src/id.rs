@@ -8,6 +8,7 @@ use crate::abi::*;
 use crate::channel::{self, Channel, EventBox, lock};
 use crate::ports::{Binding, PortSpace, ProcessPorts};
 use crate::select;
+use crate::verbs;
 use ibcm::api::{
     CmId, Device, Ece, Errno, Event, EventParam, EventType, Gid, PathRec, PathRecType, RepParams,
     ReqParams, RustHandler, SidrRepParams, SidrReqParams, listen_id, qp_mask, qp_type,
@@ -70,6 +71,10 @@ pub struct IdState {
     /// The port this id holds in the port space.
     pub lease: Option<u16>,
     pub dev: Option<Arc<Device>>,
+    /// The verbs device (`id->verbs`) and the reference this id holds on
+    /// its default PD (`id->pd`); `None` on a software device.
+    pub vdev: Option<&'static verbs::Device>,
+    pub pd: *mut c_void,
     pub port_num: u8,
     pub cm: Option<CmId>,
     pub path: Option<PathRec>,
@@ -309,6 +314,8 @@ impl IdPriv {
                 dst: None,
                 lease: None,
                 dev: None,
+                vdev: None,
+                pd: std::ptr::null_mut(),
                 port_num: 0,
                 cm: None,
                 path: None,
@@ -398,6 +405,8 @@ impl IdPriv {
             0
         };
         p.port_num = s.port_num;
+        p.verbs = s.vdev.map_or(std::ptr::null_mut(), |d| d.context().cast());
+        p.pd = s.pd;
         p.route.path_rec = s
             .path_rec
             .as_ref()
@@ -459,6 +468,10 @@ fn teardown(id: &Arc<IdPriv>) {
     lock(ids()).remove(&(id.public_ptr() as usize));
     let (cm, lease, ps, ch) = {
         let mut s = lock(&id.st);
+        if let Some(d) = s.vdev.take() {
+            d.pd_put();
+            s.pd = std::ptr::null_mut();
+        }
         (s.cm.take(), s.lease.take(), s.ps, s.channel.clone())
     };
     if let Some(cm) = cm {
@@ -558,6 +571,33 @@ pub fn complete(id: &Arc<IdPriv>) -> Result<(), Errno> {
 // Addresses
 // ---------------------------------------------------------------------------
 
+/// Points the id at verbs device `b` (`id->verbs`, `id->port_num`) with a
+/// reference on its default PD (`id->pd`, librdmacm's `ucma_get_device`),
+/// returning the one held on a previous device; `None` lets go.
+fn set_verbs(id: &IdPriv, s: &mut IdState, b: Option<&verbs::Binding>) -> Result<(), Errno> {
+    let same = match (s.vdev, b) {
+        (Some(old), Some(b)) => std::ptr::eq(old, b.device),
+        _ => false,
+    };
+    if !same {
+        if let Some(b) = b {
+            s.pd = b.device.pd_get()?.cast();
+        }
+        if let Some(old) = s.vdev.take() {
+            old.pd_put();
+        }
+        s.vdev = b.map(|b| b.device);
+        if b.is_none() {
+            s.pd = std::ptr::null_mut();
+        }
+    }
+    if let Some(b) = b {
+        s.port_num = b.port_num;
+    }
+    id.sync_public(s);
+    Ok(())
+}
+
 /// `rdma_bind_addr`.
 pub fn bind(id: &Arc<IdPriv>, addr: SocketAddr) -> Result<(), Errno> {
     let mut s = lock(&id.st);
@@ -570,10 +610,11 @@ pub fn bind(id: &Arc<IdPriv>, addr: SocketAddr) -> Result<(), Errno> {
 fn bind_locked(id: &Arc<IdPriv>, s: &mut IdState, addr: SocketAddr) -> Result<(), Errno> {
     let ip = addr.ip();
     // A specific address binds the id to the device serving it.
-    let dev = if ip.is_unspecified() {
-        None
+    let (dev, vb) = if ip.is_unspecified() {
+        (None, None)
     } else {
-        Some(select::device_for(Some(ip))?)
+        let (d, b) = select::device_for(Some(ip))?;
+        (Some(d), b)
     };
     let port = ports().bind(
         s.ps,
@@ -586,11 +627,19 @@ fn bind_locked(id: &Arc<IdPriv>, s: &mut IdState, addr: SocketAddr) -> Result<()
             owner: id.public_ptr() as usize,
         },
     )?;
+    if dev.is_some() {
+        if let Err(e) = set_verbs(id, s, vb.as_ref()) {
+            ports().release(s.ps, port, id.public_ptr() as usize);
+            return Err(e);
+        }
+    }
     s.lease = Some(port);
     s.src = Some(SocketAddr::new(ip, port));
     if let Some(d) = dev {
         s.dev = Some(d);
-        s.port_num = 1;
+        if vb.is_none() {
+            s.port_num = 1;
+        }
     }
     s.st = St::AddrBound;
     id.sync_public(s);
@@ -640,12 +689,16 @@ pub fn resolve_addr(
         };
         match src_ip {
             None => Err(Errno(libc::ENETUNREACH)),
-            Some(ip) => match select::device_for(Some(ip)) {
-                Ok(dev) => {
+            Some(ip) => match select::device_for(Some(ip))
+                .and_then(|(dev, vb)| set_verbs(id, &mut s, vb.as_ref()).map(|()| (dev, vb)))
+            {
+                Ok((dev, vb)) => {
                     s.src = Some(SocketAddr::new(ip, bound.port()));
                     s.dst = Some(dst);
                     s.dev = Some(dev);
-                    s.port_num = 1;
+                    if vb.is_none() {
+                        s.port_num = 1;
+                    }
                     s.st = St::AddrResolved;
                     id.sync_public(&s);
                     Ok(())
@@ -775,7 +828,7 @@ pub fn listen(id: &Arc<IdPriv>) -> Result<(), Errno> {
     let src = s.src.ok_or(Errno::EINVAL)?;
     let dev = match s.dev.clone() {
         Some(d) => d,
-        None => select::device_for(None)?,
+        None => select::device_for(None)?.0,
     };
     ports().listen(s.ps, src.port(), id.public_ptr() as usize)?;
     let cm = dev.create_id(None, std::ptr::null_mut(), Some(handler()))?;
@@ -786,7 +839,9 @@ pub fn listen(id: &Arc<IdPriv>) -> Result<(), Errno> {
         return Err(e);
     }
     s.dev = Some(dev);
-    s.port_num = 1;
+    if s.vdev.is_none() {
+        s.port_num = 1;
+    }
     s.cm = Some(cm);
     s.st = St::Listen;
     id.sync_public(&s);
@@ -1271,6 +1326,10 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
             s.dev.clone(),
         )
     };
+    // The child's verbs device: the one holding the address the request
+    // came to (a wildcard listener's children each find theirs).
+    let child_verbs = select::name_of(&ldev.clone().unwrap_or_else(|| cm.device().clone()))
+        .and_then(|n| select::verbs_binding(&n, hdr.dst));
     // A listener on a specific address takes requests for that address only
     // (kernel cma_match_private_data).
     if !lsrc.is_unspecified() && lsrc != hdr.dst {
@@ -1313,6 +1372,13 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
                 }
             }
             _ => return 1,
+        }
+        if let Err(e) = set_verbs(&child, &mut s, child_verbs.as_ref()) {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): request: no default PD for the new id ({e}): rejected"
+            );
+            return 1;
         }
         child.sync_public(&s);
     }

@@ -2,7 +2,8 @@
 //! need a verbs device (`id->verbs`). Ids on a software device (`soft:`,
 //! see `select`) have none; these calls then fail as librdmacm fails
 //! without a device context: `EINVAL` (QP/SRQ on an id whose `verbs` is
-//! NULL), an empty device list, `EOPNOTSUPP` for multicast.
+//! NULL), `EOPNOTSUPP` for multicast. `rdma_get_devices` lists the
+//! verbs devices of `verbs::devices` (empty when the host has none).
 
 use crate::abi::*;
 use crate::exports::guard;
@@ -122,17 +123,30 @@ pub extern "C" fn rdma_destroy_srq(id: *mut RdmaCmId) {
     });
 }
 
-/// The verbs contexts this library uses: none on software devices (a
-/// NULL-terminated empty array, `*num_devices = 0`).
+/// The verbs contexts this library uses (`verbs::devices`, the same
+/// `struct ibv_context *` objects as `id->verbs`), NULL-terminated; an
+/// empty list when the host has no usable verbs device (software devices
+/// need none). The array is the caller's, for `rdma_free_devices`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut c_void {
-    let list = unsafe { libc::calloc(1, std::mem::size_of::<*mut c_void>()) } as *mut *mut c_void;
+    let ctxs: Vec<*mut c_void> = crate::verbs::devices()
+        .map(|d| d.iter().map(|d| d.context().cast()).collect())
+        .unwrap_or_default();
+    let slot = std::mem::size_of::<*mut c_void>();
+    let list = unsafe { libc::calloc(ctxs.len() + 1, slot) } as *mut *mut c_void;
     if list.is_null() {
         crate::exports::set_errno(libc::ENOMEM);
+        if !num_devices.is_null() {
+            unsafe { *num_devices = 0 };
+        }
         return std::ptr::null_mut();
     }
+    for (i, c) in ctxs.iter().enumerate() {
+        // SAFETY: `list` has room for every context and the NULL after them.
+        unsafe { *list.add(i) = *c };
+    }
     if !num_devices.is_null() {
-        unsafe { *num_devices = 0 };
+        unsafe { *num_devices = ctxs.len() as c_int };
     }
     list
 }
