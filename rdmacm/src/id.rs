@@ -75,6 +75,12 @@ pub struct IdState {
     /// its default PD (`id->pd`); `None` on a software device.
     pub vdev: Option<&'static verbs::Device>,
     pub pd: *mut c_void,
+    /// The source GID's index on the verbs port (UD address handles).
+    pub gid_index: u8,
+    /// What `rdma_create_qp` made (`id->qp` and its CQs/channels) and the
+    /// QP's PD.
+    pub qpres: Option<verbs::QpResources>,
+    pub qp_pd: *mut c_void,
     pub port_num: u8,
     pub cm: Option<CmId>,
     pub path: Option<PathRec>,
@@ -266,13 +272,13 @@ fn sa_path_rec(p: &PathRec) -> IbvSaPathRec {
 }
 
 /// The address handle a UD peer is reached with (`ib_init_ah_attr_from_path`).
-fn ah_from_path(p: &PathRec, port_num: u8) -> IbvAhAttr {
+fn ah_from_path(p: &PathRec, port_num: u8, sgid_index: u8) -> IbvAhAttr {
     let grh = p.rec_type != PathRecType::Ib || p.hop_limit > 1;
     IbvAhAttr {
         grh: IbvGlobalRoute {
             dgid: IbvGid { raw: p.dgid.0 },
             flow_label: p.flow_label,
-            sgid_index: 0,
+            sgid_index,
             hop_limit: p.hop_limit,
             traffic_class: p.traffic_class,
         },
@@ -316,6 +322,9 @@ impl IdPriv {
                 dev: None,
                 vdev: None,
                 pd: std::ptr::null_mut(),
+                gid_index: 0,
+                qpres: None,
+                qp_pd: std::ptr::null_mut(),
                 port_num: 0,
                 cm: None,
                 path: None,
@@ -406,7 +415,7 @@ impl IdPriv {
         };
         p.port_num = s.port_num;
         p.verbs = s.vdev.map_or(std::ptr::null_mut(), |d| d.context().cast());
-        p.pd = s.pd;
+        p.pd = if s.qpres.is_some() { s.qp_pd } else { s.pd };
         p.route.path_rec = s
             .path_rec
             .as_ref()
@@ -593,6 +602,7 @@ fn set_verbs(id: &IdPriv, s: &mut IdState, b: Option<&verbs::Binding>) -> Result
     }
     if let Some(b) = b {
         s.port_num = b.port_num;
+        s.gid_index = b.gid_index as u8;
     }
     id.sync_public(s);
     Ok(())
@@ -938,10 +948,7 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 }
             };
             let qp_num = if has_qp {
-                // SAFETY: id->qp is the application's struct ibv_qp; its
-                // qp_num member sits at offset 52 (ibv_qp: context, qp_context,
-                // pd, send_cq, recv_cq, srq, handle, qp_num).
-                unsafe { *(id.public().qp as *const u8).add(52).cast::<u32>() }
+                qp_num_of(id.public().qp)
             } else {
                 p.qp_num
             };
@@ -976,6 +983,110 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
     complete(id)
 }
 
+/// The QP number of the application's `struct ibv_qp` (`id->qp`).
+fn qp_num_of(qp: *mut c_void) -> u32 {
+    // SAFETY: a live struct ibv_qp; its qp_num member sits at offset 52
+    // (ibv_qp: context, qp_context, pd, send_cq, recv_cq, srq, handle,
+    // qp_num).
+    unsafe { *(qp as *const u8).add(52).cast::<u32>() }
+}
+
+/// `rdma_create_qp[_ex]` on an id with a verbs device: the QP (and the
+/// CQs the attributes leave out) on `id->verbs`, INIT at once (a
+/// CONNECT_REQUEST child with its CM id's INIT attributes), UD on to RTS;
+/// `id->qp`, the CQs, their channels and `id->pd` are set.
+pub fn create_qp(id: &Arc<IdPriv>, attr: &mut verbs::IbvQpInitAttrEx) -> Result<(), Errno> {
+    let mut s = lock(&id.st);
+    if !id.public().qp.is_null() || s.qpres.is_some() {
+        return Err(Errno::EINVAL);
+    }
+    let Some(vdev) = s.vdev else {
+        ibcm_log!(
+            DEBUG,
+            "librdmacm (ibcm): rdma_create_qp needs a verbs device; this id has none \
+             (id->verbs is NULL: a soft device, CM only)"
+        );
+        return Err(Errno::EINVAL);
+    };
+    if attr.comp_mask & verbs::QP_INIT_ATTR_PD == 0 || attr.pd.is_null() {
+        attr.pd = s.pd.cast();
+        attr.comp_mask |= verbs::QP_INIT_ATTR_PD;
+    }
+    let cm_init = match (&s.cm, s.st) {
+        (Some(cm), St::Request) if attr.qp_type != verbs::qpt::UD => {
+            Some(cm.init_qp_attr(IBV_QPS_INIT as u32)?)
+        }
+        _ => None,
+    };
+    let init = match &cm_init {
+        Some(a) => verbs::QpInit::Cm(a),
+        None => verbs::QpInit::Fresh {
+            port_num: s.port_num,
+            pkey_index: 0,
+        },
+    };
+    // SAFETY: the context is the id's device's, open for the process; the
+    // pointers in `attr` are the application's objects of it.
+    let r = unsafe { verbs::create_qp(vdev.context(), id.public_ptr().cast(), attr, init) }?;
+    if s.local_ece.is_none() {
+        // SAFETY: the QP was just created.
+        if let Ok(e) = unsafe { verbs::qp_ece(r.qp) } {
+            if e.vendor_id != 0 {
+                s.local_ece = Some(e);
+            }
+        }
+    }
+    let p = id.public_mut();
+    p.qp = r.qp.cast();
+    p.send_cq = r.send_cq.cast();
+    p.recv_cq = r.recv_cq.cast();
+    p.send_cq_channel = r.send_cq_channel.cast();
+    p.recv_cq_channel = r.recv_cq_channel.cast();
+    s.qp_pd = attr.pd.cast();
+    s.qpres = Some(r);
+    id.sync_public(&s);
+    Ok(())
+}
+
+/// `rdma_destroy_qp`: the QP and what `create_qp` made for it.
+pub fn destroy_qp(id: &Arc<IdPriv>) -> Result<(), Errno> {
+    let mut s = lock(&id.st);
+    let Some(r) = s.qpres.take() else {
+        return Ok(());
+    };
+    let p = id.public_mut();
+    p.qp = std::ptr::null_mut();
+    p.send_cq = std::ptr::null_mut();
+    p.recv_cq = std::ptr::null_mut();
+    p.send_cq_channel = std::ptr::null_mut();
+    p.recv_cq_channel = std::ptr::null_mut();
+    s.qp_pd = std::ptr::null_mut();
+    id.sync_public(&s);
+    // SAFETY: our objects; the application let go of them.
+    unsafe { verbs::destroy_qp(&r) }
+}
+
+/// The QP to RTR (the peer's ECE applied first) and RTS with the CM id's
+/// attributes (`ucma_modify_qp_rtr`/`_rts`); `ack_timeout` overrides
+/// the RTS local ACK timeout (`RDMA_OPTION_ID_ACK_TIMEOUT`).
+fn qp_rtr_rts(
+    cm: &CmId,
+    qp: *mut ibcm::api::ibv::IbvQp,
+    remote_ece: &Ece,
+    ack_timeout: Option<u8>,
+) -> Result<(), Errno> {
+    // SAFETY: `qp` is the id's live QP.
+    unsafe {
+        verbs::apply_remote_ece(qp, remote_ece)?;
+        verbs::modify_qp_cm(qp, &cm.init_qp_attr(IBV_QPS_RTR as u32)?)?;
+        let mut rts = cm.init_qp_attr(IBV_QPS_RTS as u32)?;
+        if let Some(t) = ack_timeout {
+            rts.timeout = t;
+        }
+        verbs::modify_qp_cm(qp, &rts)
+    }
+}
+
 /// `rdma_accept` on a listener's child.
 pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
     let ud;
@@ -993,7 +1104,11 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 return Err(Errno::EINVAL);
             }
             cm.send_sidr_rep(&SidrRepParams {
-                qp_num: p.qp_num,
+                qp_num: if has_qp {
+                    qp_num_of(id.public().qp)
+                } else {
+                    p.qp_num
+                },
                 qkey: cma::RDMA_UDP_QKEY,
                 status: 0,
                 info: Vec::new(),
@@ -1026,8 +1141,16 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
             } else {
                 p.initiator_depth
             };
+            if let Some(r) = s.qpres {
+                qp_rtr_rts(&cm, r.qp, &s.remote_ece, s.ack_timeout)?;
+            }
+            let qp_num = if has_qp {
+                qp_num_of(id.public().qp)
+            } else {
+                p.qp_num
+            };
             cm.send_rep(&RepParams {
-                qp_num: p.qp_num & 0x00ff_ffff,
+                qp_num: qp_num & 0x00ff_ffff,
                 starting_psn: s.psn,
                 private_data: p.private_data,
                 responder_resources: resp,
@@ -1080,6 +1203,12 @@ pub fn disconnect(id: &Arc<IdPriv>) -> Result<(), Errno> {
             St::Connected | St::Accepted | St::ConnectResponse | St::Disconnected | St::Connect
         ) {
             return Err(Errno::EINVAL);
+        }
+        if let Some(r) = s.qpres {
+            // SAFETY: the id's live QP.
+            if let Err(e) = unsafe { verbs::to_error(r.qp) } {
+                ibcm_log!(DEBUG, "librdmacm (ibcm): rdma_disconnect: QP to ERR: {e}");
+            }
         }
         let r = if s.dreq_received {
             cm.send_drep(&[])
@@ -1410,6 +1539,9 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
     } else {
         // The listener is going away: the child goes with the request.
         child.destroyed.store(true, Ordering::SeqCst);
+        if let Some(d) = lock(&child.st).vdev.take() {
+            d.pd_put();
+        }
         lock(ids()).remove(&(child.public_ptr() as usize));
         lock(by_cm()).remove(&(cm.c_ptr() as usize));
         1
@@ -1438,6 +1570,30 @@ fn on_event(id: &Arc<IdPriv>, ev: &Event) {
                     c.srq = r.srq;
                     c.qp_num = r.remote_qpn;
                 }
+                // With a QP the library completes the connection itself
+                // (librdmacm's ucma_process_conn_resp): RTR, RTS, RTU,
+                // ESTABLISHED; a failure rejects the REP (CONNECT_ERROR).
+                if let (Some(q), Some(cm)) = (s.qpres, s.cm.clone()) {
+                    match qp_rtr_rts(&cm, q.qp, &s.remote_ece, s.ack_timeout)
+                        .and_then(|()| cm.send_rtu(&[]))
+                    {
+                        Ok(()) => {
+                            s.st = St::Connected;
+                            b.ev.event = R::Established as c_int;
+                        }
+                        Err(e) => {
+                            ibcm_log!(
+                                DEBUG,
+                                "librdmacm (ibcm): REP: moving the QP to RTS failed: {e}; \
+                                 rejected"
+                            );
+                            let _ = cm.send_rej(REJ_CONSUMER_DEFINED, &[], &[]);
+                            s.st = St::Failed;
+                            b.ev.event = R::ConnectError as c_int;
+                            b.ev.status = -e.0;
+                        }
+                    }
+                }
             }
             (EventType::RtuReceived | EventType::UserEstablished, _) => {
                 s.st = St::Connected;
@@ -1462,7 +1618,7 @@ fn on_event(id: &Arc<IdPriv>, ev: &Event) {
                     b.set_private_data(pd, m.private_data_len as usize, true);
                     let ah = s
                         .path
-                        .map(|p| ah_from_path(&p, s.port_num))
+                        .map(|p| ah_from_path(&p, s.port_num, s.gid_index))
                         .unwrap_or_default();
                     // SAFETY: writing the ud member of our own event.
                     unsafe {

@@ -8,7 +8,9 @@
 use crate::abi::*;
 use crate::exports::guard;
 use crate::id::{self, IdPriv};
+use crate::verbs;
 use ibcm::api::Errno;
+use ibcm::api::ibv;
 use ibcm::log::DEBUG;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -22,26 +24,34 @@ fn no_verbs(what: &str) -> Errno {
     Errno::EINVAL
 }
 
-/// `rdma_create_qp[_ex]`.
-pub fn create_qp(
+/// `rdma_create_qp`: the basic attributes with `pd` (NULL: the id's
+/// default PD); the granted capabilities and the CQs used are written
+/// back into `attr`, as `ibv_create_qp` does.
+///
+/// # Safety
+/// `attr` must point to a writable `struct ibv_qp_init_attr`.
+pub unsafe fn create_qp(
     id: &Arc<IdPriv>,
-    _pd: *mut c_void,
-    _attr: *mut IbvQpInitAttr,
+    pd: *mut c_void,
+    attr: *mut IbvQpInitAttr,
 ) -> Result<(), Errno> {
-    if !id.public().qp.is_null() {
-        return Err(Errno::EINVAL);
+    // SAFETY: rdmacm's mirror and ibcm's are the same C struct.
+    let basic = unsafe { &mut *attr.cast::<ibv::IbvQpInitAttr>() };
+    let mut ex = ibv::IbvQpInitAttrEx::from_basic(basic, pd.cast());
+    if pd.is_null() {
+        ex.comp_mask &= !verbs::QP_INIT_ATTR_PD;
     }
-    // No id of this build has a verbs context (software devices only).
-    Err(no_verbs("rdma_create_qp"))
+    id::create_qp(id, &mut ex)?;
+    basic.cap = ex.cap;
+    basic.send_cq = ex.send_cq;
+    basic.recv_cq = ex.recv_cq;
+    Ok(())
 }
 
-/// `rdma_destroy_qp`: nothing to do on an id without a QP.
+/// `rdma_destroy_qp`.
 pub fn destroy_qp(id: &Arc<IdPriv>) {
-    if !id.public().qp.is_null() {
-        ibcm_log!(
-            DEBUG,
-            "librdmacm (ibcm): rdma_destroy_qp: the QP was not created here; left alone"
-        );
+    if let Err(e) = id::destroy_qp(id) {
+        ibcm_log!(DEBUG, "librdmacm (ibcm): rdma_destroy_qp: {e}");
     }
 }
 
@@ -56,7 +66,7 @@ pub fn destroy_srq(id: &Arc<IdPriv>) {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn rdma_create_qp(
+pub unsafe extern "C" fn rdma_create_qp(
     id: *mut RdmaCmId,
     pd: *mut c_void,
     attr: *mut IbvQpInitAttr,
@@ -66,22 +76,23 @@ pub extern "C" fn rdma_create_qp(
         if attr.is_null() {
             return Err(Errno::EINVAL);
         }
-        create_qp(&id, pd, attr)?;
+        // SAFETY: checked non-NULL; the application's attributes.
+        unsafe { create_qp(&id, pd, attr) }?;
         Ok(0)
     })
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn rdma_create_qp_ex(id: *mut RdmaCmId, attr: *mut c_void) -> c_int {
+pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut RdmaCmId, attr: *mut c_void) -> c_int {
     guard("rdma_create_qp_ex", || {
         let id = id::lookup(id)?;
         if attr.is_null() {
             return Err(Errno::EINVAL);
         }
-        if !id.public().qp.is_null() {
-            return Err(Errno::EINVAL);
-        }
-        Err(no_verbs("rdma_create_qp_ex"))
+        // SAFETY: the application's struct ibv_qp_init_attr_ex.
+        let ex = unsafe { &mut *attr.cast::<ibv::IbvQpInitAttrEx>() };
+        id::create_qp(&id, ex)?;
+        Ok(0)
     })
 }
 
