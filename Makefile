@@ -3,8 +3,9 @@
 #   make demo            the main job (README): a CM demo on the software fabric
 #   make test            every test: Rust, man pages, C (ASan, valgrind, LD_PRELOAD), librdmacm.so.1, Python
 #   make rdmacm          target/rdmacm/librdmacm.so.1 (docs/RDMACM.md)
-#   make interop         ibcm against the Linux kernel CM in qemu guests, and on
-#                        real (Soft-RoCE) devices with real QPs (root)
+#   make interop         ibcm against the Linux kernel CM in qemu guests, on real
+#                        (Soft-RoCE) devices with real QPs, and the unmodified rdma_cm
+#                        tools on ibcm's librdmacm (root)
 #   make install PREFIX=/usr/local
 
 PREFIX     ?= /usr/local
@@ -66,7 +67,7 @@ demo: lib
 	./target/release/ibcm bench --baseline
 
 test: deps
-	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-rdmacm test-python test-netns
+	$(MAKE) --no-print-directory test-rust test-man test-docs test-c test-rdmacm test-python test-netns test-interop
 
 deps:
 	./scripts/deps.sh
@@ -168,6 +169,13 @@ test-rdmacm: rdmacm $(BUILD)/c/rdmacm_api $(BUILD)/c/rdmacm_api.asan $(BUILD)/c/
 	TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/c-tests/rdmacm_tsan.supp" $(RDMACM_RUN) \
 		setarch $$(uname -m) -R $(BUILD)/c/rdmacm_api.tsan 127.0.90.6 127.0.90.7
 
+# The verdict logic of the rdmacm matrix (interop/rdmacm/check.py) without a guest: the
+# capture cut at the guests' marks, the side-channel ICRC rewrite, the checks (with the real
+# `ibcm decode` on tests/vectors/rping.pcap) and the expectations summary.
+.PHONY: test-interop
+test-interop: lib
+	python3 -m unittest discover -s interop/rdmacm -p 'test_*.py'
+
 # Live interoperability with the Linux kernel CM (docs/INTEROP.md): a qemu
 # guest with Soft-RoCE in a private network namespace. Needs root,
 # /dev/net/tun and apt; otherwise it prints "skipped: <reason>" and succeeds.
@@ -176,6 +184,7 @@ interop:
 	$(CARGO) build --release --bins
 	./interop/run.sh
 	bash interop/verbs.sh
+	bash interop/rdmacm.sh
 
 # Network faults between network namespaces (docs/RELIABILITY.md): needs
 # root and iproute2; prints "netns: SKIP: <reason>" and succeeds otherwise.
@@ -239,3 +248,11 @@ fuzz:
 .PHONY: interop-verbs
 interop-verbs:
 	bash interop/verbs.sh
+
+# The librdmacm drop-in proof (interop/rdmacm.sh, docs/INTEROP.md "The rdmacm matrix"): the
+# unmodified rdmacm-utils and perftest tools between two Soft-RoCE guests, kernel CM against
+# ibcm's librdmacm.so.1 (LD_PRELOAD) both ways and ibcm against itself over umad and over UDP.
+# The cells expected to pass are listed in interop/rdmacm-expect.
+.PHONY: interop-rdmacm
+interop-rdmacm:
+	bash interop/rdmacm.sh

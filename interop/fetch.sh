@@ -30,7 +30,7 @@ if [ -n "$missing" ]; then
   apt-get install -y -qq --no-install-recommends $missing >/dev/null 2>&1 ||
     cannot "apt-get install$missing failed"
 fi
-for t in qemu-system-x86_64 rping ucmatose udaddy rdma tcpdump tshark cpio depmod; do
+for t in qemu-system-x86_64 rping ucmatose udaddy mckey cmtime rdma_server ib_write_bw rdma tcpdump tshark cpio depmod; do
   command -v $t >/dev/null || cannot "$t missing after installing$missing"
 done
 

@@ -13,10 +13,11 @@ IC_HOST_IP=10.77.5.254
 IC_GUEST_IP=10.77.5.1
 IC_GUEST_MAC=52:54:00:77:05:01
 
-# Host packages: qemu + initramfs tools, the rdma-core userland the guest
-# runs through 9p, and the capture/decode tools.
+# Host packages: qemu + initramfs tools, the rdma-core userland the guests
+# run through 9p (rdmacm-utils and perftest: the tools of interop/rdmacm.sh),
+# and the capture/decode tools.
 IC_HOST_PKGS="qemu-system-x86 cpio kmod iproute2 rdmacm-utils ibverbs-providers
-  ibverbs-utils libibverbs1 librdmacm1 tcpdump tshark python3"
+  ibverbs-utils libibverbs1 librdmacm1 perftest tcpdump tshark python3"
 
 # Guest modules: their modules.dep closure goes into the initramfs.
 IC_GUEST_MODS="virtio_pci virtio_net 9pnet_virtio 9p crc32_generic crc32_pclmul

@@ -1,0 +1,171 @@
+# interop/rdmacm/guest.sh - the guest side of interop/rdmacm.sh, sourced by bash inside each
+# lab guest (after lablib.sh). Guest A is the server of every scenario, guest B the client.
+#
+#   rdmacm_guest server|client
+#
+# Reads from the run directory ($LAB_DIR, shared by host and both guests):
+#   scenarios.run   one scenario per line, fields separated by TAB:
+#                   NAME TIMEOUT READY STOP SERVER-COMMAND CLIENT-COMMAND (check.py wrote
+#                   it; STOP=1: the server serves until stopped, stop it once the client returned)
+#   pairing.env     PRELOAD_A / PRELOAD_B (1: run the tool with the ibcm librdmacm preloaded),
+#                   IBCM_ENV (extra environment for preloaded tools), READY_WAIT (seconds)
+#   lib/librdmacm.so.1
+# Writes per scenario: NAME.srv.out / NAME.srv.rc (A), NAME.cli.out / NAME.cli.rc (B),
+# NAME.note (what the driver had to do: a readiness wait that ran out, a killed server).
+# rc files hold the exit status, or "killed" when the driver had to stop the tool.
+# Commands see IP (this guest), PEER (the other one) and DEV (rxe0).
+#
+# Synchronisation (files in $LAB_DIR): A signals NAME.ready once the server is ready (NAME.dead
+# if it exited before: the client is not run), B signals NAME.done after its client returned.
+# A marks each scenario on the wire with a UDP datagram "IBCM-RDMACM-MARK NAME begin|end" to
+# the peer's port 9, so the host can cut the capture of guest A's NIC into one capture per
+# scenario (check.py).
+
+rdmacm_mark() { # rdmacm_mark NAME begin|end
+  echo "IBCM-RDMACM-MARK $1 $2" > "/dev/udp/$LAB_PEER_IP/9" 2>/dev/null || true
+  sleep 0.2
+}
+
+# rdmacm_env: the environment prefix of this guest's tools (env(1) arguments)
+rdmacm_env() {
+  local pre
+  if [ "$LAB_NAME" = A ]; then pre=$PRELOAD_A; else pre=$PRELOAD_B; fi
+  if [ "$pre" = 1 ]; then
+    echo "LD_PRELOAD=$LAB_DIR/lib/librdmacm.so.1 IBCM_LOG=${IBCM_LOG_LEVEL:-debug} $IBCM_ENV"
+  fi
+}
+
+# rdmacm_ready NAME READY OUT: wait until the server writing OUT is ready; fails if it exited
+# first (its .rc file exists). A readiness wait that runs out is noted; the client runs anyway.
+rdmacm_ready() {
+  local name=$1 ready=$2 out=$3 i=0 n=$((READY_WAIT * 10))
+  case $ready in
+    none) return 0 ;;
+    listen)
+      if [ -n "$(rdmacm_env)" ]; then
+        # ibcm: nothing in the kernel shows its listener; its log says so (or that it opened
+        # its device: the tools listen right after binding, long before a client can start)
+        until grep -qiE "$LISTEN_RE" "$out" 2>/dev/null; do
+          [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
+          i=$((i + 1))
+          if [ $i -ge $n ]; then
+            echo "no line matching /$LISTEN_RE/ in the server's log after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
+            return 0
+          fi
+          sleep 0.1
+        done
+        sleep 0.3
+        [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
+      else
+        until rdma res show cm_id 2>/dev/null | grep -q LISTEN; do
+          [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
+          i=$((i + 1))
+          if [ $i -ge $n ]; then
+            echo "no kernel cm_id in LISTEN after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
+            return 0
+          fi
+          sleep 0.1
+        done
+      fi
+      ;;
+    out:*)
+      until grep -qE -- "${ready#out:}" "$out" 2>/dev/null; do
+        [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
+        i=$((i + 1))
+        if [ $i -ge $n ]; then
+          echo "no line matching /${ready#out:}/ in the server's output after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
+          return 0
+        fi
+        sleep 0.1
+      done
+      ;;
+  esac
+  return 0
+}
+
+# rdmacm_run OUT RC TIMEOUT COMMAND: run COMMAND with this guest's environment, bounded, in a
+# process group of its own (OUT.pgid) so that the driver can stop it with everything it started;
+# stdout line-buffered (stdbuf) so that a tool that has to be stopped leaves its lines
+# (stdbuf appends its own library to LD_PRELOAD, after ibcm's)
+rdmacm_run() {
+  local out=$1 rc=$2 t=$3 cmd=$4 t0
+  t0=$(lab_ts)
+  # shellcheck disable=SC2016,SC2046
+  IP=$LAB_IP PEER=$LAB_PEER_IP DEV=rxe0 setsid bash -c \
+    'echo $$ > "$1"; t=$2; c=$3; shift 3; exec timeout -k 5 "$t" env "$@" stdbuf -oL -eL bash -c "$c"' \
+    rdmacm "$out.pgid" "$t" "$cmd" $(rdmacm_env) < /dev/null > "$out" 2>&1
+  echo $? > "$rc"
+  awk -v a="$t0" -v b="$(lab_ts)" 'BEGIN{printf "%.2f\n", b-a}' > "$rc.time"
+}
+
+# rdmacm_stop OUT: stop the process group that rdmacm_run started for OUT
+rdmacm_stop() {
+  local g
+  g=$(cat "$1.pgid" 2>/dev/null) || return 0
+  kill -TERM -- "-$g" 2>/dev/null; sleep 1
+  kill -KILL -- "-$g" 2>/dev/null
+  return 0
+}
+
+rdmacm_guest() {
+  local role=$1 name t ready stop scmd ccmd pid i g
+  # shellcheck disable=SC1091
+  . "$LAB_DIR/pairing.env"
+  # the first mark must not go out before the peer's eth0 is up (ARP would drop it)
+  if [ "$role" = server ]; then
+    lab_wait up B 120 || echo "guest B never came up" >&2
+    rdmacm_mark - arp  # resolves the peer before the first mark that counts
+  else
+    lab_signal up
+  fi
+  while IFS=$'\t' read -r name t ready stop scmd ccmd; do
+    [ -n "$name" ] || continue
+    if [ "$role" = server ]; then
+      rdmacm_mark "$name" begin
+      rdmacm_run "$LAB_DIR/$name.srv.out" "$LAB_DIR/$name.srv.rc" "$t" "$scmd" &
+      pid=$!
+      if rdmacm_ready "$name" "$ready" "$LAB_DIR/$name.srv.out"; then
+        lab_signal "$name.ready"
+      else
+        lab_signal "$name.dead"
+      fi
+      lab_wait "$name.done" B $((t + 30)) || echo "the client did not finish" >> "$LAB_DIR/$name.note"
+      # the server has its own timeout; give it 10 s after the client, 2 s after a failed
+      # client (the cell fails anyway), none if STOP
+      g=100
+      [ "$(cat "$LAB_DIR/$name.cli.rc" 2>/dev/null)" = 0 ] || g=20
+      [ "$stop" = 1 ] && g=0
+      i=0
+      while kill -0 "$pid" 2>/dev/null && [ $i -lt $g ]; do sleep 0.1; i=$((i + 1)); done
+      if [ "$stop" = 1 ]; then
+        rdmacm_stop "$LAB_DIR/$name.srv.out"
+        wait "$pid" 2>/dev/null
+      elif kill -0 "$pid" 2>/dev/null; then
+        rdmacm_stop "$LAB_DIR/$name.srv.out"
+        wait "$pid" 2>/dev/null
+        echo killed > "$LAB_DIR/$name.srv.rc"
+        echo "server still running $((g / 10)) s after the client: killed" >> "$LAB_DIR/$name.note"
+      fi
+      wait "$pid" 2>/dev/null
+      # no listener of this scenario may be left for the next one
+      i=0
+      while [ -z "$(rdmacm_env)" ] && rdma res show cm_id 2>/dev/null | grep -q LISTEN && [ $i -lt 50 ]; do
+        sleep 0.1; i=$((i + 1))
+      done
+      rdmacm_mark "$name" end
+    else
+      i=0
+      until [ -e "$LAB_DIR/A.$name.ready" ] || [ -e "$LAB_DIR/A.$name.dead" ] || [ $i -ge $(((t + 30) * 10)) ]; do
+        sleep 0.1; i=$((i + 1))
+      done
+      if [ -e "$LAB_DIR/A.$name.ready" ]; then
+        rdmacm_run "$LAB_DIR/$name.cli.out" "$LAB_DIR/$name.cli.rc" "$t" "$ccmd"
+      else
+        [ -e "$LAB_DIR/A.$name.dead" ] || echo "the server never became ready" >> "$LAB_DIR/$name.note"
+        echo "not-run" > "$LAB_DIR/$name.cli.rc"
+      fi
+      lab_signal "$name.done"
+    fi
+  done < "$LAB_DIR/scenarios.run"
+  return 0
+}
