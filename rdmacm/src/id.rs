@@ -1066,7 +1066,7 @@ pub fn destroy_qp(id: &Arc<IdPriv>) -> Result<(), Errno> {
     unsafe { verbs::destroy_qp(&r) }
 }
 
-/// The QP to RTR (the peer's ECE applied first) and RTS with the CM id's
+/// The QP to INIT (again), RTR (the peer's ECE applied first) and RTS with the CM id's
 /// attributes (`ucma_modify_qp_rtr`/`_rts`); `ack_timeout` overrides
 /// the RTS local ACK timeout (`RDMA_OPTION_ID_ACK_TIMEOUT`).
 fn qp_rtr_rts(
@@ -1077,6 +1077,9 @@ fn qp_rtr_rts(
 ) -> Result<(), Errno> {
     // SAFETY: `qp` is the id's live QP.
     unsafe {
+        // INIT again with the CM's attributes first: the access flags the
+        // connection grants (a QP created before the exchange has none).
+        verbs::modify_qp_cm(qp, &cm.init_qp_attr(IBV_QPS_INIT as u32)?)?;
         verbs::apply_remote_ece(qp, remote_ece)?;
         verbs::modify_qp_cm(qp, &cm.init_qp_attr(IBV_QPS_RTR as u32)?)?;
         let mut rts = cm.init_qp_attr(IBV_QPS_RTS as u32)?;
