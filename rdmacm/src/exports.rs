@@ -591,6 +591,8 @@ pub unsafe extern "C" fn rdma_create_ep(
             id::resolve_addr(&n, src, dst)?;
             id::resolve_route(&n)?;
             if !qp_init_attr.is_null() {
+                // The QP type is the address's (librdmacm forces it too).
+                unsafe { (*qp_init_attr).qp_type = n.public().qp_type };
                 // SAFETY: the caller's attributes, checked non-NULL.
                 unsafe { crate::qp::create_qp(&n, pd, qp_init_attr) }?;
             }

@@ -1218,7 +1218,15 @@ pub fn disconnect(id: &Arc<IdPriv>) -> Result<(), Errno> {
         } else {
             cm.send_dreq(&[]).or_else(|_| cm.send_drep(&[]))
         };
-        r.map_err(|_| Errno::EINVAL)?;
+        r.map_err(|e| {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): rdma_disconnect: the CM id refuses DREQ and DREP ({e}; \
+                 dreq_received {})",
+                s.dreq_received
+            );
+            Errno::EINVAL
+        })?;
     }
     // A synchronous caller waits for DISCONNECTED (already queued when the
     // peer disconnected first).
