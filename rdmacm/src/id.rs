@@ -1072,6 +1072,7 @@ pub fn destroy_qp(id: &Arc<IdPriv>) -> Result<(), Errno> {
 fn qp_rtr_rts(
     cm: &CmId,
     qp: *mut ibcm::api::ibv::IbvQp,
+    psn: u32,
     remote_ece: &Ece,
     ack_timeout: Option<u8>,
 ) -> Result<(), Errno> {
@@ -1081,7 +1082,11 @@ fn qp_rtr_rts(
         // connection grants (a QP created before the exchange has none).
         verbs::modify_qp_cm(qp, &cm.init_qp_attr(IBV_QPS_INIT as u32)?)?;
         verbs::apply_remote_ece(qp, remote_ece)?;
-        verbs::modify_qp_cm(qp, &cm.init_qp_attr(IBV_QPS_RTR as u32)?)?;
+        // The receive PSN is the id's own sequence number (the starting
+        // PSN of its REQ or REP), as the kernel's rdma_init_qp_attr sets it.
+        let mut rtr = cm.init_qp_attr(IBV_QPS_RTR as u32)?;
+        rtr.rq_psn = psn;
+        verbs::modify_qp_cm(qp, &rtr)?;
         let mut rts = cm.init_qp_attr(IBV_QPS_RTS as u32)?;
         if let Some(t) = ack_timeout {
             rts.timeout = t;
@@ -1145,7 +1150,7 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 p.initiator_depth
             };
             if let Some(r) = s.qpres {
-                qp_rtr_rts(&cm, r.qp, &s.remote_ece, s.ack_timeout)?;
+                qp_rtr_rts(&cm, r.qp, s.psn, &s.remote_ece, s.ack_timeout)?;
             }
             let qp_num = if has_qp {
                 qp_num_of(id.public().qp)
@@ -1299,7 +1304,13 @@ pub fn init_qp_attr(id: &Arc<IdPriv>, attr: &mut IbvQpAttr) -> Result<c_int, Err
     attr.port_num = q.port_num;
     attr.path_mtu = q.path_mtu as c_int;
     attr.dest_qp_num = q.dest_qp_num;
-    attr.rq_psn = q.rq_psn;
+    // The kernel's rdma_init_qp_attr: at RTR the receive PSN is the id's
+    // own sequence number (the starting PSN of its REQ or REP).
+    attr.rq_psn = if q.qp_state == IBV_QPS_RTR as u32 {
+        s.psn
+    } else {
+        q.rq_psn
+    };
     attr.max_dest_rd_atomic = q.max_dest_rd_atomic;
     attr.min_rnr_timer = q.min_rnr_timer;
     attr.sq_psn = q.sq_psn;
@@ -1585,7 +1596,7 @@ fn on_event(id: &Arc<IdPriv>, ev: &Event) {
                 // (librdmacm's ucma_process_conn_resp): RTR, RTS, RTU,
                 // ESTABLISHED; a failure rejects the REP (CONNECT_ERROR).
                 if let (Some(q), Some(cm)) = (s.qpres, s.cm.clone()) {
-                    match qp_rtr_rts(&cm, q.qp, &s.remote_ece, s.ack_timeout)
+                    match qp_rtr_rts(&cm, q.qp, s.psn, &s.remote_ece, s.ack_timeout)
                         .and_then(|()| cm.send_rtu(&[]))
                     {
                         Ok(()) => {
