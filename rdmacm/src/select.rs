@@ -111,7 +111,8 @@ fn auto_name(ip: Option<IpAddr>, rdma_dev: &str) -> Result<String, Errno> {
         ibcm::log::always(
             ERROR,
             format_args!(
-                "librdmacm (ibcm): the kernel IB CM (ib_cm) is loaded and owns {rdma_dev}'s CM                  MADs; a wildcard listen needs {ENV}=soft:<ip>@{rdma_dev} (or bind to an IP)"
+                "librdmacm (ibcm): the kernel IB CM (ib_cm) is loaded and owns {rdma_dev}'s CM \
+                 MADs; a wildcard listen needs {ENV}=soft:<ip>@{rdma_dev} (or bind to an IP)"
             ),
         );
         return Err(Errno::ENODEV);
@@ -120,7 +121,8 @@ fn auto_name(ip: Option<IpAddr>, rdma_dev: &str) -> Result<String, Errno> {
         ibcm::log::always(
             INFO,
             format_args!(
-                "librdmacm (ibcm): the kernel IB CM (ib_cm) is loaded: the CM runs over the UDP                  side channel ({}@{rdma_dev}), the QPs on {rdma_dev}",
+                "librdmacm (ibcm): the kernel IB CM (ib_cm) is loaded: the CM runs over the UDP \
+                 side channel ({}@{rdma_dev}), the QPs on {rdma_dev}",
                 soft_name(ip)
             ),
         );
