@@ -591,7 +591,10 @@ pub unsafe extern "C" fn rdma_create_ep(
             id::resolve_addr(&n, src, dst)?;
             id::resolve_route(&n)?;
             if !qp_init_attr.is_null() {
-                crate::qp::create_qp(&n, pd, qp_init_attr)?;
+                // The QP type is the address's (librdmacm forces it too).
+                unsafe { (*qp_init_attr).qp_type = n.public().qp_type };
+                // SAFETY: the caller's attributes, checked non-NULL.
+                unsafe { crate::qp::create_qp(&n, pd, qp_init_attr) }?;
             }
             if r.ai_connect_len > 0 && !r.ai_connect.is_null() {
                 let c = unsafe { id::pdata(r.ai_connect, r.ai_connect_len, 255)? };
@@ -633,7 +636,8 @@ pub unsafe extern "C" fn rdma_get_request(listen: *mut RdmaCmId, id: *mut *mut R
         };
         if let Some(mut a) = attr {
             let pd = if pd.is_null() { l.public().pd } else { pd };
-            if let Err(e) = crate::qp::create_qp(&child, pd, &mut a) {
+            // SAFETY: our own copy of the listener's attributes.
+            if let Err(e) = unsafe { crate::qp::create_qp(&child, pd, &mut a) } {
                 let _ = id::reject(&child, &[], id::REJ_CONSUMER_DEFINED);
                 let _ = id::destroy(&child);
                 return Err(e);

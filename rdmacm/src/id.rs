@@ -8,6 +8,7 @@ use crate::abi::*;
 use crate::channel::{self, Channel, EventBox, lock};
 use crate::ports::{Binding, PortSpace, ProcessPorts};
 use crate::select;
+use crate::verbs;
 use ibcm::api::{
     CmId, Device, Ece, Errno, Event, EventParam, EventType, Gid, PathRec, PathRecType, RepParams,
     ReqParams, RustHandler, SidrRepParams, SidrReqParams, listen_id, qp_mask, qp_type,
@@ -70,6 +71,16 @@ pub struct IdState {
     /// The port this id holds in the port space.
     pub lease: Option<u16>,
     pub dev: Option<Arc<Device>>,
+    /// The verbs device (`id->verbs`) and the reference this id holds on
+    /// its default PD (`id->pd`); `None` on a software device.
+    pub vdev: Option<&'static verbs::Device>,
+    pub pd: *mut c_void,
+    /// The source GID's index on the verbs port (UD address handles).
+    pub gid_index: u8,
+    /// What `rdma_create_qp` made (`id->qp` and its CQs/channels) and the
+    /// QP's PD.
+    pub qpres: Option<verbs::QpResources>,
+    pub qp_pd: *mut c_void,
     pub port_num: u8,
     pub cm: Option<CmId>,
     pub path: Option<PathRec>,
@@ -261,13 +272,13 @@ fn sa_path_rec(p: &PathRec) -> IbvSaPathRec {
 }
 
 /// The address handle a UD peer is reached with (`ib_init_ah_attr_from_path`).
-fn ah_from_path(p: &PathRec, port_num: u8) -> IbvAhAttr {
+fn ah_from_path(p: &PathRec, port_num: u8, sgid_index: u8) -> IbvAhAttr {
     let grh = p.rec_type != PathRecType::Ib || p.hop_limit > 1;
     IbvAhAttr {
         grh: IbvGlobalRoute {
             dgid: IbvGid { raw: p.dgid.0 },
             flow_label: p.flow_label,
-            sgid_index: 0,
+            sgid_index,
             hop_limit: p.hop_limit,
             traffic_class: p.traffic_class,
         },
@@ -309,6 +320,11 @@ impl IdPriv {
                 dst: None,
                 lease: None,
                 dev: None,
+                vdev: None,
+                pd: std::ptr::null_mut(),
+                gid_index: 0,
+                qpres: None,
+                qp_pd: std::ptr::null_mut(),
                 port_num: 0,
                 cm: None,
                 path: None,
@@ -398,6 +414,8 @@ impl IdPriv {
             0
         };
         p.port_num = s.port_num;
+        p.verbs = s.vdev.map_or(std::ptr::null_mut(), |d| d.context().cast());
+        p.pd = if s.qpres.is_some() { s.qp_pd } else { s.pd };
         p.route.path_rec = s
             .path_rec
             .as_ref()
@@ -459,6 +477,10 @@ fn teardown(id: &Arc<IdPriv>) {
     lock(ids()).remove(&(id.public_ptr() as usize));
     let (cm, lease, ps, ch) = {
         let mut s = lock(&id.st);
+        if let Some(d) = s.vdev.take() {
+            d.pd_put();
+            s.pd = std::ptr::null_mut();
+        }
         (s.cm.take(), s.lease.take(), s.ps, s.channel.clone())
     };
     if let Some(cm) = cm {
@@ -558,6 +580,34 @@ pub fn complete(id: &Arc<IdPriv>) -> Result<(), Errno> {
 // Addresses
 // ---------------------------------------------------------------------------
 
+/// Points the id at verbs device `b` (`id->verbs`, `id->port_num`) with a
+/// reference on its default PD (`id->pd`, librdmacm's `ucma_get_device`),
+/// returning the one held on a previous device; `None` lets go.
+fn set_verbs(id: &IdPriv, s: &mut IdState, b: Option<&verbs::Binding>) -> Result<(), Errno> {
+    let same = match (s.vdev, b) {
+        (Some(old), Some(b)) => std::ptr::eq(old, b.device),
+        _ => false,
+    };
+    if !same {
+        if let Some(b) = b {
+            s.pd = b.device.pd_get()?.cast();
+        }
+        if let Some(old) = s.vdev.take() {
+            old.pd_put();
+        }
+        s.vdev = b.map(|b| b.device);
+        if b.is_none() {
+            s.pd = std::ptr::null_mut();
+        }
+    }
+    if let Some(b) = b {
+        s.port_num = b.port_num;
+        s.gid_index = b.gid_index as u8;
+    }
+    id.sync_public(s);
+    Ok(())
+}
+
 /// `rdma_bind_addr`.
 pub fn bind(id: &Arc<IdPriv>, addr: SocketAddr) -> Result<(), Errno> {
     let mut s = lock(&id.st);
@@ -570,10 +620,11 @@ pub fn bind(id: &Arc<IdPriv>, addr: SocketAddr) -> Result<(), Errno> {
 fn bind_locked(id: &Arc<IdPriv>, s: &mut IdState, addr: SocketAddr) -> Result<(), Errno> {
     let ip = addr.ip();
     // A specific address binds the id to the device serving it.
-    let dev = if ip.is_unspecified() {
-        None
+    let (dev, vb) = if ip.is_unspecified() {
+        (None, None)
     } else {
-        Some(select::device_for(Some(ip))?)
+        let (d, b) = select::device_for(Some(ip))?;
+        (Some(d), b)
     };
     let port = ports().bind(
         s.ps,
@@ -586,11 +637,19 @@ fn bind_locked(id: &Arc<IdPriv>, s: &mut IdState, addr: SocketAddr) -> Result<()
             owner: id.public_ptr() as usize,
         },
     )?;
+    if dev.is_some() {
+        if let Err(e) = set_verbs(id, s, vb.as_ref()) {
+            ports().release(s.ps, port, id.public_ptr() as usize);
+            return Err(e);
+        }
+    }
     s.lease = Some(port);
     s.src = Some(SocketAddr::new(ip, port));
     if let Some(d) = dev {
         s.dev = Some(d);
-        s.port_num = 1;
+        if vb.is_none() {
+            s.port_num = 1;
+        }
     }
     s.st = St::AddrBound;
     id.sync_public(s);
@@ -640,12 +699,16 @@ pub fn resolve_addr(
         };
         match src_ip {
             None => Err(Errno(libc::ENETUNREACH)),
-            Some(ip) => match select::device_for(Some(ip)) {
-                Ok(dev) => {
+            Some(ip) => match select::device_for(Some(ip))
+                .and_then(|(dev, vb)| set_verbs(id, &mut s, vb.as_ref()).map(|()| (dev, vb)))
+            {
+                Ok((dev, vb)) => {
                     s.src = Some(SocketAddr::new(ip, bound.port()));
                     s.dst = Some(dst);
                     s.dev = Some(dev);
-                    s.port_num = 1;
+                    if vb.is_none() {
+                        s.port_num = 1;
+                    }
                     s.st = St::AddrResolved;
                     id.sync_public(&s);
                     Ok(())
@@ -775,7 +838,7 @@ pub fn listen(id: &Arc<IdPriv>) -> Result<(), Errno> {
     let src = s.src.ok_or(Errno::EINVAL)?;
     let dev = match s.dev.clone() {
         Some(d) => d,
-        None => select::device_for(None)?,
+        None => select::device_for(None)?.0,
     };
     ports().listen(s.ps, src.port(), id.public_ptr() as usize)?;
     let cm = dev.create_id(None, std::ptr::null_mut(), Some(handler()))?;
@@ -786,7 +849,9 @@ pub fn listen(id: &Arc<IdPriv>) -> Result<(), Errno> {
         return Err(e);
     }
     s.dev = Some(dev);
-    s.port_num = 1;
+    if s.vdev.is_none() {
+        s.port_num = 1;
+    }
     s.cm = Some(cm);
     s.st = St::Listen;
     id.sync_public(&s);
@@ -883,10 +948,7 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 }
             };
             let qp_num = if has_qp {
-                // SAFETY: id->qp is the application's struct ibv_qp; its
-                // qp_num member sits at offset 52 (ibv_qp: context, qp_context,
-                // pd, send_cq, recv_cq, srq, handle, qp_num).
-                unsafe { *(id.public().qp as *const u8).add(52).cast::<u32>() }
+                qp_num_of(id.public().qp)
             } else {
                 p.qp_num
             };
@@ -921,6 +983,118 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
     complete(id)
 }
 
+/// The QP number of the application's `struct ibv_qp` (`id->qp`).
+fn qp_num_of(qp: *mut c_void) -> u32 {
+    // SAFETY: a live struct ibv_qp; its qp_num member sits at offset 52
+    // (ibv_qp: context, qp_context, pd, send_cq, recv_cq, srq, handle,
+    // qp_num).
+    unsafe { *(qp as *const u8).add(52).cast::<u32>() }
+}
+
+/// `rdma_create_qp[_ex]` on an id with a verbs device: the QP (and the
+/// CQs the attributes leave out) on `id->verbs`, INIT at once (a
+/// CONNECT_REQUEST child with its CM id's INIT attributes), UD on to RTS;
+/// `id->qp`, the CQs, their channels and `id->pd` are set.
+pub fn create_qp(id: &Arc<IdPriv>, attr: &mut verbs::IbvQpInitAttrEx) -> Result<(), Errno> {
+    let mut s = lock(&id.st);
+    if !id.public().qp.is_null() || s.qpres.is_some() {
+        return Err(Errno::EINVAL);
+    }
+    let Some(vdev) = s.vdev else {
+        ibcm_log!(
+            DEBUG,
+            "librdmacm (ibcm): rdma_create_qp needs a verbs device; this id has none \
+             (id->verbs is NULL: a soft device, CM only)"
+        );
+        return Err(Errno::EINVAL);
+    };
+    if attr.comp_mask & verbs::QP_INIT_ATTR_PD == 0 || attr.pd.is_null() {
+        attr.pd = s.pd.cast();
+        attr.comp_mask |= verbs::QP_INIT_ATTR_PD;
+    }
+    let cm_init = match (&s.cm, s.st) {
+        (Some(cm), St::Request) if attr.qp_type != verbs::qpt::UD => {
+            Some(cm.init_qp_attr(IBV_QPS_INIT as u32)?)
+        }
+        _ => None,
+    };
+    let init = match &cm_init {
+        Some(a) => verbs::QpInit::Cm(a),
+        None => verbs::QpInit::Fresh {
+            port_num: s.port_num,
+            pkey_index: 0,
+        },
+    };
+    // SAFETY: the context is the id's device's, open for the process; the
+    // pointers in `attr` are the application's objects of it.
+    let r = unsafe { verbs::create_qp(vdev.context(), id.public_ptr().cast(), attr, init) }?;
+    if s.local_ece.is_none() {
+        // SAFETY: the QP was just created.
+        if let Ok(e) = unsafe { verbs::qp_ece(r.qp) } {
+            if e.vendor_id != 0 {
+                s.local_ece = Some(e);
+            }
+        }
+    }
+    let p = id.public_mut();
+    p.qp = r.qp.cast();
+    p.send_cq = r.send_cq.cast();
+    p.recv_cq = r.recv_cq.cast();
+    p.send_cq_channel = r.send_cq_channel.cast();
+    p.recv_cq_channel = r.recv_cq_channel.cast();
+    s.qp_pd = attr.pd.cast();
+    s.qpres = Some(r);
+    id.sync_public(&s);
+    Ok(())
+}
+
+/// `rdma_destroy_qp`: the QP and what `create_qp` made for it.
+pub fn destroy_qp(id: &Arc<IdPriv>) -> Result<(), Errno> {
+    let mut s = lock(&id.st);
+    let Some(r) = s.qpres.take() else {
+        return Ok(());
+    };
+    let p = id.public_mut();
+    p.qp = std::ptr::null_mut();
+    p.send_cq = std::ptr::null_mut();
+    p.recv_cq = std::ptr::null_mut();
+    p.send_cq_channel = std::ptr::null_mut();
+    p.recv_cq_channel = std::ptr::null_mut();
+    s.qp_pd = std::ptr::null_mut();
+    id.sync_public(&s);
+    // SAFETY: our objects; the application let go of them.
+    unsafe { verbs::destroy_qp(&r) }
+}
+
+/// The QP to INIT (again), RTR (the peer's ECE applied first) and RTS with the CM id's
+/// attributes (`ucma_modify_qp_rtr`/`_rts`); `ack_timeout` overrides
+/// the RTS local ACK timeout (`RDMA_OPTION_ID_ACK_TIMEOUT`).
+fn qp_rtr_rts(
+    cm: &CmId,
+    qp: *mut ibcm::api::ibv::IbvQp,
+    psn: u32,
+    remote_ece: &Ece,
+    ack_timeout: Option<u8>,
+) -> Result<(), Errno> {
+    // SAFETY: `qp` is the id's live QP.
+    unsafe {
+        // INIT again with the CM's attributes first: the access flags the
+        // connection grants (a QP created before the exchange has none).
+        verbs::modify_qp_cm(qp, &cm.init_qp_attr(IBV_QPS_INIT as u32)?)?;
+        verbs::apply_remote_ece(qp, remote_ece)?;
+        // The receive PSN is the id's own sequence number (the starting
+        // PSN of its REQ or REP), as the kernel's rdma_init_qp_attr sets it.
+        let mut rtr = cm.init_qp_attr(IBV_QPS_RTR as u32)?;
+        rtr.rq_psn = psn;
+        verbs::modify_qp_cm(qp, &rtr)?;
+        let mut rts = cm.init_qp_attr(IBV_QPS_RTS as u32)?;
+        if let Some(t) = ack_timeout {
+            rts.timeout = t;
+        }
+        verbs::modify_qp_cm(qp, &rts)
+    }
+}
+
 /// `rdma_accept` on a listener's child.
 pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
     let ud;
@@ -938,7 +1112,11 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 return Err(Errno::EINVAL);
             }
             cm.send_sidr_rep(&SidrRepParams {
-                qp_num: p.qp_num,
+                qp_num: if has_qp {
+                    qp_num_of(id.public().qp)
+                } else {
+                    p.qp_num
+                },
                 qkey: cma::RDMA_UDP_QKEY,
                 status: 0,
                 info: Vec::new(),
@@ -971,8 +1149,16 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
             } else {
                 p.initiator_depth
             };
+            if let Some(r) = s.qpres {
+                qp_rtr_rts(&cm, r.qp, s.psn, &s.remote_ece, s.ack_timeout)?;
+            }
+            let qp_num = if has_qp {
+                qp_num_of(id.public().qp)
+            } else {
+                p.qp_num
+            };
             cm.send_rep(&RepParams {
-                qp_num: p.qp_num & 0x00ff_ffff,
+                qp_num: qp_num & 0x00ff_ffff,
                 starting_psn: s.psn,
                 private_data: p.private_data,
                 responder_resources: resp,
@@ -1026,12 +1212,26 @@ pub fn disconnect(id: &Arc<IdPriv>) -> Result<(), Errno> {
         ) {
             return Err(Errno::EINVAL);
         }
+        if let Some(r) = s.qpres {
+            // SAFETY: the id's live QP.
+            if let Err(e) = unsafe { verbs::to_error(r.qp) } {
+                ibcm_log!(DEBUG, "librdmacm (ibcm): rdma_disconnect: QP to ERR: {e}");
+            }
+        }
         let r = if s.dreq_received {
             cm.send_drep(&[])
         } else {
             cm.send_dreq(&[]).or_else(|_| cm.send_drep(&[]))
         };
-        r.map_err(|_| Errno::EINVAL)?;
+        r.map_err(|e| {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): rdma_disconnect: the CM id refuses DREQ and DREP ({e}; \
+                 dreq_received {})",
+                s.dreq_received
+            );
+            Errno::EINVAL
+        })?;
     }
     // A synchronous caller waits for DISCONNECTED (already queued when the
     // peer disconnected first).
@@ -1104,7 +1304,13 @@ pub fn init_qp_attr(id: &Arc<IdPriv>, attr: &mut IbvQpAttr) -> Result<c_int, Err
     attr.port_num = q.port_num;
     attr.path_mtu = q.path_mtu as c_int;
     attr.dest_qp_num = q.dest_qp_num;
-    attr.rq_psn = q.rq_psn;
+    // The kernel's rdma_init_qp_attr: at RTR the receive PSN is the id's
+    // own sequence number (the starting PSN of its REQ or REP).
+    attr.rq_psn = if q.qp_state == IBV_QPS_RTR as u32 {
+        s.psn
+    } else {
+        q.rq_psn
+    };
     attr.max_dest_rd_atomic = q.max_dest_rd_atomic;
     attr.min_rnr_timer = q.min_rnr_timer;
     attr.sq_psn = q.sq_psn;
@@ -1271,6 +1477,10 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
             s.dev.clone(),
         )
     };
+    // The child's verbs device: the one holding the address the request
+    // came to (a wildcard listener's children each find theirs).
+    let child_verbs = select::name_of(&ldev.clone().unwrap_or_else(|| cm.device().clone()))
+        .and_then(|n| select::verbs_binding(&n, hdr.dst));
     // A listener on a specific address takes requests for that address only
     // (kernel cma_match_private_data).
     if !lsrc.is_unspecified() && lsrc != hdr.dst {
@@ -1314,6 +1524,13 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
             }
             _ => return 1,
         }
+        if let Err(e) = set_verbs(&child, &mut s, child_verbs.as_ref()) {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): request: no default PD for the new id ({e}): rejected"
+            );
+            return 1;
+        }
         child.sync_public(&s);
     }
     lock(ids()).insert(child.public_ptr() as usize, child.clone());
@@ -1344,6 +1561,9 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
     } else {
         // The listener is going away: the child goes with the request.
         child.destroyed.store(true, Ordering::SeqCst);
+        if let Some(d) = lock(&child.st).vdev.take() {
+            d.pd_put();
+        }
         lock(ids()).remove(&(child.public_ptr() as usize));
         lock(by_cm()).remove(&(cm.c_ptr() as usize));
         1
@@ -1372,6 +1592,30 @@ fn on_event(id: &Arc<IdPriv>, ev: &Event) {
                     c.srq = r.srq;
                     c.qp_num = r.remote_qpn;
                 }
+                // With a QP the library completes the connection itself
+                // (librdmacm's ucma_process_conn_resp): RTR, RTS, RTU,
+                // ESTABLISHED; a failure rejects the REP (CONNECT_ERROR).
+                if let (Some(q), Some(cm)) = (s.qpres, s.cm.clone()) {
+                    match qp_rtr_rts(&cm, q.qp, s.psn, &s.remote_ece, s.ack_timeout)
+                        .and_then(|()| cm.send_rtu(&[]))
+                    {
+                        Ok(()) => {
+                            s.st = St::Connected;
+                            b.ev.event = R::Established as c_int;
+                        }
+                        Err(e) => {
+                            ibcm_log!(
+                                DEBUG,
+                                "librdmacm (ibcm): REP: moving the QP to RTS failed: {e}; \
+                                 rejected"
+                            );
+                            let _ = cm.send_rej(REJ_CONSUMER_DEFINED, &[], &[]);
+                            s.st = St::Failed;
+                            b.ev.event = R::ConnectError as c_int;
+                            b.ev.status = -e.0;
+                        }
+                    }
+                }
             }
             (EventType::RtuReceived | EventType::UserEstablished, _) => {
                 s.st = St::Connected;
@@ -1396,7 +1640,7 @@ fn on_event(id: &Arc<IdPriv>, ev: &Event) {
                     b.set_private_data(pd, m.private_data_len as usize, true);
                     let ah = s
                         .path
-                        .map(|p| ah_from_path(&p, s.port_num))
+                        .map(|p| ah_from_path(&p, s.port_num, s.gid_index))
                         .unwrap_or_default();
                     // SAFETY: writing the ud member of our own event.
                     unsafe {

@@ -2,12 +2,15 @@
 //! need a verbs device (`id->verbs`). Ids on a software device (`soft:`,
 //! see `select`) have none; these calls then fail as librdmacm fails
 //! without a device context: `EINVAL` (QP/SRQ on an id whose `verbs` is
-//! NULL), an empty device list, `EOPNOTSUPP` for multicast.
+//! NULL), `EOPNOTSUPP` for multicast. `rdma_get_devices` lists the
+//! verbs devices of `verbs::devices` (empty when the host has none).
 
 use crate::abi::*;
 use crate::exports::guard;
 use crate::id::{self, IdPriv};
+use crate::verbs;
 use ibcm::api::Errno;
+use ibcm::api::ibv;
 use ibcm::log::DEBUG;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
@@ -21,26 +24,34 @@ fn no_verbs(what: &str) -> Errno {
     Errno::EINVAL
 }
 
-/// `rdma_create_qp[_ex]`.
-pub fn create_qp(
+/// `rdma_create_qp`: the basic attributes with `pd` (NULL: the id's
+/// default PD); the granted capabilities and the CQs used are written
+/// back into `attr`, as `ibv_create_qp` does.
+///
+/// # Safety
+/// `attr` must point to a writable `struct ibv_qp_init_attr`.
+pub unsafe fn create_qp(
     id: &Arc<IdPriv>,
-    _pd: *mut c_void,
-    _attr: *mut IbvQpInitAttr,
+    pd: *mut c_void,
+    attr: *mut IbvQpInitAttr,
 ) -> Result<(), Errno> {
-    if !id.public().qp.is_null() {
-        return Err(Errno::EINVAL);
+    // SAFETY: rdmacm's mirror and ibcm's are the same C struct.
+    let basic = unsafe { &mut *attr.cast::<ibv::IbvQpInitAttr>() };
+    let mut ex = ibv::IbvQpInitAttrEx::from_basic(basic, pd.cast());
+    if pd.is_null() {
+        ex.comp_mask &= !verbs::QP_INIT_ATTR_PD;
     }
-    // No id of this build has a verbs context (software devices only).
-    Err(no_verbs("rdma_create_qp"))
+    id::create_qp(id, &mut ex)?;
+    basic.cap = ex.cap;
+    basic.send_cq = ex.send_cq;
+    basic.recv_cq = ex.recv_cq;
+    Ok(())
 }
 
-/// `rdma_destroy_qp`: nothing to do on an id without a QP.
+/// `rdma_destroy_qp`.
 pub fn destroy_qp(id: &Arc<IdPriv>) {
-    if !id.public().qp.is_null() {
-        ibcm_log!(
-            DEBUG,
-            "librdmacm (ibcm): rdma_destroy_qp: the QP was not created here; left alone"
-        );
+    if let Err(e) = id::destroy_qp(id) {
+        ibcm_log!(DEBUG, "librdmacm (ibcm): rdma_destroy_qp: {e}");
     }
 }
 
@@ -55,7 +66,7 @@ pub fn destroy_srq(id: &Arc<IdPriv>) {
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn rdma_create_qp(
+pub unsafe extern "C" fn rdma_create_qp(
     id: *mut RdmaCmId,
     pd: *mut c_void,
     attr: *mut IbvQpInitAttr,
@@ -65,22 +76,23 @@ pub extern "C" fn rdma_create_qp(
         if attr.is_null() {
             return Err(Errno::EINVAL);
         }
-        create_qp(&id, pd, attr)?;
+        // SAFETY: checked non-NULL; the application's attributes.
+        unsafe { create_qp(&id, pd, attr) }?;
         Ok(0)
     })
 }
 
 #[unsafe(no_mangle)]
-pub extern "C" fn rdma_create_qp_ex(id: *mut RdmaCmId, attr: *mut c_void) -> c_int {
+pub unsafe extern "C" fn rdma_create_qp_ex(id: *mut RdmaCmId, attr: *mut c_void) -> c_int {
     guard("rdma_create_qp_ex", || {
         let id = id::lookup(id)?;
         if attr.is_null() {
             return Err(Errno::EINVAL);
         }
-        if !id.public().qp.is_null() {
-            return Err(Errno::EINVAL);
-        }
-        Err(no_verbs("rdma_create_qp_ex"))
+        // SAFETY: the application's struct ibv_qp_init_attr_ex.
+        let ex = unsafe { &mut *attr.cast::<ibv::IbvQpInitAttrEx>() };
+        id::create_qp(&id, ex)?;
+        Ok(0)
     })
 }
 
@@ -122,17 +134,30 @@ pub extern "C" fn rdma_destroy_srq(id: *mut RdmaCmId) {
     });
 }
 
-/// The verbs contexts this library uses: none on software devices (a
-/// NULL-terminated empty array, `*num_devices = 0`).
+/// The verbs contexts this library uses (`verbs::devices`, the same
+/// `struct ibv_context *` objects as `id->verbs`), NULL-terminated; an
+/// empty list when the host has no usable verbs device (software devices
+/// need none). The array is the caller's, for `rdma_free_devices`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut c_void {
-    let list = unsafe { libc::calloc(1, std::mem::size_of::<*mut c_void>()) } as *mut *mut c_void;
+    let ctxs: Vec<*mut c_void> = crate::verbs::devices()
+        .map(|d| d.iter().map(|d| d.context().cast()).collect())
+        .unwrap_or_default();
+    let slot = std::mem::size_of::<*mut c_void>();
+    let list = unsafe { libc::calloc(ctxs.len() + 1, slot) } as *mut *mut c_void;
     if list.is_null() {
         crate::exports::set_errno(libc::ENOMEM);
+        if !num_devices.is_null() {
+            unsafe { *num_devices = 0 };
+        }
         return std::ptr::null_mut();
     }
+    for (i, c) in ctxs.iter().enumerate() {
+        // SAFETY: `list` has room for every context and the NULL after them.
+        unsafe { *list.add(i) = *c };
+    }
     if !num_devices.is_null() {
-        unsafe { *num_devices = 0 };
+        unsafe { *num_devices = ctxs.len() as c_int };
     }
     list
 }

@@ -1,7 +1,10 @@
 //! Which ibcm device serves an IP address (docs/RDMACM.md, "Which device").
 //!
 //! `IBCM_RDMACM_DEVICE`:
-//! * unset — automatic: the RDMA device whose GID table holds the IP;
+//! * unset — automatic: the RDMA device whose GID table holds the IP
+//!   (`verbs::find_by_ip`), served through its umad port (`rxe0`), or
+//!   through the UDP side channel (`soft:<ip>@rxe0`) when the kernel's IB
+//!   CM is loaded and owns the port's CM MADs;
 //! * `soft` — every IP is its own software device `soft:<ip>` (CM over
 //!   UDP, no verbs device: `id->verbs == NULL`, QP-less connections);
 //! * any other value — that ibcm device name for every id (`soft:<ip>`,
@@ -9,10 +12,12 @@
 //!
 //! Devices are opened once and stay open for the life of the process.
 
+use crate::verbs;
 use ibcm::api::{Device, DeviceOptions, Errno};
 use ibcm::log::{ERROR, INFO};
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// The environment switch.
@@ -88,9 +93,84 @@ fn soft_name(ip: IpAddr) -> String {
     }
 }
 
+/// Whether the kernel's IB CM is loaded: it then owns the CM MADs of
+/// every port, so ibcm cannot use umad there.
+fn kernel_cm_loaded() -> bool {
+    std::path::Path::new("/sys/module/ib_cm").exists()
+}
+
+/// The ibcm device for verbs device `rdma_dev` serving `ip` in automatic
+/// mode: its umad port, or `soft:<ip>@<rdma_dev>` (CM over the UDP side
+/// channel, QPs on the real device) when the kernel CM is loaded.
+fn auto_name(ip: Option<IpAddr>, rdma_dev: &str) -> Result<String, Errno> {
+    if !kernel_cm_loaded() {
+        return Ok(rdma_dev.to_string());
+    }
+    static SAID: AtomicBool = AtomicBool::new(false);
+    let Some(ip) = ip else {
+        ibcm::log::always(
+            ERROR,
+            format_args!(
+                "librdmacm (ibcm): the kernel IB CM (ib_cm) is loaded and owns {rdma_dev}'s CM \
+                 MADs; a wildcard listen needs {ENV}=soft:<ip>@{rdma_dev} (or bind to an IP)"
+            ),
+        );
+        return Err(Errno::ENODEV);
+    };
+    if !SAID.swap(true, Ordering::Relaxed) {
+        ibcm::log::always(
+            INFO,
+            format_args!(
+                "librdmacm (ibcm): the kernel IB CM (ib_cm) is loaded: the CM runs over the UDP \
+                 side channel ({}@{rdma_dev}), the QPs on {rdma_dev}",
+                soft_name(ip)
+            ),
+        );
+    }
+    Ok(format!("{}@{rdma_dev}", soft_name(ip)))
+}
+
+/// Whether ibcm device `name` comes with a verbs device (everything but a
+/// plain `soft:<ip>`).
+pub fn has_verbs(name: &str) -> bool {
+    !name.starts_with("soft:") || name.contains('@')
+}
+
+/// The verbs device, port and GID of local address `ip` for an id on ibcm
+/// device `name` (`None` on a plain software device, or when no RDMA
+/// device holds the address).
+pub fn verbs_binding(name: &str, ip: IpAddr) -> Option<verbs::Binding> {
+    if !has_verbs(name) || ip.is_unspecified() {
+        return None;
+    }
+    verbs::find_by_ip(ip, None).ok()
+}
+
+/// The name `dev` was opened under.
+pub fn name_of(dev: &Arc<Device>) -> Option<String> {
+    let map = devices().lock().unwrap_or_else(|p| p.into_inner());
+    map.iter()
+        .find(|(_, d)| Arc::ptr_eq(d, dev))
+        .map(|(n, _)| n.clone())
+}
+
 /// The ibcm device name for local address `ip` (`None`: wildcard).
 pub fn device_name(ip: Option<IpAddr>) -> Result<String, Errno> {
     match (mode(), ip) {
+        (Mode::Auto, Some(ip)) if !ip.is_unspecified() => match verbs::find_by_ip(ip, None) {
+            Ok(b) => auto_name(Some(ip), b.device.name()),
+            Err(_) => no_device(Some(ip)),
+        },
+        (Mode::Auto, None) => match verbs::devices() {
+            Ok(devs) => match devs
+                .iter()
+                .find(|d| d.facts().ports.iter().any(|p| p.is_roce))
+            {
+                Some(d) => auto_name(None, d.name()),
+                None => no_device(None),
+            },
+            Err(_) => no_device(None),
+        },
         (Mode::Fixed(name), _) => Ok(name),
         (Mode::SoftPerIp, Some(ip)) => Ok(soft_name(ip)),
         (Mode::SoftPerIp, None) => {
@@ -103,23 +183,28 @@ pub fn device_name(ip: Option<IpAddr>) -> Result<String, Errno> {
             );
             Err(Errno::ENODEV)
         }
-        (Mode::Auto, ip) => {
-            let what = ip.map_or("the wildcard address".to_string(), |i| i.to_string());
-            ibcm::log::always(
-                ERROR,
-                format_args!(
-                    "librdmacm (ibcm): no RDMA device with a GID for {what} is usable by this \
-                     build; set {ENV}=soft (CM over UDP) or {ENV}=<ibcm device name>"
-                ),
-            );
-            Err(Errno::ENODEV)
-        }
+        (Mode::Auto, ip) => no_device(ip),
     }
 }
 
-/// The device for local address `ip`, opened.
-pub fn device_for(ip: Option<IpAddr>) -> Result<Arc<Device>, Errno> {
-    open(&device_name(ip)?)
+fn no_device(ip: Option<IpAddr>) -> Result<String, Errno> {
+    let what = ip.map_or("the wildcard address".to_string(), |i| i.to_string());
+    ibcm::log::always(
+        ERROR,
+        format_args!(
+            "librdmacm (ibcm): no RoCE device has a GID for {what} (ibv_devices, `rdma link`); \
+             set {ENV}=soft (CM over UDP) or {ENV}=<ibcm device name>"
+        ),
+    );
+    Err(Errno::ENODEV)
+}
+
+/// The device for local address `ip`, opened, and the verbs device, port
+/// and GID that hold `ip` when that device has one.
+pub fn device_for(ip: Option<IpAddr>) -> Result<(Arc<Device>, Option<verbs::Binding>), Errno> {
+    let name = device_name(ip)?;
+    let dev = open(&name)?;
+    Ok((dev, ip.and_then(|ip| verbs_binding(&name, ip))))
 }
 
 /// The source address the routing table picks for `dst` (a connected
