@@ -78,7 +78,6 @@ deps:
 test-rust:
 	$(CARGO) build --release --lib
 	$(CARGO) test --release
-	$(CARGO) test --release -p ibcm-rdmacm
 
 # Man pages (man/): mandoc lint and groff render of every page, a page for
 # every function of ibcm.map, .so links resolve, every `ibcm --help`

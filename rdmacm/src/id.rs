@@ -752,7 +752,7 @@ pub fn resolve_route(id: &Arc<IdPriv>) -> Result<(), Errno> {
         path.traffic_class = s.tos.unwrap_or(0);
         path.packet_life_time = match s.ack_timeout {
             Some(t) => t.saturating_sub(1),
-            None => ibcm::api::SOFT_PACKET_LIFE_TIME,
+            None => crate::select::roce_packet_life_time(),
         };
         if path.rec_type == PathRecType::RoceV2 {
             let (sp, dp) = (src.port() as u32, dst.port() as u32);

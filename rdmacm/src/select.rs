@@ -40,6 +40,37 @@ pub fn mode() -> Mode {
     }
 }
 
+/// The packet life time of a RoCE path without `RDMA_OPTION_ID_ACK_TIMEOUT`
+/// (the kernel's `CMA_IBOE_PACKET_LIFETIME`). Linux 6.1 — Debian 12's
+/// kernel, the one `make interop` proves against — uses 18 (REQ local ACK
+/// timeout 19); later kernels use 16. `IBCM_RDMACM_PACKET_LIFETIME` (0–31)
+/// matches another kernel; anything else is logged once and ignored.
+pub const ROCE_PACKET_LIFE_TIME: u8 = 18;
+pub const PACKET_LIFETIME_ENV: &str = "IBCM_RDMACM_PACKET_LIFETIME";
+
+pub fn roce_packet_life_time() -> u8 {
+    static V: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    *V.get_or_init(|| parse_packet_life_time(std::env::var(PACKET_LIFETIME_ENV).ok().as_deref()))
+}
+
+fn parse_packet_life_time(v: Option<&str>) -> u8 {
+    match v.map(str::trim) {
+        None | Some("") => ROCE_PACKET_LIFE_TIME,
+        Some(t) => match t.parse::<u8>() {
+            Ok(n) if n <= 31 => n,
+            _ => {
+                ibcm::log::always(
+                    ERROR,
+                    format_args!(
+                        "librdmacm (ibcm): {PACKET_LIFETIME_ENV}={t:?} is not 0..31; using {ROCE_PACKET_LIFE_TIME}"
+                    ),
+                );
+                ROCE_PACKET_LIFE_TIME
+            }
+        },
+    }
+}
+
 /// Whether the host has any RDMA device (`/sys/class/infiniband`).
 fn host_has_rdma_device() -> bool {
     std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
@@ -230,5 +261,14 @@ mod tests {
         assert_eq!(soft_name("fd00::1".parse().unwrap()), "soft:[fd00::1]");
         let s = route_source("127.0.0.9".parse().unwrap()).unwrap();
         assert!(s.is_loopback(), "{s}");
+    }
+
+    #[test]
+    fn packet_life_time_default_and_override() {
+        assert_eq!(parse_packet_life_time(None), 18);
+        assert_eq!(parse_packet_life_time(Some(" ")), 18);
+        assert_eq!(parse_packet_life_time(Some("16")), 16);
+        assert_eq!(parse_packet_life_time(Some("32")), 18);
+        assert_eq!(parse_packet_life_time(Some("x")), 18);
     }
 }
