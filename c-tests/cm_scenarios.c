@@ -669,8 +669,11 @@ static int run_client(const char *ip, const char *server_ip, int done_fd)
 	ib_destroy_cm_id(id);
 
 	/* 4: MRA: REQ timeout 2*convert(8)+convert(12) = 18 ms, server answers
-	 * after 300 ms: its MRA on our retransmitted REQ keeps us waiting. */
-	id = connect_to(SC_MRA, 4, 8, 3);
+	 * after 300 ms: its MRA on our retransmitted REQ keeps us waiting.
+	 * 15 retries (≈ 290 ms before REQ_ERROR) leave the server's MRA time
+	 * to arrive when valgrind on a loaded machine delays its handler; with
+	 * 3 (72 ms) the REQ timed out there before any MRA was sent. */
+	id = connect_to(SC_MRA, 4, 8, 15);
 	r = wait_ev(id, IB_CM_MRA_RECEIVED, 5000);
 	CHECK((int)r.type == IB_CM_MRA_RECEIVED && r.status == 24, "4: MRA (timeout %u)", r.status);
 	CHECK(id->state == IB_CM_MRA_REQ_RCVD || id->state == IB_CM_REP_RCVD ||
