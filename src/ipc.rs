@@ -918,8 +918,14 @@ pub mod sock {
     }
 
     /// Binds and listens at `path` (a stale socket file nobody answers
-    /// on is replaced; a live one is `EADDRINUSE`).
-    pub fn listen(path: &Path) -> io::Result<OwnedFd> {
+    /// on is replaced; a live one is `EADDRINUSE`). `prepare` runs on the
+    /// bound socket file before `listen(2)`: until then a connect is
+    /// refused, so no client ever reaches the socket before its owner and
+    /// mode are final (a client that did could see them change under it).
+    pub fn listen(
+        path: &Path,
+        prepare: impl FnOnce(&Path) -> io::Result<()>,
+    ) -> io::Result<OwnedFd> {
         let (a, len) = addr(path)?;
         if path.exists() {
             if connect(path).is_ok() {
@@ -935,8 +941,17 @@ pub mod sock {
                 len,
             )
         };
-        if r < 0 || unsafe { libc::listen(fd.as_raw_fd(), 128) } < 0 {
+        if r < 0 {
             return Err(io::Error::last_os_error());
+        }
+        if let Err(e) = prepare(path) {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+        if unsafe { libc::listen(fd.as_raw_fd(), 128) } < 0 {
+            let e = io::Error::last_os_error();
+            let _ = std::fs::remove_file(path);
+            return Err(e);
         }
         Ok(fd)
     }
@@ -1159,5 +1174,32 @@ mod tests {
             let _ = Reader::new(&junk).get::<ReqParams>();
             let _ = Header::parse(&junk);
         }
+    }
+
+    /// The socket file gets its final mode before anyone can connect: a
+    /// connect during `prepare` is refused, the first accepted one sees the
+    /// mode `prepare` set.
+    #[test]
+    fn a_socket_listens_only_once_prepared() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ibcm-ipc-prepare-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let fd = sock::listen(&path, |p| {
+            let e = sock::connect(p).expect_err("connected before listen");
+            assert_eq!(e.raw_os_error(), Some(libc::ECONNREFUSED));
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o640))
+        })
+        .unwrap();
+        assert!(sock::connect(&path).is_ok());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+        // A failed preparation leaves no socket file behind.
+        drop(fd);
+        let again = dir.join("t.sock");
+        let r = sock::listen(&again, |_| Err(std::io::Error::other("no")));
+        assert!(r.is_err());
+        assert!(!again.exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
