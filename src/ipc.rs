@@ -1,7 +1,9 @@
 //! The host CM service protocol: fixed little-endian records on a Unix
 //! `SOCK_SEQPACKET` socket (one record per message, so a record's length is
 //! the message's), between a process (`runtime::remote`) and `ibcm daemon`
-//! (`service`).
+//! (`service`). A burst of events the service has queued goes as one
+//! `BATCH` message: its body is records, each preceded by its `u32` length
+//! (see [`batch`] and [`unbatch`]).
 //!
 //! Every record starts with the same 20-byte header:
 //!
@@ -60,6 +62,64 @@ pub mod op {
     pub const REPLY: u16 = 0x8000;
     /// An event pushed by the service.
     pub const EVENT: u16 = 0x4000;
+    /// Several records in one message (service to process only).
+    pub const BATCH: u16 = 0x2000;
+}
+
+/// Packs `records` into as few messages as fit `MAX_RECORD`: a lone record
+/// is sent as it is, several as a `BATCH`.
+pub fn batch(records: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut msgs = Vec::new();
+    let mut cur: Vec<Vec<u8>> = Vec::new();
+    let mut size = HEADER;
+    let flush = |cur: &mut Vec<Vec<u8>>, msgs: &mut Vec<Vec<u8>>| {
+        if cur.len() == 1 {
+            msgs.push(cur.pop().expect("one record"));
+        } else if !cur.is_empty() {
+            let mut w = Header {
+                op: op::BATCH,
+                seq: 0,
+                handle: 0,
+            }
+            .record();
+            for r in cur.drain(..) {
+                w.0.extend_from_slice(&(r.len() as u32).to_le_bytes());
+                w.0.extend_from_slice(&r);
+            }
+            msgs.push(w.into_bytes());
+        }
+    };
+    for r in records {
+        if size + 4 + r.len() > MAX_RECORD {
+            flush(&mut cur, &mut msgs);
+            size = HEADER;
+        }
+        size += 4 + r.len();
+        cur.push(r);
+    }
+    flush(&mut cur, &mut msgs);
+    msgs
+}
+
+/// The records of a `BATCH` message's body (`-EPROTO` for a short or
+/// nested one: no record is returned then).
+pub fn unbatch(mut body: &[u8]) -> Result<Vec<&[u8]>, Errno> {
+    let bad = Errno(errno::EPROTO);
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let (len, rest) = body.split_first_chunk::<4>().ok_or(bad)?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > rest.len() {
+            return Err(bad);
+        }
+        let (rec, rest) = rest.split_at(len);
+        if Header::parse(rec)?.0.op == op::BATCH {
+            return Err(bad);
+        }
+        out.push(rec);
+        body = rest;
+    }
+    Ok(out)
 }
 
 /// The common header.
@@ -1201,5 +1261,48 @@ mod tests {
         assert!(r.is_err());
         assert!(!again.exists());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_burst_is_batched_and_unbatched_in_order() {
+        let rec = |n: u64, len: usize| {
+            let mut w = Header {
+                op: op::EVENT,
+                seq: n,
+                handle: n,
+            }
+            .record();
+            w.0.resize(len, n as u8);
+            w.into_bytes()
+        };
+        let one = batch(vec![rec(1, 40)]);
+        assert_eq!(one, vec![rec(1, 40)]);
+        // 3 records of 30,000 bytes: two fit a message, the third does not.
+        let burst: Vec<Vec<u8>> = (1..=3).map(|n| rec(n, 30_000)).collect();
+        let msgs = batch(burst.clone());
+        assert_eq!(msgs.len(), 2);
+        let mut got = Vec::new();
+        for m in &msgs {
+            assert!(m.len() <= MAX_RECORD);
+            let (h, r) = Header::parse(m).unwrap();
+            if h.op == op::BATCH {
+                got.extend(
+                    unbatch(&m[m.len() - r.remaining()..])
+                        .unwrap()
+                        .into_iter()
+                        .map(<[u8]>::to_vec),
+                );
+            } else {
+                got.push(m.clone());
+            }
+        }
+        assert_eq!(got, burst);
+        // A short length and a nested batch are refused.
+        let b = &batch(vec![rec(1, 40), rec(2, 40)])[0];
+        let body = &b[HEADER..];
+        assert!(unbatch(&body[..body.len() - 1]).is_err());
+        let mut nested = (b.len() as u32).to_le_bytes().to_vec();
+        nested.extend_from_slice(b);
+        assert!(unbatch(&nested).is_err());
     }
 }

@@ -439,7 +439,7 @@ impl Conn {
                 o.busy = true;
                 o.q.drain(..).collect()
             };
-            for rec in batch {
+            for rec in ipc::batch(batch) {
                 if sock::send(&self.fd, &rec).is_err() {
                     self.disconnect();
                     return;
