@@ -978,21 +978,28 @@ pub mod sock {
     }
 
     /// Binds and listens at `path` (a stale socket file nobody answers
-    /// on is replaced; a live one is `EADDRINUSE`). `prepare` runs on the
-    /// bound socket file before `listen(2)`: until then a connect is
-    /// refused, so no client ever reaches the socket before its owner and
-    /// mode are final (a client that did could see them change under it).
+    /// on is replaced; a live one is `EADDRINUSE`). The socket is bound
+    /// under a temporary name beside `path`, `prepare` runs on that file
+    /// (owner, mode), and only once it listens is it renamed to `path`:
+    /// a socket file at `path` always answers with its final owner and
+    /// mode (a client that found it earlier could see them change under
+    /// it, or be refused by a socket not yet listening).
     pub fn listen(
         path: &Path,
         prepare: impl FnOnce(&Path) -> io::Result<()>,
     ) -> io::Result<OwnedFd> {
-        let (a, len) = addr(path)?;
+        addr(path)?;
         if path.exists() {
             if connect(path).is_ok() {
                 return Err(io::Error::from_raw_os_error(libc::EADDRINUSE));
             }
             let _ = std::fs::remove_file(path);
         }
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}", std::process::id()));
+        let tmp = std::path::PathBuf::from(tmp);
+        let (a, len) = addr(&tmp)?;
+        let _ = std::fs::remove_file(&tmp);
         let fd = socket()?;
         let r = unsafe {
             libc::bind(
@@ -1004,13 +1011,14 @@ pub mod sock {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
-        if let Err(e) = prepare(path) {
-            let _ = std::fs::remove_file(path);
-            return Err(e);
-        }
-        if unsafe { libc::listen(fd.as_raw_fd(), 128) } < 0 {
-            let e = io::Error::last_os_error();
-            let _ = std::fs::remove_file(path);
+        let ready = prepare(&tmp).and_then(|()| {
+            if unsafe { libc::listen(fd.as_raw_fd(), 128) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            std::fs::rename(&tmp, path)
+        });
+        if let Err(e) = ready {
+            let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }
         Ok(fd)
@@ -1236,9 +1244,9 @@ mod tests {
         }
     }
 
-    /// The socket file gets its final mode before anyone can connect: a
-    /// connect during `prepare` is refused, the first accepted one sees the
-    /// mode `prepare` set.
+    /// The socket file appears at its path only listening and with its
+    /// final mode: during `prepare` it is not there (and its temporary
+    /// name refuses connections), afterwards it answers with that mode.
     #[test]
     fn a_socket_listens_only_once_prepared() {
         use std::os::unix::fs::PermissionsExt;
@@ -1246,6 +1254,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("s.sock");
         let fd = sock::listen(&path, |p| {
+            assert!(!path.exists(), "the socket file is there before it listens");
             let e = sock::connect(p).expect_err("connected before listen");
             assert_eq!(e.raw_os_error(), Some(libc::ECONNREFUSED));
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o640))
@@ -1259,7 +1268,11 @@ mod tests {
         let again = dir.join("t.sock");
         let r = sock::listen(&again, |_| Err(std::io::Error::other("no")));
         assert!(r.is_err());
-        assert!(!again.exists());
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "a file was left"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 
