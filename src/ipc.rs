@@ -10,7 +10,8 @@
 //! ```text
 //!  0  u16  op      a request (`op::*`), `REPLY | op`, or `EVENT`
 //!  2  u16  zero    must be 0
-//!  4  u64  seq     the request's number, echoed by its reply (0 in events)
+//!  4  u64  seq     the request's number, echoed by its reply (0 in events;
+//!                  a request with 0 gets no reply: a destroy nobody waits for)
 //! 12  u64  handle  the id the record is about (0 for device-wide ops)
 //! 20  ...  body
 //! ```

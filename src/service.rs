@@ -550,6 +550,10 @@ impl Conn {
             return Some(ipc::reply(h, -errno::EOPNOTSUPP, Public::default(), |_| ()));
         }
         let res = self.run(h, &mut r);
+        if h.seq == 0 {
+            // Nobody waits for it (a refusal is counted like any other).
+            return None;
+        }
         let (err, public, body) = match res {
             Ok((p, b)) => (0, p, b),
             Err(e) => {

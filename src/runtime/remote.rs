@@ -529,11 +529,12 @@ impl Remote {
     }
 
     /// Sends a request whose reply nobody waits for (from the reader
-    /// thread, which cannot wait for its own replies).
+    /// thread, which cannot wait for its own replies): sequence number 0,
+    /// so the service sends none.
     fn send_detached(&self, opc: u16, handle: u64, body: impl FnOnce(&mut Writer)) {
         let mut w = Header {
             op: opc,
-            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+            seq: 0,
             handle,
         }
         .record();
