@@ -1,14 +1,17 @@
 //! The host CM service protocol: fixed little-endian records on a Unix
 //! `SOCK_SEQPACKET` socket (one record per message, so a record's length is
 //! the message's), between a process (`runtime::remote`) and `ibcm daemon`
-//! (`service`).
+//! (`service`). A burst of events the service has queued goes as one
+//! `BATCH` message: its body is records, each preceded by its `u32` length
+//! (see [`batch`] and [`unbatch`]).
 //!
 //! Every record starts with the same 20-byte header:
 //!
 //! ```text
 //!  0  u16  op      a request (`op::*`), `REPLY | op`, or `EVENT`
 //!  2  u16  zero    must be 0
-//!  4  u64  seq     the request's number, echoed by its reply (0 in events)
+//!  4  u64  seq     the request's number, echoed by its reply (0 in events;
+//!                  a request with 0 gets no reply: a destroy nobody waits for)
 //! 12  u64  handle  the id the record is about (0 for device-wide ops)
 //! 20  ...  body
 //! ```
@@ -60,6 +63,64 @@ pub mod op {
     pub const REPLY: u16 = 0x8000;
     /// An event pushed by the service.
     pub const EVENT: u16 = 0x4000;
+    /// Several records in one message (service to process only).
+    pub const BATCH: u16 = 0x2000;
+}
+
+/// Packs `records` into as few messages as fit `MAX_RECORD`: a lone record
+/// is sent as it is, several as a `BATCH`.
+pub fn batch(records: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut msgs = Vec::new();
+    let mut cur: Vec<Vec<u8>> = Vec::new();
+    let mut size = HEADER;
+    let flush = |cur: &mut Vec<Vec<u8>>, msgs: &mut Vec<Vec<u8>>| {
+        if cur.len() == 1 {
+            msgs.push(cur.pop().expect("one record"));
+        } else if !cur.is_empty() {
+            let mut w = Header {
+                op: op::BATCH,
+                seq: 0,
+                handle: 0,
+            }
+            .record();
+            for r in cur.drain(..) {
+                w.0.extend_from_slice(&(r.len() as u32).to_le_bytes());
+                w.0.extend_from_slice(&r);
+            }
+            msgs.push(w.into_bytes());
+        }
+    };
+    for r in records {
+        if size + 4 + r.len() > MAX_RECORD {
+            flush(&mut cur, &mut msgs);
+            size = HEADER;
+        }
+        size += 4 + r.len();
+        cur.push(r);
+    }
+    flush(&mut cur, &mut msgs);
+    msgs
+}
+
+/// The records of a `BATCH` message's body (`-EPROTO` for a short or
+/// nested one: no record is returned then).
+pub fn unbatch(mut body: &[u8]) -> Result<Vec<&[u8]>, Errno> {
+    let bad = Errno(errno::EPROTO);
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let (len, rest) = body.split_first_chunk::<4>().ok_or(bad)?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > rest.len() {
+            return Err(bad);
+        }
+        let (rec, rest) = rest.split_at(len);
+        if Header::parse(rec)?.0.op == op::BATCH {
+            return Err(bad);
+        }
+        out.push(rec);
+        body = rest;
+    }
+    Ok(out)
 }
 
 /// The common header.
@@ -918,15 +979,28 @@ pub mod sock {
     }
 
     /// Binds and listens at `path` (a stale socket file nobody answers
-    /// on is replaced; a live one is `EADDRINUSE`).
-    pub fn listen(path: &Path) -> io::Result<OwnedFd> {
-        let (a, len) = addr(path)?;
+    /// on is replaced; a live one is `EADDRINUSE`). The socket is bound
+    /// under a temporary name beside `path`, `prepare` runs on that file
+    /// (owner, mode), and only once it listens is it renamed to `path`:
+    /// a socket file at `path` always answers with its final owner and
+    /// mode (a client that found it earlier could see them change under
+    /// it, or be refused by a socket not yet listening).
+    pub fn listen(
+        path: &Path,
+        prepare: impl FnOnce(&Path) -> io::Result<()>,
+    ) -> io::Result<OwnedFd> {
+        addr(path)?;
         if path.exists() {
             if connect(path).is_ok() {
                 return Err(io::Error::from_raw_os_error(libc::EADDRINUSE));
             }
             let _ = std::fs::remove_file(path);
         }
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}", std::process::id()));
+        let tmp = std::path::PathBuf::from(tmp);
+        let (a, len) = addr(&tmp)?;
+        let _ = std::fs::remove_file(&tmp);
         let fd = socket()?;
         let r = unsafe {
             libc::bind(
@@ -935,8 +1009,18 @@ pub mod sock {
                 len,
             )
         };
-        if r < 0 || unsafe { libc::listen(fd.as_raw_fd(), 128) } < 0 {
+        if r < 0 {
             return Err(io::Error::last_os_error());
+        }
+        let ready = prepare(&tmp).and_then(|()| {
+            if unsafe { libc::listen(fd.as_raw_fd(), 128) } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            std::fs::rename(&tmp, path)
+        });
+        if let Err(e) = ready {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
         }
         Ok(fd)
     }
@@ -1159,5 +1243,80 @@ mod tests {
             let _ = Reader::new(&junk).get::<ReqParams>();
             let _ = Header::parse(&junk);
         }
+    }
+
+    /// The socket file appears at its path only listening and with its
+    /// final mode: during `prepare` it is not there (and its temporary
+    /// name refuses connections), afterwards it answers with that mode.
+    #[test]
+    fn a_socket_listens_only_once_prepared() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ibcm-ipc-prepare-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let fd = sock::listen(&path, |p| {
+            assert!(!path.exists(), "the socket file is there before it listens");
+            let e = sock::connect(p).expect_err("connected before listen");
+            assert_eq!(e.raw_os_error(), Some(libc::ECONNREFUSED));
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o640))
+        })
+        .unwrap();
+        assert!(sock::connect(&path).is_ok());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o640);
+        // A failed preparation leaves no socket file behind.
+        drop(fd);
+        let again = dir.join("t.sock");
+        let r = sock::listen(&again, |_| Err(std::io::Error::other("no")));
+        assert!(r.is_err());
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "a file was left"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_burst_is_batched_and_unbatched_in_order() {
+        let rec = |n: u64, len: usize| {
+            let mut w = Header {
+                op: op::EVENT,
+                seq: n,
+                handle: n,
+            }
+            .record();
+            w.0.resize(len, n as u8);
+            w.into_bytes()
+        };
+        let one = batch(vec![rec(1, 40)]);
+        assert_eq!(one, vec![rec(1, 40)]);
+        // 3 records of 30,000 bytes: two fit a message, the third does not.
+        let burst: Vec<Vec<u8>> = (1..=3).map(|n| rec(n, 30_000)).collect();
+        let msgs = batch(burst.clone());
+        assert_eq!(msgs.len(), 2);
+        let mut got = Vec::new();
+        for m in &msgs {
+            assert!(m.len() <= MAX_RECORD);
+            let (h, r) = Header::parse(m).unwrap();
+            if h.op == op::BATCH {
+                got.extend(
+                    unbatch(&m[m.len() - r.remaining()..])
+                        .unwrap()
+                        .into_iter()
+                        .map(<[u8]>::to_vec),
+                );
+            } else {
+                got.push(m.clone());
+            }
+        }
+        assert_eq!(got, burst);
+        // A short length and a nested batch are refused.
+        let b = &batch(vec![rec(1, 40), rec(2, 40)])[0];
+        let body = &b[HEADER..];
+        assert!(unbatch(&body[..body.len() - 1]).is_err());
+        let mut nested = (b.len() as u32).to_le_bytes().to_vec();
+        nested.extend_from_slice(b);
+        assert!(unbatch(&nested).is_err());
     }
 }

@@ -138,28 +138,30 @@ struct Conn {
 }
 
 /// Binds the socket (`0660`, group `ibcm` if that group exists, else
-/// owner only): after this, opens wait in the backlog until `run`.
+/// owner only): after this, opens wait in the backlog until `run`. The
+/// owner and mode are set before the socket listens, so no client can
+/// connect while they are still the defaults.
 pub fn bind(path: &Path) -> std::io::Result<OwnedFd> {
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
     {
         std::fs::create_dir_all(dir)?;
     }
-    let fd = sock::listen(path)?;
-    use std::os::unix::fs::PermissionsExt;
-    let group = unsafe { libc::getgrnam(c"ibcm".as_ptr()) };
-    let mode = if group.is_null() {
-        0o600
-    } else {
-        let gid = unsafe { (*group).gr_gid };
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
-        if unsafe { libc::chown(c.as_ptr(), u32::MAX, gid) } != 0 {
-            ibcm_log!(WARN, "cannot give {} to group ibcm", path.display());
-        }
-        0o660
-    };
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    Ok(fd)
+    sock::listen(path, |path| {
+        use std::os::unix::fs::PermissionsExt;
+        let group = unsafe { libc::getgrnam(c"ibcm".as_ptr()) };
+        let mode = if group.is_null() {
+            0o600
+        } else {
+            let gid = unsafe { (*group).gr_gid };
+            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
+            if unsafe { libc::chown(c.as_ptr(), u32::MAX, gid) } != 0 {
+                ibcm_log!(WARN, "cannot give {} to group ibcm", path.display());
+            }
+            0o660
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+    })
 }
 
 impl Service {
@@ -437,7 +439,7 @@ impl Conn {
                 o.busy = true;
                 o.q.drain(..).collect()
             };
-            for rec in batch {
+            for rec in ipc::batch(batch) {
                 if sock::send(&self.fd, &rec).is_err() {
                     self.disconnect();
                     return;
@@ -548,6 +550,10 @@ impl Conn {
             return Some(ipc::reply(h, -errno::EOPNOTSUPP, Public::default(), |_| ()));
         }
         let res = self.run(h, &mut r);
+        if h.seq == 0 {
+            // Nobody waits for it (a refusal is counted like any other).
+            return None;
+        }
         let (err, public, body) = match res {
             Ok((p, b)) => (0, p, b),
             Err(e) => {

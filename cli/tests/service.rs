@@ -407,6 +407,14 @@ fn a_hostile_client_neither_crashes_the_service_nor_reaches_other_ids() {
         let (h, e) = raw_call(&bad, 3, &record(opc, 3, lid.handle(), body));
         assert_eq!((h.op, e), (op::REPLY | opc, -22), "op {opc}");
     }
+    // A request numbered 0 gets no reply: the next message is the reply
+    // to the call after it.
+    sock::send(&bad, &record(op::DESTROY, 0, lid.handle(), &[0; 4])).unwrap();
+    sock::send(&bad, &record(op::STATE, 7, lid.handle(), &[])).unwrap();
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    let n = sock::recv(&bad, &mut b).unwrap();
+    let (h, _) = Header::parse(&b[..n]).expect("a reply");
+    assert_eq!((h.op, h.seq), (op::REPLY | op::STATE, 7));
     // Truncated, oversized-length and unknown records.
     let (_, e) = raw_call(&bad, 4, &record(op::SEND_REQ, 4, 0, &[1, 2, 3]));
     assert!(e < 0);

@@ -529,11 +529,12 @@ impl Remote {
     }
 
     /// Sends a request whose reply nobody waits for (from the reader
-    /// thread, which cannot wait for its own replies).
+    /// thread, which cannot wait for its own replies): sequence number 0,
+    /// so the service sends none.
     fn send_detached(&self, opc: u16, handle: u64, body: impl FnOnce(&mut Writer)) {
         let mut w = Header {
             op: opc,
-            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+            seq: 0,
             handle,
         }
         .record();
@@ -556,17 +557,34 @@ impl Remote {
                 ibcm_log!(WARN, "CM service: undecodable record dropped");
                 continue;
             };
-            if h.op & op::REPLY != 0 {
-                let mut p = lock(&self.pending);
-                if let Some(slot) = p.get_mut(&h.seq) {
-                    *slot = Some(rec.to_vec());
-                    drop(p);
-                    self.replied.notify_all();
+            if h.op == op::BATCH {
+                match ipc::unbatch(&rec[rec.len() - r.remaining()..]) {
+                    Ok(recs) => recs.into_iter().for_each(|rec| self.dispatch(rec)),
+                    Err(_) => ibcm_log!(WARN, "CM service: undecodable batch dropped"),
                 }
-            } else if h.op == op::EVENT {
-                if let Err(e) = self.on_event(h, r) {
-                    ibcm_log!(WARN, "CM service: event record dropped: {e}");
-                }
+            } else {
+                self.dispatch(rec);
+            }
+        }
+    }
+
+    /// Hands one record from the service to its waiting caller (a reply)
+    /// or its id (an event).
+    fn dispatch(&self, rec: &[u8]) {
+        let Ok((h, r)) = Header::parse(rec) else {
+            ibcm_log!(WARN, "CM service: undecodable record dropped");
+            return;
+        };
+        if h.op & op::REPLY != 0 {
+            let mut p = lock(&self.pending);
+            if let Some(slot) = p.get_mut(&h.seq) {
+                *slot = Some(rec.to_vec());
+                drop(p);
+                self.replied.notify_all();
+            }
+        } else if h.op == op::EVENT {
+            if let Err(e) = self.on_event(h, r) {
+                ibcm_log!(WARN, "CM service: event record dropped: {e}");
             }
         }
     }
