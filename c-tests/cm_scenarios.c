@@ -530,6 +530,13 @@ static int client_handler_inner(struct ib_cm_id *id, const struct ib_cm_event *e
 	return 0;
 }
 
+/* Packet life time of the REQs that only have to connect: REQ timeout
+ * 2*convert(14)+convert(12) ≈ 151 ms, 16 tries ≈ 2.4 s, so a server slowed
+ * by valgrind on a loaded machine answers in time (with 8 the 290 ms of
+ * tries ran out before its first REP there). Scenarios about timing
+ * choose their own. */
+#define PLT 14
+
 static struct ib_cm_id *connect_to(int sc, int pdata_seed, u8 lifetime, u8 retries)
 {
 	struct ib_cm_req_param req;
@@ -620,7 +627,7 @@ static int run_client(const char *ip, const char *server_ip, int done_fd)
 	}
 
 	/* 1: private data in every message, client disconnects. */
-	id = connect_to(SC_PDATA_CLIENT_DISC, SC_PDATA_CLIENT_DISC, 8, 15);
+	id = connect_to(SC_PDATA_CLIENT_DISC, SC_PDATA_CLIENT_DISC, PLT, 15);
 	r = wait_ev(id, IB_CM_REP_RECEIVED, 5000);
 	CHECK((int)r.type == IB_CM_REP_RECEIVED && same(r.pdata, 101, IB_CM_REP_PRIVATE_DATA_SIZE),
 	      "1: REP with private data");
@@ -641,7 +648,7 @@ static int run_client(const char *ip, const char *server_ip, int done_fd)
 	ib_destroy_cm_id(id);
 
 	/* 2: the server disconnects. */
-	id = connect_to(SC_PDATA_SERVER_DISC, SC_PDATA_SERVER_DISC, 8, 15);
+	id = connect_to(SC_PDATA_SERVER_DISC, SC_PDATA_SERVER_DISC, PLT, 15);
 	r = wait_ev(id, IB_CM_REP_RECEIVED, 5000);
 	CHECK((int)r.type == IB_CM_REP_RECEIVED, "2: REP");
 	r = wait_ev(id, IB_CM_DREQ_RECEIVED, 5000);
@@ -652,7 +659,7 @@ static int run_client(const char *ip, const char *server_ip, int done_fd)
 	ib_destroy_cm_id(id);
 
 	/* 3: REJ with ARI and private data. */
-	id = connect_to(SC_REJECT_ARI, 3, 8, 15);
+	id = connect_to(SC_REJECT_ARI, 3, PLT, 15);
 	r = wait_ev(id, IB_CM_REJ_RECEIVED, 5000);
 	CHECK((int)r.type == IB_CM_REJ_RECEIVED, "3: REJ");
 	CHECK(r.reason == IB_CM_REJ_CONSUMER_DEFINED, "3: reason %d", r.reason);
@@ -662,7 +669,7 @@ static int run_client(const char *ip, const char *server_ip, int done_fd)
 	ib_destroy_cm_id(id);
 
 	/* Unknown service: REJ 8 from the server's CM. */
-	id = connect_to(99, 9, 8, 15);
+	id = connect_to(99, 9, PLT, 15);
 	r = wait_ev(id, IB_CM_REJ_RECEIVED, 5000);
 	CHECK((int)r.type == IB_CM_REJ_RECEIVED && r.reason == IB_CM_REJ_INVALID_SERVICE_ID,
 	      "unknown service: REJ %d", r.reason);
@@ -699,7 +706,7 @@ static int run_client(const char *ip, const char *server_ip, int done_fd)
 	ib_destroy_cm_id(id);
 
 	/* 6: the server's handler returns non-zero: REJ(consumer defined). */
-	id = connect_to(SC_HANDLER_NONZERO, 6, 8, 15);
+	id = connect_to(SC_HANDLER_NONZERO, 6, PLT, 15);
 	r = wait_ev(id, IB_CM_REJ_RECEIVED, 5000);
 	CHECK((int)r.type == IB_CM_REJ_RECEIVED && r.reason == IB_CM_REJ_CONSUMER_DEFINED,
 	      "6: REJ %d", r.reason);

@@ -591,7 +591,11 @@ impl Field for Counters {
 
 /// The public `ib_cm_id` fields of an id, in host order, sent with every
 /// reply about an id and every event so the process's copy follows the
-/// service's.
+/// service's. `version` orders the snapshots: the service numbers them in
+/// the order it reads them (so in the order of the id's state changes),
+/// replies and events leave on different threads and may arrive out of
+/// that order, and the process keeps only a snapshot newer than the one it
+/// has. 0 = no snapshot (an error reply about no id): never applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Public {
     pub state: u32,
@@ -599,13 +603,15 @@ pub struct Public {
     pub local_id: u32,
     pub remote_id: u32,
     pub service_id: u64,
+    pub version: u64,
 }
 struct_field!(Public {
     state,
     lap_state,
     local_id,
     remote_id,
-    service_id
+    service_id,
+    version
 });
 
 /// The reply to `OPEN`.
@@ -1222,10 +1228,10 @@ mod tests {
         assert_eq!(got.event.mad.as_deref(), ev.event.mad.as_deref());
         // An out-of-range event type, parameter tag or bool fails.
         let mut bad = b.clone();
-        bad[32] = 200; // kind
+        bad[40] = 200; // kind (after Public: 32 bytes, listener: 8)
         assert!(Reader::new(&bad).get::<WireEvent>().is_err());
         let mut bad = b.clone();
-        bad[37] = 77; // parameter tag
+        bad[45] = 77; // parameter tag
         assert!(Reader::new(&bad).get::<WireEvent>().is_err());
         // Bytes from a fixed-seed generator never panic the decoder.
         let mut x = 0x1234_5678_9abc_def0u64;

@@ -358,7 +358,13 @@ fn canonical(name: &str) -> String {
     name.to_string()
 }
 
+/// A snapshot of an id's public fields, numbered: the read and the number
+/// are taken under one lock, so a later number never carries an older
+/// state (`Public::version`).
 fn public(id: &CmId) -> Public {
+    static SNAPSHOTS: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
+    let mut n = SNAPSHOTS.lock().unwrap_or_else(|p| p.into_inner());
+    *n += 1;
     let c = id.public();
     Public {
         state: c.state,
@@ -366,6 +372,7 @@ fn public(id: &CmId) -> Public {
         local_id: u32::from_be(c.local_id),
         remote_id: u32::from_be(c.remote_id),
         service_id: u64::from_be(c.service_id),
+        version: *n,
     }
 }
 

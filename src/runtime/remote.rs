@@ -207,8 +207,17 @@ fn public_of(p: &Public) -> crate::abi::IbCmId {
 }
 
 impl Shell {
-    /// Mirrors the service's public fields of this id into the C struct.
+    /// Mirrors the service's public fields of this id into the C struct,
+    /// if this snapshot is newer than the last one applied (a call's reply
+    /// can arrive after an event that was produced later).
     pub(super) fn sync_remote(&self, p: &Public) {
+        // The check and the write under one lock: two newer snapshots
+        // applied by two threads cannot interleave.
+        let mut applied = lock(&self.remote_version);
+        if p.version <= *applied {
+            return;
+        }
+        *applied = p.version;
         let v = public_of(p);
         let c = self.c.get();
         unsafe {

@@ -42,6 +42,9 @@ pub struct Shell {
     pub(super) dev: Arc<Device>,
     pub(super) shard: u32,
     handle: AtomicU64,
+    /// The newest service snapshot of the public fields applied (remote
+    /// devices only; `ipc::Public::version`).
+    pub(super) remote_version: Mutex<u64>,
     pub(super) rust_handler: Option<RustHandler>,
     pub(super) dq: Mutex<Delivery>,
     cond: Condvar,
@@ -82,6 +85,7 @@ impl Shell {
             dev,
             shard,
             handle: AtomicU64::new(h.0),
+            remote_version: Mutex::new(0),
             rust_handler,
             dq: Mutex::new(Delivery {
                 queue: VecDeque::new(),
