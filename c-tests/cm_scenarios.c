@@ -833,6 +833,10 @@ int main(int argc, char **argv)
 		alarm(60);
 		exit(run_server(sip, ready[1], done[0]));
 	}
+	/* Only the server writes "ready": with our copy closed, a server that
+	 * exits first (its device did not open) ends the read instead of
+	 * leaving us blocked in it. */
+	close(ready[1]);
 	char c;
 	if (read(ready[0], &c, 1) != 1) {
 		fprintf(stderr, "server did not start\n");
