@@ -188,6 +188,26 @@ class Expectations(unittest.TestCase):
                          "capture: 3 CM MAD(s), expected none")
         self.assertIsNone(check.check_cm("none", {"mads": 0, "connections": []})[0])
 
+    def test_disconnect_specs_accept_crossing_dreqs(self):
+        """Both sides may send DREQ at once (each then answers the other's with a DREP): the
+        kernel pair did so for rdma_server/rdma_client in a CI run. Every scenario whose CM
+        expectation names a DREQ must accept that, and still refuse a DREQ left unanswered."""
+        def conn(seq):
+            return {"mads": 9, "connections": [{"messages": [{"attr": a, "repeat": "first"}
+                                                             for a in seq.split()]}]}
+        specs = []
+        with open(os.path.join(HERE, "scenarios")) as f:
+            for line in f:
+                cols = [c.strip() for c in line.split(" | ")]
+                if len(cols) >= 8 and "DREQ" in cols[7] and cols[7].startswith("1:"):
+                    specs.append((cols[0], cols[7]))
+        self.assertIn("rdma-server", [n for n, _ in specs])
+        for name, spec in specs:
+            for seq in ("REQ REP RTU DREQ DREP", "REQ REP RTU DREQ DREQ DREP DREP"):
+                if "(DREQ )?" in spec or seq.count("DREQ") == 1:
+                    self.assertIsNone(check.check_cm(spec, conn(seq))[0], (name, seq))
+            self.assertIsNotNone(check.check_cm(spec, conn("REQ REP RTU DREQ"))[0], name)
+
     def test_summary_against_the_expectations_file(self):
         d = tempfile.mkdtemp(prefix="rdmacm-summary-")
         try:
