@@ -336,6 +336,94 @@ static void test_reject(void)
 	printf("ok rejected (8), reject with private data (28)\n");
 }
 
+/* True when `ch` has no event within `ms`. */
+static int quiet(struct rdma_event_channel *ch, int ms)
+{
+	struct pollfd p = { .fd = ch->fd, .events = POLLIN };
+
+	return poll(&p, 1, ms) == 0;
+}
+
+/*
+ * rdma_disconnect's return values are the kernel's (cma.c rdma_disconnect,
+ * ucma.c ucma_disconnect): EINVAL without an IB CM id (resolved but never
+ * connected); once there
+ * is one, 0 whether a DREQ/DREP goes out or not (REQ outstanding, request
+ * not accepted yet, rejected, DISCONNECTED already reported, a second
+ * call), and no second DISCONNECTED.
+ */
+static void test_disconnect_returns(void)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_cm_id *l, *c, *child;
+	struct rdma_cm_event *ev;
+	struct rdma_conn_param cp;
+
+	CHECK(sch && cch);
+	/* Resolved, never connected: no CM id → EINVAL. */
+	c = resolved(cch, 7030, RDMA_PS_TCP);
+	CHECK(c);
+	errno = 0;
+	CHECK(rdma_disconnect(c) == -1 && errno == EINVAL);
+	CHECK(rdma_destroy_id(c) == 0);
+	/* A listener on an address has a CM id and a device: 0. */
+	l = listener(sch, 7031, RDMA_PS_TCP, NULL);
+	CHECK(l);
+	CHECK(rdma_disconnect(l) == 0);
+
+	/* REQ outstanding (active) and request not accepted (passive): 0, and
+	 * the connection still completes afterwards. */
+	c = resolved(cch, 7031, RDMA_PS_TCP);
+	CHECK(c);
+	memset(&cp, 0, sizeof(cp));
+	cp.qp_num = 0x77;
+	CHECK(rdma_connect(c, &cp) == 0);
+	CHECK(rdma_disconnect(c) == 0);
+	ev = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+	CHECK(ev);
+	child = ev->id;
+	CHECK(rdma_ack_cm_event(ev) == 0);
+	CHECK(rdma_disconnect(child) == 0);
+	CHECK(rdma_accept(child, &cp) == 0);
+	CHECK(ack_expect(cch, RDMA_CM_EVENT_CONNECT_RESPONSE, 0));
+	CHECK(rdma_establish(c) == 0);
+	CHECK(ack_expect(sch, RDMA_CM_EVENT_ESTABLISHED, 0));
+
+	/* Connected: the first call sends the DREQ; a second call is 0. */
+	CHECK(rdma_disconnect(c) == 0);
+	CHECK(rdma_disconnect(c) == 0);
+	CHECK(ack_expect(sch, RDMA_CM_EVENT_DISCONNECTED, 0));
+	/* After DISCONNECTED arrived: the DREP, then 0 again and again. */
+	CHECK(rdma_disconnect(child) == 0);
+	CHECK(ack_expect(cch, RDMA_CM_EVENT_DISCONNECTED, 0));
+	CHECK(rdma_disconnect(child) == 0);
+	CHECK(rdma_disconnect(c) == 0);
+	/* DISCONNECTED once on each side. */
+	CHECK(quiet(sch, 300) && quiet(cch, 0));
+	CHECK(rdma_destroy_id(child) == 0);
+	CHECK(rdma_destroy_id(c) == 0);
+
+	/* Rejected: the CM id is still there, so 0 (and nothing is sent). */
+	c = resolved(cch, 7031, RDMA_PS_TCP);
+	CHECK(c);
+	CHECK(rdma_connect(c, &cp) == 0);
+	ev = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+	CHECK(ev);
+	CHECK(rdma_reject(ev->id, NULL, 0) == 0);
+	CHECK(rdma_disconnect(ev->id) == 0);
+	CHECK(rdma_destroy_id(ev->id) == 0);
+	CHECK(rdma_ack_cm_event(ev) == 0);
+	CHECK(ack_expect(cch, RDMA_CM_EVENT_REJECTED, 28));
+	CHECK(rdma_disconnect(c) == 0);
+	CHECK(quiet(cch, 200));
+	CHECK(rdma_destroy_id(c) == 0);
+	CHECK(rdma_destroy_id(l) == 0);
+	rdma_destroy_event_channel(sch);
+	rdma_destroy_event_channel(cch);
+	printf("ok rdma_disconnect returns as the kernel (EINVAL without a CM id, else 0)\n");
+}
+
 static void test_ud(void)
 {
 	struct rdma_event_channel *sch = rdma_create_event_channel();
@@ -776,6 +864,7 @@ int main(int argc, char **argv)
 	test_errors();
 	test_connect();
 	test_reject();
+	test_disconnect_returns();
 	test_ud();
 	test_fd();
 	test_destroy_waits_for_ack();

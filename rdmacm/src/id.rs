@@ -885,10 +885,6 @@ pub struct ConnParam {
     pub qp_num: u32,
 }
 
-/// The most RDMA reads a soft (device-less) id advertises for
-/// `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`.
-const SOFT_MAX_RD_ATOMIC: u8 = 16;
-
 /// `rdma_connect`.
 pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
     {
@@ -908,9 +904,16 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
             None => ConnParam {
                 retry_count: 7,
                 rnr_retry_count: 7,
+                responder_resources: RDMA_MAX_RESP_RES,
+                initiator_depth: RDMA_MAX_INIT_DEPTH,
                 ..ConnParam::default()
             },
         };
+        let (resp, init) = verbs::RdAtomicMax::of(s.vdev).connect(
+            p.responder_resources,
+            p.initiator_depth,
+            s.ps == port_space::TCP && s.vdev.is_some(),
+        )?;
         let header = IpHeader {
             src_port: src.port(),
             src: src.ip(),
@@ -940,13 +943,6 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 max_cm_retries: MAX_CM_RETRIES,
             })
         } else {
-            let clamp = |v: u8| {
-                if v == RDMA_MAX_RESP_RES {
-                    SOFT_MAX_RD_ATOMIC
-                } else {
-                    v
-                }
-            };
             let qp_num = if has_qp {
                 qp_num_of(id.public().qp)
             } else {
@@ -959,8 +955,8 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 qp_type: qp_type::RC,
                 starting_psn: s.psn,
                 private_data: pd,
-                responder_resources: clamp(p.responder_resources),
-                initiator_depth: clamp(p.initiator_depth),
+                responder_resources: resp,
+                initiator_depth: init,
                 remote_cm_response_timeout: CM_RESPONSE_TIMEOUT,
                 local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
                 flow_control: p.flow_control,
@@ -1125,12 +1121,13 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
             })?;
             s.st = St::Connected;
         } else {
+            let want = p
+                .as_ref()
+                .map(|p| (p.responder_resources, p.initiator_depth));
             let p = match p {
                 Some(p) => p,
                 None if has_qp => ConnParam {
                     rnr_retry_count: 7,
-                    responder_resources: s.peer_resources.0,
-                    initiator_depth: s.peer_resources.1,
                     ..ConnParam::default()
                 },
                 None => return Err(Errno::EINVAL),
@@ -1138,17 +1135,13 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
             if p.private_data.len() > MAX_REP_PDATA {
                 return Err(Errno::EINVAL);
             }
-            // RDMA_MAX_*: as much as the peer asked for.
-            let resp = if p.responder_resources == RDMA_MAX_RESP_RES {
-                s.peer_resources.0.min(SOFT_MAX_RD_ATOMIC)
-            } else {
-                p.responder_resources
-            };
-            let init = if p.initiator_depth == RDMA_MAX_INIT_DEPTH {
-                s.peer_resources.1.min(SOFT_MAX_RD_ATOMIC)
-            } else {
-                p.initiator_depth
-            };
+            // RDMA_MAX_* or no conn_param: what the peer asked for, within
+            // the device's limits.
+            let (resp, init) = verbs::RdAtomicMax::of(s.vdev).accept(
+                want,
+                s.peer_resources,
+                s.ps == port_space::TCP && s.vdev.is_some(),
+            )?;
             if let Some(r) = s.qpres {
                 qp_rtr_rts(&cm, r.qp, s.psn, &s.remote_ece, s.ack_timeout)?;
             }
@@ -1201,16 +1194,24 @@ pub fn reject(id: &Arc<IdPriv>, data: &[u8], reason: u32) -> Result<(), Errno> {
     Ok(())
 }
 
-/// `rdma_disconnect`: DREQ, or DREP when the peer's DREQ came first.
+/// `rdma_disconnect`, with the kernel's return values (cma.c
+/// `rdma_disconnect`, ucma.c `ucma_disconnect`): `EINVAL` only for an id
+/// with no IB CM id (nothing connected, requested or listened on through
+/// one) or no device (a wildcard listener); otherwise the QP goes to ERR,
+/// a DREQ is tried, then a DREP, and the result is 0 whether either was
+/// sent or not (not connected yet, rejected, already disconnected, a
+/// second call). A synchronous id waits for its DISCONNECTED only when
+/// this call sent a DREQ or DREP (librdmacm would wait for an event that
+/// never comes).
 pub fn disconnect(id: &Arc<IdPriv>) -> Result<(), Errno> {
-    {
+    let sent = {
         let s = lock(&id.st);
         let cm = s.cm.clone().ok_or(Errno::EINVAL)?;
-        if !matches!(
-            s.st,
-            St::Connected | St::Accepted | St::ConnectResponse | St::Disconnected | St::Connect
-        ) {
-            return Err(Errno::EINVAL);
+        if s.st == St::Listen {
+            return match s.src {
+                Some(a) if !a.ip().is_unspecified() => Ok(()),
+                _ => Err(Errno::EINVAL),
+            };
         }
         if let Some(r) = s.qpres {
             // SAFETY: the id's live QP.
@@ -1223,19 +1224,18 @@ pub fn disconnect(id: &Arc<IdPriv>) -> Result<(), Errno> {
         } else {
             cm.send_dreq(&[]).or_else(|_| cm.send_drep(&[]))
         };
-        r.map_err(|e| {
+        if let Err(e) = &r {
             ibcm_log!(
                 DEBUG,
-                "librdmacm (ibcm): rdma_disconnect: the CM id refuses DREQ and DREP ({e}; \
-                 dreq_received {})",
-                s.dreq_received
+                "librdmacm (ibcm): rdma_disconnect: neither DREQ nor DREP in this state ({e}); \
+                 0 as the kernel returns"
             );
-            Errno::EINVAL
-        })?;
-    }
+        }
+        r.is_ok()
+    };
     // A synchronous caller waits for DISCONNECTED (already queued when the
     // peer disconnected first).
-    complete(id)
+    if sent { complete(id) } else { Ok(()) }
 }
 
 /// `rdma_establish`: the RTU of a QP-less active connection.

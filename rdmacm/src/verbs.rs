@@ -246,30 +246,96 @@ impl Device {
         (s.pd, s.refs)
     }
 
-    /// librdmacm's check of `responder_resources` (`want_resp`) and
-    /// `initiator_depth` (`want_init`) against the device:
-    /// [`RDMA_MAX_RD_ATOMIC`] becomes the device's maximum
-    /// (`max_qp_rd_atom` / `max_qp_init_rd_atom`), a larger value than the
-    /// maximum is `EINVAL`.
-    pub fn rd_atomic(&self, want_resp: u8, want_init: u8) -> Result<(u8, u8), Errno> {
+    /// The device's limits for `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH`
+    /// (`max_qp_rd_atom`, `max_qp_init_rd_atom`).
+    pub fn rd_atomic_max(&self) -> RdAtomicMax {
         let f = self.facts.lock().unwrap();
-        Ok((
-            rd_atomic_limit(want_resp, f.max_qp_rd_atom)?,
-            rd_atomic_limit(want_init, f.max_qp_init_rd_atom)?,
-        ))
+        RdAtomicMax::from_attrs(f.max_qp_rd_atom, f.max_qp_init_rd_atom)
     }
 }
 
-/// `want` against a device maximum: `0xff` → the maximum (capped at 255),
-/// above it → `EINVAL`.
-pub fn rd_atomic_limit(want: u8, max: u32) -> Result<u8, Errno> {
-    let max = max.min(255) as u8;
-    if want == RDMA_MAX_RD_ATOMIC {
-        Ok(max)
-    } else if want > max {
-        Err(Errno::EINVAL)
-    } else {
-        Ok(want)
+/// The most RDMA reads / atomics an id without a verbs device (a soft
+/// device: QP-less connections only) advertises for `RDMA_MAX_RESP_RES` /
+/// `RDMA_MAX_INIT_DEPTH`.
+pub const SOFT_MAX_RD_ATOMIC: u8 = 16;
+
+/// A device's responder resources (`max_qp_rd_atom`) and initiator depth
+/// (`max_qp_init_rd_atom`) limits, as librdmacm keeps them per device
+/// (`cma_dev->max_responder_resources` / `max_initiator_depth`, the
+/// attributes truncated to 8 bits; here capped at 255) and applies them in
+/// `rdma_connect` / `rdma_accept`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdAtomicMax {
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+}
+
+impl RdAtomicMax {
+    pub fn from_attrs(max_qp_rd_atom: u32, max_qp_init_rd_atom: u32) -> Self {
+        RdAtomicMax {
+            responder_resources: max_qp_rd_atom.min(255) as u8,
+            initiator_depth: max_qp_init_rd_atom.min(255) as u8,
+        }
+    }
+
+    /// The limits of an id's device; [`SOFT_MAX_RD_ATOMIC`] without one.
+    pub fn of(dev: Option<&Device>) -> Self {
+        dev.map_or(
+            RdAtomicMax {
+                responder_resources: SOFT_MAX_RD_ATOMIC,
+                initiator_depth: SOFT_MAX_RD_ATOMIC,
+            },
+            Device::rd_atomic_max,
+        )
+    }
+
+    /// librdmacm's `ucma_valid_param` (`RDMA_PS_TCP` ids only: `check`):
+    /// an explicit value above the device's limit is `EINVAL`.
+    fn valid(self, resp: u8, init: u8, check: bool) -> Result<(), Errno> {
+        if check
+            && ((resp != RDMA_MAX_RD_ATOMIC && resp > self.responder_resources)
+                || (init != RDMA_MAX_RD_ATOMIC && init > self.initiator_depth))
+        {
+            return Err(Errno::EINVAL);
+        }
+        Ok(())
+    }
+
+    /// `rdma_connect`'s (responder resources, initiator depth) for the REQ:
+    /// `RDMA_MAX_*` (0xff) becomes the device's limit, an explicit value is
+    /// kept (after the `PS_TCP` check).
+    pub fn connect(self, resp: u8, init: u8, check: bool) -> Result<(u8, u8), Errno> {
+        self.valid(resp, init, check)?;
+        let pick = |v: u8, max: u8| if v == RDMA_MAX_RD_ATOMIC { max } else { v };
+        Ok((
+            pick(resp, self.responder_resources),
+            pick(init, self.initiator_depth),
+        ))
+    }
+
+    /// `rdma_accept`'s (responder resources, initiator depth) for the REP:
+    /// without `conn_param` (`want` `None`) or for `RDMA_MAX_*`, what the
+    /// peer's REQ asked for (`peer`, in this side's view) capped at the
+    /// device's limit; an explicit value is kept (after the `PS_TCP` check).
+    pub fn accept(
+        self,
+        want: Option<(u8, u8)>,
+        peer: (u8, u8),
+        check: bool,
+    ) -> Result<(u8, u8), Errno> {
+        let (resp, init) = want.unwrap_or((RDMA_MAX_RD_ATOMIC, RDMA_MAX_RD_ATOMIC));
+        self.valid(resp, init, check)?;
+        let pick = |v: u8, asked: u8, max: u8| {
+            if v == RDMA_MAX_RD_ATOMIC {
+                asked.min(max)
+            } else {
+                v
+            }
+        };
+        Ok((
+            pick(resp, peer.0, self.responder_resources),
+            pick(init, peer.1, self.initiator_depth),
+        ))
     }
 }
 
@@ -1073,13 +1139,31 @@ mod tests {
     }
 
     #[test]
-    fn rd_atomic_limits() {
-        assert_eq!(rd_atomic_limit(0xff, 16), Ok(16));
-        assert_eq!(rd_atomic_limit(0xff, 1000), Ok(255));
-        assert_eq!(rd_atomic_limit(4, 16), Ok(4));
-        assert_eq!(rd_atomic_limit(16, 16), Ok(16));
-        assert_eq!(rd_atomic_limit(17, 16), Err(Errno::EINVAL));
-        assert_eq!(rd_atomic_limit(0, 0), Ok(0));
+    fn rd_atomic_max_from_the_device() {
+        let rxe = RdAtomicMax::from_attrs(128, 128);
+        let small = RdAtomicMax::from_attrs(16, 4);
+        let huge = RdAtomicMax::from_attrs(1000, 300);
+        assert_eq!(huge, RdAtomicMax::from_attrs(255, 255));
+        assert_eq!(
+            RdAtomicMax::of(None),
+            RdAtomicMax::from_attrs(SOFT_MAX_RD_ATOMIC as u32, SOFT_MAX_RD_ATOMIC as u32)
+        );
+        // connect: 0xff is the device's limit; explicit values stay.
+        assert_eq!(rxe.connect(0xff, 0xff, true), Ok((128, 128)));
+        assert_eq!(small.connect(0xff, 0xff, true), Ok((16, 4)));
+        assert_eq!(small.connect(2, 3, true), Ok((2, 3)));
+        assert_eq!(small.connect(16, 4, true), Ok((16, 4)));
+        // Above the limit: EINVAL for PS_TCP, passed through otherwise.
+        assert_eq!(small.connect(17, 1, true), Err(Errno::EINVAL));
+        assert_eq!(small.connect(1, 5, true), Err(Errno::EINVAL));
+        assert_eq!(small.connect(17, 5, false), Ok((17, 5)));
+        // accept: 0xff or no conn_param → min(what the peer asked, limit).
+        assert_eq!(small.accept(None, (8, 8), true), Ok((8, 4)));
+        assert_eq!(small.accept(Some((0xff, 0xff)), (32, 2), true), Ok((16, 2)));
+        assert_eq!(rxe.accept(Some((0xff, 1)), (3, 9), true), Ok((3, 1)));
+        assert_eq!(small.accept(Some((5, 0)), (1, 1), true), Ok((5, 0)));
+        assert_eq!(small.accept(Some((0, 9)), (1, 1), true), Err(Errno::EINVAL));
+        assert_eq!(small.accept(Some((0, 9)), (1, 1), false), Ok((0, 9)));
     }
 
     #[test]
