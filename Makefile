@@ -181,7 +181,7 @@ test-rdmacm: rdmacm $(BUILD)/c/rdmacm_api $(BUILD)/c/rdmacm_api.asan $(BUILD)/c/
 	@echo "== rdma_* surface (c-tests/rdmacm_api.c) on librdmacm.so.1"
 	$(RDMACM_RUN) $(BUILD)/c/rdmacm_api 127.0.90.2 127.0.90.3
 	ASAN_OPTIONS=detect_leaks=1 $(RDMACM_RUN) $(BUILD)/c/rdmacm_api.asan 127.0.90.4 127.0.90.5
-	TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/c-tests/rdmacm_tsan.supp" $(RDMACM_RUN) \
+	TSAN_OPTIONS="halt_on_error=1 die_after_fork=0 suppressions=$(CURDIR)/c-tests/rdmacm_tsan.supp" $(RDMACM_RUN) \
 		setarch $$(uname -m) -R $(BUILD)/c/rdmacm_api.tsan 127.0.90.6 127.0.90.7
 
 # Live interoperability with the Linux kernel CM (docs/INTEROP.md): a qemu

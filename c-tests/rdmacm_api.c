@@ -15,7 +15,8 @@
  * listener destroy with an unretrieved request; synchronous mode
  * (rdma_get_request, blocking calls, id->event); rdma_getaddrinfo,
  * rdma_create_ep; rdma_migrate_id; 64 connections at once on one
- * channel per side (event-driven); error paths (NULLs,
+ * channel per side (event-driven); fork() (the child gets EACCES on the
+ * parent's objects and connects on its own); error paths (NULLs,
  * freed and foreign pointers, double ack, private data too long, wrong
  * state).
  */
@@ -30,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <rdma/rdma_cma.h>
@@ -852,6 +854,185 @@ static void test_many(void)
 	printf("ok %d connections at once, event-driven\n", MANY);
 }
 
+/*
+ * fork(): the child of a process with ids owns none of them (librdmacm's
+ * kernel objects refuse a child: EACCES); it creates its own channels and
+ * ids and connects, while the parent's progress threads are busy with a
+ * connect/reject loop and the parent's connection stays up.
+ */
+struct busy {
+	struct rdma_event_channel *sch, *cch;
+	int stop; /* __atomic */
+	int rounds, failed;
+};
+
+static void *busy_thread(void *arg)
+{
+	struct busy *b = arg;
+	struct rdma_conn_param cp;
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *c;
+
+	memset(&cp, 0, sizeof(cp));
+	while (!__atomic_load_n(&b->stop, __ATOMIC_ACQUIRE) && !b->failed) {
+		c = resolved(b->cch, 7091, RDMA_PS_TCP);
+		if (!c || rdma_connect(c, &cp)) {
+			b->failed = 1;
+			break;
+		}
+		ev = expect(b->sch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+		if (!ev || rdma_reject(ev->id, NULL, 0) || rdma_destroy_id(ev->id) ||
+		    rdma_ack_cm_event(ev) || !ack_expect(b->cch, RDMA_CM_EVENT_REJECTED, 28) ||
+		    rdma_destroy_id(c))
+			b->failed = 1;
+		b->rounds++;
+	}
+	return NULL;
+}
+
+/* `ip` with 1 added to its third byte: addresses the parent does not hold. */
+static const char *other_ip(const char *ip, char *buf)
+{
+	struct in_addr a;
+
+	inet_pton(AF_INET, ip, &a);
+	((unsigned char *)&a.s_addr)[2]++;
+	return inet_ntop(AF_INET, &a, buf, INET_ADDRSTRLEN);
+}
+
+/* What a child of fork() does (it runs CHECKs; failures → exit status). */
+static void fork_child(struct rdma_event_channel *psch, struct rdma_event_channel *pcch,
+		       struct rdma_cm_id *pc)
+{
+	static char sip[INET_ADDRSTRLEN], cip[INET_ADDRSTRLEN];
+	struct rdma_event_channel *sch, *cch;
+	struct rdma_cm_id *l, *c, *child, *id;
+	struct rdma_cm_event *ev;
+	struct rdma_conn_param cp;
+	int fd = psch->fd;
+
+	/* The parent's objects: EACCES, as the kernel's rdma_cm gives. */
+	errno = 0;
+	CHECK(rdma_get_cm_event(pcch, &ev) == -1 && errno == EACCES);
+	errno = 0;
+	CHECK(rdma_disconnect(pc) == -1 && errno == EACCES);
+	errno = 0;
+	CHECK(rdma_create_id(pcch, &id, NULL, RDMA_PS_TCP) == -1 && errno == EACCES);
+	errno = 0;
+	CHECK(rdma_destroy_id(pc) == -1 && errno == EACCES);
+	/* Destroying an inherited channel closes the child's copy of the fd. */
+	rdma_destroy_event_channel(psch);
+	errno = 0;
+	CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF);
+
+	/* Its own: a fresh library state, new devices, a full connection. */
+	server_ip = other_ip(server_ip, sip);
+	client_ip = other_ip(client_ip, cip);
+	sch = rdma_create_event_channel();
+	cch = rdma_create_event_channel();
+	CHECK(sch && cch);
+	l = listener(sch, 7092, RDMA_PS_TCP, NULL);
+	CHECK(l);
+	c = resolved(cch, 7092, RDMA_PS_TCP);
+	CHECK(c);
+	memset(&cp, 0, sizeof(cp));
+	cp.qp_num = 0x99;
+	CHECK(rdma_connect(c, &cp) == 0);
+	ev = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+	CHECK(ev);
+	child = ev->id;
+	CHECK(rdma_ack_cm_event(ev) == 0);
+	CHECK(rdma_accept(child, &cp) == 0);
+	CHECK(ack_expect(cch, RDMA_CM_EVENT_CONNECT_RESPONSE, 0));
+	CHECK(rdma_establish(c) == 0);
+	CHECK(ack_expect(sch, RDMA_CM_EVENT_ESTABLISHED, 0));
+	CHECK(rdma_disconnect(c) == 0);
+	CHECK(ack_expect(sch, RDMA_CM_EVENT_DISCONNECTED, 0));
+	CHECK(rdma_disconnect(child) == 0);
+	CHECK(ack_expect(cch, RDMA_CM_EVENT_DISCONNECTED, 0));
+	CHECK(rdma_destroy_id(child) == 0);
+	CHECK(rdma_destroy_id(c) == 0);
+	CHECK(rdma_destroy_id(l) == 0);
+	rdma_destroy_event_channel(sch);
+	rdma_destroy_event_channel(cch);
+}
+
+static void test_fork(void)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct busy b = { 0 };
+	struct rdma_cm_id *l, *bl, *c, *child;
+	struct rdma_cm_event *ev;
+	struct rdma_conn_param cp;
+	pthread_t t;
+	int i, status;
+	pid_t pid;
+
+	CHECK(sch && cch);
+	/* The parent's connection. */
+	l = listener(sch, 7090, RDMA_PS_TCP, NULL);
+	CHECK(l);
+	c = resolved(cch, 7090, RDMA_PS_TCP);
+	CHECK(c);
+	memset(&cp, 0, sizeof(cp));
+	cp.qp_num = 0x42;
+	CHECK(rdma_connect(c, &cp) == 0);
+	ev = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+	CHECK(ev);
+	child = ev->id;
+	CHECK(rdma_ack_cm_event(ev) == 0);
+	CHECK(rdma_accept(child, &cp) == 0);
+	CHECK(ack_expect(cch, RDMA_CM_EVENT_CONNECT_RESPONSE, 0));
+	CHECK(rdma_establish(c) == 0);
+	CHECK(ack_expect(sch, RDMA_CM_EVENT_ESTABLISHED, 0));
+
+	/* Busy progress threads: a connect/reject loop on other channels. */
+	b.sch = rdma_create_event_channel();
+	b.cch = rdma_create_event_channel();
+	CHECK(b.sch && b.cch);
+	bl = listener(b.sch, 7091, RDMA_PS_TCP, NULL);
+	CHECK(bl);
+	CHECK(pthread_create(&t, NULL, busy_thread, &b) == 0);
+	for (i = 0; i < 4; i++) {
+		struct timespec ts = { 0, 5000000L * (i + 1) };
+
+		nanosleep(&ts, NULL);
+		fflush(NULL);
+		pid = fork();
+		if (pid == 0) {
+			alarm(30); /* a deadlock in the child fails the test */
+			failures = 0;
+			fork_child(sch, cch, c);
+			_exit(failures ? 1 : 0);
+		}
+		CHECK(pid > 0);
+		CHECK(waitpid(pid, &status, 0) == pid);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			fprintf(stderr, "fork child %d: status %#x\n", i, status);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	__atomic_store_n(&b.stop, 1, __ATOMIC_RELEASE);
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECK(!b.failed && b.rounds > 0);
+
+	/* The parent's connection is unaffected. */
+	CHECK(rdma_disconnect(c) == 0);
+	CHECK(ack_expect(sch, RDMA_CM_EVENT_DISCONNECTED, 0));
+	CHECK(rdma_disconnect(child) == 0);
+	CHECK(ack_expect(cch, RDMA_CM_EVENT_DISCONNECTED, 0));
+	CHECK(rdma_destroy_id(child) == 0);
+	CHECK(rdma_destroy_id(c) == 0);
+	CHECK(rdma_destroy_id(l) == 0);
+	CHECK(rdma_destroy_id(bl) == 0);
+	rdma_destroy_event_channel(b.sch);
+	rdma_destroy_event_channel(b.cch);
+	rdma_destroy_event_channel(sch);
+	rdma_destroy_event_channel(cch);
+	printf("ok fork (child: EACCES on inherited objects, its own connection; %d busy rounds)\n",
+	       b.rounds);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
@@ -873,6 +1054,7 @@ int main(int argc, char **argv)
 	test_endpoints();
 	test_migrate();
 	test_many();
+	test_fork();
 	if (failures) {
 		fprintf(stderr, "%d failure(s)\n", failures);
 		return 1;

@@ -15,7 +15,7 @@ use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -233,14 +233,12 @@ impl Channel {
 
 /// Channels the application holds, by address.
 pub fn channels() -> &'static Mutex<HashMap<usize, Arc<Channel>>> {
-    static C: OnceLock<Mutex<HashMap<usize, Arc<Channel>>>> = OnceLock::new();
-    C.get_or_init(Default::default)
+    &crate::fork::globals().channels
 }
 
 /// Events handed out and not yet acked, by address.
 pub fn outstanding() -> &'static Mutex<HashMap<usize, Box<EventBox>>> {
-    static O: OnceLock<Mutex<HashMap<usize, Box<EventBox>>>> = OnceLock::new();
-    O.get_or_init(Default::default)
+    &crate::fork::globals().outstanding
 }
 
 /// Hands `b` to the application: it stays registered until acked.
@@ -257,22 +255,20 @@ pub fn ack(p: *mut RdmaCmEvent) -> Result<(), Errno> {
     if p.is_null() {
         return Err(Errno::EINVAL);
     }
-    let b = lock(outstanding())
-        .remove(&(p as usize))
-        .ok_or(Errno::EINVAL)?;
+    let b = lock(outstanding()).remove(&(p as usize));
+    let b = b.ok_or_else(|| crate::fork::unknown_event(p as usize))?;
     let acct = b.acct.clone();
     drop(b);
     acct.note_completed();
     Ok(())
 }
 
-/// The channel behind an application pointer.
+/// The channel behind an application pointer (`EACCES` for the parent's
+/// channels in a child of fork()).
 pub fn lookup(p: *mut RdmaEventChannel) -> Result<Arc<Channel>, Errno> {
     if p.is_null() {
         return Err(Errno::EINVAL);
     }
-    lock(channels())
-        .get(&(p as usize))
-        .cloned()
-        .ok_or(Errno::EINVAL)
+    let found = lock(channels()).get(&(p as usize)).cloned();
+    found.ok_or_else(|| crate::fork::unknown_channel(p as usize))
 }

@@ -90,9 +90,18 @@ pub extern "C" fn rdma_destroy_event_channel(channel: *mut RdmaEventChannel) {
         if channel.is_null() {
             return Err(Errno::EINVAL);
         }
-        let ch = lock(channel::channels())
-            .remove(&(channel as usize))
-            .ok_or(Errno::EINVAL)?;
+        let ch = lock(channel::channels()).remove(&(channel as usize));
+        let Some(ch) = ch else {
+            // The parent's channel in a child of fork(): only the child's
+            // copy of the fd goes (librdmacm closes it; the kernel object
+            // stays the parent's).
+            if let Some(fd) = crate::fork::take_inherited_channel(channel as usize) {
+                // SAFETY: the child's own copy of the inherited fd.
+                unsafe { libc::close(fd) };
+                return Ok(0);
+            }
+            return Err(Errno::EINVAL);
+        };
         let dropped = ch.close();
         if !dropped.is_empty() {
             ibcm_log!(

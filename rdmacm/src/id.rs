@@ -6,7 +6,7 @@
 
 use crate::abi::*;
 use crate::channel::{self, Channel, EventBox, lock};
-use crate::ports::{Binding, PortSpace, ProcessPorts};
+use crate::ports::{Binding, PortSpace};
 use crate::select;
 use crate::verbs;
 use ibcm::api::{
@@ -129,20 +129,17 @@ unsafe impl Sync for IdPriv {}
 
 /// Ids the application holds (and children not yet reported), by address.
 fn ids() -> &'static Mutex<HashMap<usize, Arc<IdPriv>>> {
-    static I: OnceLock<Mutex<HashMap<usize, Arc<IdPriv>>>> = OnceLock::new();
-    I.get_or_init(Default::default)
+    &crate::fork::globals().ids
 }
 
 /// Ids by their ibcm `ib_cm_id` address, for the event handler.
 fn by_cm() -> &'static Mutex<HashMap<usize, Weak<IdPriv>>> {
-    static B: OnceLock<Mutex<HashMap<usize, Weak<IdPriv>>>> = OnceLock::new();
-    B.get_or_init(Default::default)
+    &crate::fork::globals().by_cm
 }
 
 /// The process's port spaces.
 pub fn ports() -> &'static dyn PortSpace {
-    static P: OnceLock<ProcessPorts> = OnceLock::new();
-    P.get_or_init(ProcessPorts::default)
+    &crate::fork::globals().ports
 }
 
 /// The one handler every ibcm id of this library has.
@@ -152,12 +149,13 @@ fn handler() -> RustHandler {
 }
 
 /// The id behind an application pointer (`EINVAL` for NULL, freed or
-/// foreign pointers).
+/// foreign pointers; `EACCES` for the parent's ids in a child of fork()).
 pub fn lookup(p: *mut RdmaCmId) -> Result<Arc<IdPriv>, Errno> {
     if p.is_null() {
         return Err(Errno::EINVAL);
     }
-    lock(ids()).get(&(p as usize)).cloned().ok_or(Errno::EINVAL)
+    let found = lock(ids()).get(&(p as usize)).cloned();
+    found.ok_or_else(|| crate::fork::unknown_id(p as usize))
 }
 
 fn random_psn() -> u32 {

@@ -9,6 +9,7 @@
 //!   event translation, accounting, sync mode, destroy.
 //! * `channel` — event channels (eventfd level indicator + queue) and
 //!   events.
+//! * `fork` — the per-process state and what a child of `fork()` gets.
 //! * `ports` — the port space (`PortSpace`: per process now).
 //! * `select` — which ibcm device serves an IP (`IBCM_RDMACM_DEVICE`).
 //! * `addrinfo` — `rdma_getaddrinfo` over the system's `getaddrinfo`.
@@ -25,6 +26,7 @@ pub mod abi;
 pub mod addrinfo;
 pub mod channel;
 pub mod exports;
+pub mod fork;
 pub mod id;
 pub mod ports;
 pub mod qp;

@@ -18,7 +18,7 @@ use ibcm::log::{ERROR, INFO};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// The environment switch.
 pub const ENV: &str = "IBCM_RDMACM_DEVICE";
@@ -96,8 +96,7 @@ pub fn check_any_device() -> Result<(), Errno> {
 }
 
 fn devices() -> &'static Mutex<HashMap<String, Arc<Device>>> {
-    static D: OnceLock<Mutex<HashMap<String, Arc<Device>>>> = OnceLock::new();
-    D.get_or_init(Default::default)
+    &crate::fork::globals().devices
 }
 
 /// Opens (once) the ibcm device `name`.

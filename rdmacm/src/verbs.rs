@@ -34,7 +34,7 @@ use ibcm::api::ibv::{self, IbvCompChannel, IbvContext, IbvCq, IbvPd, IbvQp, IbvQ
 use ibcm::api::{Ece, Errno, Gid, GidType, QpAttr};
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 pub use ibcm::api::ibv::{
     IbvQpInitAttr, IbvQpInitAttrEx, QP_INIT_ATTR_PD, qp_attr_from_cm, qp_attr_mask, qps, qpt,
@@ -340,6 +340,34 @@ impl RdAtomicMax {
 }
 
 static DEVICES: Mutex<Option<&'static [Device]>> = Mutex::new(None);
+
+/// libibverbs' device table held across `fork()` (`crate::fork`): the
+/// child keeps using the same contexts and default PDs, as librdmacm's
+/// child keeps its `ibv_context`s, so no parent thread may hold their
+/// locks when the process is copied.
+pub(crate) struct ForkHold {
+    _devices: MutexGuard<'static, Option<&'static [Device]>>,
+    _facts: Vec<MutexGuard<'static, DeviceFacts>>,
+    _pds: Vec<MutexGuard<'static, PdSlot>>,
+}
+
+/// Takes the table's lock, then each device's (every other holder takes
+/// one of them at a time).
+pub(crate) fn hold_for_fork() -> ForkHold {
+    let devices = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    let list: &'static [Device] = devices.unwrap_or(&[]);
+    ForkHold {
+        _facts: list
+            .iter()
+            .map(|d| d.facts.lock().unwrap_or_else(|p| p.into_inner()))
+            .collect(),
+        _pds: list
+            .iter()
+            .map(|d| d.pd.lock().unwrap_or_else(|p| p.into_inner()))
+            .collect(),
+        _devices: devices,
+    }
+}
 
 /// Every usable verbs device, opened on the first call (later calls
 /// return the same objects). `ENOSYS` without libibverbs (logged, with

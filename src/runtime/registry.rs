@@ -20,12 +20,31 @@ const REG_SHARDS: usize = 16;
 type LiveMap = crate::engine::ids::FastMap<usize, u32>;
 
 static LIVE: std::sync::LazyLock<[Mutex<LiveMap>; REG_SHARDS]> = std::sync::LazyLock::new(|| {
+    // SAFETY: plain registration of `extern "C"` handlers.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_done), Some(fork_done)) };
     std::array::from_fn(|i| {
         Mutex::new(LiveMap::with_hasher(crate::engine::ids::FastState::new(
             0x9e37_79b9_7f4a_7c15 ^ i as u64,
         )))
     })
 });
+
+thread_local! {
+    /// The shards the forking thread holds across `fork()`.
+    static FORK_HELD: std::cell::RefCell<Vec<std::sync::MutexGuard<'static, LiveMap>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `fork()` copies the registry while no thread holds a shard, so a child
+/// that creates ids of its own never waits for a thread it does not have.
+/// Every other holder takes one shard at a time and nothing else under it.
+extern "C" fn fork_prepare() {
+    FORK_HELD.with(|h| h.borrow_mut().extend(LIVE.iter().map(lock)));
+}
+
+extern "C" fn fork_done() {
+    FORK_HELD.with(|h| h.borrow_mut().clear());
+}
 
 fn live_shard(p: usize) -> &'static Mutex<LiveMap> {
     // Every bit of the address counts: ids of different threads come from
