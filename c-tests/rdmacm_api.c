@@ -900,6 +900,46 @@ static const char *other_ip(const char *ip, char *buf)
 	return inet_ntop(AF_INET, &a, buf, INET_ADDRSTRLEN);
 }
 
+/*
+ * A QP-less connection from `cch` to the listener of `sch` on `port`,
+ * established on both sides: the active id (NULL on failure), the passive
+ * one in *child.
+ */
+static struct rdma_cm_id *established(struct rdma_event_channel *sch,
+				      struct rdma_event_channel *cch, int port,
+				      struct rdma_cm_id **child)
+{
+	struct rdma_cm_id *c = resolved(cch, port, RDMA_PS_TCP);
+	struct rdma_conn_param cp;
+	struct rdma_cm_event *ev;
+
+	if (!c)
+		return NULL;
+	memset(&cp, 0, sizeof(cp));
+	cp.qp_num = 0x42;
+	if (rdma_connect(c, &cp) || !(ev = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 0))) {
+		rdma_destroy_id(c);
+		return NULL;
+	}
+	*child = ev->id;
+	if (rdma_ack_cm_event(ev) || rdma_accept(*child, &cp) ||
+	    !ack_expect(cch, RDMA_CM_EVENT_CONNECT_RESPONSE, 0) || rdma_establish(c) ||
+	    !ack_expect(sch, RDMA_CM_EVENT_ESTABLISHED, 0)) {
+		rdma_destroy_id(c);
+		return NULL;
+	}
+	return c;
+}
+
+/* Disconnects an `established` pair (active side first) and destroys it. */
+static int torn_down(struct rdma_event_channel *sch, struct rdma_event_channel *cch,
+		     struct rdma_cm_id *c, struct rdma_cm_id *child)
+{
+	return rdma_disconnect(c) == 0 && ack_expect(sch, RDMA_CM_EVENT_DISCONNECTED, 0) &&
+	       rdma_disconnect(child) == 0 && ack_expect(cch, RDMA_CM_EVENT_DISCONNECTED, 0) &&
+	       rdma_destroy_id(child) == 0 && rdma_destroy_id(c) == 0;
+}
+
 /* What a child of fork() does (it runs CHECKs; failures → exit status). */
 static void fork_child(struct rdma_event_channel *psch, struct rdma_event_channel *pcch,
 		       struct rdma_cm_id *pc)
@@ -908,7 +948,6 @@ static void fork_child(struct rdma_event_channel *psch, struct rdma_event_channe
 	struct rdma_event_channel *sch, *cch;
 	struct rdma_cm_id *l, *c, *child, *id;
 	struct rdma_cm_event *ev;
-	struct rdma_conn_param cp;
 	int fd = psch->fd;
 
 	/* The parent's objects: EACCES, as the kernel's rdma_cm gives. */
@@ -933,25 +972,9 @@ static void fork_child(struct rdma_event_channel *psch, struct rdma_event_channe
 	CHECK(sch && cch);
 	l = listener(sch, 7092, RDMA_PS_TCP, NULL);
 	CHECK(l);
-	c = resolved(cch, 7092, RDMA_PS_TCP);
+	c = established(sch, cch, 7092, &child);
 	CHECK(c);
-	memset(&cp, 0, sizeof(cp));
-	cp.qp_num = 0x99;
-	CHECK(rdma_connect(c, &cp) == 0);
-	ev = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
-	CHECK(ev);
-	child = ev->id;
-	CHECK(rdma_ack_cm_event(ev) == 0);
-	CHECK(rdma_accept(child, &cp) == 0);
-	CHECK(ack_expect(cch, RDMA_CM_EVENT_CONNECT_RESPONSE, 0));
-	CHECK(rdma_establish(c) == 0);
-	CHECK(ack_expect(sch, RDMA_CM_EVENT_ESTABLISHED, 0));
-	CHECK(rdma_disconnect(c) == 0);
-	CHECK(ack_expect(sch, RDMA_CM_EVENT_DISCONNECTED, 0));
-	CHECK(rdma_disconnect(child) == 0);
-	CHECK(ack_expect(cch, RDMA_CM_EVENT_DISCONNECTED, 0));
-	CHECK(rdma_destroy_id(child) == 0);
-	CHECK(rdma_destroy_id(c) == 0);
+	CHECK(torn_down(sch, cch, c, child));
 	CHECK(rdma_destroy_id(l) == 0);
 	rdma_destroy_event_channel(sch);
 	rdma_destroy_event_channel(cch);
@@ -963,8 +986,6 @@ static void test_fork(void)
 	struct rdma_event_channel *cch = rdma_create_event_channel();
 	struct busy b = { 0 };
 	struct rdma_cm_id *l, *bl, *c, *child;
-	struct rdma_cm_event *ev;
-	struct rdma_conn_param cp;
 	pthread_t t;
 	int i, status;
 	pid_t pid;
@@ -973,19 +994,8 @@ static void test_fork(void)
 	/* The parent's connection. */
 	l = listener(sch, 7090, RDMA_PS_TCP, NULL);
 	CHECK(l);
-	c = resolved(cch, 7090, RDMA_PS_TCP);
+	c = established(sch, cch, 7090, &child);
 	CHECK(c);
-	memset(&cp, 0, sizeof(cp));
-	cp.qp_num = 0x42;
-	CHECK(rdma_connect(c, &cp) == 0);
-	ev = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
-	CHECK(ev);
-	child = ev->id;
-	CHECK(rdma_ack_cm_event(ev) == 0);
-	CHECK(rdma_accept(child, &cp) == 0);
-	CHECK(ack_expect(cch, RDMA_CM_EVENT_CONNECT_RESPONSE, 0));
-	CHECK(rdma_establish(c) == 0);
-	CHECK(ack_expect(sch, RDMA_CM_EVENT_ESTABLISHED, 0));
 
 	/* Busy progress threads: a connect/reject loop on other channels. */
 	b.sch = rdma_create_event_channel();
@@ -1017,12 +1027,7 @@ static void test_fork(void)
 	CHECK(!b.failed && b.rounds > 0);
 
 	/* The parent's connection is unaffected. */
-	CHECK(rdma_disconnect(c) == 0);
-	CHECK(ack_expect(sch, RDMA_CM_EVENT_DISCONNECTED, 0));
-	CHECK(rdma_disconnect(child) == 0);
-	CHECK(ack_expect(cch, RDMA_CM_EVENT_DISCONNECTED, 0));
-	CHECK(rdma_destroy_id(child) == 0);
-	CHECK(rdma_destroy_id(c) == 0);
+	CHECK(torn_down(sch, cch, c, child));
 	CHECK(rdma_destroy_id(l) == 0);
 	CHECK(rdma_destroy_id(bl) == 0);
 	rdma_destroy_event_channel(b.sch);
