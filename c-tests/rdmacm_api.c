@@ -268,6 +268,33 @@ static void test_connect(void)
 	CHECK(rdma_establish(c) == 0);
 	CHECK(ack_expect(sch, RDMA_CM_EVENT_ESTABLISHED, 0));
 
+	/* rdma_init_qp_attr after the exchange: the CM's attributes, the
+	 * peer's QPN, the ACK timeout option at RTS. */
+	{
+		struct ibv_qp_attr qa;
+		uint8_t ack = 21;
+		int mask = 0;
+
+		memset(&qa, 0xee, sizeof(qa));
+		qa.qp_state = IBV_QPS_INIT;
+		CHECK(rdma_init_qp_attr(child, &qa, &mask) == 0);
+		CHECK(qa.qp_state == IBV_QPS_INIT && (mask & IBV_QP_STATE) &&
+		      (mask & IBV_QP_ACCESS_FLAGS) && (mask & IBV_QP_PORT) &&
+		      (mask & IBV_QP_PKEY_INDEX) && qa.dest_qp_num == 0);
+		qa.qp_state = IBV_QPS_RTR;
+		CHECK(rdma_init_qp_attr(c, &qa, &mask) == 0);
+		CHECK(qa.qp_state == IBV_QPS_RTR && (mask & IBV_QP_DEST_QPN) &&
+		      (mask & IBV_QP_RQ_PSN) && (mask & IBV_QP_AV) && qa.dest_qp_num == 0x456);
+		qa.qp_state = IBV_QPS_RTR;
+		CHECK(rdma_init_qp_attr(child, &qa, &mask) == 0 && qa.dest_qp_num == 0x123);
+		CHECK(rdma_set_option(c, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack,
+				      sizeof(ack)) == 0);
+		qa.qp_state = IBV_QPS_RTS;
+		CHECK(rdma_init_qp_attr(c, &qa, &mask) == 0);
+		CHECK(qa.qp_state == IBV_QPS_RTS && (mask & IBV_QP_TIMEOUT) && qa.timeout == 21 &&
+		      (mask & IBV_QP_SQ_PSN) && !(mask & IBV_QP_DEST_QPN));
+	}
+
 	CHECK(rdma_disconnect(c) == 0);
 	CHECK(ack_expect(sch, RDMA_CM_EVENT_DISCONNECTED, 0));
 	CHECK(rdma_disconnect(child) == 0);

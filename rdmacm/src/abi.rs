@@ -1,9 +1,17 @@
 //! `#[repr(C)]` mirrors of rdma-core's `<rdma/rdma_cma.h>` (and the parts
-//! of `<infiniband/verbs.h>` / `<infiniband/sa.h>` it embeds), x86_64.
+//! of `<infiniband/sa.h>` it embeds; the `<infiniband/verbs.h>` structs
+//! are ibcm's, re-exported), x86_64.
 //! `tests/abi.rs` compares every size and offset here with what gcc says
 //! about the installed headers.
 
+use ibcm::api::ibv;
 use std::ffi::{c_char, c_int, c_void};
+
+/// The libibverbs structs rdma_cm embeds or takes (`struct ibv_ah_attr`
+/// in `rdma_ud_param`, `ibv_qp_init_attr`, `ibv_qp_attr`, `ibv_ece`): one
+/// definition, ibcm's (`ibcm::api::ibv`), checked against gcc's layout by
+/// `tests/abi.rs` here and `tests/verbs.rs` in ibcm.
+pub use ibv::{IbvAhAttr, IbvEce, IbvGlobalRoute, IbvQpAttr, IbvQpCap, IbvQpInitAttr};
 
 /// `union ibv_gid`: 16 bytes, 8-aligned (it has a `uint64_t` view).
 #[repr(C, align(8))]
@@ -94,30 +102,6 @@ pub struct RdmaConnParam {
     pub qp_num: u32,
 }
 
-/// `struct ibv_global_route`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvGlobalRoute {
-    pub dgid: IbvGid,
-    pub flow_label: u32,
-    pub sgid_index: u8,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-}
-
-/// `struct ibv_ah_attr`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvAhAttr {
-    pub grh: IbvGlobalRoute,
-    pub dlid: u16,
-    pub sl: u8,
-    pub src_path_bits: u8,
-    pub static_rate: u8,
-    pub is_global: u8,
-    pub port_num: u8,
-}
-
 /// `struct rdma_ud_param`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -193,71 +177,6 @@ pub struct RdmaAddrinfo {
     pub ai_next: *mut RdmaAddrinfo,
 }
 
-/// `struct ibv_qp_cap`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvQpCap {
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_send_sge: u32,
-    pub max_recv_sge: u32,
-    pub max_inline_data: u32,
-}
-
-/// `struct ibv_qp_init_attr`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct IbvQpInitAttr {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut c_void,
-    pub recv_cq: *mut c_void,
-    pub srq: *mut c_void,
-    pub cap: IbvQpCap,
-    pub qp_type: c_int,
-    pub sq_sig_all: c_int,
-}
-
-/// `struct ibv_qp_attr`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvQpAttr {
-    pub qp_state: c_int,
-    pub cur_qp_state: c_int,
-    pub path_mtu: c_int,
-    pub path_mig_state: c_int,
-    pub qkey: u32,
-    pub rq_psn: u32,
-    pub sq_psn: u32,
-    pub dest_qp_num: u32,
-    pub qp_access_flags: u32,
-    pub cap: IbvQpCap,
-    pub ah_attr: IbvAhAttr,
-    pub alt_ah_attr: IbvAhAttr,
-    pub pkey_index: u16,
-    pub alt_pkey_index: u16,
-    pub en_sqd_async_notify: u8,
-    pub sq_draining: u8,
-    pub max_rd_atomic: u8,
-    pub max_dest_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub port_num: u8,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub alt_port_num: u8,
-    pub alt_timeout: u8,
-    pub rate_limit: u32,
-}
-
-/// `struct ibv_ece`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-pub struct IbvEce {
-    pub vendor_id: u32,
-    pub options: u32,
-    pub comp_mask: u32,
-}
-
 /// `enum rdma_cm_event_type` values beyond `ibcm::cma::RdmaCmEventType`
 /// (rdma-core ≥ v60).
 pub const RDMA_CM_EVENT_ADDRINFO_RESOLVED: c_int = 16;
@@ -270,18 +189,18 @@ pub const IBV_QPT_RC: c_int = 2;
 pub const IBV_QPT_UC: c_int = 3;
 pub const IBV_QPT_UD: c_int = 4;
 
-/// `enum ibv_qp_state`.
-pub const IBV_QPS_INIT: c_int = 1;
-pub const IBV_QPS_RTR: c_int = 2;
-pub const IBV_QPS_RTS: c_int = 3;
+/// `enum ibv_qp_state` (`ibcm::api::ibv::qps`).
+pub const IBV_QPS_INIT: u32 = ibv::qps::INIT;
+pub const IBV_QPS_RTR: u32 = ibv::qps::RTR;
+pub const IBV_QPS_RTS: u32 = ibv::qps::RTS;
 
-/// `enum ibv_qp_attr_mask` bits used here (the rest are ibcm's `qp_mask`).
-pub const IBV_QP_STATE: c_int = 1;
-pub const IBV_QP_ACCESS_FLAGS: c_int = 1 << 3;
-pub const IBV_QP_PKEY_INDEX: c_int = 1 << 4;
-pub const IBV_QP_PORT: c_int = 1 << 5;
-pub const IBV_QP_QKEY: c_int = 1 << 6;
-pub const IBV_QP_TIMEOUT: c_int = 1 << 9;
+/// `enum ibv_qp_attr_mask` bits used here (`ibcm::api::ibv::qp_attr_mask`).
+pub const IBV_QP_STATE: c_int = ibv::qp_attr_mask::STATE;
+pub const IBV_QP_ACCESS_FLAGS: c_int = ibv::qp_attr_mask::ACCESS_FLAGS;
+pub const IBV_QP_PKEY_INDEX: c_int = ibv::qp_attr_mask::PKEY_INDEX;
+pub const IBV_QP_PORT: c_int = ibv::qp_attr_mask::PORT;
+pub const IBV_QP_QKEY: c_int = ibv::qp_attr_mask::QKEY;
+pub const IBV_QP_TIMEOUT: c_int = ibv::qp_attr_mask::TIMEOUT;
 
 /// `rdma_addrinfo.ai_flags`.
 pub const RAI_PASSIVE: c_int = 1;

@@ -586,7 +586,7 @@ pub unsafe extern "C" fn rdma_create_ep(
                 s.ep_pd = pd;
                 s.ep_qp_attr = unsafe { qp_init_attr.as_ref() }.map(|a| {
                     let mut a = *a;
-                    a.qp_type = r.ai_qp_type;
+                    a.qp_type = r.ai_qp_type as u32;
                     a
                 });
                 return Ok(());
@@ -601,7 +601,7 @@ pub unsafe extern "C" fn rdma_create_ep(
             id::resolve_route(&n)?;
             if !qp_init_attr.is_null() {
                 // The QP type is the address's (librdmacm forces it too).
-                unsafe { (*qp_init_attr).qp_type = n.public().qp_type };
+                unsafe { (*qp_init_attr).qp_type = n.public().qp_type as u32 };
                 // SAFETY: the caller's attributes, checked non-NULL.
                 unsafe { crate::qp::create_qp(&n, pd, qp_init_attr) }?;
             }

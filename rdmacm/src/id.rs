@@ -274,11 +274,12 @@ fn ah_from_path(p: &PathRec, port_num: u8, sgid_index: u8) -> IbvAhAttr {
     let grh = p.rec_type != PathRecType::Ib || p.hop_limit > 1;
     IbvAhAttr {
         grh: IbvGlobalRoute {
-            dgid: IbvGid { raw: p.dgid.0 },
+            dgid: p.dgid.0,
             flow_label: p.flow_label,
             sgid_index,
             hop_limit: p.hop_limit,
             traffic_class: p.traffic_class,
+            ..IbvGlobalRoute::default()
         },
         dlid: p.dlid as u16,
         sl: p.sl,
@@ -286,6 +287,7 @@ fn ah_from_path(p: &PathRec, port_num: u8, sgid_index: u8) -> IbvAhAttr {
         static_rate: 0,
         is_global: grh as u8,
         port_num,
+        ..IbvAhAttr::default()
     }
 }
 
@@ -1008,7 +1010,7 @@ pub fn create_qp(id: &Arc<IdPriv>, attr: &mut verbs::IbvQpInitAttrEx) -> Result<
     }
     let cm_init = match (&s.cm, s.st) {
         (Some(cm), St::Request) if attr.qp_type != verbs::qpt::UD => {
-            Some(cm.init_qp_attr(IBV_QPS_INIT as u32)?)
+            Some(cm.init_qp_attr(IBV_QPS_INIT)?)
         }
         _ => None,
     };
@@ -1074,14 +1076,14 @@ fn qp_rtr_rts(
     unsafe {
         // INIT again with the CM's attributes first: the access flags the
         // connection grants (a QP created before the exchange has none).
-        verbs::modify_qp_cm(qp, &cm.init_qp_attr(IBV_QPS_INIT as u32)?)?;
+        verbs::modify_qp_cm(qp, &cm.init_qp_attr(IBV_QPS_INIT)?)?;
         verbs::apply_remote_ece(qp, remote_ece)?;
         // The receive PSN is the id's own sequence number (the starting
         // PSN of its REQ or REP), as the kernel's rdma_init_qp_attr sets it.
-        let mut rtr = cm.init_qp_attr(IBV_QPS_RTR as u32)?;
+        let mut rtr = cm.init_qp_attr(IBV_QPS_RTR)?;
         rtr.rq_psn = psn;
         verbs::modify_qp_cm(qp, &rtr)?;
-        let mut rts = cm.init_qp_attr(IBV_QPS_RTS as u32)?;
+        let mut rts = cm.init_qp_attr(IBV_QPS_RTS)?;
         if let Some(t) = ack_timeout {
             rts.timeout = t;
         }
@@ -1294,53 +1296,25 @@ pub fn init_qp_attr(id: &Arc<IdPriv>, attr: &mut IbvQpAttr) -> Result<c_int, Err
         };
     }
     let cm = s.cm.clone().ok_or(Errno::EINVAL)?;
-    let q = cm.init_qp_attr(attr.qp_state as u32)?;
-    let mut mask = q.mask as c_int;
-    attr.qp_state = q.qp_state as c_int;
-    attr.qp_access_flags = q.qp_access_flags;
-    attr.pkey_index = q.pkey_index;
-    attr.port_num = q.port_num;
-    attr.path_mtu = q.path_mtu as c_int;
-    attr.dest_qp_num = q.dest_qp_num;
+    let mut q = cm.init_qp_attr(attr.qp_state)?;
     // The kernel's rdma_init_qp_attr: at RTR the receive PSN is the id's
-    // own sequence number (the starting PSN of its REQ or REP).
-    attr.rq_psn = if q.qp_state == IBV_QPS_RTR as u32 {
-        s.psn
-    } else {
-        q.rq_psn
-    };
-    attr.max_dest_rd_atomic = q.max_dest_rd_atomic;
-    attr.min_rnr_timer = q.min_rnr_timer;
-    attr.sq_psn = q.sq_psn;
-    attr.retry_cnt = q.retry_cnt;
-    attr.rnr_retry = q.rnr_retry;
-    attr.max_rd_atomic = q.max_rd_atomic;
-    attr.timeout = q.timeout;
-    attr.path_mig_state = q.path_mig_state as c_int;
-    let a = &q.ah_attr;
-    attr.ah_attr = IbvAhAttr {
-        grh: IbvGlobalRoute {
-            dgid: IbvGid { raw: a.dgid.0 },
-            flow_label: a.flow_label,
-            sgid_index: a.sgid_index as u8,
-            hop_limit: a.hop_limit,
-            traffic_class: a.traffic_class,
-        },
-        dlid: a.dlid as u16,
-        sl: a.sl,
-        src_path_bits: a.src_path_bits,
-        static_rate: a.static_rate,
-        is_global: a.has_grh as u8,
-        port_num: a.port_num,
-    };
-    if mask & IBV_QP_TIMEOUT != 0
-        && let Some(t) = s.ack_timeout
-    {
-        attr.timeout = t;
+    // own sequence number (the starting PSN of its REQ or REP); the local
+    // ACK timeout is RDMA_OPTION_ID_ACK_TIMEOUT's when set.
+    if q.qp_state == IBV_QPS_RTR {
+        q.rq_psn = s.psn;
     }
-    if attr.qp_state == IBV_QPS_RTS && s.ack_timeout.is_some() {
-        mask |= IBV_QP_TIMEOUT;
+    if let Some(t) = s.ack_timeout {
+        if q.qp_state == IBV_QPS_RTS {
+            q.mask |= qp_mask::TIMEOUT;
+        }
+        if q.mask & qp_mask::TIMEOUT != 0 {
+            q.timeout = t;
+        }
     }
+    // As ucma: the whole struct is the kernel's answer (unselected
+    // members zero).
+    let (out, mask) = ibcm::api::ibv::qp_attr_from_cm(&q)?;
+    *attr = out;
     Ok(mask)
 }
 

@@ -35,8 +35,8 @@ pub unsafe fn create_qp(
     pd: *mut c_void,
     attr: *mut IbvQpInitAttr,
 ) -> Result<(), Errno> {
-    // SAFETY: rdmacm's mirror and ibcm's are the same C struct.
-    let basic = unsafe { &mut *attr.cast::<ibv::IbvQpInitAttr>() };
+    // SAFETY: the caller's writable struct.
+    let basic = unsafe { &mut *attr };
     let mut ex = ibv::IbvQpInitAttrEx::from_basic(basic, pd.cast());
     if pd.is_null() {
         ex.comp_mask &= !verbs::QP_INIT_ATTR_PD;

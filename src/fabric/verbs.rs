@@ -667,8 +667,10 @@ opaque! {
     IbvRwqIndTable;
 }
 
-/// `struct ibv_global_route`.
-#[repr(C)]
+/// `struct ibv_global_route`: 8-aligned, as C's `union ibv_gid` (it has a
+/// `uint64_t` view) makes it, so that `struct ibv_ah_attr` embedded after
+/// a byte (`rdma_ud_param`) sits where gcc puts it.
+#[repr(C, align(8))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IbvGlobalRoute {
     pub dgid: [u8; 16],
