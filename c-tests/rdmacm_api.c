@@ -8,7 +8,9 @@
  *   usage: rdmacm_api <server-ip> <client-ip>
  *
  * Covered: QP-less connect / accept / establish / disconnect with private
- * data both ways and the reported lengths (56, 196); REJECTED status 8
+ * data both ways and the reported lengths (56, 196); rdma_init_qp_attr
+ * after the exchange; rdma_disconnect's return values in every state (the
+ * kernel's: EINVAL only without a CM id, else 0); REJECTED status 8
  * with no listener; reject with private data (status 28, length 148);
  * UD / SIDR (180, qkey); the event fd (poll, O_NONBLOCK → EAGAIN);
  * destroy blocking until the event is acked (from another thread);
@@ -625,6 +627,13 @@ static void test_sync(void)
 	CHECK(c->event->event == RDMA_CM_EVENT_DISCONNECTED);
 	CHECK(pthread_join(t, &ret) == 0);
 	CHECK(ret == NULL);
+	/* A second disconnect sends nothing: 0 at once, id->event unchanged
+	 * (librdmacm would wait for an event that never comes). */
+	{
+		struct rdma_cm_event *last = c->event;
+
+		CHECK(rdma_disconnect(c) == 0 && c->event == last);
+	}
 	CHECK(rdma_destroy_id(c) == 0);
 
 	/* A refused synchronous connect: ECONNREFUSED. */
