@@ -978,7 +978,7 @@ static int torn_down(struct rdma_event_channel *sch, struct rdma_event_channel *
 
 /* What a child of fork() does (it runs CHECKs; failures → exit status). */
 static void fork_child(struct rdma_event_channel *psch, struct rdma_event_channel *pcch,
-		       struct rdma_cm_id *pc)
+		       struct rdma_cm_id *pc, struct rdma_cm_event *pev)
 {
 	static char sip[INET_ADDRSTRLEN], cip[INET_ADDRSTRLEN];
 	struct rdma_event_channel *sch, *cch;
@@ -995,6 +995,11 @@ static void fork_child(struct rdma_event_channel *psch, struct rdma_event_channe
 	CHECK(rdma_create_id(pcch, &id, NULL, RDMA_PS_TCP) == -1 && errno == EACCES);
 	errno = 0;
 	CHECK(rdma_destroy_id(pc) == -1 && errno == EACCES);
+	/* An event the parent retrieved: acked once (librdmacm's ack is the
+	 * process's own memory), then unknown. */
+	CHECK(rdma_ack_cm_event(pev) == 0);
+	errno = 0;
+	CHECK(rdma_ack_cm_event(pev) == -1 && errno == EINVAL);
 	/* Destroying an inherited channel closes the child's copy of the fd. */
 	rdma_destroy_event_channel(psch);
 	errno = 0;
@@ -1021,7 +1026,9 @@ static void test_fork(void)
 	struct rdma_event_channel *sch = rdma_create_event_channel();
 	struct rdma_event_channel *cch = rdma_create_event_channel();
 	struct busy b = { 0 };
-	struct rdma_cm_id *l, *bl, *c, *child;
+	struct rdma_cm_id *l, *bl, *c, *child, *r;
+	struct rdma_cm_event *pev;
+	struct sockaddr_in src = addr(client_ip, 0), dst = addr(server_ip, 7093);
 	pthread_t t;
 	int i, status;
 	pid_t pid;
@@ -1032,6 +1039,11 @@ static void test_fork(void)
 	CHECK(l);
 	c = established(sch, cch, 7090, &child);
 	CHECK(c);
+	/* An event the parent holds unacked across the forks. */
+	CHECK(rdma_create_id(cch, &r, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_resolve_addr(r, (struct sockaddr *)&src, (struct sockaddr *)&dst, 100) == 0);
+	pev = expect(cch, RDMA_CM_EVENT_ADDR_RESOLVED, 0);
+	CHECK(pev);
 
 	/* Busy progress threads: a connect/reject loop on other channels. */
 	b.sch = rdma_create_event_channel();
@@ -1049,7 +1061,7 @@ static void test_fork(void)
 		if (pid == 0) {
 			alarm(30); /* a deadlock in the child fails the test */
 			failures = 0;
-			fork_child(sch, cch, c);
+			fork_child(sch, cch, c, pev);
 			_exit(failures ? 1 : 0);
 		}
 		CHECK(pid > 0);
@@ -1062,7 +1074,9 @@ static void test_fork(void)
 	CHECK(pthread_join(t, NULL) == 0);
 	CHECK(!b.failed && b.rounds > 0);
 
-	/* The parent's connection is unaffected. */
+	/* The parent's event, connection and ids are unaffected. */
+	CHECK(rdma_ack_cm_event(pev) == 0);
+	CHECK(rdma_destroy_id(r) == 0);
 	CHECK(torn_down(sch, cch, c, child));
 	CHECK(rdma_destroy_id(l) == 0);
 	CHECK(rdma_destroy_id(bl) == 0);

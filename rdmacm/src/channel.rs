@@ -256,7 +256,12 @@ pub fn ack(p: *mut RdmaCmEvent) -> Result<(), Errno> {
         return Err(Errno::EINVAL);
     }
     let b = lock(outstanding()).remove(&(p as usize));
-    let b = b.ok_or_else(|| crate::fork::unknown_event(p as usize))?;
+    let Some(b) = b else {
+        if crate::fork::take_inherited_event(p as usize) {
+            return Ok(());
+        }
+        return Err(Errno::EINVAL);
+    };
     let acct = b.acct.clone();
     drop(b);
     acct.note_completed();

@@ -23,9 +23,10 @@
 //!   new devices, with their own threads, in the child. The parent's state
 //!   is left as it is, never locked, dropped or joined: its threads do not
 //!   exist in the child;
-//! * calls on inherited objects fail with `EACCES` (and a debug line);
-//!   `rdma_destroy_event_channel` of an inherited channel closes the
-//!   child's copy of the fd only.
+//! * calls on inherited ids and channels fail with `EACCES` (and a debug
+//!   line); `rdma_destroy_event_channel` of an inherited channel closes the
+//!   child's copy of the fd only; `rdma_ack_cm_event` of an event the
+//!   parent retrieved succeeds once, as librdmacm's (its memory, its ack).
 //!
 //! Verbs memory registrations follow libibverbs' own rules
 //! (`ibv_fork_init`, `RDMAV_FORK_SAFE`); nothing here changes them.
@@ -183,11 +184,20 @@ pub fn unknown_channel(p: usize) -> Errno {
         .unwrap_or(Errno::EINVAL)
 }
 
-/// For lookups that failed: `EACCES` for an inherited event, else
-/// `EINVAL`.
-pub fn unknown_event(p: usize) -> Errno {
-    let found = lock(&globals().inherited).events.contains(&p);
-    refuse(found, "event", p).err().unwrap_or(Errno::EINVAL)
+/// `rdma_ack_cm_event` of an event the parent retrieved: forgotten (the
+/// child's copy is never freed: it holds the parent's ids) and true, as
+/// librdmacm's ack succeeds on its own memory; false if `p` is not one
+/// (or was acked before).
+pub fn take_inherited_event(p: usize) -> bool {
+    let found = lock(&globals().inherited).events.remove(&p);
+    if found {
+        ibcm_log!(
+            DEBUG,
+            "librdmacm (ibcm): event {p:#x} was retrieved by the parent process (inherited \
+             across fork()): acked without touching the parent's ids"
+        );
+    }
+    found
 }
 
 /// `rdma_destroy_event_channel` of an inherited channel: forgets it and
