@@ -378,10 +378,9 @@ static int quiet(struct rdma_event_channel *ch, int ms)
 /*
  * rdma_disconnect's return values are the kernel's (cma.c rdma_disconnect,
  * ucma.c ucma_disconnect): EINVAL without an IB CM id (resolved but never
- * connected); once there
- * is one, 0 whether a DREQ/DREP goes out or not (REQ outstanding, request
- * not accepted yet, rejected, DISCONNECTED already reported, a second
- * call), and no second DISCONNECTED.
+ * connected); once there is one, 0 whether a DREQ/DREP goes out or not
+ * (REQ outstanding, request not accepted yet, rejected, DISCONNECTED
+ * already reported, a second call), and no second DISCONNECTED.
  */
 static void test_disconnect_returns(void)
 {
