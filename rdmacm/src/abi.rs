@@ -190,9 +190,9 @@ pub const IBV_QPT_UC: c_int = 3;
 pub const IBV_QPT_UD: c_int = 4;
 
 /// `enum ibv_qp_state` (`ibcm::api::ibv::qps`).
-pub const IBV_QPS_INIT: u32 = ibv::qps::INIT;
-pub const IBV_QPS_RTR: u32 = ibv::qps::RTR;
-pub const IBV_QPS_RTS: u32 = ibv::qps::RTS;
+pub const IBV_QPS_INIT: c_int = ibv::qps::INIT as c_int;
+pub const IBV_QPS_RTR: c_int = ibv::qps::RTR as c_int;
+pub const IBV_QPS_RTS: c_int = ibv::qps::RTS as c_int;
 
 /// `enum ibv_qp_attr_mask` bits used here (`ibcm::api::ibv::qp_attr_mask`).
 pub const IBV_QP_STATE: c_int = ibv::qp_attr_mask::STATE;

@@ -1010,7 +1010,7 @@ pub fn create_qp(id: &Arc<IdPriv>, attr: &mut verbs::IbvQpInitAttrEx) -> Result<
     }
     let cm_init = match (&s.cm, s.st) {
         (Some(cm), St::Request) if attr.qp_type != verbs::qpt::UD => {
-            Some(cm.init_qp_attr(IBV_QPS_INIT)?)
+            Some(cm.init_qp_attr(IBV_QPS_INIT as u32)?)
         }
         _ => None,
     };
@@ -1076,14 +1076,14 @@ fn qp_rtr_rts(
     unsafe {
         // INIT again with the CM's attributes first: the access flags the
         // connection grants (a QP created before the exchange has none).
-        verbs::modify_qp_cm(qp, &cm.init_qp_attr(IBV_QPS_INIT)?)?;
+        verbs::modify_qp_cm(qp, &cm.init_qp_attr(IBV_QPS_INIT as u32)?)?;
         verbs::apply_remote_ece(qp, remote_ece)?;
         // The receive PSN is the id's own sequence number (the starting
         // PSN of its REQ or REP), as the kernel's rdma_init_qp_attr sets it.
-        let mut rtr = cm.init_qp_attr(IBV_QPS_RTR)?;
+        let mut rtr = cm.init_qp_attr(IBV_QPS_RTR as u32)?;
         rtr.rq_psn = psn;
         verbs::modify_qp_cm(qp, &rtr)?;
-        let mut rts = cm.init_qp_attr(IBV_QPS_RTS)?;
+        let mut rts = cm.init_qp_attr(IBV_QPS_RTS as u32)?;
         if let Some(t) = ack_timeout {
             rts.timeout = t;
         }
@@ -1271,11 +1271,11 @@ pub fn init_qp_attr(id: &Arc<IdPriv>, attr: &mut IbvQpAttr) -> Result<c_int, Err
         s.st,
         St::Request | St::Accepted | St::Connect | St::ConnectResponse | St::Connected
     );
-    if ud || !exchanged || attr.qp_state == IBV_QPS_INIT && s.cm.is_none() {
+    if ud || !exchanged || attr.qp_state == IBV_QPS_INIT as u32 && s.cm.is_none() {
         if s.dev.is_none() {
             return Err(Errno::EINVAL);
         }
-        return match attr.qp_state {
+        return match attr.qp_state as c_int {
             IBV_QPS_INIT => {
                 attr.pkey_index = 0;
                 attr.port_num = s.port_num;
@@ -1300,11 +1300,11 @@ pub fn init_qp_attr(id: &Arc<IdPriv>, attr: &mut IbvQpAttr) -> Result<c_int, Err
     // The kernel's rdma_init_qp_attr: at RTR the receive PSN is the id's
     // own sequence number (the starting PSN of its REQ or REP); the local
     // ACK timeout is RDMA_OPTION_ID_ACK_TIMEOUT's when set.
-    if q.qp_state == IBV_QPS_RTR {
+    if q.qp_state == IBV_QPS_RTR as u32 {
         q.rq_psn = s.psn;
     }
     if let Some(t) = s.ack_timeout {
-        if q.qp_state == IBV_QPS_RTS {
+        if q.qp_state == IBV_QPS_RTS as u32 {
             q.mask |= qp_mask::TIMEOUT;
         }
         if q.mask & qp_mask::TIMEOUT != 0 {
