@@ -199,6 +199,10 @@ pub fn join(
         }
         (s.vdev, s.port_num, s.gid_index, s.src, s.ps)
     };
+    // cma_iboe_join_multicast: no wildcard group, UDP port space only.
+    if group.ip().is_unspecified() || ps != port_space::UDP {
+        return Err(Errno::EINVAL);
+    }
     let Some(vdev) = vdev else {
         log(format_args!(
             "rdma_join_multicast: multicast needs a verbs device; this id is on a soft \
@@ -207,9 +211,6 @@ pub fn join(
         return Err(Errno(libc::ENOSYS));
     };
     let src = src.ok_or(Errno::EINVAL)?;
-    if group.ip().is_unspecified() || ps != port_space::UDP {
-        return Err(Errno::EINVAL);
-    }
     let port = vdev.port(port_num).ok_or(Errno::ENODEV)?;
     if !port.is_roce {
         log(format_args!(
@@ -256,12 +257,15 @@ pub fn join(
             }
         }
     };
-    lock(members()).entry(key(id)).or_default().push(Membership {
-        addr: group,
-        mgid,
-        send_only,
-        _ip: ip,
-    });
+    lock(members())
+        .entry(key(id))
+        .or_default()
+        .push(Membership {
+            addr: group,
+            mgid,
+            send_only,
+            _ip: ip,
+        });
     log(format_args!(
         "joined {} as MGID {mgid} ({gid_type:?}{}) on {} port {port_num}",
         group.ip(),
@@ -303,9 +307,7 @@ fn release(id: &IdPriv, m: Membership) {
 pub fn leave(id: &Arc<IdPriv>, group: SocketAddr) -> Result<(), Errno> {
     let m = {
         let mut map = lock(members());
-        let list = map
-            .get_mut(&key(id))
-            .ok_or(Errno(libc::EADDRNOTAVAIL))?;
+        let list = map.get_mut(&key(id)).ok_or(Errno(libc::EADDRNOTAVAIL))?;
         let at = list
             .iter()
             .rposition(|m| m.addr == group)
@@ -361,7 +363,10 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rdma_leave_multicast(id: *mut RdmaCmId, addr: *mut libc::sockaddr) -> c_int {
+pub unsafe extern "C" fn rdma_leave_multicast(
+    id: *mut RdmaCmId,
+    addr: *mut libc::sockaddr,
+) -> c_int {
     guard("rdma_leave_multicast", || {
         // SAFETY: the application's sockaddr (NULL checked).
         let group = unsafe { read_group(addr) }?;
@@ -391,7 +396,9 @@ mod tests {
         let v1 = verbs::mcast_mgid(v4("224.0.0.251"), GidType::RoceV1);
         assert_eq!(
             v1.0,
-            [0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 224, 0, 0, 251]
+            [
+                0xff, 0x0e, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 224, 0, 0, 251
+            ]
         );
         // The GID type only matters for IPv4: IB-typed entries map as v1.
         assert_eq!(verbs::mcast_mgid(v4("224.0.0.251"), GidType::Ib), v1);
@@ -401,9 +408,7 @@ mod tests {
     #[test]
     fn mgid_of_ipv6_groups() {
         let g: IpAddr = "ff12:1:2:3:4:5:6:7".parse().unwrap();
-        let want = [
-            0xff, 0x12, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7,
-        ];
+        let want = [0xff, 0x12, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7];
         assert_eq!(verbs::mcast_mgid(g, GidType::RoceV1).0, want);
         assert_eq!(verbs::mcast_mgid(g, GidType::RoceV2).0, want);
         assert!(verbs::mcast_mgid("::".parse().unwrap(), GidType::RoceV1).is_zero());
@@ -452,10 +457,7 @@ mod tests {
 
     #[test]
     fn group_addresses() {
-        assert_eq!(
-            unsafe { read_group(std::ptr::null()) },
-            Err(Errno::EINVAL)
-        );
+        assert_eq!(unsafe { read_group(std::ptr::null()) }, Err(Errno::EINVAL));
         // SAFETY: all-zero sockaddr_storage is valid.
         let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         ss.ss_family = libc::AF_UNIX as libc::sa_family_t;
@@ -466,9 +468,6 @@ mod tests {
         ss.ss_family = libc::AF_INET as libc::sa_family_t;
         let sin = unsafe { &mut *(&raw mut ss).cast::<libc::sockaddr_in>() };
         sin.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::new(239, 1, 1, 1)).to_be();
-        assert_eq!(
-            unsafe { read_group(p) },
-            Ok("239.1.1.1:0".parse().unwrap())
-        );
+        assert_eq!(unsafe { read_group(p) }, Ok("239.1.1.1:0".parse().unwrap()));
     }
 }
