@@ -434,7 +434,7 @@ static void test_multicast(void)
 	CHECK(rdma_leave_multicast(id, (struct sockaddr *)&any6) == -1 && errno == EADDRNOTAVAIL);
 	CHECK(rdma_leave_multicast(id, (struct sockaddr *)&group) == -1 && errno == EADDRNOTAVAIL);
 	CHECK(rdma_leave_multicast(NULL, (struct sockaddr *)&group) == -1 && errno == EINVAL);
-	/* Only the UDP port space joins groups (the kernel's rule). */
+	/* Only UD ids join groups (the kernel's rule); a TCP id is RC. */
 	CHECK(rdma_create_id(ch, &tcp, NULL, RDMA_PS_TCP) == 0);
 	CHECK(rdma_bind_addr(tcp, (struct sockaddr *)&src) == 0);
 	CHECK(rdma_join_multicast(tcp, (struct sockaddr *)&group, NULL) == -1 && errno == EINVAL);

@@ -34,7 +34,7 @@ use crate::exports::guard;
 use crate::id::{self, IdPriv, St};
 use crate::verbs::{self, IpMembership, RDMA_UDP_QKEY};
 use ibcm::api::{Errno, Gid, GidType};
-use ibcm::cma::{RdmaCmEventType as R, port_space};
+use ibcm::cma::RdmaCmEventType as R;
 use ibcm::log::DEBUG;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
@@ -190,17 +190,20 @@ pub fn join(
     send_only: bool,
     context: *mut c_void,
 ) -> Result<(), Errno> {
-    let (vdev, port_num, gid_index, src, ps) = {
+    let qpt = id.public().qp_type;
+    let (vdev, port_num, gid_index, src) = {
         let s = lock(&id.st);
         // The kernel's rdma_join_multicast: a device and ADDR_BOUND or
         // ADDR_RESOLVED.
         if s.dev.is_none() || !matches!(s.st, St::AddrBound | St::AddrResolved) {
             return Err(Errno::EINVAL);
         }
-        (s.vdev, s.port_num, s.gid_index, s.src, s.ps)
+        (s.vdev, s.port_num, s.gid_index, s.src)
     };
-    // cma_iboe_join_multicast: no wildcard group, UDP port space only.
-    if group.ip().is_unspecified() || ps != port_space::UDP {
+    // The kernel's rdma_join_multicast and cma_iboe_join_multicast: UD
+    // ids only ("RDMA/cma: Allow UD qp_type to join multicast only"), no
+    // wildcard group.
+    if qpt != IBV_QPT_UD || group.ip().is_unspecified() {
         return Err(Errno::EINVAL);
     }
     let Some(vdev) = vdev else {
