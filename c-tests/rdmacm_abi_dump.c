@@ -84,6 +84,10 @@ int main(void)
 	MEM(struct rdma_ud_param, "rdma_ud_param", ah_attr);
 	MEM(struct rdma_ud_param, "rdma_ud_param", qp_num);
 	MEM(struct rdma_ud_param, "rdma_ud_param", qkey);
+	TYPE(struct rdma_cm_join_mc_attr_ex, "rdma_cm_join_mc_attr_ex");
+	MEM(struct rdma_cm_join_mc_attr_ex, "rdma_cm_join_mc_attr_ex", comp_mask);
+	MEM(struct rdma_cm_join_mc_attr_ex, "rdma_cm_join_mc_attr_ex", join_flags);
+	MEM(struct rdma_cm_join_mc_attr_ex, "rdma_cm_join_mc_attr_ex", addr);
 	TYPE(struct rdma_cm_event, "rdma_cm_event");
 	MEM(struct rdma_cm_event, "rdma_cm_event", id);
 	MEM(struct rdma_cm_event, "rdma_cm_event", listen_id);
@@ -178,6 +182,12 @@ int main(void)
 	K(RDMA_PS_UDP);
 	K(RDMA_PS_IB);
 	K(RDMA_UDP_QKEY);
+	K(RDMA_CM_JOIN_MC_ATTR_ADDRESS);
+	K(RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS);
+	K(RDMA_CM_JOIN_MC_ATTR_RESERVED);
+	K(RDMA_MC_JOIN_FLAG_FULLMEMBER);
+	K(RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER);
+	K(RDMA_MC_JOIN_FLAG_RESERVED);
 	K(RDMA_CM_EVENT_ADDR_RESOLVED);
 	K(RDMA_CM_EVENT_CONNECT_REQUEST);
 	K(RDMA_CM_EVENT_REJECTED);

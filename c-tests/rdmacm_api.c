@@ -12,7 +12,8 @@
  * after the exchange; rdma_disconnect's return values in every state (the
  * kernel's: EINVAL only without a CM id, else 0); REJECTED status 8
  * with no listener; reject with private data (status 28, length 148);
- * UD / SIDR (180, qkey); the event fd (poll, O_NONBLOCK → EAGAIN);
+ * UD / SIDR (180, qkey); multicast argument errors (EINVAL, ENOTSUP,
+ * EADDRNOTAVAIL; ENOSYS on a soft device); the event fd (poll, O_NONBLOCK → EAGAIN);
  * destroy blocking until the event is acked (from another thread);
  * listener destroy with an unretrieved request; synchronous mode
  * (rdma_get_request, blocking calls, id->event); rdma_getaddrinfo,
@@ -492,6 +493,73 @@ static void test_ud(void)
 	rdma_destroy_event_channel(sch);
 	rdma_destroy_event_channel(cch);
 	printf("ok UD (SIDR)\n");
+}
+
+/*
+ * Multicast argument checks as librdmacm makes them (rdma_join_multicast_ex's
+ * attribute checks, ucma_addrlen, the kernel's state check, EADDRNOTAVAIL on
+ * leaving a group never joined), and the refusal on a soft device, which has
+ * no verbs context: ENOSYS.
+ */
+static void test_multicast(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id, *tcp;
+	struct rdma_cm_join_mc_attr_ex mc;
+	struct sockaddr_in group = addr("239.1.1.1", 0), src = addr(client_ip, 0);
+	struct sockaddr_in fake;
+	struct sockaddr_in6 any6;
+
+	CHECK(ch);
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_UDP) == 0);
+	/* Address: NULL or an unknown family → EINVAL. */
+	CHECK(rdma_join_multicast(id, NULL, NULL) == -1 && errno == EINVAL);
+	fake = group;
+	fake.sin_family = AF_UNIX;
+	CHECK(rdma_join_multicast(id, (struct sockaddr *)&fake, NULL) == -1 && errno == EINVAL);
+	CHECK(rdma_leave_multicast(id, NULL) == -1 && errno == EINVAL);
+	CHECK(rdma_leave_multicast(id, (struct sockaddr *)&fake) == -1 && errno == EINVAL);
+	/* Not bound to a device yet (the kernel's ADDR_BOUND/RESOLVED check). */
+	CHECK(rdma_join_multicast(id, (struct sockaddr *)&group, NULL) == -1 && errno == EINVAL);
+	/* rdma_join_multicast_ex's attribute checks, in librdmacm's order. */
+	memset(&mc, 0, sizeof(mc));
+	mc.addr = (struct sockaddr *)&group;
+	mc.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS |
+		       RDMA_CM_JOIN_MC_ATTR_RESERVED;
+	CHECK(rdma_join_multicast_ex(id, &mc, NULL) == -1 && errno == ENOTSUP);
+	mc.comp_mask = RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+	CHECK(rdma_join_multicast_ex(id, &mc, NULL) == -1 && errno == EINVAL);
+	mc.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS;
+	CHECK(rdma_join_multicast_ex(id, &mc, NULL) == -1 && errno == EINVAL);
+	mc.comp_mask = RDMA_CM_JOIN_MC_ATTR_ADDRESS | RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS;
+	mc.join_flags = RDMA_MC_JOIN_FLAG_RESERVED;
+	CHECK(rdma_join_multicast_ex(id, &mc, NULL) == -1 && errno == EINVAL);
+	mc.join_flags = RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
+	mc.addr = NULL;
+	CHECK(rdma_join_multicast_ex(id, &mc, NULL) == -1 && errno == EINVAL);
+	mc.addr = (struct sockaddr *)&group;
+	CHECK(rdma_join_multicast_ex(NULL, &mc, NULL) == -1 && errno == EINVAL);
+	CHECK(rdma_join_multicast(NULL, (struct sockaddr *)&group, NULL) == -1 && errno == EINVAL);
+	/* Bound to a soft device: no verbs, no multicast. */
+	CHECK(rdma_bind_addr(id, (struct sockaddr *)&src) == 0);
+	CHECK(rdma_join_multicast(id, (struct sockaddr *)&group, NULL) == -1 && errno == ENOSYS);
+	CHECK(rdma_join_multicast_ex(id, &mc, NULL) == -1 && errno == ENOSYS);
+	/* The wildcard group is refused before the device is looked at. */
+	memset(&any6, 0, sizeof(any6));
+	any6.sin6_family = AF_INET6;
+	CHECK(rdma_join_multicast(id, (struct sockaddr *)&any6, NULL) == -1 && errno == EINVAL);
+	/* Leaving a group never joined. */
+	CHECK(rdma_leave_multicast(id, (struct sockaddr *)&any6) == -1 && errno == EADDRNOTAVAIL);
+	CHECK(rdma_leave_multicast(id, (struct sockaddr *)&group) == -1 && errno == EADDRNOTAVAIL);
+	CHECK(rdma_leave_multicast(NULL, (struct sockaddr *)&group) == -1 && errno == EINVAL);
+	/* Only UD ids join groups (the kernel's rule); a TCP id is RC. */
+	CHECK(rdma_create_id(ch, &tcp, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_bind_addr(tcp, (struct sockaddr *)&src) == 0);
+	CHECK(rdma_join_multicast(tcp, (struct sockaddr *)&group, NULL) == -1 && errno == EINVAL);
+	CHECK(rdma_destroy_id(tcp) == 0);
+	CHECK(rdma_destroy_id(id) == 0);
+	rdma_destroy_event_channel(ch);
+	printf("ok multicast argument checks\n");
 }
 
 static void test_fd(void)
@@ -1101,6 +1169,7 @@ int main(int argc, char **argv)
 	test_reject();
 	test_disconnect_returns();
 	test_ud();
+	test_multicast();
 	test_fd();
 	test_destroy_waits_for_ack();
 	test_sync();

@@ -432,7 +432,7 @@ impl IdPriv {
 
 /// Queues an event of `subject` accounted on `acct` on `acct`'s channel;
 /// false when either id is being destroyed (the event is dropped).
-fn enqueue(acct: &Arc<IdPriv>, ev: Box<EventBox>) -> bool {
+pub(crate) fn enqueue(acct: &Arc<IdPriv>, ev: Box<EventBox>) -> bool {
     let s = lock(&acct.st);
     if acct.is_destroyed() || ev.subject.is_destroyed() {
         return false;
@@ -475,6 +475,7 @@ fn register_cm(id: &Arc<IdPriv>, cm: &CmId) {
 fn teardown(id: &Arc<IdPriv>) {
     id.destroyed.store(true, Ordering::SeqCst);
     lock(ids()).remove(&(id.public_ptr() as usize));
+    crate::mcast::forget(id);
     let (cm, lease, ps, ch) = {
         let mut s = lock(&id.st);
         if let Some(d) = s.vdev.take() {

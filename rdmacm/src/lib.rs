@@ -3,7 +3,8 @@
 //!
 //! * `abi` — `#[repr(C)]` mirrors of the public structs.
 //! * `exports` — the exported `rdma_*` functions (pointer checks,
-//!   `catch_unwind`, errno); `qp` — QP/SRQ/device/multicast calls;
+//!   `catch_unwind`, errno); `qp` — QP/SRQ/device calls; `mcast` —
+//!   multicast on RoCE (join/leave);
 //!   `rsocket` — the rsocket entry points (`rpoll`/`rselect` only).
 //! * `id` — ids: addresses, route, connect/accept/…, the IB CM → rdma_cm
 //!   event translation, accounting, sync mode, destroy.
@@ -28,6 +29,7 @@ pub mod channel;
 pub mod exports;
 pub mod fork;
 pub mod id;
+pub mod mcast;
 pub mod ports;
 pub mod qp;
 pub mod rsocket;

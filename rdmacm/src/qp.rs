@@ -1,8 +1,8 @@
-//! QPs, SRQs, devices and multicast of the rdma_cm API: the parts that
+//! QPs, SRQs and devices of the rdma_cm API: the parts that
 //! need a verbs device (`id->verbs`). Ids on a software device (`soft:`,
 //! see `select`) have none; these calls then fail as librdmacm fails
 //! without a device context: `EINVAL` (QP/SRQ on an id whose `verbs` is
-//! NULL), `EOPNOTSUPP` for multicast. `rdma_get_devices` lists the
+//! NULL). `rdma_get_devices` lists the
 //! verbs devices of `verbs::devices` (empty when the host has none).
 
 use crate::abi::*;
@@ -165,39 +165,4 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut c_void) {
     unsafe { libc::free(list.cast()) };
-}
-
-fn no_multicast(what: &str, id: *mut RdmaCmId) -> c_int {
-    guard(what, || {
-        id::lookup(id)?;
-        ibcm_log!(
-            DEBUG,
-            "librdmacm (ibcm): {what}: multicast is not supported"
-        );
-        Err(Errno(libc::EOPNOTSUPP))
-    })
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_join_multicast(
-    id: *mut RdmaCmId,
-    _addr: *mut libc::sockaddr,
-    _context: *mut c_void,
-) -> c_int {
-    no_multicast("rdma_join_multicast", id)
-}
-
-/// 1.1.
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_join_multicast_ex(
-    id: *mut RdmaCmId,
-    _attr: *mut c_void,
-    _context: *mut c_void,
-) -> c_int {
-    no_multicast("rdma_join_multicast_ex", id)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn rdma_leave_multicast(id: *mut RdmaCmId, _addr: *mut libc::sockaddr) -> c_int {
-    no_multicast("rdma_leave_multicast", id)
 }

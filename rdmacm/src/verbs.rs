@@ -573,7 +573,7 @@ fn io_err(e: &std::io::Error) -> Errno {
 
 /// The interface (name, index) holding `ip`, from `getifaddrs`; for an
 /// IPv6 address with a scope, the interface of that scope.
-fn iface_of(ip: IpAddr, scope: u32) -> Result<(String, u32), Errno> {
+pub fn iface_of(ip: IpAddr, scope: u32) -> Result<(String, u32), Errno> {
     if scope != 0 {
         let mut buf = [0 as libc::c_char; libc::IF_NAMESIZE];
         let p = unsafe { libc::if_indextoname(scope, buf.as_mut_ptr()) };

@@ -8,6 +8,7 @@
 
 use ibcm::cma::{self, RdmaCmEventType, port_space};
 use ibcm_rdmacm::abi::*;
+use ibcm_rdmacm::mcast::{self, RdmaCmJoinMcAttrEx};
 use std::fmt::Write as _;
 use std::mem::{align_of, offset_of, size_of};
 use std::path::Path;
@@ -143,6 +144,20 @@ fn rust_facts() -> String {
     mem!(RdmaUdParam, "rdma_ud_param", "ah_attr", ah_attr);
     mem!(RdmaUdParam, "rdma_ud_param", "qp_num", qp_num);
     mem!(RdmaUdParam, "rdma_ud_param", "qkey", qkey);
+    ty!(RdmaCmJoinMcAttrEx, "rdma_cm_join_mc_attr_ex");
+    mem!(
+        RdmaCmJoinMcAttrEx,
+        "rdma_cm_join_mc_attr_ex",
+        "comp_mask",
+        comp_mask
+    );
+    mem!(
+        RdmaCmJoinMcAttrEx,
+        "rdma_cm_join_mc_attr_ex",
+        "join_flags",
+        join_flags
+    );
+    mem!(RdmaCmJoinMcAttrEx, "rdma_cm_join_mc_attr_ex", "addr", addr);
     ty!(RdmaCmEvent, "rdma_cm_event");
     mem!(RdmaCmEvent, "rdma_cm_event", "id", id);
     mem!(RdmaCmEvent, "rdma_cm_event", "listen_id", listen_id);
@@ -292,6 +307,18 @@ fn rust_facts() -> String {
     k!(RDMA_PS_UDP, port_space::UDP);
     k!(RDMA_PS_IB, port_space::IB);
     k!(RDMA_UDP_QKEY, cma::RDMA_UDP_QKEY);
+    k!(RDMA_CM_JOIN_MC_ATTR_ADDRESS, mcast::JOIN_MC_ATTR_ADDRESS);
+    k!(
+        RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS,
+        mcast::JOIN_MC_ATTR_JOIN_FLAGS
+    );
+    k!(RDMA_CM_JOIN_MC_ATTR_RESERVED, mcast::JOIN_MC_ATTR_RESERVED);
+    k!(RDMA_MC_JOIN_FLAG_FULLMEMBER, mcast::MC_JOIN_FLAG_FULLMEMBER);
+    k!(
+        RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
+        mcast::MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+    );
+    k!(RDMA_MC_JOIN_FLAG_RESERVED, mcast::MC_JOIN_FLAG_RESERVED);
     k!(
         RDMA_CM_EVENT_ADDR_RESOLVED,
         RdmaCmEventType::AddrResolved as u32
