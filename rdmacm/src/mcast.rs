@@ -141,11 +141,12 @@ pub fn join_param(
         private_data_len: 0,
         ah_attr: IbvAhAttr {
             grh: IbvGlobalRoute {
-                dgid: IbvGid { raw: mgid.0 },
+                dgid: mgid.0,
                 flow_label: 0,
                 sgid_index,
                 hop_limit,
                 traffic_class: 0,
+                _pad: 0,
             },
             dlid: 0,
             sl: 0,
@@ -153,6 +154,7 @@ pub fn join_param(
             static_rate: 0,
             is_global: 1,
             port_num,
+            _pad: 0,
         },
         qp_num: MC_QPN,
         qkey: RDMA_UDP_QKEY,
@@ -451,7 +453,7 @@ mod tests {
         assert_eq!((p.qp_num, p.qkey), (0xff_ffff, 0x0123_4567));
         let ah = p.ah_attr;
         assert_eq!((ah.is_global, ah.port_num, ah.dlid, ah.sl), (1, 1, 0, 0));
-        assert_eq!(ah.grh.dgid.raw, mgid.0);
+        assert_eq!(ah.grh.dgid, mgid.0);
         assert_eq!(
             (ah.grh.sgid_index, ah.grh.hop_limit, ah.grh.traffic_class),
             (3, 64, 0)
