@@ -463,7 +463,122 @@ pub fn create(
     };
     let id = IdPriv::new(ch, sync, ps, qpt, context);
     lock(ids()).insert(id.public_ptr() as usize, id.clone());
+    arm_exit_teardown();
     Ok(id)
+}
+
+// ---------------------------------------------------------------------------
+// Process exit
+// ---------------------------------------------------------------------------
+
+/// How long process exit waits for the answers to the DREQs it sent
+/// (`exit_teardown`).
+pub const EXIT_LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The process that armed the exit teardown (a forked child inherits the
+/// `atexit` entry but not the connections: the kernel's ucma fd is shared
+/// after fork and only the last close destroys the ids).
+static EXIT_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Registers `exit_teardown` with `atexit` once per process.
+fn arm_exit_teardown() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        extern "C" fn at_exit() {
+            // On a thread of its own: the exiting thread's thread-locals
+            // are already destroyed when atexit handlers run (glibc runs
+            // the TLS destructors first), and ibcm's send path uses some.
+            // A panic there stays in that thread.
+            match std::thread::Builder::new()
+                .name("ibcm-exit".into())
+                .spawn(|| exit_teardown(EXIT_LINGER))
+            {
+                Ok(h) => {
+                    let _ = h.join();
+                }
+                Err(e) => ibcm_log!(
+                    DEBUG,
+                    "librdmacm (ibcm): exit: no thread for the teardown ({e}); ids left"
+                ),
+            }
+        }
+        EXIT_PID.store(std::process::id(), Ordering::SeqCst);
+        // SAFETY: registering a plain function with no arguments.
+        if unsafe { libc::atexit(at_exit) } != 0 {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): atexit failed: ids left at exit go without DREQ/DREP"
+            );
+        }
+    });
+}
+
+/// What the kernel does when a process exits with rdma_cm ids it never
+/// destroyed (its ucma fd is closed and every id destroyed): connected ids
+/// send a DREQ, ids that received one answer with a DREP, pending
+/// connections are rejected, listeners stop. Programs rely on it —
+/// perftest `-R` never disconnects or destroys the id of its
+/// parameter-exchange connection. ibcm's CM lives in the process, so this
+/// runs from `atexit`: a DREQ goes to every connected id, the process
+/// waits up to `linger` for the peers' answers (a peer exiting at the same
+/// moment sends a crossing DREQ that must find this CM alive to be
+/// answered), then every id is destroyed (DREP to a received DREQ, REJ to
+/// a pending connection, listeners gone). Nothing is waited for in a
+/// forked child, nor when the id table is locked (exit called from inside
+/// the library).
+pub fn exit_teardown(linger: std::time::Duration) {
+    if EXIT_PID.load(Ordering::SeqCst) != std::process::id() {
+        return;
+    }
+    let live: Vec<Arc<IdPriv>> = match ids().try_lock() {
+        Ok(m) => m.values().cloned().collect(),
+        Err(_) => {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): exit: the id table is busy; ids left as they are"
+            );
+            return;
+        }
+    };
+    if live.is_empty() {
+        return;
+    }
+    let mut waiting = Vec::new();
+    for id in &live {
+        let cm = {
+            let Ok(s) = id.st.try_lock() else { continue };
+            let connected = matches!(s.st, St::Connected | St::ConnectResponse | St::Accepted);
+            if !connected || s.disconnected || s.dreq_received {
+                continue;
+            }
+            s.cm.clone()
+        };
+        // Only an established CM id takes a DREQ; the others are rejected
+        // by their destroy below.
+        if let Some(cm) = cm
+            && cm.send_dreq(&[]).is_ok()
+        {
+            waiting.push(id.clone());
+        }
+    }
+    if !waiting.is_empty() {
+        ibcm_log!(
+            DEBUG,
+            "librdmacm (ibcm): exit: {} connection(s) left established: DREQ sent",
+            waiting.len()
+        );
+        let deadline = std::time::Instant::now() + linger;
+        while std::time::Instant::now() < deadline
+            && waiting.iter().any(|id| !lock(&id.st).disconnected)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    for id in &live {
+        if !id.is_destroyed() {
+            teardown(id);
+        }
+    }
 }
 
 fn register_cm(id: &Arc<IdPriv>, cm: &CmId) {
@@ -1223,15 +1338,18 @@ pub fn disconnect(id: &Arc<IdPriv>) -> Result<(), Errno> {
         } else {
             cm.send_dreq(&[]).or_else(|_| cm.send_drep(&[]))
         };
-        r.map_err(|e| {
+        if let Err(e) = r {
+            // The kernel's rdma_disconnect ignores both failures and returns
+            // 0 (a second call, or one after the DREP came): nothing was
+            // sent, so no DISCONNECTED is coming either.
             ibcm_log!(
                 DEBUG,
-                "librdmacm (ibcm): rdma_disconnect: the CM id refuses DREQ and DREP ({e}; \
-                 dreq_received {})",
+                "librdmacm (ibcm): rdma_disconnect: nothing to send (the CM id takes neither \
+                 DREQ nor DREP: {e}; dreq_received {}); returns 0 as the kernel's does",
                 s.dreq_received
             );
-            Errno::EINVAL
-        })?;
+            return Ok(());
+        }
     }
     // A synchronous caller waits for DISCONNECTED (already queued when the
     // peer disconnected first).
