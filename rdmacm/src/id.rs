@@ -83,6 +83,10 @@ pub struct IdState {
     pub qp_pd: *mut c_void,
     pub port_num: u8,
     pub cm: Option<CmId>,
+    /// A wildcard listener's CM ids on its other devices (`cm` is the
+    /// first): one per RDMA device, or per address of one when the kernel
+    /// CM is loaded (`select::wildcard_devices`).
+    pub more_cms: Vec<CmId>,
     pub path: Option<PathRec>,
     path_rec: Option<Box<IbvSaPathRec>>,
     pub tos: Option<u8>,
@@ -327,6 +331,7 @@ impl IdPriv {
                 qp_pd: std::ptr::null_mut(),
                 port_num: 0,
                 cm: None,
+                more_cms: Vec::new(),
                 path: None,
                 path_rec: None,
                 tos: None,
@@ -596,9 +601,11 @@ fn teardown(id: &Arc<IdPriv>) {
             d.pd_put();
             s.pd = std::ptr::null_mut();
         }
-        (s.cm.take(), s.lease.take(), s.ps, s.channel.clone())
+        let mut cms: Vec<CmId> = s.cm.take().into_iter().collect();
+        cms.append(&mut s.more_cms);
+        (cms, s.lease.take(), s.ps, s.channel.clone())
     };
-    if let Some(cm) = cm {
+    for cm in cm {
         // No callback runs for this id after this returns.
         if let Err(e) = cm.destroy() {
             ibcm_log!(DEBUG, "librdmacm (ibcm): destroying the CM id: {e}");
@@ -951,23 +958,47 @@ pub fn listen(id: &Arc<IdPriv>) -> Result<(), Errno> {
         return Err(Errno::EINVAL);
     }
     let src = s.src.ok_or(Errno::EINVAL)?;
-    let dev = match s.dev.clone() {
-        Some(d) => d,
-        None => select::device_for(None)?.0,
+    // A bound address listens on its device; the wildcard on every device
+    // (each request's child then belongs to the device it came in on).
+    let devs = match s.dev.clone() {
+        Some(d) => vec![d],
+        None => select::wildcard_devices(src.ip(), s.afonly)?,
     };
     ports().listen(s.ps, src.port(), id.public_ptr() as usize)?;
-    let cm = dev.create_id(None, std::ptr::null_mut(), Some(handler()))?;
-    register_cm(id, &cm);
-    if let Err(e) = cm.listen(cma::service_id(s.ps, src.port())) {
-        lock(by_cm()).remove(&(cm.c_ptr() as usize));
-        let _ = cm.destroy();
-        return Err(e);
+    let sid = cma::service_id(s.ps, src.port());
+    let mut cms: Vec<CmId> = Vec::with_capacity(devs.len());
+    for dev in &devs {
+        let r = dev
+            .create_id(None, std::ptr::null_mut(), Some(handler()))
+            .and_then(|cm| {
+                register_cm(id, &cm);
+                match cm.listen(sid) {
+                    Ok(()) => Ok(cm),
+                    Err(e) => {
+                        lock(by_cm()).remove(&(cm.c_ptr() as usize));
+                        let _ = cm.destroy();
+                        Err(e)
+                    }
+                }
+            });
+        match r {
+            Ok(cm) => cms.push(cm),
+            Err(e) => {
+                for cm in cms {
+                    lock(by_cm()).remove(&(cm.c_ptr() as usize));
+                    let _ = cm.destroy();
+                }
+                return Err(e);
+            }
+        }
     }
-    s.dev = Some(dev);
+    s.dev = devs.first().cloned();
     if s.vdev.is_none() {
         s.port_num = 1;
     }
-    s.cm = Some(cm);
+    let mut cms = cms.into_iter();
+    s.cm = cms.next();
+    s.more_cms = cms.collect();
     s.st = St::Listen;
     id.sync_public(&s);
     Ok(())
@@ -1582,7 +1613,7 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
             return 1;
         }
     };
-    let (ps, lport, lsrc, ctx, sync, lchannel, ldev) = {
+    let (ps, lport, lsrc, ctx, sync, lchannel) = {
         let s = lock(&listener.st);
         let Some(src) = s.src else { return 1 };
         (
@@ -1592,13 +1623,13 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
             listener.public().context,
             s.sync,
             s.channel.clone(),
-            s.dev.clone(),
         )
     };
-    // The child's verbs device: the one holding the address the request
-    // came to (a wildcard listener's children each find theirs).
-    let child_verbs = select::name_of(&ldev.clone().unwrap_or_else(|| cm.device().clone()))
-        .and_then(|n| select::verbs_binding(&n, hdr.dst));
+    // The child belongs to the device the request came in on (one of a
+    // wildcard listener's), and to the verbs device holding the address
+    // the request came to.
+    let cdev = cm.device().clone();
+    let child_verbs = select::name_of(&cdev).and_then(|n| select::verbs_binding(&n, hdr.dst));
     // A listener on a specific address takes requests for that address only
     // (kernel cma_match_private_data).
     if !lsrc.is_unspecified() && lsrc != hdr.dst {
@@ -1623,7 +1654,7 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
         let mut s = lock(&child.st);
         s.src = Some(SocketAddr::new(hdr.dst, lport));
         s.dst = Some(SocketAddr::new(hdr.src, hdr.src_port));
-        s.dev = ldev.or_else(|| Some(cm.device().clone()));
+        s.dev = Some(cdev);
         s.cm = Some(cm.clone());
         s.st = St::Request;
         match &ev.param {
