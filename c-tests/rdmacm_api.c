@@ -19,7 +19,10 @@
  * (rdma_get_request, blocking calls, id->event); rdma_getaddrinfo,
  * rdma_create_ep; rdma_migrate_id; 64 connections at once on one
  * channel per side (event-driven); fork() (the child gets EACCES on the
- * parent's objects and connects on its own); error paths (NULLs,
+ * parent's objects and connects on its own); ids left connected at process exit
+ * (a child process exits without disconnecting: its peer sees the DREQ,
+ * or the DREP to its own DREQ, as with the kernel; perftest -R relies on
+ * it); a second rdma_disconnect returns 0; error paths (NULLs,
  * freed and foreign pointers, double ack, private data too long, wrong
  * state).
  */
@@ -30,6 +33,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,6 +306,10 @@ static void test_connect(void)
 	CHECK(ack_expect(sch, RDMA_CM_EVENT_DISCONNECTED, 0));
 	CHECK(rdma_disconnect(child) == 0);
 	CHECK(ack_expect(cch, RDMA_CM_EVENT_DISCONNECTED, 0));
+	/* Again, after the exchange: the kernel sends nothing and returns 0
+	 * (perftest -R disconnects its ids twice). */
+	CHECK(rdma_disconnect(c) == 0);
+	CHECK(rdma_disconnect(child) == 0);
 
 	CHECK(rdma_destroy_id(child) == 0);
 	CHECK(rdma_destroy_id(c) == 0);
@@ -1155,8 +1163,126 @@ static void test_fork(void)
 	       b.rounds);
 }
 
+/*
+ * The peer process of test_exit (this binary run with --exit-peer): from
+ * its own address, connects QP-less to server_ip:port and then exits
+ * without rdma_disconnect or rdma_destroy_id, at once ("established") or
+ * after the server's DREQ ("after-dreq"). Exit status 0 when it got that
+ * far.
+ */
+static int exit_peer(const char *mode, int port)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *c;
+	struct rdma_conn_param cp;
+
+	if (!ch || !(c = resolved(ch, port, RDMA_PS_TCP)))
+		return 3;
+	memset(&cp, 0, sizeof(cp));
+	cp.qp_num = 0x789;
+	if (rdma_connect(c, &cp) || !ack_expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, 0) ||
+	    rdma_establish(c))
+		return 4;
+	if (strcmp(mode, "after-dreq") == 0 &&
+	    !ack_expect(ch, RDMA_CM_EVENT_DISCONNECTED, 0))
+		return 5;
+	exit(0);
+}
+
+/* Runs this binary as the exit peer from `ip`. */
+static pid_t spawn_exit_peer(const char *ip, const char *mode, int port)
+{
+	char portstr[16];
+	pid_t pid;
+
+	snprintf(portstr, sizeof(portstr), "%d", port);
+	pid = fork();
+	if (pid == 0) {
+		execl("/proc/self/exe", "rdmacm_api", "--exit-peer", server_ip, ip, mode,
+		      portstr, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* The child's exit status within 10 s (-1: none, the child is killed). */
+static int reap(pid_t pid)
+{
+	int st, i;
+
+	for (i = 0; i < 1000; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		usleep(10000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -1;
+}
+
+/*
+ * A process exiting with a connection it never disconnected: the kernel
+ * destroys its ids (DREQ when connected, DREP when a DREQ came), and so
+ * must ibcm, whose CM lives in the process. The peer runs in another
+ * process (this binary again) from its own address.
+ */
+static void test_exit(const char *peer_ip)
+{
+	static const char *const modes[] = { "established", "after-dreq" };
+	int m;
+
+	for (m = 0; m < 2; m++) {
+		struct rdma_event_channel *sch = rdma_create_event_channel();
+		struct rdma_cm_id *l, *child;
+		struct rdma_cm_event *ev;
+		struct rdma_conn_param cp;
+		int port = 7110 + m;
+		pid_t pid;
+
+		CHECK(sch);
+		l = listener(sch, port, RDMA_PS_TCP, NULL);
+		CHECK(l);
+		pid = spawn_exit_peer(peer_ip, modes[m], port);
+		CHECK(pid > 0);
+		ev = expect(sch, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
+		if (!ev)
+			reap(pid);
+		CHECK(ev);
+		child = ev->id;
+		CHECK(rdma_ack_cm_event(ev) == 0);
+		memset(&cp, 0, sizeof(cp));
+		cp.qp_num = 0x987;
+		CHECK(rdma_accept(child, &cp) == 0);
+		CHECK(ack_expect(sch, RDMA_CM_EVENT_ESTABLISHED, 0));
+		if (m == 0) {
+			/* The peer's exit sends the DREQ; the DREP answers it. */
+			CHECK(ack_expect(sch, RDMA_CM_EVENT_DISCONNECTED, 0));
+			CHECK(rdma_disconnect(child) == 0);
+		} else {
+			/* Our DREQ; the peer exits and its exit sends the DREP
+			 * (without it the DREQ would time out: status -110). */
+			CHECK(rdma_disconnect(child) == 0);
+			CHECK(ack_expect(sch, RDMA_CM_EVENT_DISCONNECTED, 0));
+		}
+		CHECK(reap(pid) == 0);
+		CHECK(rdma_destroy_id(child) == 0);
+		CHECK(rdma_destroy_id(l) == 0);
+		rdma_destroy_event_channel(sch);
+		printf("ok exit with a connection left %s\n", modes[m]);
+	}
+}
+
 int main(int argc, char **argv)
 {
+	struct in_addr peer;
+	char peer_ip[INET_ADDRSTRLEN];
+
+	if (argc == 6 && strcmp(argv[1], "--exit-peer") == 0) {
+		server_ip = argv[2];
+		client_ip = argv[3];
+		setenv("IBCM_RDMACM_DEVICE", "soft", 0);
+		return exit_peer(argv[4], atoi(argv[5]));
+	}
 	if (argc != 3) {
 		fprintf(stderr, "usage: %s <server-ip> <client-ip>\n", argv[0]);
 		return 2;
@@ -1164,6 +1290,14 @@ int main(int argc, char **argv)
 	server_ip = argv[1];
 	client_ip = argv[2];
 	setenv("IBCM_RDMACM_DEVICE", "soft", 0);
+	/* The exit peer's own address (its soft device binds its own UDP
+	 * socket): the client address + 64 in the last byte. */
+	if (inet_pton(AF_INET, client_ip, &peer) != 1) {
+		fprintf(stderr, "bad client address %s\n", client_ip);
+		return 2;
+	}
+	((unsigned char *)&peer.s_addr)[3] += 64;
+	inet_ntop(AF_INET, &peer, peer_ip, sizeof(peer_ip));
 	test_errors();
 	test_connect();
 	test_reject();
@@ -1178,6 +1312,7 @@ int main(int argc, char **argv)
 	test_migrate();
 	test_many();
 	test_fork();
+	test_exit(peer_ip);
 	if (failures) {
 		fprintf(stderr, "%d failure(s)\n", failures);
 		return 1;

@@ -83,6 +83,10 @@ pub struct IdState {
     pub qp_pd: *mut c_void,
     pub port_num: u8,
     pub cm: Option<CmId>,
+    /// A wildcard listener's CM ids on its other devices (`cm` is the
+    /// first): one per RDMA device, or per address of one when the kernel
+    /// CM is loaded (`select::wildcard_devices`).
+    pub more_cms: Vec<CmId>,
     pub path: Option<PathRec>,
     path_rec: Option<Box<IbvSaPathRec>>,
     pub tos: Option<u8>,
@@ -327,6 +331,7 @@ impl IdPriv {
                 qp_pd: std::ptr::null_mut(),
                 port_num: 0,
                 cm: None,
+                more_cms: Vec::new(),
                 path: None,
                 path_rec: None,
                 tos: None,
@@ -463,7 +468,128 @@ pub fn create(
     };
     let id = IdPriv::new(ch, sync, ps, qpt, context);
     lock(ids()).insert(id.public_ptr() as usize, id.clone());
+    arm_exit_teardown();
     Ok(id)
+}
+
+// ---------------------------------------------------------------------------
+// Process exit
+// ---------------------------------------------------------------------------
+
+/// How long process exit waits for the answers to the DREQs it sent
+/// (`exit_teardown`).
+pub const EXIT_LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The process whose ids the exit teardown destroys: the last one that
+/// created an id. A forked child inherits the `atexit` entry but not its
+/// parent's connections (the kernel's ucma fd is shared after fork and only
+/// the last close destroys the ids); the ids it creates are its own.
+static EXIT_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Registers `exit_teardown` with `atexit` once per process.
+fn arm_exit_teardown() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        extern "C" fn at_exit() {
+            // On a thread of its own: the exiting thread's thread-locals
+            // are already destroyed when atexit handlers run (glibc runs
+            // the TLS destructors first), and ibcm's send path uses some.
+            // A panic there stays in that thread.
+            match std::thread::Builder::new()
+                .name("ibcm-exit".into())
+                .spawn(|| exit_teardown(EXIT_LINGER))
+            {
+                Ok(h) => {
+                    let _ = h.join();
+                }
+                Err(e) => ibcm_log!(
+                    DEBUG,
+                    "librdmacm (ibcm): exit: no thread for the teardown ({e}); ids left"
+                ),
+            }
+        }
+        // SAFETY: registering a plain function with no arguments.
+        if unsafe { libc::atexit(at_exit) } != 0 {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): atexit failed: ids left at exit go without DREQ/DREP"
+            );
+        }
+    });
+    // A forked child inherits the registration; the ids it creates itself
+    // (in its fresh library state, crate::fork) are its own to tear down.
+    let me = std::process::id();
+    if EXIT_PID.load(Ordering::Relaxed) != me {
+        EXIT_PID.store(me, Ordering::SeqCst);
+    }
+}
+
+/// What the kernel does when a process exits with rdma_cm ids it never
+/// destroyed (its ucma fd is closed and every id destroyed): connected ids
+/// send a DREQ, ids that received one answer with a DREP, pending
+/// connections are rejected, listeners stop. Programs rely on it —
+/// perftest `-R` never disconnects or destroys the id of its
+/// parameter-exchange connection. ibcm's CM lives in the process, so this
+/// runs from `atexit`: a DREQ goes to every connected id, the process
+/// waits up to `linger` for the peers' answers (a peer exiting at the same
+/// moment sends a crossing DREQ that must find this CM alive to be
+/// answered), then every id is destroyed (DREP to a received DREQ, REJ to
+/// a pending connection, listeners gone). Nothing is waited for in a
+/// forked child, nor when the id table is locked (exit called from inside
+/// the library).
+pub fn exit_teardown(linger: std::time::Duration) {
+    if EXIT_PID.load(Ordering::SeqCst) != std::process::id() {
+        return;
+    }
+    let live: Vec<Arc<IdPriv>> = match ids().try_lock() {
+        Ok(m) => m.values().cloned().collect(),
+        Err(_) => {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): exit: the id table is busy; ids left as they are"
+            );
+            return;
+        }
+    };
+    if live.is_empty() {
+        return;
+    }
+    let mut waiting = Vec::new();
+    for id in &live {
+        let cm = {
+            let Ok(s) = id.st.try_lock() else { continue };
+            let connected = matches!(s.st, St::Connected | St::ConnectResponse | St::Accepted);
+            if !connected || s.disconnected || s.dreq_received {
+                continue;
+            }
+            s.cm.clone()
+        };
+        // Only an established CM id takes a DREQ; the others are rejected
+        // by their destroy below.
+        if let Some(cm) = cm
+            && cm.send_dreq(&[]).is_ok()
+        {
+            waiting.push(id.clone());
+        }
+    }
+    if !waiting.is_empty() {
+        ibcm_log!(
+            DEBUG,
+            "librdmacm (ibcm): exit: {} connection(s) left established: DREQ sent",
+            waiting.len()
+        );
+        let deadline = std::time::Instant::now() + linger;
+        while std::time::Instant::now() < deadline
+            && waiting.iter().any(|id| !lock(&id.st).disconnected)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    for id in &live {
+        if !id.is_destroyed() {
+            teardown(id);
+        }
+    }
 }
 
 fn register_cm(id: &Arc<IdPriv>, cm: &CmId) {
@@ -482,9 +608,11 @@ fn teardown(id: &Arc<IdPriv>) {
             d.pd_put();
             s.pd = std::ptr::null_mut();
         }
-        (s.cm.take(), s.lease.take(), s.ps, s.channel.clone())
+        let mut cms: Vec<CmId> = s.cm.take().into_iter().collect();
+        cms.append(&mut s.more_cms);
+        (cms, s.lease.take(), s.ps, s.channel.clone())
     };
-    if let Some(cm) = cm {
+    for cm in cm {
         // No callback runs for this id after this returns.
         if let Err(e) = cm.destroy() {
             ibcm_log!(DEBUG, "librdmacm (ibcm): destroying the CM id: {e}");
@@ -837,23 +965,47 @@ pub fn listen(id: &Arc<IdPriv>) -> Result<(), Errno> {
         return Err(Errno::EINVAL);
     }
     let src = s.src.ok_or(Errno::EINVAL)?;
-    let dev = match s.dev.clone() {
-        Some(d) => d,
-        None => select::device_for(None)?.0,
+    // A bound address listens on its device; the wildcard on every device
+    // (each request's child then belongs to the device it came in on).
+    let devs = match s.dev.clone() {
+        Some(d) => vec![d],
+        None => select::wildcard_devices(src.ip(), s.afonly)?,
     };
     ports().listen(s.ps, src.port(), id.public_ptr() as usize)?;
-    let cm = dev.create_id(None, std::ptr::null_mut(), Some(handler()))?;
-    register_cm(id, &cm);
-    if let Err(e) = cm.listen(cma::service_id(s.ps, src.port())) {
-        lock(by_cm()).remove(&(cm.c_ptr() as usize));
-        let _ = cm.destroy();
-        return Err(e);
+    let sid = cma::service_id(s.ps, src.port());
+    let mut cms: Vec<CmId> = Vec::with_capacity(devs.len());
+    for dev in &devs {
+        let r = dev
+            .create_id(None, std::ptr::null_mut(), Some(handler()))
+            .and_then(|cm| {
+                register_cm(id, &cm);
+                match cm.listen(sid) {
+                    Ok(()) => Ok(cm),
+                    Err(e) => {
+                        lock(by_cm()).remove(&(cm.c_ptr() as usize));
+                        let _ = cm.destroy();
+                        Err(e)
+                    }
+                }
+            });
+        match r {
+            Ok(cm) => cms.push(cm),
+            Err(e) => {
+                for cm in cms {
+                    lock(by_cm()).remove(&(cm.c_ptr() as usize));
+                    let _ = cm.destroy();
+                }
+                return Err(e);
+            }
+        }
     }
-    s.dev = Some(dev);
+    s.dev = devs.first().cloned();
     if s.vdev.is_none() {
         s.port_num = 1;
     }
-    s.cm = Some(cm);
+    let mut cms = cms.into_iter();
+    s.cm = cms.next();
+    s.more_cms = cms.collect();
     s.st = St::Listen;
     id.sync_public(&s);
     Ok(())
@@ -1437,7 +1589,7 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
             return 1;
         }
     };
-    let (ps, lport, lsrc, ctx, sync, lchannel, ldev) = {
+    let (ps, lport, lsrc, ctx, sync, lchannel) = {
         let s = lock(&listener.st);
         let Some(src) = s.src else { return 1 };
         (
@@ -1447,13 +1599,13 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
             listener.public().context,
             s.sync,
             s.channel.clone(),
-            s.dev.clone(),
         )
     };
-    // The child's verbs device: the one holding the address the request
-    // came to (a wildcard listener's children each find theirs).
-    let child_verbs = select::name_of(&ldev.clone().unwrap_or_else(|| cm.device().clone()))
-        .and_then(|n| select::verbs_binding(&n, hdr.dst));
+    // The child belongs to the device the request came in on (one of a
+    // wildcard listener's), and to the verbs device holding the address
+    // the request came to.
+    let cdev = cm.device().clone();
+    let child_verbs = select::name_of(&cdev).and_then(|n| select::verbs_binding(&n, hdr.dst));
     // A listener on a specific address takes requests for that address only
     // (kernel cma_match_private_data).
     if !lsrc.is_unspecified() && lsrc != hdr.dst {
@@ -1478,7 +1630,7 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
         let mut s = lock(&child.st);
         s.src = Some(SocketAddr::new(hdr.dst, lport));
         s.dst = Some(SocketAddr::new(hdr.src, hdr.src_port));
-        s.dev = ldev.or_else(|| Some(cm.device().clone()));
+        s.dev = Some(cdev);
         s.cm = Some(cm.clone());
         s.st = St::Request;
         match &ev.param {

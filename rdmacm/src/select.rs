@@ -16,7 +16,7 @@ use crate::verbs;
 use ibcm::api::{Device, DeviceOptions, Errno};
 use ibcm::log::{ERROR, INFO};
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -132,21 +132,11 @@ fn kernel_cm_loaded() -> bool {
 /// The ibcm device for verbs device `rdma_dev` serving `ip` in automatic
 /// mode: its umad port, or `soft:<ip>@<rdma_dev>` (CM over the UDP side
 /// channel, QPs on the real device) when the kernel CM is loaded.
-fn auto_name(ip: Option<IpAddr>, rdma_dev: &str) -> Result<String, Errno> {
+fn auto_name(ip: IpAddr, rdma_dev: &str) -> Result<String, Errno> {
     if !kernel_cm_loaded() {
         return Ok(rdma_dev.to_string());
     }
     static SAID: AtomicBool = AtomicBool::new(false);
-    let Some(ip) = ip else {
-        ibcm::log::always(
-            ERROR,
-            format_args!(
-                "librdmacm (ibcm): the kernel IB CM (ib_cm) is loaded and owns {rdma_dev}'s CM \
-                 MADs; a wildcard listen needs {ENV}=soft:<ip>@{rdma_dev} (or bind to an IP)"
-            ),
-        );
-        return Err(Errno::ENODEV);
-    };
     if !SAID.swap(true, Ordering::Relaxed) {
         ibcm::log::always(
             INFO,
@@ -184,22 +174,13 @@ pub fn name_of(dev: &Arc<Device>) -> Option<String> {
         .map(|(n, _)| n.clone())
 }
 
-/// The ibcm device name for local address `ip` (`None`: wildcard).
+/// The ibcm device name for local address `ip` (`None`: wildcard, which
+/// automatic mode serves with `wildcard_devices`).
 pub fn device_name(ip: Option<IpAddr>) -> Result<String, Errno> {
     match (mode(), ip) {
         (Mode::Auto, Some(ip)) if !ip.is_unspecified() => match verbs::find_by_ip(ip, None) {
-            Ok(b) => auto_name(Some(ip), b.device.name()),
+            Ok(b) => auto_name(ip, b.device.name()),
             Err(_) => no_device(Some(ip)),
-        },
-        (Mode::Auto, None) => match verbs::devices() {
-            Ok(devs) => match devs
-                .iter()
-                .find(|d| d.facts().ports.iter().any(|p| p.is_roce))
-            {
-                Some(d) => auto_name(None, d.name()),
-                None => no_device(None),
-            },
-            Err(_) => no_device(None),
         },
         (Mode::Fixed(name), _) => Ok(name),
         (Mode::SoftPerIp, Some(ip)) => Ok(soft_name(ip)),
@@ -237,6 +218,122 @@ pub fn device_for(ip: Option<IpAddr>) -> Result<(Arc<Device>, Option<verbs::Bind
     Ok((dev, ip.and_then(|ip| verbs_binding(&name, ip))))
 }
 
+/// The IP address a GID carries (an IPv4-mapped GID is the IPv4 address);
+/// `None` for the zero GID and for link-local IPv6 (fe80::/10, which needs
+/// a scope to be used as a side-channel address).
+pub fn gid_ip(gid: &[u8; 16]) -> Option<IpAddr> {
+    let ip = match Ipv6Addr::from(*gid).to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(Ipv6Addr::from(*gid)),
+    };
+    match ip {
+        IpAddr::V4(a) if a.is_unspecified() => None,
+        IpAddr::V6(a) if a.is_unspecified() || a.segments()[0] & 0xffc0 == 0xfe80 => None,
+        ip => Some(ip),
+    }
+}
+
+/// The ibcm devices of a wildcard listen in automatic mode, from the RDMA
+/// devices `devs` (name, the addresses of their GID tables): every device
+/// through its umad port (`rxe0`) when the kernel CM is not loaded; when it
+/// is, one UDP side channel per address of the listener's families
+/// (`soft:<ip>@rxe0`). A request then reaches the listener through whichever
+/// of them it came to (the child is on that device).
+pub fn wildcard_names(
+    devs: &[(String, Vec<IpAddr>)],
+    kernel_cm: bool,
+    v4: bool,
+    v6: bool,
+) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for (dev, ips) in devs {
+        if !kernel_cm {
+            names.push(dev.clone());
+            continue;
+        }
+        for ip in ips {
+            if (ip.is_ipv4() && v4) || (ip.is_ipv6() && v6) {
+                names.push(format!("{}@{dev}", soft_name(*ip)));
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    names
+}
+
+/// The devices `rdma_listen` listens on for a listener bound to the
+/// wildcard address `any` (`afonly`: an IPv6 wildcard without IPv4): in
+/// automatic mode every RDMA device (`wildcard_names`), opened; a device
+/// that cannot be opened is logged and left out. Otherwise the one device
+/// the switch names.
+pub fn wildcard_devices(any: IpAddr, afonly: bool) -> Result<Vec<Arc<Device>>, Errno> {
+    if mode() != Mode::Auto {
+        return Ok(vec![open(&device_name(None)?)?]);
+    }
+    let devs: Vec<(String, Vec<IpAddr>)> = match verbs::devices() {
+        Ok(d) => d
+            .iter()
+            .map(|d| {
+                let ips = d
+                    .facts()
+                    .ports
+                    .iter()
+                    .flat_map(|p| p.gids.iter().filter_map(|g| gid_ip(&g.gid.0)))
+                    .collect();
+                (d.name().to_string(), ips)
+            })
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    if devs.is_empty() {
+        no_device(None)?;
+    }
+    let kernel_cm = kernel_cm_loaded();
+    let (v4, v6) = match any {
+        IpAddr::V4(_) => (true, false),
+        IpAddr::V6(_) => (!afonly, true),
+    };
+    let names = wildcard_names(&devs, kernel_cm, v4, v6);
+    if names.is_empty() {
+        let list: Vec<&str> = devs.iter().map(|(n, _)| n.as_str()).collect();
+        ibcm::log::always(
+            ERROR,
+            format_args!(
+                "librdmacm (ibcm): the kernel IB CM (ib_cm) is loaded and no RDMA device ({}) \
+                 has an {} address in its GID table for a wildcard listen over the UDP side \
+                 channel; bind to an IP or set {ENV}=soft:<ip>@<dev>",
+                list.join(", "),
+                if v6 && !v4 { "IPv6" } else { "IP" }
+            ),
+        );
+        return Err(Errno::ENODEV);
+    }
+    let mut opened = Vec::new();
+    for n in &names {
+        if let Ok(d) = open(n) {
+            opened.push(d);
+        }
+    }
+    if opened.is_empty() {
+        return Err(Errno::ENODEV);
+    }
+    ibcm::log::always(
+        INFO,
+        format_args!(
+            "librdmacm (ibcm): wildcard listen on {} device(s): {}{}",
+            opened.len(),
+            names.join(", "),
+            if kernel_cm {
+                " (the kernel IB CM is loaded: the UDP side channel of each address)"
+            } else {
+                ""
+            }
+        ),
+    );
+    Ok(opened)
+}
+
 /// The source address the routing table picks for `dst` (a connected
 /// UDP socket's local address; nothing is sent).
 pub fn route_source(dst: IpAddr) -> Option<IpAddr> {
@@ -260,6 +357,59 @@ mod tests {
         assert_eq!(soft_name("fd00::1".parse().unwrap()), "soft:[fd00::1]");
         let s = route_source("127.0.0.9".parse().unwrap()).unwrap();
         assert!(s.is_loopback(), "{s}");
+    }
+
+    #[test]
+    fn gid_addresses() {
+        let v4: Ipv6Addr = "::ffff:10.77.0.1".parse().unwrap();
+        assert_eq!(gid_ip(&v4.octets()), Some("10.77.0.1".parse().unwrap()));
+        let v6: Ipv6Addr = "fd00::5".parse().unwrap();
+        assert_eq!(gid_ip(&v6.octets()), Some("fd00::5".parse().unwrap()));
+        let ll: Ipv6Addr = "fe80::5054:ff:fe77:1".parse().unwrap();
+        assert_eq!(gid_ip(&ll.octets()), None);
+        assert_eq!(gid_ip(&[0; 16]), None);
+        assert_eq!(
+            gid_ip(&Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0, 0]).octets()),
+            None
+        );
+    }
+
+    #[test]
+    fn wildcard_listen_devices() {
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let devs = vec![
+            (
+                "rxe0".to_string(),
+                vec![
+                    ip("10.77.0.1"),
+                    ip("fd00::1"),
+                    ip("10.77.0.1"),
+                    ip("10.78.0.1"),
+                ],
+            ),
+            ("rxe1".to_string(), vec![ip("10.79.0.1")]),
+            ("mlx5_0".to_string(), vec![]),
+        ];
+        // Without the kernel CM: every device over its umad port.
+        assert_eq!(
+            wildcard_names(&devs, false, true, false),
+            ["rxe0", "rxe1", "mlx5_0"]
+        );
+        // With it: one side channel per address of the family, once each.
+        assert_eq!(
+            wildcard_names(&devs, true, true, false),
+            [
+                "soft:10.77.0.1@rxe0",
+                "soft:10.78.0.1@rxe0",
+                "soft:10.79.0.1@rxe1"
+            ]
+        );
+        assert_eq!(
+            wildcard_names(&devs, true, false, true),
+            ["soft:[fd00::1]@rxe0"]
+        );
+        assert_eq!(wildcard_names(&devs, true, true, true).len(), 4);
+        assert!(wildcard_names(&devs[2..], true, true, true).is_empty());
     }
 
     #[test]
