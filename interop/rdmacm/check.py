@@ -11,10 +11,15 @@
       tools' exit statuses and output lines and the capture, writes OUTDIR/results.json.
   check.py fail TABLE RUNDIR OUTDIR PAIRING REASON
       Every scenario of RUNDIR/scenarios.run fails with REASON (the pairing could not run).
+  check.py retries TABLE EXPECT OUT PAIRING...
+      Prints "PAIRING NAME..." for every pairing with expected cells that failed and whose
+      scenario has a "retry" line in TABLE (a known race of the tool itself): interop/rdmacm.sh
+      runs those once more, into OUT/retry/PAIRING.
   check.py summary EXPECT OUT PAIRING...
       Prints and writes OUT/summary.txt: scenario x pairing -> PASS / FAIL / excluded, and
-      judges it against EXPECT (the pairings and scenarios expected to pass). Exit status 1
-      when an expected one did not pass.
+      judges it against EXPECT (the pairings and scenarios expected to pass). A cell that
+      failed and passed on its retry (OUT/retry/PAIRING) counts as passed and is shown as
+      "PASS/2" with the first attempt's reasons. Exit status 1 when an expected one did not pass.
 
 The table (interop/rdmacm/scenarios): one scenario per line,
   NAME | TIMEOUT | READY | SERVER | CLIENT | SERVER EXPECTS | CLIENT EXPECTS | CM | DATA [| FIELDS]
@@ -31,7 +36,9 @@ The table (interop/rdmacm/scenarios): one scenario per line,
     FIELDS   (optional) items joined by " && ": ATTR.field=value: that field of every MAD
              of kind ATTR in the capture (`ibcm decode --json` keys), e.g.
              REQ.primary_traffic_class=32
-  and lines "exclude NAME REASON" for a scenario that does not pass between two kernel CMs.
+  and lines "exclude NAME REASON" for a scenario that does not pass between two kernel CMs,
+  "retry NAME REASON" for one with a known race in the tool itself (run once more when an
+  expected cell of it fails; both attempts are reported).
 Commands are bash snippets; they see $IP (own address), $PEER (the other guest) and $DEV
 (rxe0). A pipe inside a command is written without spaces around its "|".
 """
@@ -68,22 +75,33 @@ def split_expects(text):
 
 
 def read_table(path):
-    scenarios, excluded = [], {}
+    scenarios, excluded = read_table_all(path)[:2]
+    return scenarios, excluded
+
+
+def read_retries(path):
+    """{NAME: REASON} of the table's "retry" lines."""
+    return read_table_all(path)[2]
+
+
+def read_table_all(path):
+    scenarios, excluded, retry = [], {}, {}
     with open(path) as f:
         for no, line in enumerate(f, 1):
             line = line.rstrip("\n")
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            if line.startswith("exclude "):
-                _, name, reason = line.split(" ", 2)
-                excluded[name] = reason
+            if line.startswith("exclude ") or line.startswith("retry "):
+                kind, name, reason = line.split(" ", 2)
+                (excluded if kind == "exclude" else retry)[name] = reason
                 continue
             scenarios.append(Scenario([x.strip() for x in line.split(" | ")], no))
     names = [s.name for s in scenarios]
-    for n in excluded:
-        if n not in names:
-            raise SystemExit(f"{path}: exclude {n}: no such scenario")
-    return scenarios, excluded
+    for kind, d in (("exclude", excluded), ("retry", retry)):
+        for n in d:
+            if n not in names:
+                raise SystemExit(f"{path}: {kind} {n}: no such scenario")
+    return scenarios, excluded, retry
 
 
 # --- pcap -----------------------------------------------------------------------------------
@@ -427,12 +445,35 @@ def first_errors(r):
     return f" [{' | '.join(e)}]" if e else ""
 
 
+def cmd_retries(table, expect, out, pairings):
+    retry = read_retries(table)
+    want = read_expect(expect)
+    for p in pairings:
+        doc = read(os.path.join(out, p, "results.json"))
+        if not doc:
+            continue
+        again = [n for n, r in json.loads(doc)["results"].items()
+                 if r["verdict"] == "FAIL" and n in retry and ((p, n) in want or (p, "*") in want)]
+        if again:
+            print(p, *again)
+
+
 def cmd_summary(expect, out, pairings):
     want = read_expect(expect)
     res = {}
     for p in pairings:
         doc = read(os.path.join(out, p, "results.json"))
         res[p] = json.loads(doc)["results"] if doc else None
+        again = read(os.path.join(out, "retry", p, "results.json"))
+        if res[p] is not None and again:
+            for n, r in json.loads(again)["results"].items():
+                first = res[p].get(n)
+                if first is None or first["verdict"] != "FAIL" or r["verdict"] == "excluded":
+                    continue
+                r = dict(r)
+                r["first_attempt"] = first["reasons"]
+                r["retried"] = True
+                res[p][n] = r
     names = []
     for p in pairings:
         for n in (res[p] or {}):
@@ -441,7 +482,7 @@ def cmd_summary(expect, out, pairings):
     w = max([len(n) for n in names] + [8])
     lines = ["rdmacm matrix (A = server, B = client; PASS / FAIL / excl = excluded / - = not run)",
              f"{'scenario':{w}}  " + "  ".join(f"{p:>16}" for p in pairings)]
-    bad, surprise, notes = [], [], []
+    bad, surprise, notes, retried = [], [], [], []
     for n in names:
         cells = []
         for p in pairings:
@@ -457,7 +498,10 @@ def cmd_summary(expect, out, pairings):
                     notes.append((p, n))
             else:
                 t = r.get("cli_seconds")
-                cell = r["verdict"] + ("" if t is None else f" {t:.1f}s")
+                cell = r["verdict"] + ("/2" if r.get("retried") else "") + ("" if t is None else f" {t:.1f}s")
+                if r.get("retried"):
+                    retried.append(f"{p} {n}: first attempt: {'; '.join(r['first_attempt'])}; "
+                                   f"second: {r['verdict']}")
                 if r["verdict"] != "PASS" and expected:
                     bad.append(f"{p} {n}: {'; '.join(r['reasons'])}")
                 if r["verdict"] == "PASS" and not expected:
@@ -480,6 +524,8 @@ def cmd_summary(expect, out, pairings):
             continue
         for n, why in fails.items():
             lines.append(f"FAIL {p} {n}: {why}")
+    for s in retried:
+        lines.append(f"RETRIED {s}")
     for s in surprise:
         lines.append(f"!!! UNEXPECTED PASS: {s} -- add it to {expect} !!!")
     for b in bad:
@@ -498,6 +544,8 @@ def main(argv):
         cmd_check(*argv[2:])
     elif len(argv) == 7 and argv[1] == "fail":
         cmd_fail(*argv[2:])
+    elif len(argv) >= 5 and argv[1] == "retries":
+        cmd_retries(argv[2], argv[3], argv[4], argv[5:])
     elif len(argv) >= 4 and argv[1] == "summary":
         return cmd_summary(argv[2], argv[3], argv[4:])
     else:

@@ -239,5 +239,52 @@ class Expectations(unittest.TestCase):
             shutil.rmtree(d)
 
 
+    def test_retry_of_a_racy_scenario(self):
+        d = tempfile.mkdtemp(prefix="rdmacm-retry-")
+        try:
+            def results(sub, p, res):
+                os.makedirs(os.path.join(d, sub, p))
+                with open(os.path.join(d, sub, p, "results.json"), "w") as f:
+                    json.dump({"pairing": p, "results": res}, f)
+            ok = {"verdict": "PASS", "reasons": [], "cli_seconds": 1.0}
+            bad = {"verdict": "FAIL", "reasons": ["capture: message sequence 'REQ REJ'"]}
+            table = os.path.join(d, "table")
+            with open(table, "w") as f:
+                line = "NAME | 10 | listen | s | c | rc=0 | rc=0 | 1:REQ REJ | =0\n"
+                f.write(line.replace("NAME", "racy") + line.replace("NAME", "plain"))
+                f.write("retry racy the tool's own race\n")
+            expect = os.path.join(d, "expect")
+            with open(expect, "w") as f:
+                f.write("ki *\n")
+            results("", "ki", {"racy": bad, "plain": bad})
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                check.cmd_retries(table, expect, d, ["ki"])
+            self.assertEqual(out.getvalue(), "ki racy\n")
+            # no second attempt yet: both fail
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(check.cmd_summary(expect, d, ["ki"]), 1)
+            # the second attempt passes: racy counts, plain still fails
+            results("retry", "ki", {"racy": ok})
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                self.assertEqual(check.cmd_summary(expect, d, ["ki"]), 1)
+            text = out.getvalue()
+            self.assertIn("PASS/2", text)
+            self.assertIn("RETRIED ki racy: first attempt: capture: message sequence 'REQ REJ'", text)
+            self.assertIn("DID NOT: ki plain", text)
+            self.assertNotIn("DID NOT: ki racy", text)
+            with open(expect, "w") as f:
+                f.write("ki racy\n")
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.assertEqual(check.cmd_summary(expect, d, ["ki"]), 0)
+            # a retry that fails again still fails
+            shutil.rmtree(os.path.join(d, "retry"))
+            results("retry", "ki", {"racy": bad})
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                self.assertEqual(check.cmd_summary(expect, d, ["ki"]), 1)
+            self.assertIn("DID NOT: ki racy", out.getvalue())
+        finally:
+            shutil.rmtree(d)
+
+
 if __name__ == "__main__":
     unittest.main()
