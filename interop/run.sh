@@ -119,7 +119,7 @@ ip netns exec "$NS" timeout -k 5 "$BUDGET" qemu-system-x86_64 \
   -accel tcg,thread=multi -cpu max -smp 1 -m 512 \
   -display none -nodefaults -no-reboot -serial "file:$OUT/guest.console" \
   -kernel "$IC_CACHE/vmlinuz" -initrd "$IC_CACHE/initramfs.cpio.gz" \
-  -append "console=ttyS0 quiet panic=-1 ic.ip=$G/24 ic.timeout=$BUDGET" \
+  -append "console=ttyS0 quiet panic=-1 no_timer_check ic.ip=$G/24 ic.timeout=$BUDGET" \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
   -virtfs "local,path=$SHARE,mount_tag=icrun,security_model=none" \
   -netdev tap,id=n0,ifname=tap0,script=no,downscript=no,vnet_hdr=off \
