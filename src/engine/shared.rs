@@ -26,7 +26,6 @@ pub struct IdRef {
 pub struct ListenEntry {
     pub shard: u32,
     pub local_id: u32,
-    pub user: u64,
     /// For `ib_cm_insert_listen`: the key (handler identity) shared
     /// listeners must match; `None` for plain `ib_cm_listen` listeners,
     /// which are never shared.

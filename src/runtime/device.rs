@@ -4,6 +4,7 @@
 
 use super::event_loop::Outputs;
 use super::remote::Remote;
+use super::shard::{Listeners, Shard};
 use super::shell::Shell;
 use super::spec::open_transport;
 use super::{lock, read};
@@ -92,7 +93,10 @@ fn gid_attr_table(ports: &[PortInfo], device: *mut c_void) -> GidAttrTable {
 pub struct Device {
     pub(super) name: String,
     pub(super) transport: Arc<dyn Transport>,
-    pub(super) shards: Vec<Mutex<Engine>>,
+    /// Engine shards, each with the shells of its ids.
+    pub(super) shards: Vec<Mutex<Shard>>,
+    /// Listening ids by handle, for the REQs of every shard.
+    pub(super) listeners: Listeners,
     pub(super) shared: Arc<Shared>,
     epoch: Instant,
     pub(super) stop: AtomicBool,
@@ -170,6 +174,7 @@ impl Device {
             name: remote.describe(),
             transport: remote.clone(),
             shards: Vec::new(),
+            listeners: Listeners::new(),
             shared: Arc::new(Shared::new(0, 0)),
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
@@ -222,7 +227,7 @@ impl Device {
                     cfg.ack_delay = d;
                 }
                 cfg.seed = seed ^ (i as u64).wrapping_mul(0x9e37_79b9);
-                Mutex::new(Engine::new(cfg, shared.clone()))
+                Mutex::new(Shard::new(Engine::new(cfg, shared.clone())))
             })
             .collect();
         let attrs = gid_attr_table(&ports, std::ptr::null_mut());
@@ -230,6 +235,7 @@ impl Device {
             name: transport.describe(),
             transport,
             shards,
+            listeners: Listeners::new(),
             shared,
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
@@ -409,10 +415,10 @@ impl Device {
                 let mut e = lock(s);
                 for h in e.handles() {
                     leftovers += 1;
-                    let user = e.info(h).map(|c| c.user).unwrap_or(0);
                     e.destroy(h, 0);
-                    if user != 0 {
-                        let sh = unsafe { &*(user as *const Shell) };
+                    // The shell stays in the table: C may still hold its
+                    // pointer (calls on it now fail), as before the close.
+                    if let Some(sh) = e.shell(h) {
                         let mut d = lock(&sh.dq);
                         d.destroyed = true;
                         d.queue.clear();
@@ -449,7 +455,7 @@ impl Device {
         }
     }
 
-    pub(super) fn shard_of(&self, shell: &Shell) -> &Mutex<Engine> {
+    pub(super) fn shard_of(&self, shell: &Shell) -> &Mutex<Shard> {
         &self.shards[shell.shard as usize]
     }
 }

@@ -73,7 +73,7 @@ impl Device {
             })
             .unwrap_or_else(|| (first, lock(&self.shards[first])));
         let shard = shard as u32;
-        let h = e.create_id(0)?;
+        let h = e.create_id()?;
         let shell = Arc::new(Shell::new(
             self.clone(),
             shard,
@@ -82,9 +82,8 @@ impl Device {
             context,
             rust_handler,
         ));
-        let raw = Arc::into_raw(shell.clone());
-        e.set_user(h, raw as u64)?;
-        register(raw);
+        register(Arc::as_ptr(&shell));
+        e.insert_shell(shell.clone());
         if let Some(c) = e.info(h) {
             shell.sync_public(&c);
         }
@@ -114,23 +113,20 @@ impl Device {
             if entry.share_key != Some(key) {
                 return Err(Errno::EINVAL);
             }
-            let p = entry.user as *const Shell;
-            let sh = unsafe { &*p };
+            let h = Handle(entry.local_id as u64);
+            // Entered before its listen could match: always there.
+            let sh = self.listeners.get(h).ok_or(Errno::EINVAL)?;
             if unsafe { !(*sh.c.get()).context.is_null() } {
                 return Err(Errno::EINVAL);
             }
-            lock(&self.shards[entry.shard as usize])
-                .share_listener(Handle(entry.local_id as u64))?;
-            register(p);
-            // One reference for the new sharer (released by its destroy),
-            // one for the returned handle.
-            unsafe {
-                Arc::increment_strong_count(p);
-                Arc::increment_strong_count(p);
-                return Ok(CmId(Arc::from_raw(p)));
-            }
+            lock(&self.shards[entry.shard as usize]).share_listener(h)?;
+            // The new sharer is one more owner of the C pointer (its
+            // destroy drops it); the shard's table keeps the object.
+            register(Arc::as_ptr(&sh));
+            return Ok(CmId(sh));
         }
         let id = self.create_id(handler, std::ptr::null_mut(), rust_handler)?;
+        let added = self.listeners.insert(&id.0);
         let r = {
             let mut e = lock(&self.shards[id.0.shard as usize]);
             let r = e.listen_keyed(id.0.handle(), service_id, Some(key));
@@ -139,6 +135,9 @@ impl Device {
             }
             r
         };
+        if r.is_err() && added {
+            self.listeners.remove(id.0.handle());
+        }
         match r {
             Ok(()) => Ok(id),
             Err(e) => {
@@ -233,8 +232,16 @@ impl CmId {
                 w.put(&service_id);
             });
         }
-        let _g = lock(&self.0.dev.listen_lock);
-        self.with_engine(|e, _, h| e.listen(h, service_id))
+        let dev = &self.0.dev;
+        let _g = lock(&dev.listen_lock);
+        // A listener is in the device's table before the engine can match
+        // a REQ against it (the REQ's shard looks it up there).
+        let added = dev.listeners.insert(&self.0);
+        let r = self.with_engine(|e, _, h| e.listen(h, service_id));
+        if r.is_err() && added {
+            dev.listeners.remove(self.0.handle());
+        }
+        r
     }
 
     pub fn send_req(&self, p: &ReqParams) -> ApiResult {
@@ -293,9 +300,8 @@ impl CmId {
 
     pub fn prepare_mra(&self) -> ApiResult {
         if let Some(r) = self.remote() {
-            return r.call_unit(&self.0, op::PREPARE_MRA, |w| {
-                let _ = w;
-            });
+            // The request has no body.
+            return r.call_unit(&self.0, op::PREPARE_MRA, |_| {});
         }
         self.with_engine(|e, _, h| e.prepare_mra(h))
     }

@@ -6,7 +6,9 @@
 //!   I/O or a callback) and an event-loop thread that receives MADs, runs
 //!   timers and delivers callbacks.
 //! * An id is a [`Shell`] whose first field is the C `struct ib_cm_id`, so
-//!   the C pointer and the Rust object are the same address.
+//!   the C pointer and the Rust object are the same address. The engine
+//!   knows only the id's `Handle`; the runtime finds the shell by it in the
+//!   shard's table (`shard.rs`), so no pointer passes through the engine.
 //! * Callbacks for one id are serialised and in order: events are queued on
 //!   the id (under its shard lock, so in engine order) and delivered by one
 //!   thread at a time. A handler may call any CM function on its id except
@@ -31,7 +33,7 @@
 //! Taken in this order, never the other way: the device's `listen_lock`
 //! (listen, insert_listen) → one shard's engine mutex →
 //! the leaves: the device's send queue (`outq`), an id's delivery queue,
-//! a registry shard. `send_lock` (one flush at a time) is taken with no
+//! a registry shard, the device's listener table. `send_lock` (one flush at a time) is taken with no
 //! shard lock held and only nests `outq`. No lock is held while MADs are
 //! sent or a callback runs; destroying a listener takes and drops every
 //! shard lock in turn as a barrier.
@@ -49,8 +51,10 @@
 //!   the protocol destroy and release; [`RustHandler`].
 //! * `id.rs` — [`CmId`] and its `ib_cm.h` calls, `Device::create_id` and
 //!   `Device::insert_listen`.
-//! * `registry.rs` — the live-id registry behind [`lookup`], and
-//!   [`listen_id`].
+//! * `shard.rs` — an engine shard with the shells of its ids by handle,
+//!   and the device's listeners by handle.
+//! * `registry.rs` — the live-id registry of C pointers behind [`lookup`],
+//!   and [`listen_id`].
 //! * `remote.rs` — a device served by the host CM service (`ipc`
 //!   requests instead of engine steps, pushed events into the same
 //!   delivery), `IBCM_SERVICE`, starting the service on demand.
@@ -62,6 +66,7 @@ mod event_loop;
 mod id;
 mod registry;
 mod remote;
+mod shard;
 mod shell;
 mod spec;
 

@@ -4,7 +4,7 @@
 
 use super::id::CmId;
 use super::lock;
-use super::shell::Shell;
+use super::shell::{CALLBACK_LISTENER, Shell};
 use crate::abi::IbCmId;
 use crate::engine::{Event, EventParam};
 use std::sync::Mutex;
@@ -63,14 +63,21 @@ pub fn lookup(p: *mut IbCmId) -> Option<CmId> {
 }
 
 /// The C `listen_id` of a REQ_RECEIVED or SIDR_REQ_RECEIVED event (the
-/// listener the request matched; null for other events). Valid while the
-/// event's callback runs: a queued request event holds its listener.
+/// listener the request matched; null for other events), called from that
+/// event's callback: a queued request event holds its listener, and its
+/// delivery names it to the thread running the callback. Null outside a
+/// callback.
 pub fn listen_id(ev: &Event) -> *mut IbCmId {
-    // The engine's user token of an id is its `Shell`, whose first member
-    // is the C struct.
     match &ev.param {
-        EventParam::Req(p) => p.listen_user as *mut IbCmId,
-        EventParam::SidrReq(p) => p.listen_user as *mut IbCmId,
+        EventParam::Req(_) | EventParam::SidrReq(_) => {
+            let p = CALLBACK_LISTENER.with(|c| c.get());
+            if p.is_null() {
+                std::ptr::null_mut()
+            } else {
+                // Alive: the item being delivered holds it.
+                unsafe { (*p).c.get() }
+            }
+        }
         _ => std::ptr::null_mut(),
     }
 }

@@ -517,13 +517,12 @@ impl Remote {
             lock(&sh.dq).queue.push_back(Item {
                 ev: Event {
                     id: sh.handle(),
-                    user: p as u64,
                     kind,
                     param: EventParam::SendStatus(WC_RESP_TIMEOUT_ERR),
                     local_id: 0,
                     mad: None,
                 },
-                _listener: None,
+                listener: None,
             });
             lock(&self.ready).push_back(sh);
             failed += 1;
@@ -639,12 +638,6 @@ impl Remote {
                 let raw = Arc::into_raw(sh.clone());
                 lock(&self.ids).insert(h.handle, raw as usize);
                 register(raw);
-                let lu = Arc::as_ptr(&l) as u64;
-                match &mut ev.param {
-                    EventParam::Req(p) => p.listen_user = lu,
-                    EventParam::SidrReq(p) => p.listen_user = lu,
-                    _ => {}
-                }
                 (sh, Some(l))
             }
             _ => {
@@ -655,11 +648,7 @@ impl Remote {
                 (sh, None)
             }
         };
-        ev.user = Arc::as_ptr(&sh) as u64;
-        lock(&sh.dq).queue.push_back(Item {
-            ev,
-            _listener: listener,
-        });
+        lock(&sh.dq).queue.push_back(Item { ev, listener });
         lock(&self.ready).push_back(sh);
         self.ready_cv.notify_one();
         Ok(())
