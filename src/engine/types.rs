@@ -422,6 +422,28 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// Every event type, in value order (`ALL[v]` has the value `v`).
+    pub const ALL: [EventType; 18] = [
+        EventType::ReqError,
+        EventType::ReqReceived,
+        EventType::RepError,
+        EventType::RepReceived,
+        EventType::RtuReceived,
+        EventType::UserEstablished,
+        EventType::DreqError,
+        EventType::DreqReceived,
+        EventType::DrepReceived,
+        EventType::TimewaitExit,
+        EventType::MraReceived,
+        EventType::RejReceived,
+        EventType::LapError,
+        EventType::LapReceived,
+        EventType::AprReceived,
+        EventType::SidrReqError,
+        EventType::SidrReqReceived,
+        EventType::SidrRepReceived,
+    ];
+
     /// The AttributeID of the message whose receipt this event reports
     /// (`None` for errors, `USER_ESTABLISHED` and `TIMEWAIT_EXIT`).
     pub fn received_attr(self) -> Option<u16> {
