@@ -758,7 +758,9 @@ fn protocol_tables_name_what_the_header_names() {
         }
     }
 
-    let statuses: [(&str, &[&str], fn(u8) -> &'static str); 2] = [
+    // (prefix, other names with that prefix, the library's names by value)
+    type Status<'a> = (&'a str, &'a [&'a str], fn(u8) -> &'static str);
+    let statuses: [Status; 2] = [
         ("IB_SIDR_", &[], sidr_status::name),
         (
             "IB_CM_APR_",
