@@ -39,7 +39,7 @@ pub mod types;
 pub use config::{EngineConfig, GidEntry, PortInfo};
 pub use counters::{Counters, DropCause};
 pub use recv::{Dropped, route};
-pub use shared::{IdRef, ListenEntry, Shared};
+pub use shared::{ListenEntry, RemoteQpEntry, Shared};
 pub use timeouts::{ack_timeout, convert_to_ms};
 pub use types::*;
 

@@ -157,7 +157,7 @@ impl Engine {
     }
 
     /// Asks for `ib_send_cm_dreq(old, NULL, 0)` on a stale connection.
-    fn dreq_stale(&mut self, now: Time, old: IdRef) {
+    fn dreq_stale(&mut self, now: Time, old: RemoteQpEntry) {
         if old.shard == self.cfg.shard {
             self.dreq_stale_local(now, old.local_id);
         } else {
@@ -372,7 +372,7 @@ impl Engine {
         // Duplicate/stale registration (cm_match_req).
         self.remote_ids.insert((guid, r.local_comm_id), id);
         self.ids.get_mut(id).unwrap().in_remote_id = true;
-        let me = IdRef {
+        let me = RemoteQpEntry {
             shard: self.cfg.shard,
             local_id: id,
             remote_id: r.local_comm_id,
@@ -714,7 +714,7 @@ impl Engine {
             self.count_dup(attr::REP);
             return drop_(DropCause::Duplicate, "REP for a connection already known");
         }
-        let me = IdRef {
+        let me = RemoteQpEntry {
             shard: self.cfg.shard,
             local_id: id,
             remote_id: r.local_comm_id,

@@ -3,9 +3,9 @@
 //! close.
 
 use super::event_loop::Outputs;
+use super::inner::CmIdInner;
 use super::remote::Remote;
 use super::shard::{Listeners, Shard};
-use super::shell::Shell;
 use super::spec::open_transport;
 use super::{lock, read};
 use crate::abi::{IbGid, IbGidAttr};
@@ -93,7 +93,7 @@ fn gid_attr_table(ports: &[PortInfo], device: *mut c_void) -> GidAttrTable {
 pub struct Device {
     pub(super) name: String,
     pub(super) transport: Arc<dyn Transport>,
-    /// Engine shards, each with the shells of its ids.
+    /// Engine shards, each with the `CmIdInner`s of its ids.
     pub(super) shards: Vec<Mutex<Shard>>,
     /// Listening ids by handle, for the REQs of every shard.
     pub(super) listeners: Listeners,
@@ -112,7 +112,7 @@ pub struct Device {
     /// share one counter.
     pub(super) live_ids: Box<[PaddedCount]>,
     /// Ids with events from API calls, delivered by the event loop.
-    pub(super) deferred: Mutex<Vec<Arc<Shell>>>,
+    pub(super) deferred: Mutex<Vec<Arc<CmIdInner>>>,
     /// MADs waiting to be sent, in engine order.
     pub(super) outq: Mutex<Vec<Transmit>>,
     /// Set after MADs are queued on `outq`; lets a flush with nothing to
@@ -416,9 +416,9 @@ impl Device {
                 for h in e.handles() {
                     leftovers += 1;
                     e.destroy(h, 0);
-                    // The shell stays in the table: C may still hold its
+                    // The object stays in the table: C may still hold its
                     // pointer (calls on it now fail), as before the close.
-                    if let Some(sh) = e.shell(h) {
+                    if let Some(sh) = e.id(h) {
                         let mut d = lock(&sh.dq);
                         d.destroyed = true;
                         d.queue.clear();
@@ -455,8 +455,8 @@ impl Device {
         }
     }
 
-    pub(super) fn shard_of(&self, shell: &Shell) -> &Mutex<Shard> {
-        &self.shards[shell.shard as usize]
+    pub(super) fn shard_of(&self, id: &CmIdInner) -> &Mutex<Shard> {
+        &self.shards[id.shard as usize]
     }
 }
 

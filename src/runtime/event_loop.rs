@@ -6,10 +6,10 @@
 //! them together.
 
 use super::device::Device;
+use super::inner::{CmIdInner, Item};
 use super::lock;
 use super::registry::register;
 use super::shard::Shard;
-use super::shell::{Item, Shell};
 use crate::engine::*;
 use crate::fabric::Received;
 use crate::log::{DEBUG, ERROR, INFO};
@@ -21,7 +21,7 @@ use std::time::Duration;
 /// What one engine step produced, handled after the shard lock is released.
 #[derive(Default)]
 pub(super) struct Outputs {
-    pub(super) deliver: Vec<Arc<Shell>>,
+    pub(super) deliver: Vec<Arc<CmIdInner>>,
     pub(super) foreign: Vec<Foreign>,
 }
 
@@ -35,10 +35,10 @@ thread_local! {
 impl Device {
     /// Takes everything an engine produced. Runs under the shard lock.
     pub(super) fn drain(&self, shard: u32, e: &mut Shard, out: &mut Outputs) {
-        // An id made by a REQ has no shell until its REQ event below:
-        // that shell starts from the id's fields as they are then.
+        // An id made by a REQ has no object until its REQ event below,
+        // which starts it from the id's fields as they are then.
         while let Some(c) = e.poll_change() {
-            if let Some(sh) = e.shell(c.id) {
+            if let Some(sh) = e.id(c.id) {
                 sh.sync_public(&c);
             }
         }
@@ -49,16 +49,16 @@ impl Device {
                 _ => None,
             };
             let (sh, listener) = match listen_id {
-                Some(l) => match self.new_shell(shard, e, &ev, l) {
+                Some(l) => match self.new_request_id(shard, e, &ev, l) {
                     Some((sh, listener)) => (sh, Some(listener)),
                     None => continue,
                 },
-                None => match e.shell(ev.id) {
+                None => match e.id(ev.id) {
                     Some(sh) => (sh.clone(), None),
                     None => {
                         ibcm_log!(
                             DEBUG,
-                            "{}: event {} for id {:#x}, which has no shell: dropped",
+                            "{}: event {} for id {:#x}, which has no object: dropped",
                             self.name,
                             ev.kind.name(),
                             ev.id.0
@@ -85,15 +85,15 @@ impl Device {
         }
     }
 
-    /// The shell of an id a REQ or SIDR_REQ made, inheriting its
+    /// The object of an id a REQ or SIDR_REQ made, inheriting its
     /// listener's handler and context; returned with the listener.
-    fn new_shell(
+    fn new_request_id(
         &self,
         shard: u32,
         e: &mut Shard,
         ev: &Event,
         listen_id: Handle,
-    ) -> Option<(Arc<Shell>, Arc<Shell>)> {
+    ) -> Option<(Arc<CmIdInner>, Arc<CmIdInner>)> {
         let Some(c) = e.info(ev.id) else {
             ibcm_log!(
                 ERROR,
@@ -120,7 +120,7 @@ impl Device {
             return None;
         };
         let lc = unsafe { *listener.c.get() };
-        let shell = Arc::new(Shell::new(
+        let inner = Arc::new(CmIdInner::new(
             listener.dev.clone(),
             shard,
             ev.id,
@@ -128,13 +128,13 @@ impl Device {
             lc.context,
             listener.rust_handler.clone(),
         ));
-        shell.sync_public(&c);
-        register(Arc::as_ptr(&shell));
-        e.insert_shell(shell.clone());
+        inner.sync_public(&c);
+        register(Arc::as_ptr(&inner));
+        e.insert_id(inner.clone());
         self.live_ids[shard as usize]
             .0
             .fetch_add(1, Ordering::Relaxed);
-        Some((shell, listener))
+        Some((inner, listener))
     }
 
     /// Sends, delivers and forwards what a step produced (no locks held).

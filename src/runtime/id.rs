@@ -4,9 +4,9 @@
 
 use super::device::Device;
 use super::event_loop::Outputs;
+use super::inner::{CmIdInner, IN_CALLBACK, RustHandler};
 use super::lock;
 use super::registry::register;
-use super::shell::{IN_CALLBACK, RustHandler, Shell};
 use crate::abi::{IbCmHandler, IbCmId};
 use crate::engine::*;
 use crate::ipc::op;
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// A Rust handle to an id (keeps the object alive; using it after destroy
 /// gives `-EINVAL`).
 #[derive(Clone)]
-pub struct CmId(pub(crate) Arc<Shell>);
+pub struct CmId(pub(crate) Arc<CmIdInner>);
 
 impl std::fmt::Debug for CmId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,7 +74,7 @@ impl Device {
             .unwrap_or_else(|| (first, lock(&self.shards[first])));
         let shard = shard as u32;
         let h = e.create_id()?;
-        let shell = Arc::new(Shell::new(
+        let inner = Arc::new(CmIdInner::new(
             self.clone(),
             shard,
             h,
@@ -82,15 +82,15 @@ impl Device {
             context,
             rust_handler,
         ));
-        register(Arc::as_ptr(&shell));
-        e.insert_shell(shell.clone());
+        register(Arc::as_ptr(&inner));
+        e.insert_id(inner.clone());
         if let Some(c) = e.info(h) {
-            shell.sync_public(&c);
+            inner.sync_public(&c);
         }
         self.live_ids[shard as usize]
             .0
             .fetch_add(1, Ordering::Relaxed);
-        Ok(CmId(shell))
+        Ok(CmId(inner))
     }
 
     /// `ib_cm_insert_listen`: an existing compatible listener (same handler,
@@ -161,7 +161,7 @@ impl CmId {
     /// # Safety
     /// `p` must be a live `ib_cm_id` created by ibcm.
     pub unsafe fn from_c(p: *mut IbCmId) -> CmId {
-        let s = p as *const Shell;
+        let s = p as *const CmIdInner;
         unsafe {
             Arc::increment_strong_count(s);
             CmId(Arc::from_raw(s))

@@ -5,9 +5,9 @@
 //!   its own mutex, held only for a pure state-machine step — never across
 //!   I/O or a callback) and an event-loop thread that receives MADs, runs
 //!   timers and delivers callbacks.
-//! * An id is a [`Shell`] whose first field is the C `struct ib_cm_id`, so
+//! * An id is a [`CmIdInner`] whose first field is the C `struct ib_cm_id`, so
 //!   the C pointer and the Rust object are the same address. The engine
-//!   knows only the id's `Handle`; the runtime finds the shell by it in the
+//!   knows only the id's `Handle`; the runtime finds the `CmIdInner` by it in the
 //!   shard's table (`shard.rs`), so no pointer passes through the engine.
 //! * Callbacks for one id are serialised and in order: events are queued on
 //!   the id (under its shard lock, so in engine order) and delivered by one
@@ -47,11 +47,11 @@
 //! * `event_loop.rs` — the receive/timer loop, routing MADs to shards,
 //!   draining an engine step's outputs, flushing the send queue,
 //!   [`Device::batch`].
-//! * `shell.rs` — [`Shell`] and its delivery queue, callback delivery,
+//! * `inner.rs` — [`CmIdInner`] and its delivery queue, callback delivery,
 //!   the protocol destroy and release; [`RustHandler`].
 //! * `id.rs` — [`CmId`] and its `ib_cm.h` calls, `Device::create_id` and
 //!   `Device::insert_listen`.
-//! * `shard.rs` — an engine shard with the shells of its ids by handle,
+//! * `shard.rs` — an engine shard with the `CmIdInner`s of its ids by handle,
 //!   and the device's listeners by handle.
 //! * `registry.rs` — the live-id registry of C pointers behind [`lookup`],
 //!   and [`listen_id`].
@@ -64,17 +64,17 @@ use std::sync::{Mutex, MutexGuard};
 mod device;
 mod event_loop;
 mod id;
+mod inner;
 mod registry;
 mod remote;
 mod shard;
-mod shell;
 mod spec;
 
 pub use device::{Device, DeviceOptions};
 pub use id::CmId;
+pub use inner::{CmIdInner, RustHandler};
 pub use registry::{listen_id, lookup};
 pub use remote::{Mode as ServiceMode, mode as service_mode};
-pub use shell::{RustHandler, Shell};
 pub use spec::{DeviceSpec, SOFT_VERBS_PORT};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

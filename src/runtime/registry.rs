@@ -3,8 +3,8 @@
 //! the C `listen_id` of a request event.
 
 use super::id::CmId;
+use super::inner::{CALLBACK_LISTENER, CmIdInner};
 use super::lock;
-use super::shell::{CALLBACK_LISTENER, Shell};
 use crate::abi::IbCmId;
 use crate::engine::{Event, EventParam};
 use std::sync::Mutex;
@@ -34,12 +34,12 @@ fn live_shard(p: usize) -> &'static Mutex<LiveMap> {
     &LIVE[(h >> 60) as usize % REG_SHARDS]
 }
 
-pub(super) fn register(p: *const Shell) {
+pub(super) fn register(p: *const CmIdInner) {
     *lock(live_shard(p as usize)).entry(p as usize).or_insert(0) += 1;
 }
 
 /// Drops one owner of `p`.
-pub(super) fn unregister(p: *const Shell) {
+pub(super) fn unregister(p: *const CmIdInner) {
     let mut m = lock(live_shard(p as usize));
     if let Some(n) = m.get_mut(&(p as usize)) {
         *n -= 1;

@@ -2,60 +2,61 @@
 //!
 //! The engine names an id by its [`Handle`] (the local comm ID: a slab slot
 //! with its generation, so a handle of a destroyed id never names the id
-//! that reuses the slot). The runtime keeps the `Shell` of each id in
+//! that reuses the slot). The runtime keeps the `CmIdInner` of each id in
 //! tables keyed by that handle — no pointer travels through the engine:
 //!
-//! * [`Shard`]: one engine shard and the shells of its ids, under the
-//!   shard's one mutex, so an engine step and the lookups of the shells it
+//! * [`Shard`]: one engine shard and the `CmIdInner`s of its ids, under
+//!   the shard's one mutex, so an engine step and the lookups of the ids it
 //!   reports need no second lock.
 //! * [`Listeners`]: the device's listeners, read by a REQ matched on any
 //!   shard (a leaf lock: taken under a shard lock, nothing taken under it).
 
+use super::inner::CmIdInner;
 use super::lock;
-use super::shell::Shell;
 use crate::engine::ids::{FastMap, FastState};
 use crate::engine::{Engine, Handle};
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 
-/// Shell tables are keyed by the full handle (generation included), which
+/// CmIdInner tables are keyed by the full handle (generation included), which
 /// the engine assigns and a peer cannot choose, so a fast hash is safe.
-type ByHandle = FastMap<u64, Arc<Shell>>;
+type ByHandle = FastMap<u64, Arc<CmIdInner>>;
 
 fn by_handle() -> ByHandle {
     ByHandle::with_hasher(FastState::new(0x2545_f491_4f6c_dd1d))
 }
 
-/// One engine shard and the shells of its ids. Derefs to the [`Engine`].
+/// One engine shard and the `CmIdInner`s of its ids. Derefs to the
+/// [`Engine`].
 pub(super) struct Shard {
     engine: Engine,
-    /// The shell of every id of this shard that has one (an id made by a
-    /// REQ gets its shell when its REQ event is drained). The entry is
-    /// the reference the id's life holds; `Shell::destroy_inner` takes it.
-    shells: ByHandle,
+    /// The object of every id of this shard that has one (an id made by
+    /// a REQ gets it when its REQ event is drained). The entry is the
+    /// reference the id's life holds; `CmIdInner::destroy_inner` takes it.
+    ids: ByHandle,
 }
 
 impl Shard {
     pub(super) fn new(engine: Engine) -> Shard {
         Shard {
             engine,
-            shells: by_handle(),
+            ids: by_handle(),
         }
     }
 
-    /// The shell of the id `h` names, if it is alive and has one.
-    pub(super) fn shell(&self, h: Handle) -> Option<&Arc<Shell>> {
-        self.shells.get(&h.0)
+    /// The object of the id `h` names, if it is alive and has one.
+    pub(super) fn id(&self, h: Handle) -> Option<&Arc<CmIdInner>> {
+        self.ids.get(&h.0)
     }
 
-    /// Records the shell of a new id (its handle is the key).
-    pub(super) fn insert_shell(&mut self, sh: Arc<Shell>) {
-        self.shells.insert(sh.handle().0, sh);
+    /// Records the object of a new id (its handle is the key).
+    pub(super) fn insert_id(&mut self, id: Arc<CmIdInner>) {
+        self.ids.insert(id.handle().0, id);
     }
 
-    /// Takes the shell of `h` out of the table (the id is destroyed).
-    pub(super) fn remove_shell(&mut self, h: Handle) -> Option<Arc<Shell>> {
-        self.shells.remove(&h.0)
+    /// Takes the object of `h` out of the table (the id is destroyed).
+    pub(super) fn remove_id(&mut self, h: Handle) -> Option<Arc<CmIdInner>> {
+        self.ids.remove(&h.0)
     }
 }
 
@@ -82,13 +83,13 @@ impl Listeners {
         Listeners(Mutex::new(by_handle()))
     }
 
-    pub(super) fn get(&self, h: Handle) -> Option<Arc<Shell>> {
+    pub(super) fn get(&self, h: Handle) -> Option<Arc<CmIdInner>> {
         lock(&self.0).get(&h.0).cloned()
     }
 
     /// Enters `sh`; `false` if it was already there (then a failed listen
     /// must leave the entry alone).
-    pub(super) fn insert(&self, sh: &Arc<Shell>) -> bool {
+    pub(super) fn insert(&self, sh: &Arc<CmIdInner>) -> bool {
         lock(&self.0).insert(sh.handle().0, sh.clone()).is_none()
     }
 

@@ -1,4 +1,5 @@
-//! `Shell`: the id object (the C `struct ib_cm_id` first, so the C pointer
+//! `CmIdInner`: the object of an id, behind both a [`CmId`] and the C
+//! `struct ib_cm_id *` (the C struct is its first field, so the C pointer
 //! is the object), its delivery queue, callback delivery (serialised, in
 //! engine order, a non-zero return destroys the id) and the protocol
 //! destroy with its release.
@@ -32,12 +33,14 @@ pub(super) struct Delivery {
 pub(super) struct Item {
     pub(super) ev: Event,
     /// The listener a REQ/SIDR_REQ matched (`None` for other events).
-    pub(super) listener: Option<Arc<Shell>>,
+    pub(super) listener: Option<Arc<CmIdInner>>,
 }
 
-/// An id. `#[repr(C)]` with the C struct first: `*mut IbCmId` == `*const Shell`.
+/// The object of an id: what a [`CmId`] holds (`Arc<CmIdInner>`) and the
+/// C pointer points at. `#[repr(C)]` with the C struct first:
+/// `*mut IbCmId` == `*const CmIdInner`.
 #[repr(C)]
-pub struct Shell {
+pub struct CmIdInner {
     pub(super) c: UnsafeCell<IbCmId>,
     pub(super) dev: Arc<Device>,
     pub(super) shard: u32,
@@ -52,19 +55,19 @@ pub struct Shell {
 
 // The C struct is shared with C code by design; access is serialised by
 // the shard lock (public fields) or owned by the consumer (handler/context).
-unsafe impl Send for Shell {}
-unsafe impl Sync for Shell {}
+unsafe impl Send for CmIdInner {}
+unsafe impl Sync for CmIdInner {}
 
 thread_local! {
     /// The id whose callback this thread is running (null when none).
-    pub(super) static IN_CALLBACK: Cell<*const Shell> = const { Cell::new(std::ptr::null()) };
+    pub(super) static IN_CALLBACK: Cell<*const CmIdInner> = const { Cell::new(std::ptr::null()) };
     /// The listener of the request event whose callback this thread is
     /// running (null for other events): the C `listen_id`, held alive by
     /// the event's queue item while the callback runs.
-    pub(super) static CALLBACK_LISTENER: Cell<*const Shell> = const { Cell::new(std::ptr::null()) };
+    pub(super) static CALLBACK_LISTENER: Cell<*const CmIdInner> = const { Cell::new(std::ptr::null()) };
 }
 
-impl Shell {
+impl CmIdInner {
     pub(super) fn new(
         dev: Arc<Device>,
         shard: u32,
@@ -72,9 +75,9 @@ impl Shell {
         handler: IbCmHandler,
         context: *mut c_void,
         rust_handler: Option<RustHandler>,
-    ) -> Shell {
+    ) -> CmIdInner {
         let devp = dev.c_ptr();
-        Shell {
+        CmIdInner {
             c: UnsafeCell::new(IbCmId {
                 cm_handler: handler,
                 context,
@@ -200,7 +203,7 @@ impl Shell {
             is_listener = e.state(self.handle()) == Some(State::Listen);
             gone = e.destroy(self.handle(), err);
             if gone {
-                held = e.remove_shell(self.handle());
+                held = e.remove_id(self.handle());
             }
             dev.drain(self.shard, &mut e, &mut out);
         }
