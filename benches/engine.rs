@@ -16,7 +16,7 @@ fn pair() -> (Engine, Engine, PathRec, Handle) {
     cb.max_half_open = 0;
     let a = Engine::standalone(ca, 1);
     let mut b = Engine::standalone(cb, 2);
-    let l = b.create_id(0).unwrap();
+    let l = b.create_id().unwrap();
     b.listen(l, 0x1000).unwrap();
     let path = PathRec {
         dgid: gb,
@@ -53,7 +53,7 @@ fn handshake(
     sb: &MadSource,
     now: Time,
 ) {
-    let id = a.create_id(1).unwrap();
+    let id = a.create_id().unwrap();
     a.send_req(now, id, p).unwrap();
     let t = a.poll_transmit().unwrap();
     b.handle_mad(now, sb, &t.mad).unwrap();

@@ -20,7 +20,7 @@ fn main() {
     cb.max_half_open = 0;
     let mut a = Engine::standalone(ca, 1);
     let mut b = Engine::standalone(cb, 2);
-    let l = b.create_id(0).unwrap();
+    let l = b.create_id().unwrap();
     b.listen(l, 0x1000).unwrap();
     let path = PathRec {
         dgid: gb,
@@ -91,7 +91,7 @@ fn main() {
             p.qp_num = (i as u32 + 1) & 0xff_ffff;
             rep.qp_num = p.qp_num;
             i += 1;
-            let id = a.create_id(1).unwrap();
+            let id = a.create_id().unwrap();
             a.send_req(now, id, &p).unwrap();
             let m = a.poll_transmit().unwrap();
             b.handle_mad(now, &sb, &m.mad).unwrap();

@@ -6,12 +6,25 @@
  * struct ib_device comes from the RDMA core; in userspace it comes from the
  * few functions below, which are ibcm's own and not part of any kernel API.
  *
- * Devices:
+ * Devices (ibcm_open_device(3) has the details):
  *   "soft:<ip>[:<udp port>]"  a software device whose MADs travel as
  *                             RoCE v2 packets over UDP (default port 4791,
  *                             ROCE_V2_UDP_DPORT) from/to <ip>, an IPv4 or
  *                             IPv6 address (IPv6 written in brackets when a
  *                             port follows, e.g. "soft:[::1]:4791").
+ *   "loop:<ip>"               the in-process fabric: MADs go straight to
+ *                             another loop: device of the same process.
+ *   "<rdma device>"           a real RDMA device (e.g. "rxe0", "mlx5_0"):
+ *                             the CM speaks on its QP1 through the kernel's
+ *                             ib_umad, ports and GID tables come from
+ *                             libibverbs; -EBUSY while the kernel's ib_cm
+ *                             owns the CM class of its ports.
+ *   "soft:<ip>[:<udp port>]@<rdma device>"
+ *                             MADs over UDP as for soft: (default port
+ *                             4792), ports, GIDs and GUID from the device.
+ * soft: and real devices are opened through the host CM service when one
+ * runs or can be started, else in-process (IBCM_SERVICE in
+ * ibcm_open_device(3)); the calls below behave the same either way.
  *
  * Ports are numbered from 1.  A soft device has exactly port 1, whose GID
  * table holds one entry, index 0: the device's own address as a GID.

@@ -395,7 +395,6 @@ mod tests {
     fn ev(kind: EventType, param: EventParam) -> Event {
         Event {
             id: Handle(1),
-            user: 0,
             kind,
             param,
             local_id: 1,

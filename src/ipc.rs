@@ -802,7 +802,6 @@ impl Field for WireEvent {
             1 => EventParam::SendStatus(r.get()?),
             2 => EventParam::Req(Box::new(ReqEvent {
                 listen_id: lid,
-                listen_user: 0,
                 bth_pkey: r.get()?,
                 port: r.get()?,
                 primary_path: r.get()?,
@@ -840,7 +839,6 @@ impl Field for WireEvent {
             },
             8 => EventParam::SidrReq(SidrReqEvent {
                 listen_id: lid,
-                listen_user: 0,
                 service_id: r.get()?,
                 sgid_attr: r.get()?,
                 bth_pkey: r.get()?,
@@ -856,7 +854,6 @@ impl Field for WireEvent {
             listener,
             event: Event {
                 id: Handle(0),
-                user: 0,
                 kind,
                 param,
                 local_id,
@@ -1209,7 +1206,6 @@ mod tests {
             listener: 42,
             event: Event {
                 id: Handle(0),
-                user: 0,
                 kind: EventType::RejReceived,
                 param: EventParam::Rej {
                     reason: 28,

@@ -707,6 +707,129 @@ fn c_headers_and_rust_mirrors_agree() {
     assert_eq!(c["ib_cm_req_event_param.srq"], Fact::Bits(68 * 8 + 3, 1));
 }
 
+/// The protocol tables of the library (`wire::rej_reason`, `sidr_status`,
+/// `apr_status`, `engine::EventType`) name exactly the enumerators of the
+/// header, by value and name. The Python package's enums and texts are
+/// checked against the same header (`python/tests/test_enums.py`) and the
+/// library (`test_errors.py`), so a drift on any side fails a test.
+#[test]
+fn protocol_tables_name_what_the_header_names() {
+    use ibcm::engine::EventType;
+    use ibcm::wire::{apr_status, rej_reason, sidr_status};
+    let c = parse_c(&build_and_run("abi_dump"));
+    // The header's constants of one enum: its prefix, minus the other
+    // names that share it (event types, sizes of its message's areas).
+    let enumerators = |prefix: &str, others: &[&str]| -> BTreeMap<String, u64> {
+        c.iter()
+            .filter_map(|(k, f)| match (k.strip_prefix("const "), f) {
+                (Some(name), Fact::Const(v)) => Some((name, *v)),
+                _ => None,
+            })
+            .filter(|(name, _)| name.starts_with(prefix) && !others.contains(name))
+            .map(|(name, v)| (name.to_string(), v))
+            .collect()
+    };
+    let mut report = String::new();
+
+    let reasons = enumerators(
+        "IB_CM_REJ_",
+        &[
+            "IB_CM_REJ_RECEIVED",
+            "IB_CM_REJ_PRIVATE_DATA_SIZE",
+            "IB_CM_REJ_ARI_LENGTH",
+        ],
+    );
+    let header: Vec<u64> = {
+        let mut v: Vec<u64> = reasons.values().copied().collect();
+        v.sort();
+        v
+    };
+    let ours: Vec<u64> = rej_reason::ALL.iter().map(|&(v, _)| v as u64).collect();
+    if header != ours {
+        writeln!(
+            report,
+            "REJ reasons: header {header:?}, wire::rej_reason::ALL {ours:?}"
+        )
+        .unwrap();
+    }
+    for (name, &v) in &reasons {
+        if rej_reason::text_str(v as i64) == "unrecognized reason" {
+            writeln!(report, "{name} = {v} has no ibcm_reject_msg text").unwrap();
+        }
+    }
+
+    // (prefix, other names with that prefix, the library's names by value)
+    type Status<'a> = (&'a str, &'a [&'a str], fn(u8) -> &'static str);
+    let statuses: [Status; 2] = [
+        ("IB_SIDR_", &[], sidr_status::name),
+        (
+            "IB_CM_APR_",
+            &[
+                "IB_CM_APR_RECEIVED",
+                "IB_CM_APR_PRIVATE_DATA_SIZE",
+                "IB_CM_APR_INFO_LENGTH",
+            ],
+            apr_status::name,
+        ),
+    ];
+    for (prefix, others, name_of) in statuses {
+        let header = enumerators(prefix, others);
+        for (name, &v) in &header {
+            if name_of(v as u8) != name {
+                writeln!(
+                    report,
+                    "{name} = {v}: the library names it {}",
+                    name_of(v as u8)
+                )
+                .unwrap();
+            }
+        }
+        let named = (0..=255u8).filter(|&v| name_of(v) != "unknown").count();
+        if named != header.len() {
+            writeln!(
+                report,
+                "{prefix}*: the header has {}, the library names {named}",
+                header.len()
+            )
+            .unwrap();
+        }
+    }
+
+    let events = enumerators("IB_CM_", &[]);
+    for (i, ev) in EventType::ALL.iter().enumerate() {
+        let name = format!("IB_CM_{}", ev.name());
+        if *ev as usize != i || events.get(&name) != Some(&(i as u64)) {
+            writeln!(
+                report,
+                "{name}: header {:?}, library {}",
+                events.get(&name),
+                *ev as u32
+            )
+            .unwrap();
+        }
+    }
+    // Both ways: every event enumerator of the header is in ALL.
+    let is_event = |n: &&String| {
+        n.ends_with("_RECEIVED")
+            || n.ends_with("_ERROR")
+            || *n == "IB_CM_USER_ESTABLISHED"
+            || *n == "IB_CM_TIMEWAIT_EXIT"
+    };
+    let ours: Vec<String> = EventType::ALL
+        .iter()
+        .map(|e| format!("IB_CM_{}", e.name()))
+        .collect();
+    for name in events.keys().filter(is_event) {
+        if !ours.contains(name) {
+            writeln!(report, "{name} is not in EventType::ALL").unwrap();
+        }
+    }
+    assert!(
+        report.is_empty(),
+        "protocol tables and the header disagree:\n{report}"
+    );
+}
+
 #[test]
 fn c_static_abi_checks_pass() {
     let out = build_and_run("abi_static");

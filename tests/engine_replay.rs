@@ -270,7 +270,7 @@ struct PassiveRun {
 fn replay_passive(run: &PassiveRun) {
     let f = load(run.name);
     let mut e = kernel_like(HOST_A);
-    let l = e.create_id(1).unwrap();
+    let l = e.create_id().unwrap();
     let kreq = frame(&f, run.req);
     let CmMsg::Req(k) = msg(&kreq) else { panic!() };
     e.listen(l, k.service_id).unwrap();
@@ -329,7 +329,7 @@ fn replay_passive(run: &PassiveRun) {
     // First with another PSN: every field but the two random ones matches.
     {
         let mut e2 = kernel_like(HOST_A);
-        let l2 = e2.create_id(1).unwrap();
+        let l2 = e2.create_id().unwrap();
         e2.listen(l2, k.service_id).unwrap();
         e2.handle_mad(now(), &from_host(HOST_B), &kreq).unwrap();
         let id2 = one_event(&mut e2, EventType::ReqReceived).id;
@@ -508,7 +508,7 @@ fn sidr_req_built_like_the_kernels() {
         panic!()
     };
     let mut e = kernel_like(HOST_B);
-    let id = e.create_id(1).unwrap();
+    let id = e.create_id().unwrap();
     let p = SidrReqParams {
         path: PathRec {
             dgid: host_gid(HOST_A),
@@ -565,7 +565,7 @@ fn replay_active(run: &ActiveRun) {
     let CmMsg::Req(k) = msg(&kreq) else { panic!() };
     let kernel_id = k.local_comm_id;
     let mut e = kernel_like(HOST_B);
-    let id = e.create_id(1).unwrap();
+    let id = e.create_id().unwrap();
     let our = id.0 as u32;
     let params = req_params_from(&k, 18);
     let t0 = now();
@@ -751,9 +751,9 @@ fn our_two_engines_reproduce_the_whole_rping_exchange() {
     let (kb, ka) = (k.local_comm_id, kr.local_comm_id);
     let mut b = kernel_like(HOST_B);
     let mut a = kernel_like(HOST_A);
-    let l = a.create_id(1).unwrap();
+    let l = a.create_id().unwrap();
     a.listen(l, k.service_id).unwrap();
-    let cb = b.create_id(2).unwrap();
+    let cb = b.create_id().unwrap();
     b.send_req(now(), cb, &req_params_from(&k, 18)).unwrap();
     let norm =
         |m: &[u8; 256], ours_b: u32, ours_a: u32| swap_id(&swap_id(m, ours_b, kb), ours_a, ka);

@@ -405,7 +405,7 @@ fn one_event(w: &mut Wire, side: usize, kind: EventType) -> Event {
 fn reach_opts(target: State, side: usize, o: Opts) -> Fx {
     use State::*;
     let mut w = Wire::new(&o);
-    let listener = w.e[P].create_id(100).unwrap();
+    let listener = w.e[P].create_id().unwrap();
     w.e[P].listen(listener, SERVICE).unwrap();
     let mut fx = Fx {
         w,
@@ -440,12 +440,12 @@ fn reach_opts(target: State, side: usize, o: Opts) -> Fx {
         return fx;
     }
     if target == Idle && !o.idle_after_tw {
-        let h = fx.w.e[side].create_id(1).unwrap();
+        let h = fx.w.e[side].create_id().unwrap();
         fx.side = side;
         fx.id = h;
         return fx;
     }
-    let a = fx.w.e[A].create_id(1).unwrap();
+    let a = fx.w.e[A].create_id().unwrap();
     let now = fx.w.now;
     if matches!(target, SidrReqSent | SidrReqRcvd) {
         fx.w.e[A]
@@ -1342,7 +1342,7 @@ fn dreq_for_unknown_id_gets_drep_built_from_it() {
 #[test]
 fn req_without_listener_gets_rej_invalid_service_id() {
     let mut w = Wire::new(&Opts::default());
-    let a = w.e[A].create_id(1).unwrap();
+    let a = w.e[A].create_id().unwrap();
     let now = w.now;
     w.e[A]
         .send_req(now, a, &req_params(A, &Opts::default()))
@@ -1378,7 +1378,7 @@ fn req_without_listener_gets_rej_invalid_service_id() {
 #[test]
 fn sidr_req_without_listener_gets_sidr_rep_unsupported() {
     let mut w = Wire::new(&Opts::default());
-    let a = w.e[A].create_id(1).unwrap();
+    let a = w.e[A].create_id().unwrap();
     let now = w.now;
     w.e[A]
         .send_sidr_req(now, a, &sidr_params(A, &Opts::default()))
@@ -1559,7 +1559,7 @@ fn stale_connection_req_gets_rej_and_old_connection_dreq() {
     let mut fx = reach(State::Established, P);
     // A second REQ from the same CA with the same QPN (a restarted peer).
     let now = fx.w.now;
-    let a2 = fx.w.e[A].create_id(2).unwrap();
+    let a2 = fx.w.e[A].create_id().unwrap();
     fx.w.e[A]
         .send_req(now, a2, &req_params(A, &Opts::default()))
         .unwrap();
@@ -1749,7 +1749,7 @@ fn destroy_of_a_listener_stops_matching() {
     let now = fx.w.now;
     fx.w.e[P].destroy(fx.listener, 0);
     assert_eq!(fx.w.e[P].shared().listen_count(), 0);
-    let a = fx.w.e[A].create_id(1).unwrap();
+    let a = fx.w.e[A].create_id().unwrap();
     fx.w.e[A]
         .send_req(now, a, &req_params(A, &Opts::default()))
         .unwrap();
@@ -2132,8 +2132,8 @@ fn notify_path_mig_and_other_events() {
 #[test]
 fn listen_errors_and_assigned_service_ids() {
     let mut e = engine(P, &Opts::default());
-    let a = e.create_id(1).unwrap();
-    let b = e.create_id(2).unwrap();
+    let a = e.create_id().unwrap();
+    let b = e.create_id().unwrap();
     e.listen(a, SERVICE).unwrap();
     assert_eq!(e.state(a), Some(State::Listen));
     assert_eq!(e.listen(b, SERVICE), Err(Errno::EBUSY), "same service ID");
@@ -2150,8 +2150,8 @@ fn listen_errors_and_assigned_service_ids() {
     // Other top bytes are fine.
     e.listen(b, 0x0300_0000_0000_0001).unwrap();
     // IB_CM_ASSIGN_SERVICE_ID: 0x0200000000000000, ...01, ...
-    let c = e.create_id(3).unwrap();
-    let d = e.create_id(4).unwrap();
+    let c = e.create_id().unwrap();
+    let d = e.create_id().unwrap();
     e.listen(c, ASSIGN_SERVICE_ID).unwrap();
     e.listen(d, ASSIGN_SERVICE_ID).unwrap();
     assert_eq!(e.info(c).unwrap().service_id, 0x0200_0000_0000_0000);
@@ -2163,39 +2163,39 @@ fn listen_errors_and_assigned_service_ids() {
 fn insert_listen_shares_compatible_listeners() {
     let mut w = Wire::new(&Opts::default());
     let e = &mut w.e[P];
-    let (h1, existed1) = e.insert_listen(0, SERVICE, 0xabc).unwrap();
+    let (h1, existed1) = e.insert_listen(SERVICE, 0xabc).unwrap();
     assert!(!existed1);
     assert_eq!(e.state(h1), Some(State::Listen));
-    let (h2, existed2) = e.insert_listen(0, SERVICE, 0xabc).unwrap();
+    let (h2, existed2) = e.insert_listen(SERVICE, 0xabc).unwrap();
     assert!(existed2);
     assert_eq!(h1, h2, "the same listener");
     assert_eq!(
-        e.insert_listen(0, SERVICE, 0xdef),
+        e.insert_listen(SERVICE, 0xdef),
         Err(Errno::EINVAL),
         "other handler"
     );
     assert_eq!(
-        e.insert_listen(0, 0x0200_0000_0000_0005, 0xabc),
+        e.insert_listen(0x0200_0000_0000_0005, 0xabc),
         Err(Errno::EINVAL),
         "bad service ID"
     );
     // IB_CM_ASSIGN_SERVICE_ID: a new ID each time, never shared.
-    let (h3, s3) = e.insert_listen(0, ASSIGN_SERVICE_ID, 0xabc).unwrap();
-    let (h4, s4) = e.insert_listen(0, ASSIGN_SERVICE_ID, 0xabc).unwrap();
+    let (h3, s3) = e.insert_listen(ASSIGN_SERVICE_ID, 0xabc).unwrap();
+    let (h4, s4) = e.insert_listen(ASSIGN_SERVICE_ID, 0xabc).unwrap();
     assert!(!s3 && !s4 && h3 != h4);
     assert_eq!(e.info(h3).unwrap().service_id, 0x0200_0000_0000_0000);
     assert_eq!(e.info(h4).unwrap().service_id, 0x0200_0000_0000_0001);
     // A plain listen on a shared service ID is busy, and a plain listener
     // is not shared.
-    let x = e.create_id(9).unwrap();
+    let x = e.create_id().unwrap();
     assert_eq!(e.listen(x, SERVICE), Err(Errno::EBUSY));
     e.listen(x, SERVICE2).unwrap();
-    assert_eq!(e.insert_listen(0, SERVICE2, 0xabc), Err(Errno::EINVAL));
+    assert_eq!(e.insert_listen(SERVICE2, 0xabc), Err(Errno::EINVAL));
     // The first destroy only drops a share.
     let now = w.now;
     w.e[P].destroy(h1, 0);
     assert_eq!(w.e[P].state(h1), Some(State::Listen));
-    let a = w.e[A].create_id(1).unwrap();
+    let a = w.e[A].create_id().unwrap();
     w.e[A]
         .send_req(now, a, &req_params(A, &Opts::default()))
         .unwrap();
@@ -2208,7 +2208,7 @@ fn insert_listen_shares_compatible_listeners() {
     // The last one removes the listener.
     w.e[P].destroy(h1, 0);
     assert_eq!(w.e[P].state(h1), None);
-    let a2 = w.e[A].create_id(1).unwrap();
+    let a2 = w.e[A].create_id().unwrap();
     let mut rp = req_params(A, &Opts::default());
     rp.qp_num = 0x4444;
     w.e[A].send_req(now, a2, &rp).unwrap();
@@ -2690,7 +2690,7 @@ fn stale_connection_rep_gets_rej_and_old_connection_dreq() {
     // same (CA GUID, QPN).
     let mut fx = reach(State::Established, A);
     let now = fx.w.now;
-    let a2 = fx.w.e[A].create_id(2).unwrap();
+    let a2 = fx.w.e[A].create_id().unwrap();
     let mut p = req_params(A, &Opts::default());
     p.qp_num = 0x0bbb;
     fx.w.e[A].send_req(now, a2, &p).unwrap();

@@ -581,9 +581,9 @@ mod regressions {
     fn packet_life_time_255_does_not_overflow() {
         let now = Time::from_millis(1000);
         let (mut a, mut b) = (engine(1), engine(2));
-        let l = b.create_id(0).unwrap();
+        let l = b.create_id().unwrap();
         b.listen(l, SVC).unwrap();
-        let h = a.create_id(0).unwrap();
+        let h = a.create_id().unwrap();
         let p = ReqParams {
             primary_path: path(1, 2, 255),
             service_id: SVC,
@@ -626,7 +626,7 @@ mod regressions {
     fn sidr_req_on_a_listener_leaves_its_service_id_alone() {
         let now = Time::from_millis(1000);
         let (mut a, mut b) = (engine(1), engine(2));
-        let l = b.create_id(0).unwrap();
+        let l = b.create_id().unwrap();
         b.listen(l, SVC).unwrap();
         let p = SidrReqParams {
             path: path(2, 1, 8),
@@ -639,7 +639,7 @@ mod regressions {
         assert!(b.destroy(l, 0));
         assert_eq!(b.shared().listen_count(), 0);
         // A REQ for the service now finds no listener.
-        let h = a.create_id(0).unwrap();
+        let h = a.create_id().unwrap();
         let req = ReqParams {
             primary_path: path(1, 2, 8),
             service_id: SVC,

@@ -119,7 +119,7 @@ impl History {
 /// A listener on `SERVICE` at node `n`.
 fn listen(sim: &mut Sim, n: usize) -> Handle {
     let e = &mut sim.nodes[n].engine;
-    let l = e.create_id(1).unwrap();
+    let l = e.create_id().unwrap();
     e.listen(l, SERVICE).unwrap();
     l
 }
@@ -273,7 +273,7 @@ fn connect_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), Stri
     };
     let params = req_params(&sim, c, s, &req_pd, 0x77, 15);
     let cid = sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id(2).unwrap();
+        let id = ctx.engine.create_id().unwrap();
         ctx.engine.send_req(ctx.now, id, &params).unwrap();
         id
     });
@@ -380,7 +380,7 @@ fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<
     };
     let params = req_params(&sim, c, s, b"hello", 0x77, 15);
     sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id(2).unwrap();
+        let id = ctx.engine.create_id().unwrap();
         ctx.engine.send_req(ctx.now, id, &params).unwrap();
     });
     finish(&mut sim, &hist, &mut app)?;
@@ -445,7 +445,7 @@ fn unanswered(seed: u64, trace: bool, listener_host_up: bool) -> Result<(), Stri
     let params = req_params(&sim, c, s, b"x", 0x77, retries);
     let start = sim.now;
     sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id(2).unwrap();
+        let id = ctx.engine.create_id().unwrap();
         ctx.engine.send_req(ctx.now, id, &params).unwrap();
     });
     finish(&mut sim, &hist, &mut app)?;
@@ -542,7 +542,7 @@ fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
     };
     let params = req_params(&sim, c, s, b"slow", 0x77, 15);
     sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id(2).unwrap();
+        let id = ctx.engine.create_id().unwrap();
         ctx.engine.send_req(ctx.now, id, &params).unwrap();
     });
     finish(&mut sim, &hist, &mut app)?;
@@ -650,7 +650,7 @@ fn sidr(seed: u64, trace: bool, faults: Faults, listening: bool) -> Result<(), S
         ..SidrReqParams::default()
     };
     sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id(2).unwrap();
+        let id = ctx.engine.create_id().unwrap();
         ctx.engine.send_sidr_req(ctx.now, id, &p).unwrap();
     });
     finish(&mut sim, &hist, &mut app)?;
@@ -740,7 +740,7 @@ fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(),
     };
     let params = req_params(&sim, c, s, b"", 0x77, 15);
     sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id(2).unwrap();
+        let id = ctx.engine.create_id().unwrap();
         ctx.engine.send_req(ctx.now, id, &params).unwrap();
         // Both sides disconnect at the same instant, well after setup.
         ctx.wake_at(ctx.now.plus_millis(200), 0);
@@ -787,7 +787,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
         let now = ctx.now;
         let ev = match input {
             Input::Wake(_) => {
-                let id = ctx.engine.create_id(2).unwrap();
+                let id = ctx.engine.create_id().unwrap();
                 ctx.engine.send_req(now, id, &params).unwrap();
                 return;
             }
@@ -849,7 +849,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
         }
     };
     sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id(2).unwrap();
+        let id = ctx.engine.create_id().unwrap();
         ctx.engine.send_req(ctx.now, id, &params).unwrap();
     });
     // Phase 1: connected.
@@ -866,7 +866,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
     phase.set(2);
     sim.restart_node(c);
     sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id(2).unwrap();
+        let id = ctx.engine.create_id().unwrap();
         ctx.engine.send_req(ctx.now, id, &params).unwrap();
     });
     finish(&mut sim, &hist, &mut app)?;
@@ -962,7 +962,7 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
             ..SidrReqParams::default()
         };
         sim.with_node(c, &mut app, |ctx| {
-            let id = ctx.engine.create_id(2).unwrap();
+            let id = ctx.engine.create_id().unwrap();
             if i % 3 == 0 {
                 ctx.engine.send_sidr_req(ctx.now, id, &sidr).unwrap();
             } else {
@@ -1137,7 +1137,7 @@ fn table_pressure(seed: u64, trace: bool, faults: Faults) -> Result<(), String> 
         for k in 0..PER_ATTACKER {
             p.qp_num += k;
             let id = sim.with_node(a, &mut app, |ctx| {
-                let id = ctx.engine.create_id(3).unwrap();
+                let id = ctx.engine.create_id().unwrap();
                 ctx.engine.send_req(ctx.now, id, &p).unwrap();
                 id
             });
@@ -1152,7 +1152,7 @@ fn table_pressure(seed: u64, trace: bool, faults: Faults) -> Result<(), String> 
     // A real client while the table is full of flood entries.
     let params = req_params(&sim, c, s, b"", 0x77, 15);
     let cid = sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id(2).unwrap();
+        let id = ctx.engine.create_id().unwrap();
         ctx.engine.send_req(ctx.now, id, &params).unwrap();
         id
     });

@@ -307,7 +307,7 @@ impl Consumer {
                 self.destroy(ctx, h, 0);
             }
             W_CONNECT_AGAIN => {
-                let id = ctx.engine.create_id(3).unwrap();
+                let id = ctx.engine.create_id().unwrap();
                 let mut p = self.req.clone();
                 p.qp_num = QPN_C + 1;
                 ctx.engine.send_req(now, id, &p).unwrap();
@@ -501,7 +501,7 @@ fn run(case: Case, seed: u64, faults: Faults, trace: bool) -> Result<bool, Strin
     assert_eq!((c, s), (C, S));
     let listener = {
         let e = &mut sim.nodes[S].engine;
-        let l = e.create_id(1).unwrap();
+        let l = e.create_id().unwrap();
         e.listen(l, SERVICE).unwrap();
         l
     };
@@ -526,7 +526,7 @@ fn run(case: Case, seed: u64, faults: Faults, trace: bool) -> Result<bool, Strin
     };
     // Start: the client connects (or resolves); timed actions.
     sim.with_node(C, &mut app, |ctx| {
-        let id = ctx.engine.create_id(2).unwrap();
+        let id = ctx.engine.create_id().unwrap();
         if case.is_sidr() {
             ctx.engine.send_sidr_req(ctx.now, id, &con.sidr).unwrap();
         } else {

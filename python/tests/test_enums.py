@@ -69,3 +69,13 @@ def test_package_level_event_kinds():
     for name, member in enums.EventType.__members__.items():
         assert getattr(ibcm, name) is member
         assert name in ibcm.__all__
+
+
+def test_rej_reasons_are_the_librarys():
+    """RejReason holds exactly the reasons the library has an
+    ibcm_reject_msg text for: its table (wire::rej_reason, checked against
+    the header by tests/abi.rs) and this enum cannot drift apart."""
+    known = {int(m) for m in enums.RejReason}
+    for v in range(256):
+        has_text = raw.ibcm_reject_msg(v) != b"unrecognized reason"
+        assert has_text == (v in known), f"reason {v}: text {has_text}, in RejReason {v in known}"

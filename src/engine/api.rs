@@ -6,21 +6,10 @@ use super::*;
 
 impl Engine {
     /// `ib_create_cm_id`: a new id in IDLE, visible at once.
-    pub fn create_id(&mut self, user: u64) -> ApiResult<Handle> {
-        let id = self
-            .ids
-            .insert_with(|_| IdRec::new(user))
-            .ok_or(Errno::EBUSY)?;
+    pub fn create_id(&mut self) -> ApiResult<Handle> {
+        let id = self.ids.insert_with(|_| IdRec::new()).ok_or(Errno::EBUSY)?;
         self.counters.ids_created += 1;
         Ok(Handle(id as u64))
-    }
-
-    /// Changes the user token of an id (the runtime sets it once the C
-    /// object exists).
-    pub fn set_user(&mut self, h: Handle, user: u64) -> ApiResult {
-        let r = self.ids.get_mut(h.0 as u32).ok_or(Errno::EINVAL)?;
-        r.user = user;
-        Ok(())
     }
 
     pub(super) fn check_service_id(&self, service_id: u64) -> ApiResult<u64> {
@@ -62,11 +51,10 @@ impl Engine {
         key: Option<u64>,
     ) -> ApiResult {
         let id = h.0 as u32;
-        let user = self.rec(h)?.user;
+        self.rec(h)?;
         let entry = ListenEntry {
             shard: self.cfg.shard,
             local_id: id,
-            user,
             share_key: key,
         };
         self.shared.listen_insert(service_id, entry).map_err(|_| {
@@ -97,12 +85,7 @@ impl Engine {
     /// whether it already existed (then its share count was raised). An
     /// existing listener with another key, or owned by another shard (the
     /// runtime routes the call to the owner), gives `-EINVAL`.
-    pub fn insert_listen(
-        &mut self,
-        user: u64,
-        service_id: u64,
-        key: u64,
-    ) -> ApiResult<(Handle, bool)> {
+    pub fn insert_listen(&mut self, service_id: u64, key: u64) -> ApiResult<(Handle, bool)> {
         let service_id = self.check_service_id(service_id)?;
         if let Some(e) = self.shared.listen_lookup(service_id) {
             if e.share_key != Some(key) || e.shard != self.cfg.shard {
@@ -111,7 +94,7 @@ impl Engine {
             self.share_listener(Handle(e.local_id as u64))?;
             return Ok((Handle(e.local_id as u64), true));
         }
-        let h = self.create_id(user)?;
+        let h = self.create_id()?;
         if let Err(e) = self.listen_checked(h, service_id, Some(key)) {
             self.ids.remove(h.0 as u32);
             self.counters.ids_destroyed += 1;

@@ -39,7 +39,7 @@ pub mod types;
 pub use config::{EngineConfig, GidEntry, PortInfo};
 pub use counters::{Counters, DropCause};
 pub use recv::{Dropped, route};
-pub use shared::{IdRef, ListenEntry, Shared};
+pub use shared::{ListenEntry, RemoteQpEntry, Shared};
 pub use timeouts::{ack_timeout, convert_to_ms};
 pub use types::*;
 
@@ -64,7 +64,6 @@ pub const MRA_SETTING: u8 = 24;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Change {
     pub id: Handle,
-    pub user: u64,
     pub state: State,
     pub lap_state: LapState,
     pub remote_id: u32,
@@ -374,7 +373,6 @@ impl Engine {
         let r = self.ids.get(id.0 as u32)?;
         Some(Change {
             id,
-            user: r.user,
             state: r.state,
             lap_state: r.lap_state,
             remote_id: r.remote_id,
@@ -422,10 +420,11 @@ impl Engine {
     }
 
     fn event(&mut self, id: u32, kind: EventType, param: EventParam, mad: Option<&[u8]>) {
-        let Some(r) = self.ids.get(id) else { return };
+        if self.ids.get(id).is_none() {
+            return;
+        }
         let ev = Event {
             id: Handle(id as u64),
-            user: r.user,
             kind,
             param,
             local_id: id,

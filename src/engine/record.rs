@@ -18,7 +18,6 @@ pub(super) struct Outstanding {
 
 /// Per-id protocol state (the kernel's `cm_id_private`).
 pub(crate) struct IdRec {
-    pub(super) user: u64,
     pub(super) state: State,
     pub(super) lap_state: LapState,
     pub(super) service_id: u64,
@@ -65,9 +64,8 @@ pub(crate) struct IdRec {
 }
 
 impl IdRec {
-    pub(super) fn new(user: u64) -> IdRec {
+    pub(super) fn new() -> IdRec {
         IdRec {
-            user,
             state: State::Idle,
             lap_state: LapState::Uninit,
             service_id: 0,
@@ -124,7 +122,6 @@ impl Engine {
         if let Some(r) = self.ids.get(id) {
             self.changes.push_back(Change {
                 id: Handle(id as u64),
-                user: r.user,
                 state: r.state,
                 lap_state: r.lap_state,
                 remote_id: r.remote_id,

@@ -157,7 +157,7 @@ impl Engine {
     }
 
     /// Asks for `ib_send_cm_dreq(old, NULL, 0)` on a stale connection.
-    fn dreq_stale(&mut self, now: Time, old: IdRef) {
+    fn dreq_stale(&mut self, now: Time, old: RemoteQpEntry) {
         if old.shard == self.cfg.shard {
             self.dreq_stale_local(now, old.local_id);
         } else {
@@ -331,7 +331,7 @@ impl Engine {
             .gid_at(port, gid_index)
             .map(|e| e.gid_type)
             .unwrap_or_default();
-        let Ok(h) = self.create_id(0) else {
+        let Ok(h) = self.create_id() else {
             let rej = issue_rej(
                 mad.tid,
                 r.local_comm_id,
@@ -372,7 +372,7 @@ impl Engine {
         // Duplicate/stale registration (cm_match_req).
         self.remote_ids.insert((guid, r.local_comm_id), id);
         self.ids.get_mut(id).unwrap().in_remote_id = true;
-        let me = IdRef {
+        let me = RemoteQpEntry {
             shard: self.cfg.shard,
             local_id: id,
             remote_id: r.local_comm_id,
@@ -485,7 +485,6 @@ impl Engine {
             if !is_roce {
                 rec.dlid_datapath = r.primary.local_lid as u32;
             }
-            rec.user = listener.user;
             rec.half_open = half_open;
             rec.half_open_src = source;
         }
@@ -496,7 +495,6 @@ impl Engine {
         self.changed(id);
         let ev = ReqEvent {
             listen_id: Handle(listener.local_id as u64),
-            listen_user: listener.user,
             bth_pkey: src.pkey,
             port,
             primary_path: primary,
@@ -716,7 +714,7 @@ impl Engine {
             self.count_dup(attr::REP);
             return drop_(DropCause::Duplicate, "REP for a connection already known");
         }
-        let me = IdRef {
+        let me = RemoteQpEntry {
             shard: self.cfg.shard,
             local_id: id,
             remote_id: r.local_comm_id,
@@ -927,7 +925,7 @@ impl Engine {
             self.push_mad(Self::reply_dest(src), out);
             return drop_(DropCause::Ignored, "no listener: SIDR_REP(UNSUPPORTED)");
         };
-        let Ok(h) = self.create_id(listener.user) else {
+        let Ok(h) = self.create_id() else {
             return drop_(DropCause::Overload, "id table full");
         };
         let id = h.0 as u32;
@@ -960,7 +958,6 @@ impl Engine {
         self.changed(id);
         let ev = SidrReqEvent {
             listen_id: Handle(listener.local_id as u64),
-            listen_user: listener.user,
             service_id: s.service_id,
             sgid_attr: (port, gid_index),
             bth_pkey: src.pkey,

@@ -13,9 +13,10 @@ use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
-/// A reference to an id in some shard.
+/// The connection on a (remote CA GUID, remote QPN): the value of the
+/// stale-connection table, naming its id by shard and local comm ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdRef {
+pub struct RemoteQpEntry {
     pub shard: u32,
     pub local_id: u32,
     pub remote_id: u32,
@@ -26,7 +27,6 @@ pub struct IdRef {
 pub struct ListenEntry {
     pub shard: u32,
     pub local_id: u32,
-    pub user: u64,
     /// For `ib_cm_insert_listen`: the key (handler identity) shared
     /// listeners must match; `None` for plain `ib_cm_listen` listeners,
     /// which are never shared.
@@ -39,7 +39,7 @@ pub struct Shared {
     pub codec: IdCodec,
     pub shard_bits: u32,
     listen: RwLock<FastMap<u64, ListenEntry>>,
-    remote_qp: [Mutex<FastMap<(u64, u32), IdRef>>; QP_LOCKS],
+    remote_qp: [Mutex<FastMap<(u64, u32), RemoteQpEntry>>; QP_LOCKS],
     next_service_id: AtomicU64,
 }
 
@@ -108,14 +108,14 @@ impl Shared {
         self.listen.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    fn qp_lock(&self, guid: u64, qpn: u32) -> &Mutex<FastMap<(u64, u32), IdRef>> {
+    fn qp_lock(&self, guid: u64, qpn: u32) -> &Mutex<FastMap<(u64, u32), RemoteQpEntry>> {
         let h = (guid ^ (qpn as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 7;
         &self.remote_qp[(h as usize) % QP_LOCKS]
     }
 
     /// Records the connection to (remote CA GUID, remote QPN);
     /// `Err(existing)` when another connection holds it (a stale peer).
-    pub fn qp_insert(&self, guid: u64, qpn: u32, r: IdRef) -> Result<(), IdRef> {
+    pub fn qp_insert(&self, guid: u64, qpn: u32, r: RemoteQpEntry) -> Result<(), RemoteQpEntry> {
         let mut m = lock(self.qp_lock(guid, qpn));
         match m.entry((guid, qpn)) {
             Entry::Occupied(o) => Err(*o.get()),

@@ -422,6 +422,28 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// Every event type, in value order (`ALL[v]` has the value `v`).
+    pub const ALL: [EventType; 18] = [
+        EventType::ReqError,
+        EventType::ReqReceived,
+        EventType::RepError,
+        EventType::RepReceived,
+        EventType::RtuReceived,
+        EventType::UserEstablished,
+        EventType::DreqError,
+        EventType::DreqReceived,
+        EventType::DrepReceived,
+        EventType::TimewaitExit,
+        EventType::MraReceived,
+        EventType::RejReceived,
+        EventType::LapError,
+        EventType::LapReceived,
+        EventType::AprReceived,
+        EventType::SidrReqError,
+        EventType::SidrReqReceived,
+        EventType::SidrRepReceived,
+    ];
+
     /// The AttributeID of the message whose receipt this event reports
     /// (`None` for errors, `USER_ESTABLISHED` and `TIMEWAIT_EXIT`).
     pub fn received_attr(self) -> Option<u16> {
@@ -478,9 +500,8 @@ pub const WC_RESP_TIMEOUT_ERR: u32 = 20;
 /// Parameters of `IB_CM_REQ_RECEIVED` (`struct ib_cm_req_event_param`).
 #[derive(Debug, Clone)]
 pub struct ReqEvent {
-    /// The listener's handle and user token.
+    /// The listener's handle.
     pub listen_id: Handle,
-    pub listen_user: u64,
     pub bth_pkey: u16,
     pub port: u8,
     pub primary_path: PathRec,
@@ -523,8 +544,8 @@ pub struct RepEvent {
 /// Parameters of `IB_CM_SIDR_REQ_RECEIVED`.
 #[derive(Debug, Clone, Copy)]
 pub struct SidrReqEvent {
+    /// The listener's handle.
     pub listen_id: Handle,
-    pub listen_user: u64,
     pub service_id: u64,
     pub sgid_attr: (u8, u16),
     pub bth_pkey: u16,
@@ -577,8 +598,6 @@ pub struct Handle(pub u64);
 #[derive(Clone)]
 pub struct Event {
     pub id: Handle,
-    /// The id's user token (the runtime's pointer to its `ib_cm_id`).
-    pub user: u64,
     pub kind: EventType,
     pub param: EventParam,
     /// For REQ/SIDR_REQ events: the new id's local comm ID.

@@ -3,8 +3,9 @@
 //! close.
 
 use super::event_loop::Outputs;
+use super::inner::CmIdInner;
 use super::remote::Remote;
-use super::shell::Shell;
+use super::shard::{Listeners, Shard};
 use super::spec::open_transport;
 use super::{lock, read};
 use crate::abi::{IbGid, IbGidAttr};
@@ -92,7 +93,10 @@ fn gid_attr_table(ports: &[PortInfo], device: *mut c_void) -> GidAttrTable {
 pub struct Device {
     pub(super) name: String,
     pub(super) transport: Arc<dyn Transport>,
-    pub(super) shards: Vec<Mutex<Engine>>,
+    /// Engine shards, each with the `CmIdInner`s of its ids.
+    pub(super) shards: Vec<Mutex<Shard>>,
+    /// Listening ids by handle, for the REQs of every shard.
+    pub(super) listeners: Listeners,
     pub(super) shared: Arc<Shared>,
     epoch: Instant,
     pub(super) stop: AtomicBool,
@@ -108,7 +112,7 @@ pub struct Device {
     /// share one counter.
     pub(super) live_ids: Box<[PaddedCount]>,
     /// Ids with events from API calls, delivered by the event loop.
-    pub(super) deferred: Mutex<Vec<Arc<Shell>>>,
+    pub(super) deferred: Mutex<Vec<Arc<CmIdInner>>>,
     /// MADs waiting to be sent, in engine order.
     pub(super) outq: Mutex<Vec<Transmit>>,
     /// Set after MADs are queued on `outq`; lets a flush with nothing to
@@ -170,6 +174,7 @@ impl Device {
             name: remote.describe(),
             transport: remote.clone(),
             shards: Vec::new(),
+            listeners: Listeners::new(),
             shared: Arc::new(Shared::new(0, 0)),
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
@@ -222,7 +227,7 @@ impl Device {
                     cfg.ack_delay = d;
                 }
                 cfg.seed = seed ^ (i as u64).wrapping_mul(0x9e37_79b9);
-                Mutex::new(Engine::new(cfg, shared.clone()))
+                Mutex::new(Shard::new(Engine::new(cfg, shared.clone())))
             })
             .collect();
         let attrs = gid_attr_table(&ports, std::ptr::null_mut());
@@ -230,6 +235,7 @@ impl Device {
             name: transport.describe(),
             transport,
             shards,
+            listeners: Listeners::new(),
             shared,
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
@@ -409,10 +415,10 @@ impl Device {
                 let mut e = lock(s);
                 for h in e.handles() {
                     leftovers += 1;
-                    let user = e.info(h).map(|c| c.user).unwrap_or(0);
                     e.destroy(h, 0);
-                    if user != 0 {
-                        let sh = unsafe { &*(user as *const Shell) };
+                    // The object stays in the table: C may still hold its
+                    // pointer (calls on it now fail), as before the close.
+                    if let Some(sh) = e.id(h) {
                         let mut d = lock(&sh.dq);
                         d.destroyed = true;
                         d.queue.clear();
@@ -449,8 +455,8 @@ impl Device {
         }
     }
 
-    pub(super) fn shard_of(&self, shell: &Shell) -> &Mutex<Engine> {
-        &self.shards[shell.shard as usize]
+    pub(super) fn shard_of(&self, id: &CmIdInner) -> &Mutex<Shard> {
+        &self.shards[id.shard as usize]
     }
 }
 

@@ -6,9 +6,10 @@
 //! them together.
 
 use super::device::Device;
+use super::inner::{CmIdInner, Item};
 use super::lock;
 use super::registry::register;
-use super::shell::{Item, Shell};
+use super::shard::Shard;
 use crate::engine::*;
 use crate::fabric::Received;
 use crate::log::{DEBUG, ERROR, INFO};
@@ -20,7 +21,7 @@ use std::time::Duration;
 /// What one engine step produced, handled after the shard lock is released.
 #[derive(Default)]
 pub(super) struct Outputs {
-    pub(super) deliver: Vec<Arc<Shell>>,
+    pub(super) deliver: Vec<Arc<CmIdInner>>,
     pub(super) foreign: Vec<Foreign>,
 }
 
@@ -33,43 +34,41 @@ thread_local! {
 
 impl Device {
     /// Takes everything an engine produced. Runs under the shard lock.
-    pub(super) fn drain(&self, shard: u32, e: &mut Engine, out: &mut Outputs) {
-        // Queued on the device in engine order while the shard lock is
-        // held, so MADs of one id can never overtake each other.
-        if e.has_transmits() {
-            e.take_transmits(&mut lock(&self.outq));
-            self.outq_pending.store(true, Ordering::SeqCst);
-        }
+    pub(super) fn drain(&self, shard: u32, e: &mut Shard, out: &mut Outputs) {
+        // An id made by a REQ has no object until its REQ event below,
+        // which starts it from the id's fields as they are then.
         while let Some(c) = e.poll_change() {
-            if c.user != 0 {
-                let sh = unsafe { &*(c.user as *const Shell) };
-                // A REQ's new id starts with its listener's user token
-                // until `shell_for_event` gives it its own shell: never let
-                // the new id's fields overwrite the listener's.
-                if sh.handle() == c.id {
-                    sh.sync_public(&c);
-                }
+            if let Some(sh) = e.id(c.id) {
+                sh.sync_public(&c);
             }
         }
         while let Some(ev) = e.poll_event() {
-            if let Some(sh) = self.shell_for_event(shard, e, &ev) {
-                let listener = match &ev.param {
-                    EventParam::Req(p) => Some(p.listen_user),
-                    EventParam::SidrReq(p) => Some(p.listen_user),
-                    _ => None,
-                }
-                .map(|u| unsafe {
-                    // The listener is alive: destroying it crosses every
-                    // shard lock (see `destroy`), and we hold ours.
-                    Arc::increment_strong_count(u as *const Shell);
-                    Arc::from_raw(u as *const Shell)
-                });
-                lock(&sh.dq).queue.push_back(Item {
-                    ev,
-                    _listener: listener,
-                });
-                out.deliver.push(sh);
-            }
+            let listen_id = match &ev.param {
+                EventParam::Req(p) => Some(p.listen_id),
+                EventParam::SidrReq(p) => Some(p.listen_id),
+                _ => None,
+            };
+            let (sh, listener) = match listen_id {
+                Some(l) => match self.new_request_id(shard, e, &ev, l) {
+                    Some((sh, listener)) => (sh, Some(listener)),
+                    None => continue,
+                },
+                None => match e.id(ev.id) {
+                    Some(sh) => (sh.clone(), None),
+                    None => {
+                        ibcm_log!(
+                            DEBUG,
+                            "{}: event {} for id {:#x}, which has no object: dropped",
+                            self.name,
+                            ev.kind.name(),
+                            ev.id.0
+                        );
+                        continue;
+                    }
+                },
+            };
+            lock(&sh.dq).queue.push_back(Item { ev, listener });
+            out.deliver.push(sh);
         }
         while let Some(f) = e.poll_foreign() {
             out.foreign.push(f);
@@ -77,71 +76,65 @@ impl Device {
         while let Some(n) = e.poll_notice() {
             ibcm_log!(INFO, "{}: {n}", self.name);
         }
+        // Queued on the device in engine order while the shard lock is
+        // held, so MADs of one id can never overtake each other. Last, so
+        // a MAD the steps above caused goes out with the rest.
+        if e.has_transmits() {
+            e.take_transmits(&mut lock(&self.outq));
+            self.outq_pending.store(true, Ordering::SeqCst);
+        }
     }
 
-    /// The shell an event is for; creates the shell of a new incoming id
-    /// (REQ/SIDR_REQ), inheriting the listener's handler and context.
-    fn shell_for_event(&self, shard: u32, e: &mut Engine, ev: &Event) -> Option<Arc<Shell>> {
-        let listen_user = match &ev.param {
-            EventParam::Req(p) => Some(p.listen_user),
-            EventParam::SidrReq(p) => Some(p.listen_user),
-            _ => None,
-        };
-        if let Some(lu) = listen_user {
-            let listener = unsafe { &*(lu as *const Shell) };
-            let lc = unsafe { *listener.c.get() };
-            let shell = Arc::new(Shell::new(
-                listener.dev.clone(),
-                shard,
-                ev.id,
-                lc.cm_handler,
-                lc.context,
-                listener.rust_handler.clone(),
-            ));
-            if let Some(c) = e.info(ev.id) {
-                shell.sync_public(&c);
-            }
-            // One reference for the engine's user token / the consumer,
-            // released by destroy.
-            let raw = Arc::into_raw(shell.clone());
-            if let Err(err) = e.set_user(ev.id, raw as u64) {
-                // The event's id is gone: nothing to deliver to.
-                ibcm_log!(ERROR, "{}: new id {:#x}: {err}", self.name, ev.id.0);
-                drop(unsafe { Arc::from_raw(raw) });
-                return None;
-            }
-            register(raw);
-            self.live_ids[shard as usize]
-                .0
-                .fetch_add(1, Ordering::Relaxed);
-            return Some(shell);
-        }
-        // An event queued in the same engine step as the REQ that created
-        // its id (a REJ/DREQ right behind the REQ in one received batch)
-        // carries the user token the id had then: its listener's. Use the
-        // id's own shell, given above; never deliver it to the listener.
-        let user = match e.info(ev.id) {
-            Some(c) if c.user != 0 => c.user,
-            _ => ev.user,
-        };
-        if user == 0 {
-            return None;
-        }
-        let p = user as *const Shell;
-        if unsafe { (*p).handle() } != ev.id {
+    /// The object of an id a REQ or SIDR_REQ made, inheriting its
+    /// listener's handler and context; returned with the listener.
+    fn new_request_id(
+        &self,
+        shard: u32,
+        e: &mut Shard,
+        ev: &Event,
+        listen_id: Handle,
+    ) -> Option<(Arc<CmIdInner>, Arc<CmIdInner>)> {
+        let Some(c) = e.info(ev.id) else {
             ibcm_log!(
-                DEBUG,
-                "{}: event {} for id {:#x} has no shell of its own yet: dropped",
+                ERROR,
+                "{}: {} for id {:#x}, which is gone: dropped",
                 self.name,
                 ev.kind.name(),
                 ev.id.0
             );
             return None;
-        }
-        unsafe {
-            Arc::increment_strong_count(p);
-            Some(Arc::from_raw(p))
-        }
+        };
+        let Some(listener) = self.listeners.get(listen_id) else {
+            // A listener leaves the table only after its destroy crossed
+            // every shard lock, so a REQ it matched finds it; if not, the
+            // request is refused rather than left without an owner.
+            ibcm_log!(
+                ERROR,
+                "{}: {} for id {:#x} names listener {:#x}, which is not in the table: id destroyed",
+                self.name,
+                ev.kind.name(),
+                ev.id.0,
+                listen_id.0
+            );
+            e.destroy(ev.id, -errno::ENOMEM);
+            return None;
+        };
+        let lc = unsafe { *listener.c.get() };
+        let inner = Arc::new(CmIdInner::new(
+            listener.dev.clone(),
+            shard,
+            ev.id,
+            lc.cm_handler,
+            lc.context,
+            listener.rust_handler.clone(),
+        ));
+        inner.sync_public(&c);
+        register(Arc::as_ptr(&inner));
+        e.insert_id(inner.clone());
+        self.live_ids[shard as usize]
+            .0
+            .fetch_add(1, Ordering::Relaxed);
+        Some((inner, listener))
     }
 
     /// Sends, delivers and forwards what a step produced (no locks held).

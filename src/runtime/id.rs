@@ -4,9 +4,9 @@
 
 use super::device::Device;
 use super::event_loop::Outputs;
+use super::inner::{CmIdInner, IN_CALLBACK, RustHandler};
 use super::lock;
 use super::registry::register;
-use super::shell::{IN_CALLBACK, RustHandler, Shell};
 use crate::abi::{IbCmHandler, IbCmId};
 use crate::engine::*;
 use crate::ipc::op;
@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// A Rust handle to an id (keeps the object alive; using it after destroy
 /// gives `-EINVAL`).
 #[derive(Clone)]
-pub struct CmId(pub(crate) Arc<Shell>);
+pub struct CmId(pub(crate) Arc<CmIdInner>);
 
 impl std::fmt::Debug for CmId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,8 +73,8 @@ impl Device {
             })
             .unwrap_or_else(|| (first, lock(&self.shards[first])));
         let shard = shard as u32;
-        let h = e.create_id(0)?;
-        let shell = Arc::new(Shell::new(
+        let h = e.create_id()?;
+        let inner = Arc::new(CmIdInner::new(
             self.clone(),
             shard,
             h,
@@ -82,16 +82,15 @@ impl Device {
             context,
             rust_handler,
         ));
-        let raw = Arc::into_raw(shell.clone());
-        e.set_user(h, raw as u64)?;
-        register(raw);
+        register(Arc::as_ptr(&inner));
+        e.insert_id(inner.clone());
         if let Some(c) = e.info(h) {
-            shell.sync_public(&c);
+            inner.sync_public(&c);
         }
         self.live_ids[shard as usize]
             .0
             .fetch_add(1, Ordering::Relaxed);
-        Ok(CmId(shell))
+        Ok(CmId(inner))
     }
 
     /// `ib_cm_insert_listen`: an existing compatible listener (same handler,
@@ -114,23 +113,20 @@ impl Device {
             if entry.share_key != Some(key) {
                 return Err(Errno::EINVAL);
             }
-            let p = entry.user as *const Shell;
-            let sh = unsafe { &*p };
+            let h = Handle(entry.local_id as u64);
+            // Entered before its listen could match: always there.
+            let sh = self.listeners.get(h).ok_or(Errno::EINVAL)?;
             if unsafe { !(*sh.c.get()).context.is_null() } {
                 return Err(Errno::EINVAL);
             }
-            lock(&self.shards[entry.shard as usize])
-                .share_listener(Handle(entry.local_id as u64))?;
-            register(p);
-            // One reference for the new sharer (released by its destroy),
-            // one for the returned handle.
-            unsafe {
-                Arc::increment_strong_count(p);
-                Arc::increment_strong_count(p);
-                return Ok(CmId(Arc::from_raw(p)));
-            }
+            lock(&self.shards[entry.shard as usize]).share_listener(h)?;
+            // The new sharer is one more owner of the C pointer (its
+            // destroy drops it); the shard's table keeps the object.
+            register(Arc::as_ptr(&sh));
+            return Ok(CmId(sh));
         }
         let id = self.create_id(handler, std::ptr::null_mut(), rust_handler)?;
+        let added = self.listeners.insert(&id.0);
         let r = {
             let mut e = lock(&self.shards[id.0.shard as usize]);
             let r = e.listen_keyed(id.0.handle(), service_id, Some(key));
@@ -139,6 +135,9 @@ impl Device {
             }
             r
         };
+        if r.is_err() && added {
+            self.listeners.remove(id.0.handle());
+        }
         match r {
             Ok(()) => Ok(id),
             Err(e) => {
@@ -162,7 +161,7 @@ impl CmId {
     /// # Safety
     /// `p` must be a live `ib_cm_id` created by ibcm.
     pub unsafe fn from_c(p: *mut IbCmId) -> CmId {
-        let s = p as *const Shell;
+        let s = p as *const CmIdInner;
         unsafe {
             Arc::increment_strong_count(s);
             CmId(Arc::from_raw(s))
@@ -233,8 +232,16 @@ impl CmId {
                 w.put(&service_id);
             });
         }
-        let _g = lock(&self.0.dev.listen_lock);
-        self.with_engine(|e, _, h| e.listen(h, service_id))
+        let dev = &self.0.dev;
+        let _g = lock(&dev.listen_lock);
+        // A listener is in the device's table before the engine can match
+        // a REQ against it (the REQ's shard looks it up there).
+        let added = dev.listeners.insert(&self.0);
+        let r = self.with_engine(|e, _, h| e.listen(h, service_id));
+        if r.is_err() && added {
+            dev.listeners.remove(self.0.handle());
+        }
+        r
     }
 
     pub fn send_req(&self, p: &ReqParams) -> ApiResult {
@@ -293,9 +300,8 @@ impl CmId {
 
     pub fn prepare_mra(&self) -> ApiResult {
         if let Some(r) = self.remote() {
-            return r.call_unit(&self.0, op::PREPARE_MRA, |w| {
-                let _ = w;
-            });
+            // The request has no body.
+            return r.call_unit(&self.0, op::PREPARE_MRA, |_| {});
         }
         self.with_engine(|e, _, h| e.prepare_mra(h))
     }

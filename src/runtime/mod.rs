@@ -5,8 +5,10 @@
 //!   its own mutex, held only for a pure state-machine step — never across
 //!   I/O or a callback) and an event-loop thread that receives MADs, runs
 //!   timers and delivers callbacks.
-//! * An id is a [`Shell`] whose first field is the C `struct ib_cm_id`, so
-//!   the C pointer and the Rust object are the same address.
+//! * An id is a [`CmIdInner`] whose first field is the C `struct ib_cm_id`, so
+//!   the C pointer and the Rust object are the same address. The engine
+//!   knows only the id's `Handle`; the runtime finds the `CmIdInner` by it in the
+//!   shard's table (`shard.rs`), so no pointer passes through the engine.
 //! * Callbacks for one id are serialised and in order: events are queued on
 //!   the id (under its shard lock, so in engine order) and delivered by one
 //!   thread at a time. A handler may call any CM function on its id except
@@ -31,7 +33,7 @@
 //! Taken in this order, never the other way: the device's `listen_lock`
 //! (listen, insert_listen) → one shard's engine mutex →
 //! the leaves: the device's send queue (`outq`), an id's delivery queue,
-//! a registry shard. `send_lock` (one flush at a time) is taken with no
+//! a registry shard, the device's listener table. `send_lock` (one flush at a time) is taken with no
 //! shard lock held and only nests `outq`. No lock is held while MADs are
 //! sent or a callback runs; destroying a listener takes and drops every
 //! shard lock in turn as a barrier.
@@ -45,12 +47,14 @@
 //! * `event_loop.rs` — the receive/timer loop, routing MADs to shards,
 //!   draining an engine step's outputs, flushing the send queue,
 //!   [`Device::batch`].
-//! * `shell.rs` — [`Shell`] and its delivery queue, callback delivery,
+//! * `inner.rs` — [`CmIdInner`] and its delivery queue, callback delivery,
 //!   the protocol destroy and release; [`RustHandler`].
 //! * `id.rs` — [`CmId`] and its `ib_cm.h` calls, `Device::create_id` and
 //!   `Device::insert_listen`.
-//! * `registry.rs` — the live-id registry behind [`lookup`], and
-//!   [`listen_id`].
+//! * `shard.rs` — an engine shard with the `CmIdInner`s of its ids by handle,
+//!   and the device's listeners by handle.
+//! * `registry.rs` — the live-id registry of C pointers behind [`lookup`],
+//!   and [`listen_id`].
 //! * `remote.rs` — a device served by the host CM service (`ipc`
 //!   requests instead of engine steps, pushed events into the same
 //!   delivery), `IBCM_SERVICE`, starting the service on demand.
@@ -60,16 +64,17 @@ use std::sync::{Mutex, MutexGuard};
 mod device;
 mod event_loop;
 mod id;
+mod inner;
 mod registry;
 mod remote;
-mod shell;
+mod shard;
 mod spec;
 
 pub use device::{Device, DeviceOptions};
 pub use id::CmId;
+pub use inner::{CmIdInner, RustHandler};
 pub use registry::{listen_id, lookup};
 pub use remote::{Mode as ServiceMode, mode as service_mode};
-pub use shell::{RustHandler, Shell};
 pub use spec::{DeviceSpec, SOFT_VERBS_PORT};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

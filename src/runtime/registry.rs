@@ -3,8 +3,8 @@
 //! the C `listen_id` of a request event.
 
 use super::id::CmId;
+use super::inner::{CALLBACK_LISTENER, CmIdInner};
 use super::lock;
-use super::shell::Shell;
 use crate::abi::IbCmId;
 use crate::engine::{Event, EventParam};
 use std::sync::Mutex;
@@ -53,12 +53,12 @@ fn live_shard(p: usize) -> &'static Mutex<LiveMap> {
     &LIVE[(h >> 60) as usize % REG_SHARDS]
 }
 
-pub(super) fn register(p: *const Shell) {
+pub(super) fn register(p: *const CmIdInner) {
     *lock(live_shard(p as usize)).entry(p as usize).or_insert(0) += 1;
 }
 
 /// Drops one owner of `p`.
-pub(super) fn unregister(p: *const Shell) {
+pub(super) fn unregister(p: *const CmIdInner) {
     let mut m = lock(live_shard(p as usize));
     if let Some(n) = m.get_mut(&(p as usize)) {
         *n -= 1;
@@ -82,14 +82,21 @@ pub fn lookup(p: *mut IbCmId) -> Option<CmId> {
 }
 
 /// The C `listen_id` of a REQ_RECEIVED or SIDR_REQ_RECEIVED event (the
-/// listener the request matched; null for other events). Valid while the
-/// event's callback runs: a queued request event holds its listener.
+/// listener the request matched; null for other events), called from that
+/// event's callback: a queued request event holds its listener, and its
+/// delivery names it to the thread running the callback. Null outside a
+/// callback.
 pub fn listen_id(ev: &Event) -> *mut IbCmId {
-    // The engine's user token of an id is its `Shell`, whose first member
-    // is the C struct.
     match &ev.param {
-        EventParam::Req(p) => p.listen_user as *mut IbCmId,
-        EventParam::SidrReq(p) => p.listen_user as *mut IbCmId,
+        EventParam::Req(_) | EventParam::SidrReq(_) => {
+            let p = CALLBACK_LISTENER.with(|c| c.get());
+            if p.is_null() {
+                std::ptr::null_mut()
+            } else {
+                // Alive: the item being delivered holds it.
+                unsafe { (*p).c.get() }
+            }
+        }
         _ => std::ptr::null_mut(),
     }
 }

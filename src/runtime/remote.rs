@@ -1,5 +1,5 @@
 //! A device served by the host CM service (`ibcm daemon`): the process
-//! keeps its `Shell`s, registry and callback delivery exactly as for an
+//! keeps its `CmIdInner`s, registry and callback delivery exactly as for an
 //! in-process device; what an engine shard would do is a request on the
 //! service socket (`ipc`), and the events the service pushes enter the
 //! same delivery path. `IBCM_SERVICE` chooses: `auto` (the default: the
@@ -9,9 +9,9 @@
 //! in-process.
 
 use super::device::Device;
+use super::inner::{CmIdInner, Item, RustHandler};
 use super::lock;
 use super::registry::register;
-use super::shell::{Item, RustHandler, Shell};
 use crate::abi::IbCmHandler;
 use crate::engine::*;
 use crate::fabric::{Received, Transport, TransportStats};
@@ -72,13 +72,13 @@ pub struct Remote {
     pending: Mutex<HashMap<u64, Option<Vec<u8>>>>,
     replied: Condvar,
     dead: AtomicBool,
-    /// Live ids by service handle: the raw `Arc<Shell>` the engine's user
-    /// token is in-process (released by destroy).
+    /// Live ids by service handle: the raw `Arc<CmIdInner>` an in-process
+    /// shard's table holds (released by destroy).
     ids: Mutex<HashMap<u64, usize>>,
     /// Extra owners of listeners shared by `insert_listen`, by shell.
     shares: Mutex<HashMap<usize, u32>>,
     /// Ids with events to deliver, for the delivery thread.
-    ready: Mutex<VecDeque<Arc<Shell>>>,
+    ready: Mutex<VecDeque<Arc<CmIdInner>>>,
     ready_cv: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -206,7 +206,7 @@ fn public_of(p: &Public) -> crate::abi::IbCmId {
     }
 }
 
-impl Shell {
+impl CmIdInner {
     /// Mirrors the service's public fields of this id into the C struct,
     /// if this snapshot is newer than the last one applied (a call's reply
     /// can arrive after an event that was produced later).
@@ -344,7 +344,7 @@ impl Remote {
     /// A call on an id: its public fields are refreshed from the reply.
     fn call_id(
         &self,
-        sh: &Shell,
+        sh: &CmIdInner,
         opc: u16,
         body: impl FnOnce(&mut Writer),
     ) -> Result<Vec<u8>, Errno> {
@@ -355,21 +355,21 @@ impl Remote {
 
     pub(super) fn call_unit(
         &self,
-        sh: &Shell,
+        sh: &CmIdInner,
         opc: u16,
         body: impl FnOnce(&mut Writer),
     ) -> ApiResult {
         self.call_id(sh, opc, body).map(|_| ())
     }
 
-    pub(super) fn init_qp_attr(&self, sh: &Shell, qp_state: u32) -> ApiResult<QpAttr> {
+    pub(super) fn init_qp_attr(&self, sh: &CmIdInner, qp_state: u32) -> ApiResult<QpAttr> {
         let rest = self.call_id(sh, op::INIT_QP_ATTR, |w| {
             w.put(&qp_state);
         })?;
         Reader::new(&rest).get().map_err(|_| Errno(errno::EPROTO))
     }
 
-    pub(super) fn state(&self, sh: &Shell) -> Option<State> {
+    pub(super) fn state(&self, sh: &CmIdInner) -> Option<State> {
         let rest = self.call_id(sh, op::STATE, |_| ()).ok()?;
         Reader::new(&rest).get::<Option<State>>().ok().flatten()
     }
@@ -390,7 +390,7 @@ impl Remote {
     ) -> Result<super::CmId, Errno> {
         let (public, rest) = self.call(op::CREATE_ID, 0, |_| ())?;
         let h: u64 = Reader::new(&rest).get().map_err(|_| Errno(errno::EPROTO))?;
-        let shell = Arc::new(Shell::new(
+        let shell = Arc::new(CmIdInner::new(
             dev.clone(),
             0,
             Handle(h),
@@ -415,7 +415,7 @@ impl Remote {
         service_id: u64,
         rust_handler: Option<RustHandler>,
     ) -> Result<super::CmId, Errno> {
-        let same = |sh: &Shell| {
+        let same = |sh: &CmIdInner| {
             let c = unsafe { *sh.c.get() };
             c.cm_handler.map(|f| f as usize) == handler.map(|f| f as usize)
                 && c.context.is_null()
@@ -427,18 +427,18 @@ impl Remote {
         };
         let existing: Vec<usize> = lock(&self.ids).values().copied().collect();
         for p in existing {
-            let sh = unsafe { &*(p as *const Shell) };
+            let sh = unsafe { &*(p as *const CmIdInner) };
             let c = unsafe { *sh.c.get() };
             if c.state == State::Listen as u32 && u64::from_be(c.service_id) == service_id {
                 if !same(sh) {
                     return Err(Errno::EINVAL);
                 }
                 *lock(&self.shares).entry(p).or_insert(0) += 1;
-                register(p as *const Shell);
+                register(p as *const CmIdInner);
                 unsafe {
-                    Arc::increment_strong_count(p as *const Shell);
-                    Arc::increment_strong_count(p as *const Shell);
-                    return Ok(super::CmId(Arc::from_raw(p as *const Shell)));
+                    Arc::increment_strong_count(p as *const CmIdInner);
+                    Arc::increment_strong_count(p as *const CmIdInner);
+                    return Ok(super::CmId(Arc::from_raw(p as *const CmIdInner)));
                 }
             }
         }
@@ -453,8 +453,8 @@ impl Remote {
     }
 
     /// The protocol destroy of an id. `false`: only a share was dropped.
-    pub(super) fn destroy(&self, sh: &Shell, err: i32) -> bool {
-        let p = sh as *const Shell as usize;
+    pub(super) fn destroy(&self, sh: &CmIdInner, err: i32) -> bool {
+        let p = sh as *const CmIdInner as usize;
         {
             let mut s = lock(&self.shares);
             if let Some(n) = s.get_mut(&p) {
@@ -499,7 +499,7 @@ impl Remote {
         let live: Vec<usize> = lock(&self.ids).values().copied().collect();
         let mut failed = 0;
         for p in live {
-            let sh = unsafe { &*(p as *const Shell) };
+            let sh = unsafe { &*(p as *const CmIdInner) };
             let state = unsafe { (*sh.c.get()).state };
             let kind = match State::ALL.get(state as usize) {
                 Some(State::ReqSent | State::MraReqRcvd) => EventType::ReqError,
@@ -509,21 +509,20 @@ impl Remote {
                 _ => continue,
             };
             let sh = unsafe {
-                Arc::increment_strong_count(p as *const Shell);
-                Arc::from_raw(p as *const Shell)
+                Arc::increment_strong_count(p as *const CmIdInner);
+                Arc::from_raw(p as *const CmIdInner)
             };
             let c = sh.c.get();
             unsafe { std::ptr::write_volatile(&mut (*c).state, State::Idle as u32) };
             lock(&sh.dq).queue.push_back(Item {
                 ev: Event {
                     id: sh.handle(),
-                    user: p as u64,
                     kind,
                     param: EventParam::SendStatus(WC_RESP_TIMEOUT_ERR),
                     local_id: 0,
                     mad: None,
                 },
-                _listener: None,
+                listener: None,
             });
             lock(&self.ready).push_back(sh);
             failed += 1;
@@ -605,9 +604,9 @@ impl Remote {
         r.end()?;
         let mut ev = we.event;
         ev.id = Handle(h.handle);
-        let take = |handle: u64| -> Option<Arc<Shell>> {
+        let take = |handle: u64| -> Option<Arc<CmIdInner>> {
             let ids = lock(&self.ids);
-            let p = *ids.get(&handle)? as *const Shell;
+            let p = *ids.get(&handle)? as *const CmIdInner;
             unsafe {
                 Arc::increment_strong_count(p);
                 Some(Arc::from_raw(p))
@@ -627,7 +626,7 @@ impl Remote {
                     return Ok(());
                 };
                 let lc = unsafe { *l.c.get() };
-                let sh = Arc::new(Shell::new(
+                let sh = Arc::new(CmIdInner::new(
                     dev,
                     0,
                     Handle(h.handle),
@@ -639,12 +638,6 @@ impl Remote {
                 let raw = Arc::into_raw(sh.clone());
                 lock(&self.ids).insert(h.handle, raw as usize);
                 register(raw);
-                let lu = Arc::as_ptr(&l) as u64;
-                match &mut ev.param {
-                    EventParam::Req(p) => p.listen_user = lu,
-                    EventParam::SidrReq(p) => p.listen_user = lu,
-                    _ => {}
-                }
                 (sh, Some(l))
             }
             _ => {
@@ -655,11 +648,7 @@ impl Remote {
                 (sh, None)
             }
         };
-        ev.user = Arc::as_ptr(&sh) as u64;
-        lock(&sh.dq).queue.push_back(Item {
-            ev,
-            _listener: listener,
-        });
+        lock(&sh.dq).queue.push_back(Item { ev, listener });
         lock(&self.ready).push_back(sh);
         self.ready_cv.notify_one();
         Ok(())
@@ -696,7 +685,7 @@ impl Remote {
             );
         }
         for p in &left {
-            let sh = unsafe { &*(*p as *const Shell) };
+            let sh = unsafe { &*(*p as *const CmIdInner) };
             let mut d = lock(&sh.dq);
             d.destroyed = true;
             d.queue.clear();

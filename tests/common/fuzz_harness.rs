@@ -745,8 +745,7 @@ impl<'t> World<'t> {
             7 => self.inject(c)?,
             8 => {
                 let ei = self.pick_engine(c);
-                let user = c.u8() as u64;
-                let r = self.engs[ei].e.create_id(user);
+                let r = self.engs[ei].e.create_id();
                 self.log(|| format!("e{ei} create_id -> {r:?}"));
                 if let Some(h) = self.api(r) {
                     self.note_handle(ei, h);
@@ -886,7 +885,7 @@ impl<'t> World<'t> {
                 if c.bool() {
                     let sid = self.pick_service(c);
                     let key = c.u8() as u64 % 3;
-                    let r = self.engs[ei].e.insert_listen(c.u8() as u64, sid, key);
+                    let r = self.engs[ei].e.insert_listen(sid, key);
                     self.log(|| format!("e{ei} insert_listen {sid:#x} key {key} -> {r:?}"));
                     if let Some((h, _)) = self.api(r) {
                         self.note_handle(ei, h);
@@ -904,13 +903,10 @@ impl<'t> World<'t> {
                 let ei = self.pick_engine(c);
                 self.engs[ei].e.handle_timeout(now);
                 let h = self.pick_handle(c, ei);
-                let user = c.u64();
                 let e = &mut self.engs[ei].e;
-                let _ = e.set_user(h, user);
                 let info = e.info(h);
                 if let Some(i) = info {
                     check!(i.id == h, "info() of {h:?} names {:?}", i.id);
-                    check!(i.user == user, "set_user did not stick on {h:?}");
                     check!(e.state(h) == Some(i.state), "state() and info() disagree");
                 }
                 let _ = e.random_psn();
@@ -948,7 +944,7 @@ impl<'t> World<'t> {
         };
         let sid = if c.chance(220) { SERVICE } else { SERVICE2 };
         if self.engs[server].listeners.is_empty() || c.chance(16) {
-            let r = self.engs[server].e.create_id(1);
+            let r = self.engs[server].e.create_id();
             if let Some(l) = self.api(r) {
                 self.note_handle(server, l);
                 let r = self.engs[server].e.listen(l, sid);
@@ -958,7 +954,7 @@ impl<'t> World<'t> {
                 }
             }
         }
-        let r = self.engs[client].e.create_id(2);
+        let r = self.engs[client].e.create_id();
         let Some(h) = self.api(r) else {
             return;
         };

@@ -1,4 +1,5 @@
-//! `Shell`: the id object (the C `struct ib_cm_id` first, so the C pointer
+//! `CmIdInner`: the object of an id, behind both a [`CmId`] and the C
+//! `struct ib_cm_id *` (the C struct is its first field, so the C pointer
 //! is the object), its delivery queue, callback delivery (serialised, in
 //! engine order, a non-zero return destroys the id) and the protocol
 //! destroy with its release.
@@ -28,16 +29,18 @@ pub(super) struct Delivery {
 }
 
 /// An event waiting for delivery; a REQ/SIDR_REQ event keeps its listener
-/// alive until delivered (its `listen_id` points at it).
+/// alive until delivered (its callback's `listen_id`).
 pub(super) struct Item {
     pub(super) ev: Event,
-    /// Held, never read: keeps the listener (`listen_id`) alive.
-    pub(super) _listener: Option<Arc<Shell>>,
+    /// The listener a REQ/SIDR_REQ matched (`None` for other events).
+    pub(super) listener: Option<Arc<CmIdInner>>,
 }
 
-/// An id. `#[repr(C)]` with the C struct first: `*mut IbCmId` == `*const Shell`.
+/// The object of an id: what a [`CmId`] holds (`Arc<CmIdInner>`) and the
+/// C pointer points at. `#[repr(C)]` with the C struct first:
+/// `*mut IbCmId` == `*const CmIdInner`.
 #[repr(C)]
-pub struct Shell {
+pub struct CmIdInner {
     pub(super) c: UnsafeCell<IbCmId>,
     pub(super) dev: Arc<Device>,
     pub(super) shard: u32,
@@ -52,15 +55,19 @@ pub struct Shell {
 
 // The C struct is shared with C code by design; access is serialised by
 // the shard lock (public fields) or owned by the consumer (handler/context).
-unsafe impl Send for Shell {}
-unsafe impl Sync for Shell {}
+unsafe impl Send for CmIdInner {}
+unsafe impl Sync for CmIdInner {}
 
 thread_local! {
     /// The id whose callback this thread is running (null when none).
-    pub(super) static IN_CALLBACK: Cell<*const Shell> = const { Cell::new(std::ptr::null()) };
+    pub(super) static IN_CALLBACK: Cell<*const CmIdInner> = const { Cell::new(std::ptr::null()) };
+    /// The listener of the request event whose callback this thread is
+    /// running (null for other events): the C `listen_id`, held alive by
+    /// the event's queue item while the callback runs.
+    pub(super) static CALLBACK_LISTENER: Cell<*const CmIdInner> = const { Cell::new(std::ptr::null()) };
 }
 
-impl Shell {
+impl CmIdInner {
     pub(super) fn new(
         dev: Arc<Device>,
         shard: u32,
@@ -68,9 +75,9 @@ impl Shell {
         handler: IbCmHandler,
         context: *mut c_void,
         rust_handler: Option<RustHandler>,
-    ) -> Shell {
+    ) -> CmIdInner {
         let devp = dev.c_ptr();
-        Shell {
+        CmIdInner {
             c: UnsafeCell::new(IbCmId {
                 cm_handler: handler,
                 context,
@@ -139,6 +146,8 @@ impl Shell {
             };
             let kind = item.ev.kind;
             let prev = IN_CALLBACK.with(|c| c.replace(Arc::as_ptr(self)));
+            let listener = item.listener.as_ref().map_or(std::ptr::null(), Arc::as_ptr);
+            let prev_listener = CALLBACK_LISTENER.with(|c| c.replace(listener));
             let ret =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.call_handler(&item)))
                     .unwrap_or_else(|_| {
@@ -150,6 +159,7 @@ impl Shell {
                         -errno::EIO
                     });
             IN_CALLBACK.with(|c| c.set(prev));
+            CALLBACK_LISTENER.with(|c| c.set(prev_listener));
             drop(item);
             if ret != 0 {
                 ibcm_log!(
@@ -181,6 +191,9 @@ impl Shell {
         let dev = &self.dev;
         let is_listener;
         let gone;
+        // The reference the id's table entry held (in-process devices);
+        // dropped last, after the id left the C registry.
+        let mut held = None;
         let mut out = Outputs::default();
         if let Some(r) = &dev.remote {
             is_listener = unsafe { (*self.c.get()).state } == State::Listen as u32;
@@ -189,6 +202,9 @@ impl Shell {
             let mut e = lock(dev.shard_of(self));
             is_listener = e.state(self.handle()) == Some(State::Listen);
             gone = e.destroy(self.handle(), err);
+            if gone {
+                held = e.remove_id(self.handle());
+            }
             dev.drain(self.shard, &mut e, &mut out);
         }
         dev.finish(out);
@@ -196,16 +212,20 @@ impl Shell {
             // A shared listener other users still hold: drop our share.
             if is_listener {
                 unregister(Arc::as_ptr(self));
-                unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
+                if dev.remote.is_some() {
+                    // The remote backend took one raw reference per sharer.
+                    unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
+                }
             }
             return;
         }
         if is_listener && dev.remote.is_none() {
-            // Barrier: after this no shard can still hold the listener's
-            // table entry without having taken a reference.
+            // Barrier: after this no shard can still be draining a REQ it
+            // matched against the listener, so none looks it up again.
             for s in &dev.shards {
                 drop(lock(s));
             }
+            dev.listeners.remove(self.handle());
         }
         {
             let mut d = lock(&self.dq);
@@ -221,7 +241,10 @@ impl Shell {
             c.0.fetch_sub(1, Ordering::Relaxed);
         }
         unregister(Arc::as_ptr(self));
-        // Release the reference the engine's user token stood for.
-        unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
+        if dev.remote.is_some() {
+            // Release the raw reference the remote backend's id table held.
+            unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
+        }
+        drop(held);
     }
 }
