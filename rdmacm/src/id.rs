@@ -6,7 +6,7 @@
 
 use crate::abi::*;
 use crate::channel::{self, Channel, EventBox, lock};
-use crate::ports::{Binding, PortSpace, ProcessPorts};
+use crate::ports::{Binding, PortSpace};
 use crate::select;
 use crate::verbs;
 use ibcm::api::{
@@ -139,10 +139,10 @@ fn by_cm() -> &'static Mutex<HashMap<usize, Weak<IdPriv>>> {
     B.get_or_init(Default::default)
 }
 
-/// The process's port spaces.
+/// The port spaces: the host's through the CM service, or the
+/// process's own (`ports::space`).
 pub fn ports() -> &'static dyn PortSpace {
-    static P: OnceLock<ProcessPorts> = OnceLock::new();
-    P.get_or_init(ProcessPorts::default)
+    crate::ports::space()
 }
 
 /// The one handler every ibcm id of this library has.

@@ -68,6 +68,7 @@ mod spec;
 pub use device::{Device, DeviceOptions};
 pub use id::CmId;
 pub use registry::{listen_id, lookup};
+pub(crate) use remote::start_service;
 pub use remote::{Mode as ServiceMode, mode as service_mode};
 pub use shell::{RustHandler, Shell};
 pub use spec::{DeviceSpec, SOFT_VERBS_PORT};

@@ -137,7 +137,7 @@ pub(super) fn open_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
 /// is `$IBCM_DAEMON`, else `ibcm` beside this library or program, else
 /// `ibcm` on `PATH`. An on-demand service leaves after
 /// `$IBCM_SERVICE_IDLE_EXIT` seconds (default 30) without clients.
-fn start_service(path: &Path) -> std::io::Result<()> {
+pub(crate) fn start_service(path: &Path) -> std::io::Result<()> {
     let bin = daemon_binary();
     let idle = std::env::var("IBCM_SERVICE_IDLE_EXIT")
         .ok()
