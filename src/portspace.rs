@@ -147,8 +147,8 @@ impl PortTable {
         let start = random() % n;
         for k in 0..n {
             let p = lo + ((start + k) % n) as u16;
-            if !self.map.contains_key(&(ps, p)) {
-                self.map.insert((ps, p), vec![Held { holder, b }]);
+            if let std::collections::hash_map::Entry::Vacant(v) = self.map.entry((ps, p)) {
+                v.insert(vec![Held { holder, b }]);
                 *self.counts.entry(holder).or_default() += 1;
                 return Ok(p);
             }
