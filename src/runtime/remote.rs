@@ -144,7 +144,10 @@ pub(crate) fn start_service(path: &Path) -> std::io::Result<()> {
         .and_then(|v| v.parse::<u32>().ok())
         .unwrap_or(30);
     ibcm_log!(INFO, "starting the CM service: {} daemon", bin.display());
+    // Not the caller's preloads (a drop-in librdmacm.so.1, stdbuf's
+    // library): the daemon is a program of its own.
     let status = std::process::Command::new(&bin)
+        .env_remove("LD_PRELOAD")
         .args(["daemon", "--idle-exit", &idle.to_string(), "--socket"])
         .arg(path)
         .stdin(std::process::Stdio::null())
