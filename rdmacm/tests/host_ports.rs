@@ -12,9 +12,13 @@
 //! * the listener SIGKILLed, its port is free for another process within
 //!   a second (the service releases the bindings of a closed connection);
 //! * below 1024 only with CAP_NET_BIND_SERVICE, checked by the service on
-//!   the peer process.
+//!   the peer process;
+//! * a hostile local client (garbage, another connection's owner values)
+//!   is refused and moves nobody's binding.
 
 use ibcm::cma::{RdmaCmEventType as R, port_space};
+use ibcm::ipc;
+use ibcm::portspace::{self as host, HostPorts};
 use ibcm::service::{self, Limits, Options, Service};
 use ibcm_rdmacm::abi::*;
 use ibcm_rdmacm::exports::*;
@@ -178,6 +182,71 @@ fn privileged_ports_follow_the_peer_s_capability() {
     let p = Proc::spawn(&socket, "bind-privileged", addr, true);
     p.expect("@refused", Duration::from_secs(10));
     p.finish();
+}
+
+/// One raw request on `fd` and the errno of its reply.
+fn raw(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> i32 {
+    let mut w = ipc::Header {
+        op: opc,
+        seq,
+        handle: 0,
+    }
+    .record();
+    w.0.extend_from_slice(body);
+    ipc::sock::send(fd, &w.into_bytes()).unwrap();
+    let mut buf = vec![0u8; ipc::MAX_RECORD];
+    let n = ipc::sock::recv(fd, &mut buf).unwrap();
+    let (h, mut r) = ipc::Header::parse(&buf[..n]).unwrap();
+    assert_eq!((h.op, h.seq), (ipc::op::REPLY | opc, seq));
+    r.get::<i32>().unwrap()
+}
+
+/// A local client sending garbage and another connection's owner values:
+/// refused, and the other's bindings stay; they go when it does.
+#[test]
+fn a_hostile_client_cannot_touch_another_s_ports() {
+    let socket = start_service("hostile");
+    let ip: IpAddr = "127.0.93.4".parse().unwrap();
+    let b = |owner| host::Binding {
+        ip,
+        reuse: false,
+        afonly: false,
+        listening: false,
+        owner,
+    };
+    let good = HostPorts::connect_at(&socket).unwrap();
+    assert_eq!(good.bind(port_space::TCP, 7600, b(1)), Ok(7600));
+    let bad = ipc::sock::connect(&socket).unwrap();
+    // Releasing the same (port, owner): only its own bindings, none.
+    let mut rel = ipc::Writer(Vec::new());
+    rel.put(&port_space::TCP).put(&7600u16).put(&1u64);
+    assert_eq!(raw(&bad, ipc::op::PORT_RELEASE, 2, &rel.0), 0);
+    // Truncated, an unknown address family, trailing bytes: -EPROTO.
+    let mut bind = ipc::Writer(Vec::new());
+    host::put_bind(&mut bind, port_space::TCP, 7600, &b(1));
+    let whole = bind.into_bytes();
+    assert_eq!(raw(&bad, ipc::op::PORT_BIND, 3, &whole[..7]), -libc::EPROTO);
+    let mut fam = whole.clone();
+    fam[4] = 9;
+    assert_eq!(raw(&bad, ipc::op::PORT_BIND, 4, &fam), -libc::EPROTO);
+    let mut long = whole.clone();
+    long.push(0);
+    assert_eq!(raw(&bad, ipc::op::PORT_BIND, 5, &long), -libc::EPROTO);
+    // The port is still the good client's, and it can listen on it.
+    assert_eq!(raw(&bad, ipc::op::PORT_BIND, 6, &whole), -libc::EADDRINUSE);
+    assert_eq!(good.listen(port_space::TCP, 7600, 1), Ok(()));
+    let mut lis = ipc::Writer(Vec::new());
+    lis.put(&port_space::TCP).put(&7600u16).put(&1u64);
+    assert_eq!(raw(&bad, ipc::op::PORT_LISTEN, 7, &lis.0), -libc::EINVAL);
+    // The good client gone, the port is free.
+    drop(good);
+    let t = Instant::now();
+    let mut seq = 8;
+    while raw(&bad, ipc::op::PORT_BIND, seq, &whole) != 0 {
+        assert!(t.elapsed() < Duration::from_secs(1), "never released");
+        std::thread::sleep(Duration::from_millis(5));
+        seq += 1;
+    }
 }
 
 // ---------------------------------------------------------------------------
