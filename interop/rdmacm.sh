@@ -17,7 +17,8 @@
 # The other ibcm pairings run in-process (IBCM_SERVICE=off, one process per device and guest).
 # Scenarios named local-* run server and client in guest A at once (two processes on one rxe0
 # port, loopback): in kernel-kernel (the baseline) and ibcm-svc only; svc-* in ibcm-svc only
-# (they need the service: e.g. the ibcm CLI beside rping on rxe0).
+# (they need the service: e.g. the ibcm CLI beside rping on rxe0). ibcm-svc runs
+# svc-server-killed instead of server-killed (which watches the kernel's cm_ids).
 #
 # Every scenario is judged on the tools' exit statuses and their own success lines, the data
 # packets on the wire, and the capture of guest A's NIC decoded by `ibcm decode --summary`
@@ -99,6 +100,7 @@ default_scenarios() {
     case $n in
       local-*) [ "$1" = kernel-kernel ] || [ "$1" = ibcm-svc ] || continue ;;
       svc-*) [ "$1" = ibcm-svc ] || continue ;;
+      server-killed) [ "$1" != ibcm-svc ] || continue ;;  # svc-server-killed there
     esac
     echo "$n"
   done
