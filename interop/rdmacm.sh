@@ -10,6 +10,15 @@
 #   ibcm-kernel     the reverse
 #   ibcm-ibcm-umad  both preloaded, no kernel CM on either guest (CM over ib_umad)
 #   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (CM over ibcm's UDP side channel)
+#   ibcm-svc        both preloaded, no kernel CM, through the host CM service: the first tool
+#                   of a guest starts `ibcm daemon` (copied into the run directory), which owns
+#                   rxe0's umad agent and serves every later tool of that guest
+#
+# The other ibcm pairings run in-process (IBCM_SERVICE=off, one process per device and guest).
+# Scenarios named local-* run server and client in guest A at once (two processes on one rxe0
+# port, loopback): in kernel-kernel (the baseline) and ibcm-svc only; svc-* in ibcm-svc only
+# (they need the service: e.g. the ibcm CLI beside rping on rxe0). ibcm-svc runs
+# svc-server-killed instead of server-killed (which watches the kernel's cm_ids).
 #
 # Every scenario is judged on the tools' exit statuses and their own success lines, the data
 # packets on the wire, and the capture of guest A's NIC decoded by `ibcm decode --summary`
@@ -46,7 +55,7 @@ EXPECT="${RDMACM_EXPECT:-$ROOT/interop/rdmacm-expect}"
 IBCM="$ROOT/target/release/ibcm"
 NOCM=rdma_rxe,ib_uverbs,ib_umad                 # a guest without any kernel CM
 WITHCM=rdma_rxe,ib_uverbs,ib_umad,rdma_ucm      # rdma_ucm pulls rdma_cm and ib_cm
-ALL="kernel-kernel kernel-ibcm ibcm-kernel ibcm-ibcm-umad ibcm-ibcm-udp"
+ALL="kernel-kernel kernel-ibcm ibcm-kernel ibcm-ibcm-umad ibcm-ibcm-udp ibcm-svc"
 say() { echo "[interop-rdmacm] $*"; }
 
 if [ "${1:-}" = -l ]; then sed -n 's/^\([A-Za-z0-9_.-]*\) | .*/\1/p' "$TABLE"; exit 0; fi
@@ -83,10 +92,27 @@ fi
 say "ready in $(( $(date +%s) - t0 )) s"
 
 # --- one pairing: both guests booted once, every scenario in turn -----------------------------
-pairing() { # pairing NAME MODS_A MODS_B PRELOAD_A PRELOAD_B
-  local p=$1 ma=$2 mb=$3 pa=$4 pb=$5 run="$WORK/runs/$1" total n t1 a b
+# default_scenarios PAIRING: the scenarios a pairing runs by default (every one not excluded,
+# local-* only in kernel-kernel and ibcm-svc, svc-* only in ibcm-svc)
+default_scenarios() {
+  local x
+  x=$(sed -n 's/^exclude \([^ ]*\).*/\1/p' "$TABLE")
+  sed -n 's/^\([A-Za-z0-9_.-]*\) | .*/\1/p' "$TABLE" | while read -r n; do
+    grep -qxF "$n" <<< "$x" && continue
+    case $n in
+      local-*) [ "$1" = kernel-kernel ] || [ "$1" = ibcm-svc ] || continue ;;
+      svc-*) [ "$1" = ibcm-svc ] || continue ;;
+      server-killed) [ "$1" != ibcm-svc ] || continue ;;  # svc-server-killed there
+    esac
+    echo "$n"
+  done
+}
+
+pairing() { # pairing NAME MODS_A MODS_B PRELOAD_A PRELOAD_B SERVICE
+  local p=$1 ma=$2 mb=$3 pa=$4 pb=$5 svc=${6:-0} run="$WORK/runs/$1" total n t1 a b scen
   rm -rf "$run" "$WORK/runs/$p.A.pcap"; mkdir -p "$run/lib"
-  total=$(python3 "$CHECK" prepare "$TABLE" "$run" "${SCEN[@]}")
+  if [ ${#SCEN[@]} -gt 0 ]; then scen=("${SCEN[@]}"); else mapfile -t scen < <(default_scenarios "$p"); fi
+  total=$(python3 "$CHECK" prepare "$TABLE" "$run" "${scen[@]}")
   n=$(wc -l < "$run/scenarios.run")
   if [ "$pa$pb" != 00 ]; then
     if [ -n "$LIBERR" ]; then
@@ -94,10 +120,11 @@ pairing() { # pairing NAME MODS_A MODS_B PRELOAD_A PRELOAD_B
       return 0
     fi
     cp -L "$LIB" "$run/lib/librdmacm.so.1"
+    [ "$svc" = 0 ] || cp "$IBCM" "$run/ibcm"
   fi
   cp "$HERE/rdmacm/guest.sh" "$run/guest.sh"
   {
-    echo "PRELOAD_A=$pa"; echo "PRELOAD_B=$pb"
+    echo "PRELOAD_A=$pa"; echo "PRELOAD_B=$pb"; echo "SERVICE=$svc"
     printf 'IBCM_ENV=%q\n' "${RDMACM_IBCM_ENV:-}"
     printf 'IBCM_LOG_LEVEL=%q\n' "${IBCM_LOG_LEVEL:-debug}"
     printf 'LISTEN_RE=%q\n' "${RDMACM_LISTEN_RE:-listen|opened device}"
@@ -108,7 +135,7 @@ pairing() { # pairing NAME MODS_A MODS_B PRELOAD_A PRELOAD_B
 . \$LAB_DIR/guest.sh; rdmacm_guest server"
   b="$([ "$mb" = "$NOCM" ] && echo '[ ! -d /sys/module/ib_cm ]' || echo '[ -d /sys/module/ib_cm ]') || { echo 'PAIRING: wrong kernel CM state'; exit 1; }
 . \$LAB_DIR/guest.sh; rdmacm_guest client"
-  say "=== $p: $n scenario(s), guest A ${ma//,/ } (preload $pa), guest B ${mb//,/ } (preload $pb)"
+  say "=== $p: $n scenario(s), guest A ${ma//,/ } (preload $pa), guest B ${mb//,/ } (preload $pb), service $svc"
   t1=$(date +%s)
   LAB_CACHE="$CACHE" bash "$HERE/verbs/run-pair.sh" -q -t $((total + 20 * n + 30)) -a "$ma" -b "$mb" \
     -o "$run" -p "$WORK/runs/$p.A.pcap" "$a" "$b" > "$RESULTS/$p.log" 2>&1 || true
@@ -124,6 +151,7 @@ run_pairing() {
     ibcm-kernel)    pairing "$1" "$NOCM" "$WITHCM" 1 0 ;;
     ibcm-ibcm-umad) pairing "$1" "$NOCM" "$NOCM" 1 1 ;;
     ibcm-ibcm-udp)  pairing "$1" "$WITHCM" "$WITHCM" 1 1 ;;
+    ibcm-svc)       pairing "$1" "$NOCM" "$NOCM" 1 1 1 ;;
   esac
 }
 # Pairings in parallel: each boots two single-vCPU TCG guests, so one per two host CPUs.

@@ -57,8 +57,20 @@ pub mod op {
     pub const IDS: u16 = 18;
     /// Every served device's counters (no OPEN needed) → `Box<[DeviceStat]>`.
     pub const HOST_STAT: u16 = 19;
-    /// The highest request op.
+    /// The highest request op of the CM calls.
     pub const LAST: u16 = HOST_STAT;
+    /// rdma_cm's host-wide port table (`portspace`; no OPEN needed):
+    /// port space, port, address, REUSEADDR, AFONLY, owner → `u16` port.
+    pub const PORT_BIND: u16 = 0x100;
+    /// Port space, port, owner: the owner's binding listens.
+    pub const PORT_LISTEN: u16 = 0x101;
+    /// Port space, port, owner: the binding goes (usually sent with seq 0).
+    pub const PORT_RELEASE: u16 = 0x102;
+
+    /// Whether `op` is a request the service knows.
+    pub fn known(op: u16) -> bool {
+        (1..=LAST).contains(&op) || (PORT_BIND..=PORT_RELEASE).contains(&op)
+    }
     /// Set in a reply's op.
     pub const REPLY: u16 = 0x8000;
     /// An event pushed by the service.

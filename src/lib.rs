@@ -14,6 +14,7 @@ pub mod ladder;
 pub mod log;
 pub mod ffi;
 pub mod path;
+pub mod portspace;
 pub mod runtime;
 pub mod service;
 pub mod sim;

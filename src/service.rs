@@ -19,6 +19,11 @@
 //!   the device) its ids are destroyed at once, exactly as the kernel does
 //!   for a dying process: established → DREQ, pending → REJ, listeners
 //!   released. A device is closed with its last connection.
+//! * rdma_cm's port spaces are one table for the host (`portspace`): a
+//!   connection binds, listens on and releases ports of its own (ops
+//!   `PORT_*`, no device needed), at most `max_ports`; ports below 1024
+//!   need CAP_NET_BIND_SERVICE in the peer process's effective set. A
+//!   connection's ports are released when it ends.
 
 use crate::api::{CmId, Device, DeviceOptions, EventParam, RustHandler};
 use crate::engine::{Errno, errno};
@@ -26,6 +31,7 @@ use crate::ipc::{
     self, DeviceStat, Header, IdInfo, IdList, Opened, Public, Reader, Stat, WireEvent, op, sock,
 };
 use crate::log::{INFO, WARN};
+use crate::portspace::{self, PortTable};
 use crate::wire::Gid;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::OwnedFd;
@@ -46,6 +52,8 @@ pub struct Limits {
     pub max_events: usize,
     /// Connections of all processes together.
     pub max_connections: usize,
+    /// rdma_cm port bindings per connection.
+    pub max_ports: usize,
 }
 
 impl Default for Limits {
@@ -61,6 +69,7 @@ impl Default for Limits {
             max_listeners: env("IBCM_SERVICE_MAX_LISTENERS", 4096),
             max_events: env("IBCM_SERVICE_MAX_EVENTS", 1 << 20),
             max_connections: env("IBCM_SERVICE_MAX_CONNECTIONS", 4096),
+            max_ports: env("IBCM_SERVICE_MAX_PORTS", 16384),
         }
     }
 }
@@ -89,6 +98,8 @@ pub struct Service {
     next_conn: AtomicU64,
     /// Live connections, for `ibcm ids`.
     conns: Mutex<HashMap<u64, Weak<Conn>>>,
+    /// rdma_cm's port spaces, host-wide; holders are connection ids.
+    ports: Mutex<PortTable>,
 }
 
 /// One of a connection's ids, with what `ibcm ids` shows beside its
@@ -173,6 +184,7 @@ impl Service {
             last_active: Mutex::new(Instant::now()),
             next_conn: AtomicU64::new(1),
             conns: Mutex::new(HashMap::new()),
+            ports: Mutex::new(PortTable::default()),
         })
     }
 
@@ -332,6 +344,28 @@ impl Service {
         out
     }
 
+    /// Waits (at most 2 s) until the other connections of process `pid`
+    /// whose peer is gone have destroyed their ids: a dead process's rdma_cm
+    /// ports are released only after its listeners, as the kernel releases
+    /// an id's port in its destroy (a process binding the port at once
+    /// would otherwise find the service ID still listened on: `EBUSY`).
+    /// The connections of a live process are not waited for.
+    fn wait_dying(&self, me: u64, pid: i32) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(2) {
+            let dying = lock(&self.conns)
+                .iter()
+                .filter(|(k, _)| **k != me)
+                .filter_map(|(_, w)| w.upgrade())
+                .any(|c| c.pid == pid && (c.closed.load(Ordering::SeqCst) || peer_gone(&c.fd)));
+            if !dying {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        ibcm_log!(WARN, "process {pid}: its connections outlived it by 2 s");
+    }
+
     fn release(&self, key: &str) {
         let mut devs = lock(&self.devices);
         let last = devs.get_mut(key).is_some_and(|s| {
@@ -426,6 +460,17 @@ impl Conn {
             let _ = id.destroy();
         }
         lock(&self.listeners).clear();
+        if lock(&self.svc.ports).held_by(self.id) > 0 {
+            self.svc.wait_dying(self.id, self.pid);
+        }
+        let ports = lock(&self.svc.ports).release_holder(self.id);
+        if ports > 0 {
+            ibcm_log!(
+                INFO,
+                "process {} gone: releasing its {ports} rdma_cm port(s)",
+                self.pid
+            );
+        }
         *lock(&self.dev) = None;
         if let Some(key) = lock(&self.name).take() {
             self.svc.release(&key);
@@ -552,7 +597,7 @@ impl Conn {
             self.bad.fetch_add(1, Ordering::Relaxed);
             return None;
         };
-        if h.op == 0 || h.op > op::LAST {
+        if !op::known(h.op) {
             self.bad.fetch_add(1, Ordering::Relaxed);
             return Some(ipc::reply(h, -errno::EOPNOTSUPP, Public::default(), |_| ()));
         }
@@ -625,6 +670,9 @@ impl Conn {
                 r.end()?;
                 out.put(&self.svc.device_stats().into_boxed_slice());
                 return Ok((Public::default(), out.0));
+            }
+            op::PORT_BIND | op::PORT_LISTEN | op::PORT_RELEASE => {
+                return self.port_op(h.op, r).map(|body| (Public::default(), body));
             }
             _ => {}
         }
@@ -753,6 +801,55 @@ impl Conn {
         }
         Ok((public(&id), out.0))
     }
+}
+
+impl Conn {
+    /// `PORT_BIND`, `PORT_LISTEN`, `PORT_RELEASE` on the host's table.
+    fn port_op(&self, opc: u16, r: &mut Reader<'_>) -> Result<Vec<u8>, Errno> {
+        let mut out = ipc::Writer(Vec::new());
+        match opc {
+            op::PORT_BIND => {
+                let (ps, port, b) = portspace::get_bind(r)?;
+                if lock(&self.svc.ports).held_by(self.id) >= self.svc.opts.limits.max_ports {
+                    self.refusals.fetch_add(1, Ordering::Relaxed);
+                    ibcm_log!(
+                        WARN,
+                        "process {}: {} rdma_cm ports held: bind refused",
+                        self.pid,
+                        self.svc.opts.limits.max_ports
+                    );
+                    return Err(Errno(errno::ENOMEM));
+                }
+                // The peer's capability, read outside the table's lock.
+                let privileged =
+                    port != 0 && port < 1024 && portspace::may_bind_privileged(Some(self.pid));
+                let got = lock(&self.svc.ports).bind(self.id, ps, port, b, privileged)?;
+                out.put(&got);
+            }
+            op::PORT_LISTEN => {
+                let (ps, port, owner) = portspace::get_owner(r)?;
+                lock(&self.svc.ports).listen(self.id, ps, port, owner)?;
+            }
+            _ => {
+                let (ps, port, owner) = portspace::get_owner(r)?;
+                lock(&self.svc.ports).release(self.id, ps, port, owner);
+            }
+        }
+        Ok(out.0)
+    }
+}
+
+/// Whether the process at the other end of `fd` has closed it.
+fn peer_gone(fd: &OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; a zero timeout never blocks.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
 }
 
 /// An errno as the protocol carries it (negative).

@@ -8,12 +8,18 @@
 #                   NAME TIMEOUT READY STOP SERVER-COMMAND CLIENT-COMMAND (check.py wrote
 #                   it; STOP=1: the server serves until stopped, stop it once the client returned)
 #   pairing.env     PRELOAD_A / PRELOAD_B (1: run the tool with the ibcm librdmacm preloaded),
+#                   SERVICE (1: the preloaded tools use the host CM service, `ibcm daemon`
+#                   started on demand from $LAB_DIR/ibcm; 0: in-process, IBCM_SERVICE=off),
 #                   IBCM_ENV (extra environment for preloaded tools), READY_WAIT (seconds)
-#   lib/librdmacm.so.1
+#   lib/librdmacm.so.1, ibcm (SERVICE=1)
 # Writes per scenario: NAME.srv.out / NAME.srv.rc (A), NAME.cli.out / NAME.cli.rc (B),
 # NAME.note (what the driver had to do: a readiness wait that ran out, a killed server).
 # rc files hold the exit status, or "killed" when the driver had to stop the tool.
-# Commands see IP (this guest), PEER (the other one) and DEV (rxe0).
+# Commands see IP (this guest), PEER (the other one), DEV (rxe0), and what lists this guest's
+# CM ids: CM_IDS (a command: `rdma res show cm_id` for the kernel CM, `$LAB_DIR/ibcm ids` for
+# ibcm through the service, `true` for in-process ibcm, which nothing outside shows),
+# CM_PENDING (an ERE for an id holding a connection request: kernel `state CONNECT`, ibcm
+# `REQ_RCVD|MRA_REQ_SENT`).
 #
 # Synchronisation (files in $LAB_DIR): A signals NAME.ready once the server is ready (NAME.dead
 # if it exited before: the client is not run), B signals NAME.done after its client returned.
@@ -31,7 +37,19 @@ rdmacm_env() {
   local pre
   if [ "$LAB_NAME" = A ]; then pre=$PRELOAD_A; else pre=$PRELOAD_B; fi
   if [ "$pre" = 1 ]; then
-    echo "LD_PRELOAD=$LAB_DIR/lib/librdmacm.so.1 IBCM_LOG=${IBCM_LOG_LEVEL:-debug} $IBCM_ENV"
+    if [ "${SERVICE:-0}" = 1 ]; then
+      echo "LD_PRELOAD=$LAB_DIR/lib/librdmacm.so.1 IBCM_LOG=${IBCM_LOG_LEVEL:-debug} IBCM_SERVICE=auto IBCM_DAEMON=$LAB_DIR/ibcm $IBCM_ENV"
+    else
+      echo "LD_PRELOAD=$LAB_DIR/lib/librdmacm.so.1 IBCM_LOG=${IBCM_LOG_LEVEL:-debug} IBCM_SERVICE=off $IBCM_ENV"
+    fi
+  fi
+}
+
+# rdmacm_ids: the command that lists this guest's CM ids (see CM_IDS above)
+rdmacm_ids() {
+  if [ -z "$(rdmacm_env)" ]; then echo "rdma res show cm_id"
+  elif [ "${SERVICE:-0}" = 1 ]; then echo "$LAB_DIR/ibcm ids"
+  else echo true
   fi
 }
 
@@ -42,7 +60,7 @@ rdmacm_ready() {
   case $ready in
     none) return 0 ;;
     listen)
-      if [ -n "$(rdmacm_env)" ]; then
+      if [ -n "$(rdmacm_env)" ] && [ "${SERVICE:-0}" != 1 ]; then
         # ibcm: nothing in the kernel shows its listener; its log says so (or that it opened
         # its device: the tools listen right after binding, long before a client can start)
         until grep -qiE "$LISTEN_RE" "$out" 2>/dev/null; do
@@ -57,11 +75,12 @@ rdmacm_ready() {
         sleep 0.3
         [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
       else
-        until rdma res show cm_id 2>/dev/null | grep -q LISTEN; do
+        # the kernel's cm_ids, or the service's (`ibcm ids`)
+        until $(rdmacm_ids) 2>/dev/null | grep -q LISTEN; do
           [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
           i=$((i + 1))
           if [ $i -ge $n ]; then
-            echo "no kernel cm_id in LISTEN after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
+            echo "no cm_id in LISTEN ($(rdmacm_ids)) after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
             return 0
           fi
           sleep 0.1
@@ -88,10 +107,11 @@ rdmacm_ready() {
 # stdout line-buffered (stdbuf) so that a tool that has to be stopped leaves its lines
 # (stdbuf appends its own library to LD_PRELOAD, after ibcm's)
 rdmacm_run() {
-  local out=$1 rc=$2 t=$3 cmd=$4 t0
+  local out=$1 rc=$2 t=$3 cmd=$4 t0 pending='state CONNECT'
   t0=$(lab_ts)
+  [ -z "$(rdmacm_env)" ] || pending='REQ_RCVD|MRA_REQ_SENT'
   # shellcheck disable=SC2016,SC2046
-  IP=$LAB_IP PEER=$LAB_PEER_IP DEV=rxe0 setsid bash -c \
+  IP=$LAB_IP PEER=$LAB_PEER_IP DEV=rxe0 LAB_DIR=$LAB_DIR CM_IDS="$(rdmacm_ids)" CM_PENDING="$pending" setsid bash -c \
     'echo $$ > "$1"; t=$2; c=$3; shift 3; exec timeout -k 5 "$t" env "$@" stdbuf -oL -eL bash -c "$c"' \
     rdmacm "$out.pgid" "$t" "$cmd" $(rdmacm_env) < /dev/null > "$out" 2>&1
   echo $? > "$rc"
@@ -149,7 +169,7 @@ rdmacm_guest() {
       wait "$pid" 2>/dev/null
       # no listener of this scenario may be left for the next one
       i=0
-      while [ -z "$(rdmacm_env)" ] && rdma res show cm_id 2>/dev/null | grep -q LISTEN && [ $i -lt 50 ]; do
+      while [ "$(rdmacm_ids)" != true ] && $(rdmacm_ids) 2>/dev/null | grep -q LISTEN && [ $i -lt 50 ]; do
         sleep 0.1; i=$((i + 1))
       done
       rdmacm_mark "$name" end

@@ -33,7 +33,7 @@
 
 use crate::channel::{Channel, EventBox, lock};
 use crate::id::IdPriv;
-use crate::ports::ProcessPorts;
+use crate::ports::PortSpace;
 use ibcm::api::{Device, Errno};
 use ibcm::log::DEBUG;
 use std::cell::RefCell;
@@ -59,8 +59,10 @@ pub struct Globals {
     pub ids: Mutex<HashMap<usize, Arc<IdPriv>>>,
     /// Ids by their ibcm `ib_cm_id` address, for the event handler.
     pub by_cm: Mutex<HashMap<usize, Weak<IdPriv>>>,
-    /// The port spaces.
-    pub ports: ProcessPorts,
+    /// The port spaces, chosen at the first bind (`ports::space`): the
+    /// host's through the CM service, or the process's own. A child of
+    /// `fork()` chooses again (its own service connection).
+    pub ports: std::sync::OnceLock<Box<dyn PortSpace>>,
     /// Channels the application holds, by address.
     pub channels: Mutex<HashMap<usize, Arc<Channel>>>,
     /// Events handed out and not yet acked, by address.

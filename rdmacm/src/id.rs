@@ -141,9 +141,10 @@ fn by_cm() -> &'static Mutex<HashMap<usize, Weak<IdPriv>>> {
     &crate::fork::globals().by_cm
 }
 
-/// The process's port spaces.
+/// The port spaces: the host's through the CM service, or the
+/// process's own (`ports::space`).
 pub fn ports() -> &'static dyn PortSpace {
-    &crate::fork::globals().ports
+    crate::ports::space()
 }
 
 /// The one handler every ibcm id of this library has.

@@ -11,7 +11,7 @@
 //! * `channel` — event channels (eventfd level indicator + queue) and
 //!   events.
 //! * `fork` — the per-process state and what a child of `fork()` gets.
-//! * `ports` — the port space (`PortSpace`: per process now).
+//! * `ports` — the port space (`PortSpace`: the host's in the CM service, or per process).
 //! * `select` — which ibcm device serves an IP (`IBCM_RDMACM_DEVICE`).
 //! * `addrinfo` — `rdma_getaddrinfo` over the system's `getaddrinfo`.
 //! * `verbs` — libibverbs for the rdma_cm layer: device contexts (one

@@ -2,11 +2,25 @@
 //! ephemeral ports, `EADDRINUSE`, `RDMA_OPTION_ID_REUSEADDR`, `AFONLY`
 //! and privileged ports. The space is *virtual*: no host socket is bound
 //! on these numbers (perftest uses TCP 18515 and rdma_cm port 18515 at
-//! once). [`PortSpace`] is the seam: [`ProcessPorts`] is one process's
-//! space; a host-wide service can provide another implementation.
+//! once). [`PortSpace`] is the seam, with two implementations, chosen once
+//! per process by [`space`]:
+//!
+//! * [`ServicePorts`] — the host's one table in the CM service
+//!   (`ibcm::portspace::HostPorts`), whenever the process's devices are
+//!   served by it (`IBCM_SERVICE` `auto` with a service running or
+//!   startable, or `required`): a port bound by one process is
+//!   `EADDRINUSE` for every other, and a process's ports are released when
+//!   it exits or dies (the service sees its connection close);
+//! * [`ProcessPorts`] — the process's own table (`IBCM_SERVICE=off`, or
+//!   `auto` without a service): the in-process mode, one process per
+//!   address.
+//!
+//! The rules themselves (the kernel's `cma_check_port`) are
+//! `ibcm::portspace::PortTable`'s, for both.
 
 use ibcm::api::Errno;
-use std::collections::HashMap;
+use ibcm::log::ERROR;
+use ibcm::portspace::{self as host, HostPorts, PortTable};
 use std::net::IpAddr;
 use std::sync::Mutex;
 
@@ -22,6 +36,18 @@ pub struct Binding {
     pub owner: usize,
 }
 
+impl From<Binding> for host::Binding {
+    fn from(b: Binding) -> host::Binding {
+        host::Binding {
+            ip: b.ip,
+            reuse: b.reuse,
+            afonly: b.afonly,
+            listening: b.listening,
+            owner: b.owner as u64,
+        }
+    }
+}
+
 /// A port space implementation.
 pub trait PortSpace: Send + Sync {
     /// Binds `b` to `port` of `ps` (0: an ephemeral port); the port.
@@ -33,135 +59,87 @@ pub trait PortSpace: Send + Sync {
     fn release(&self, ps: u16, port: u16, owner: usize);
 }
 
-pub const EADDRINUSE: Errno = Errno(libc::EADDRINUSE);
-pub const EACCES: Errno = Errno(libc::EACCES);
+pub const EADDRINUSE: Errno = host::EADDRINUSE;
+pub const EACCES: Errno = host::EACCES;
 
-/// `CAP_NET_BIND_SERVICE` (linux/capability.h).
-const CAP_NET_BIND_SERVICE: u32 = 10;
-
-/// Whether two bindings cover a common address.
-fn overlap(a: &Binding, b: &Binding) -> bool {
-    if a.ip.is_unspecified() || b.ip.is_unspecified() {
-        // A wildcard of one family covers the other unless AFONLY.
-        let same_family = a.ip.is_ipv4() == b.ip.is_ipv4();
-        return same_family || !(a.afonly || b.afonly);
-    }
-    a.ip == b.ip
-}
-
-/// Whether `new` may be bound beside `old` (kernel `cma_check_port`):
-/// overlapping bindings need REUSEADDR on both and no listener.
-fn compatible(old: &Binding, new: &Binding) -> bool {
-    !overlap(old, new) || (old.reuse && new.reuse && !old.listening)
-}
-
-/// The range ephemeral ports come from (`ip_local_port_range`), read once
-/// per process: every `rdma_resolve_addr` without a source binds an
-/// ephemeral port, and reading the sysctl each time cost four system calls
-/// per id (`cmtime` on the host, `strace -c`).
-fn ephemeral_range() -> (u16, u16) {
-    static RANGE: std::sync::OnceLock<(u16, u16)> = std::sync::OnceLock::new();
-    *RANGE.get_or_init(read_ephemeral_range)
-}
-
-fn read_ephemeral_range() -> (u16, u16) {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| {
-            let mut it = s.split_whitespace().map(|v| v.parse::<u16>().ok());
-            Some((it.next()??, it.next()??))
-        })
-        .filter(|(lo, hi)| lo <= hi && *lo > 0)
-        .unwrap_or((32768, 60999))
-}
-
-/// Whether the process may bind ports below 1024 (CAP_NET_BIND_SERVICE in
-/// the effective set).
+/// Whether this process may bind ports below 1024 (CAP_NET_BIND_SERVICE
+/// in the effective set).
 pub fn may_bind_privileged() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .is_some_and(|caps| caps & (1 << CAP_NET_BIND_SERVICE) != 0)
+    host::may_bind_privileged(None)
 }
 
 /// One process's port spaces.
 #[derive(Default)]
 pub struct ProcessPorts {
-    map: Mutex<HashMap<(u16, u16), Vec<Binding>>>,
+    table: Mutex<PortTable>,
 }
 
 impl ProcessPorts {
-    fn random() -> u32 {
-        let mut v = 0u32;
-        // SAFETY: getrandom writes at most 4 bytes into `v`.
-        let n = unsafe { libc::getrandom((&raw mut v).cast(), 4, libc::GRND_NONBLOCK) };
-        if n != 4 {
-            v = std::process::id().wrapping_mul(2_654_435_761);
-        }
-        v
+    fn table(&self) -> std::sync::MutexGuard<'_, PortTable> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
 impl PortSpace for ProcessPorts {
     fn bind(&self, ps: u16, port: u16, b: Binding) -> Result<u16, Errno> {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if port != 0 {
-            if port < 1024 && !may_bind_privileged() {
-                return Err(EACCES);
-            }
-            let list = map.entry((ps, port)).or_default();
-            if list.iter().any(|o| !compatible(o, &b)) {
-                return Err(EADDRINUSE);
-            }
-            list.push(b);
-            return Ok(port);
-        }
-        let (lo, hi) = ephemeral_range();
-        let n = (hi - lo) as u32 + 1;
-        let start = Self::random() % n;
-        for k in 0..n {
-            let p = lo + ((start + k) % n) as u16;
-            let list = map.entry((ps, p)).or_default();
-            if list.is_empty() {
-                list.push(b);
-                return Ok(p);
-            }
-        }
-        Err(EADDRINUSE)
+        let privileged = port != 0 && port < 1024 && may_bind_privileged();
+        self.table().bind(0, ps, port, b.into(), privileged)
     }
 
     fn listen(&self, ps: u16, port: u16, owner: usize) -> Result<(), Errno> {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let list = map.get_mut(&(ps, port)).ok_or(Errno::EINVAL)?;
-        let me = *list
-            .iter()
-            .find(|b| b.owner == owner)
-            .ok_or(Errno::EINVAL)?;
-        if list
-            .iter()
-            .any(|o| o.owner != owner && overlap(o, &me) && (o.listening || !(o.reuse && me.reuse)))
-        {
-            return Err(EADDRINUSE);
-        }
-        for b in list.iter_mut().filter(|b| b.owner == owner) {
-            b.listening = true;
-        }
-        Ok(())
+        self.table().listen(0, ps, port, owner as u64)
     }
 
     fn release(&self, ps: u16, port: u16, owner: usize) {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(list) = map.get_mut(&(ps, port)) {
-            list.retain(|b| b.owner != owner);
-            if list.is_empty() {
-                map.remove(&(ps, port));
-            }
-        }
+        self.table().release(0, ps, port, owner as u64)
     }
+}
+
+/// The host's port spaces, in the CM service.
+pub struct ServicePorts(pub HostPorts);
+
+impl PortSpace for ServicePorts {
+    fn bind(&self, ps: u16, port: u16, b: Binding) -> Result<u16, Errno> {
+        self.0.bind(ps, port, b.into())
+    }
+
+    fn listen(&self, ps: u16, port: u16, owner: usize) -> Result<(), Errno> {
+        self.0.listen(ps, port, owner as u64)
+    }
+
+    fn release(&self, ps: u16, port: u16, owner: usize) {
+        self.0.release(ps, port, owner as u64)
+    }
+}
+
+/// A port space every call of which fails with `-ENODEV`:
+/// `IBCM_SERVICE=required` without a service (the devices would fail too).
+struct NoPorts;
+
+impl PortSpace for NoPorts {
+    fn bind(&self, _: u16, _: u16, _: Binding) -> Result<u16, Errno> {
+        Err(Errno::ENODEV)
+    }
+    fn listen(&self, _: u16, _: u16, _: usize) -> Result<(), Errno> {
+        Err(Errno::ENODEV)
+    }
+    fn release(&self, _: u16, _: u16, _: usize) {}
+}
+
+/// The process's port space, chosen at its first use (module doc).
+pub fn space() -> &'static dyn PortSpace {
+    crate::fork::globals().ports.get_or_init(|| match HostPorts::connect() {
+        Ok(Some(h)) => Box::new(ServicePorts(h)),
+        Ok(None) => Box::new(ProcessPorts::default()),
+        Err(e) => {
+            ibcm::log::always(
+                ERROR,
+                format_args!("librdmacm (ibcm): no port space without the CM service: {e}"),
+            );
+            Box::new(NoPorts)
+        }
+    })
+    .as_ref()
 }
 
 #[cfg(test)]
@@ -207,7 +185,7 @@ mod tests {
         ps.release(0x106, 9000, 5);
         assert_eq!(ps.listen(0x106, 9000, 6), Ok(()));
         // Ephemeral ports are distinct and in the range.
-        let (lo, hi) = ephemeral_range();
+        let (lo, hi) = host::ephemeral_range();
         let p1 = ps.bind(0x106, 0, b("10.0.0.1", false, 8)).unwrap();
         let p2 = ps.bind(0x106, 0, b("10.0.0.1", false, 9)).unwrap();
         assert_ne!(p1, p2);

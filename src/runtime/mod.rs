@@ -74,6 +74,7 @@ pub use device::{Device, DeviceOptions};
 pub use id::CmId;
 pub use inner::{CmIdInner, RustHandler};
 pub use registry::{listen_id, lookup};
+pub(crate) use remote::start_service;
 pub use remote::{Mode as ServiceMode, mode as service_mode};
 pub use spec::{DeviceSpec, SOFT_VERBS_PORT};
 

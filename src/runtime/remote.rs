@@ -137,14 +137,17 @@ pub(super) fn open_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
 /// is `$IBCM_DAEMON`, else `ibcm` beside this library or program, else
 /// `ibcm` on `PATH`. An on-demand service leaves after
 /// `$IBCM_SERVICE_IDLE_EXIT` seconds (default 30) without clients.
-fn start_service(path: &Path) -> std::io::Result<()> {
+pub(crate) fn start_service(path: &Path) -> std::io::Result<()> {
     let bin = daemon_binary();
     let idle = std::env::var("IBCM_SERVICE_IDLE_EXIT")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
         .unwrap_or(30);
     ibcm_log!(INFO, "starting the CM service: {} daemon", bin.display());
+    // Not the caller's preloads (a drop-in librdmacm.so.1, stdbuf's
+    // library): the daemon is a program of its own.
     let status = std::process::Command::new(&bin)
+        .env_remove("LD_PRELOAD")
         .args(["daemon", "--idle-exit", &idle.to_string(), "--socket"])
         .arg(path)
         .stdin(std::process::Stdio::null())

@@ -1,0 +1,430 @@
+//! rdma_cm's port space is the host's when the CM service serves the
+//! library (docs/RDMACM.md, "Port spaces"). Processes of this test binary
+//! (re-run with `HOST_PORTS_ROLE`) share one `soft:` address through a CM
+//! service this test runs on a private socket:
+//!
+//! * a port bound and listened on by one process is `EADDRINUSE` for a
+//!   bind of another (same address and wildcard), and free for another
+//!   port space;
+//! * a client process connects to the listener process through the one
+//!   soft address (loopback through the service: CONNECT_REQUEST,
+//!   ESTABLISHED on both sides);
+//! * the listener SIGKILLed, its port is free for another process within
+//!   a second (the service releases the bindings of a closed connection);
+//! * below 1024 only with CAP_NET_BIND_SERVICE, checked by the service on
+//!   the peer process;
+//! * a hostile local client (garbage, another connection's owner values)
+//!   is refused and moves nobody's binding.
+
+use ibcm::cma::{RdmaCmEventType as R, port_space};
+use ibcm::ipc;
+use ibcm::portspace::{self as host, HostPorts};
+use ibcm::service::{self, Limits, Options, Service};
+use ibcm_rdmacm::abi::*;
+use ibcm_rdmacm::exports::*;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "HOST_PORTS_ROLE";
+const ADDR: &str = "HOST_PORTS_ADDR";
+const CAP_NET_BIND_SERVICE: libc::c_ulong = 10;
+
+/// A CM service on a socket of its own, in this process (its threads end
+/// with the test binary).
+fn start_service(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ibcm-host-ports-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("ibcmd.sock");
+    let listener = service::bind(&socket).unwrap();
+    let svc = Service::new(Options {
+        socket: socket.clone(),
+        idle_exit: None,
+        limits: Limits::default(),
+    });
+    std::thread::spawn(move || svc.run(listener));
+    socket
+}
+
+/// A process of this binary in `role`, a client of the service at `socket`,
+/// its stdout lines delivered as they come.
+struct Proc {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    fn spawn(socket: &Path, role: &str, addr: SocketAddr, unprivileged: bool) -> Proc {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        if unprivileged {
+            // SAFETY: prctl only, between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    // Without CAP_SETPCAP this fails and the process has
+                    // no CAP_NET_BIND_SERVICE anyway (not root).
+                    libc::prctl(libc::PR_CAPBSET_DROP, CAP_NET_BIND_SERVICE, 0, 0, 0);
+                    Ok(())
+                })
+            };
+        }
+        let mut child = cmd
+            .args([
+                "--exact",
+                "child",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE, role)
+            .env(ADDR, addr.to_string())
+            .env("IBCM_SERVICE", "required")
+            .env("IBCM_SERVICE_SOCKET", socket)
+            .env("IBCM_RDMACM_DEVICE", "soft")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let out: ChildStdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    return;
+                }
+            }
+        });
+        Proc { child, lines }
+    }
+
+    /// The next report (`@...`; the test harness prints its own lines
+    /// too, and "test child ... " before the first), within `limit`.
+    fn expect(&self, want: &str, limit: Duration) {
+        let end = Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains('@') => {
+                    let got = &l[l.find('@').unwrap_or(0)..];
+                    assert_eq!(got, want, "a {want:?} report was expected");
+                    return;
+                }
+                Ok(_) => continue,
+                Err(e) => panic!("no {want:?} within {limit:?}: {e}"),
+            }
+        }
+    }
+
+    fn finish(mut self) {
+        let st = self.child.wait().unwrap();
+        assert!(st.success(), "the child failed: {st}");
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_port_is_one_process_s_on_the_host_and_freed_by_its_death() {
+    let socket = start_service("kill");
+    let addr: SocketAddr = "127.0.93.2:7471".parse().unwrap();
+    let server = Proc::spawn(&socket, "serve", addr, false);
+    server.expect("@listening", Duration::from_secs(10));
+
+    // Another process: the same port, on the address or the wildcard, is
+    // taken; another port space's is not.
+    Proc::spawn(&socket, "bind-taken", addr, false).finish();
+
+    // A client process reaches the listener through the one soft address.
+    let client = Proc::spawn(&socket, "connect", addr, false);
+    server.expect("@established", Duration::from_secs(10));
+    client.expect("@established", Duration::from_secs(10));
+    client.finish();
+
+    // A process retrying the bind sees it free within a second of the
+    // listener's SIGKILL.
+    let waiter = Proc::spawn(&socket, "bind-retry", addr, false);
+    waiter.expect("@in-use", Duration::from_secs(10));
+    let mut server = server;
+    let t0 = Instant::now();
+    server.child.kill().unwrap();
+    waiter.expect("@bound", Duration::from_secs(5));
+    let took = t0.elapsed();
+    assert!(
+        took < Duration::from_secs(1),
+        "the port came free after {took:?}"
+    );
+    waiter.finish();
+}
+
+#[test]
+fn privileged_ports_follow_the_peer_s_capability() {
+    let socket = start_service("priv");
+    let addr: SocketAddr = "127.0.93.3:80".parse().unwrap();
+    let privileged = ibcm_rdmacm::ports::may_bind_privileged();
+    let p = Proc::spawn(&socket, "bind-privileged", addr, false);
+    p.expect(
+        if privileged { "@bound" } else { "@refused" },
+        Duration::from_secs(10),
+    );
+    p.finish();
+    // A process without the capability (dropped from its bounding set
+    // before exec), served by this process's service, which has it when
+    // the test runs as root: refused, so the service judged the peer.
+    let p = Proc::spawn(&socket, "bind-privileged", addr, true);
+    p.expect("@refused", Duration::from_secs(10));
+    p.finish();
+}
+
+/// One raw request on `fd` and the errno of its reply.
+fn raw(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> i32 {
+    let mut w = ipc::Header {
+        op: opc,
+        seq,
+        handle: 0,
+    }
+    .record();
+    w.0.extend_from_slice(body);
+    ipc::sock::send(fd, &w.into_bytes()).unwrap();
+    let mut buf = vec![0u8; ipc::MAX_RECORD];
+    let n = ipc::sock::recv(fd, &mut buf).unwrap();
+    let (h, mut r) = ipc::Header::parse(&buf[..n]).unwrap();
+    assert_eq!((h.op, h.seq), (ipc::op::REPLY | opc, seq));
+    r.get::<i32>().unwrap()
+}
+
+/// A local client sending garbage and another connection's owner values:
+/// refused, and the other's bindings stay; they go when it does.
+#[test]
+fn a_hostile_client_cannot_touch_another_s_ports() {
+    let socket = start_service("hostile");
+    let ip: IpAddr = "127.0.93.4".parse().unwrap();
+    let b = |owner| host::Binding {
+        ip,
+        reuse: false,
+        afonly: false,
+        listening: false,
+        owner,
+    };
+    let good = HostPorts::connect_at(&socket).unwrap();
+    assert_eq!(good.bind(port_space::TCP, 7600, b(1)), Ok(7600));
+    let bad = ipc::sock::connect(&socket).unwrap();
+    // Releasing the same (port, owner): only its own bindings, none.
+    let mut rel = ipc::Writer(Vec::new());
+    rel.put(&port_space::TCP).put(&7600u16).put(&1u64);
+    assert_eq!(raw(&bad, ipc::op::PORT_RELEASE, 2, &rel.0), 0);
+    // Truncated, an unknown address family, trailing bytes: -EPROTO.
+    let mut bind = ipc::Writer(Vec::new());
+    host::put_bind(&mut bind, port_space::TCP, 7600, &b(1));
+    let whole = bind.into_bytes();
+    assert_eq!(raw(&bad, ipc::op::PORT_BIND, 3, &whole[..7]), -libc::EPROTO);
+    let mut fam = whole.clone();
+    fam[4] = 9;
+    assert_eq!(raw(&bad, ipc::op::PORT_BIND, 4, &fam), -libc::EPROTO);
+    let mut long = whole.clone();
+    long.push(0);
+    assert_eq!(raw(&bad, ipc::op::PORT_BIND, 5, &long), -libc::EPROTO);
+    // The port is still the good client's, and it can listen on it.
+    assert_eq!(raw(&bad, ipc::op::PORT_BIND, 6, &whole), -libc::EADDRINUSE);
+    assert_eq!(good.listen(port_space::TCP, 7600, 1), Ok(()));
+    let mut lis = ipc::Writer(Vec::new());
+    lis.put(&port_space::TCP).put(&7600u16).put(&1u64);
+    assert_eq!(raw(&bad, ipc::op::PORT_LISTEN, 7, &lis.0), -libc::EINVAL);
+    // The good client gone, the port is free.
+    drop(good);
+    let t = Instant::now();
+    let mut seq = 8;
+    while raw(&bad, ipc::op::PORT_BIND, seq, &whole) != 0 {
+        assert!(t.elapsed() < Duration::from_secs(1), "never released");
+        std::thread::sleep(Duration::from_millis(5));
+        seq += 1;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The roles (run in the child processes)
+// ---------------------------------------------------------------------------
+
+fn sockaddr(a: SocketAddr) -> libc::sockaddr_in {
+    let SocketAddr::V4(v) = a else {
+        panic!("IPv4 only")
+    };
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as u16,
+        sin_port: v.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*v.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+fn report(what: &str) {
+    let mut o = std::io::stdout().lock();
+    writeln!(o, "@{what}").unwrap();
+    o.flush().unwrap();
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// The next event of `ch` within 5 s, which must be `kind`.
+fn expect(ch: *mut RdmaEventChannel, kind: R) -> *mut RdmaCmEvent {
+    let mut p = libc::pollfd {
+        fd: unsafe { (*ch).fd },
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    assert_eq!(unsafe { libc::poll(&mut p, 1, 5000) }, 1, "no event in 5 s");
+    let mut ev = std::ptr::null_mut();
+    assert_eq!(unsafe { rdma_get_cm_event(ch, &mut ev) }, 0);
+    let (k, s) = unsafe { ((*ev).event, (*ev).status) };
+    assert_eq!((k, s), (kind as i32, 0), "got {:?}", unsafe {
+        std::ffi::CStr::from_ptr(rdma_event_str(k))
+    });
+    ev
+}
+
+fn new_id(ch: *mut RdmaEventChannel, ps: u16) -> *mut RdmaCmId {
+    let mut id = std::ptr::null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut id, std::ptr::null_mut(), ps as i32) },
+        0
+    );
+    id
+}
+
+fn bind(id: *mut RdmaCmId, a: SocketAddr) -> Result<(), i32> {
+    let mut s = sockaddr(a);
+    if unsafe { rdma_bind_addr(id, (&raw mut s).cast()) } == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+fn conn_param() -> RdmaConnParam {
+    RdmaConnParam {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: 1,
+        initiator_depth: 1,
+        flow_control: 0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: 0,
+        qp_num: 0x99,
+    }
+}
+
+/// Listens on the address, accepts one connection, then waits to be
+/// killed.
+fn serve(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let l = new_id(ch, port_space::TCP);
+    bind(l, addr).unwrap();
+    assert_eq!(rdma_listen(l, 4), 0);
+    report("listening");
+    let ev = expect(ch, R::ConnectRequest);
+    let child = unsafe { (*ev).id };
+    assert_eq!(rdma_ack_cm_event(ev), 0);
+    let mut cp = conn_param();
+    assert_eq!(unsafe { rdma_accept(child, &mut cp) }, 0);
+    assert_eq!(rdma_ack_cm_event(expect(ch, R::Established)), 0);
+    report("established");
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
+fn bind_taken(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let id = new_id(ch, port_space::TCP);
+    assert_eq!(bind(id, addr), Err(libc::EADDRINUSE));
+    let any = SocketAddr::new(IpAddr::from([0, 0, 0, 0]), addr.port());
+    assert_eq!(bind(id, any), Err(libc::EADDRINUSE));
+    // The same port of another port space is free.
+    let udp = new_id(ch, port_space::UDP);
+    assert_eq!(bind(udp, addr), Ok(()));
+    assert_eq!(rdma_destroy_id(udp), 0);
+    assert_eq!(rdma_destroy_id(id), 0);
+}
+
+fn connect(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let id = new_id(ch, port_space::TCP);
+    let mut dst = sockaddr(addr);
+    assert_eq!(
+        unsafe { rdma_resolve_addr(id, std::ptr::null_mut(), (&raw mut dst).cast(), 1000) },
+        0
+    );
+    assert_eq!(rdma_ack_cm_event(expect(ch, R::AddrResolved)), 0);
+    // The ephemeral source port is the host's: bound in the service.
+    assert_ne!(rdma_get_src_port(id), 0);
+    assert_eq!(rdma_resolve_route(id, 1000), 0);
+    assert_eq!(rdma_ack_cm_event(expect(ch, R::RouteResolved)), 0);
+    let mut cp = conn_param();
+    assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+    assert_eq!(rdma_ack_cm_event(expect(ch, R::ConnectResponse)), 0);
+    assert_eq!(rdma_establish(id), 0);
+    report("established");
+}
+
+fn bind_retry(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let id = new_id(ch, port_space::TCP);
+    assert_eq!(bind(id, addr), Err(libc::EADDRINUSE));
+    report("in-use");
+    let t = Instant::now();
+    loop {
+        match bind(id, addr) {
+            Ok(()) => break,
+            Err(e) => assert_eq!(e, libc::EADDRINUSE),
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "never free");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    report("bound");
+    assert_eq!(rdma_listen(id, 1), 0, "listen: errno {}", errno());
+}
+
+/// A port below 1024: bound if this process has CAP_NET_BIND_SERVICE,
+/// else `EACCES` from the service (the library does not check it itself
+/// when the service holds the table).
+fn bind_privileged(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let id = new_id(ch, port_space::TCP);
+    let want = if ibcm_rdmacm::ports::may_bind_privileged() {
+        Ok(())
+    } else {
+        Err(libc::EACCES)
+    };
+    assert_eq!(bind(id, addr), want);
+    report(if want.is_ok() { "bound" } else { "refused" });
+}
+
+/// The entry of the child processes (`HOST_PORTS_ROLE`); not a test of
+/// its own.
+#[test]
+#[ignore = "a child process of the tests above"]
+fn child() {
+    let role = std::env::var(ROLE).expect("run by the tests above");
+    let addr: SocketAddr = std::env::var(ADDR).unwrap().parse().unwrap();
+    match role.as_str() {
+        "serve" => serve(addr),
+        "bind-taken" => bind_taken(addr),
+        "connect" => connect(addr),
+        "bind-retry" => bind_retry(addr),
+        "bind-privileged" => bind_privileged(addr),
+        r => panic!("unknown role {r}"),
+    }
+}
