@@ -4,8 +4,8 @@
 # it is not part of `make test` or CI.
 #
 # Two Soft-RoCE qemu guests (interop/verbs/run-pair.sh), guest A the server, guest B the client,
-# in the pairings of the rdmacm matrix (interop/rdmacm.sh, whose guest driver
-# interop/rdmacm/guest.sh runs the tools here too):
+# in the pairings of the rdmacm matrix (interop/rdmacm/pairings.sh, shared with interop/rdmacm.sh,
+# whose guest driver interop/rdmacm/guest.sh runs the tools here too):
 #   kernel-kernel   kernel CM on both (the reference every ratio is taken to)
 #   kernel-ibcm     A kernel CM, B ibcm's librdmacm.so.1 preloaded (CM over ib_umad)
 #   ibcm-kernel     the reverse
@@ -32,16 +32,13 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${BENCH_OUT:-$ROOT/build/bench-kernel}"
 CACHE="$ROOT/build/interop-verbs/cache"
-NOCM=rdma_rxe,ib_uverbs,ib_umad
-WITHCM=rdma_rxe,ib_uverbs,ib_umad,rdma_ucm
-ALL="kernel-kernel kernel-ibcm ibcm-kernel ibcm-ibcm-umad ibcm-ibcm-udp"
+# shellcheck source=../interop/rdmacm/pairings.sh
+. "$ROOT/interop/rdmacm/pairings.sh"
 read -r -a NS <<< "${BENCH_N:-100 1000}"
 say() { echo "[bench-kernel] $*"; }
 
-PAIRS=("$@"); [ ${#PAIRS[@]} -gt 0 ] || read -r -a PAIRS <<< "$ALL"
-for p in "${PAIRS[@]}"; do
-  case " $ALL " in *" $p "*) ;; *) echo "unknown pairing $p (one of: $ALL)" >&2; exit 2 ;; esac
-done
+PAIRS=("$@"); [ ${#PAIRS[@]} -gt 0 ] || read -r -a PAIRS <<< "$RDMACM_PAIRINGS"
+rdmacm_check_pairings "${PAIRS[@]}"
 for n in "${NS[@]}"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_N: $n is not a connection count" >&2; exit 2; }
 done
@@ -74,44 +71,29 @@ scenarios() {
     "$st/ib_send_lat.ts ib_send_lat -R -d \$DEV -n 200 \$PEER"
 }
 
-pairing() { # pairing NAME MODS_A MODS_B PRELOAD_A PRELOAD_B
-  local p=$1 ma=$2 mb=$3 pa=$4 pb=$5 run="$OUT/runs/$1" total a b t1
+pairing() { # pairing NAME
+  local p=$1 run="$OUT/runs/$1" total t1 ma mb
+  rdmacm_pairing "$p"
+  ma=$PAIR_MODS_A mb=$PAIR_MODS_B
   rm -rf "$run"; mkdir -p "$run/lib"
   scenarios > "$run/scenarios.run"
   total=$(awk -F'\t' '{s += $2 + 20} END {print s + 30}' "$run/scenarios.run")
-  if [ "$pa$pb" != 00 ]; then
+  if [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" != 00 ]; then
     if [ ! -f "$LIB" ]; then echo "no library at $LIB" > "$run/skipped"; say "$p: skipped (no $LIB)"; return 0; fi
     cp -L "$LIB" "$run/lib/librdmacm.so.1"
   fi
   cp "$ROOT/interop/rdmacm/guest.sh" "$ROOT/interop/bench/stamp.sh" "$run/"
-  {
-    echo "PRELOAD_A=$pa"; echo "PRELOAD_B=$pb"
-    printf 'IBCM_ENV=%q\n' "${BENCH_IBCM_ENV:-}"
-    printf 'IBCM_LOG_LEVEL=%q\n' "${IBCM_LOG_LEVEL:-info}"
-    printf 'LISTEN_RE=%q\n' "${BENCH_LISTEN_RE:-listen}"
-    echo "READY_WAIT=${BENCH_READY_WAIT:-10}"
-  } > "$run/pairing.env"
-  a="$([ "$ma" = "$NOCM" ] && echo '[ ! -d /sys/module/ib_cm ]' || echo '[ -d /sys/module/ib_cm ]') || { echo 'PAIRING: wrong kernel CM state'; exit 1; }
-. \$LAB_DIR/guest.sh; rdmacm_guest server"
-  b="$([ "$mb" = "$NOCM" ] && echo '[ ! -d /sys/module/ib_cm ]' || echo '[ -d /sys/module/ib_cm ]') || { echo 'PAIRING: wrong kernel CM state'; exit 1; }
-. \$LAB_DIR/guest.sh; rdmacm_guest client"
-  say "=== $p: guest A ${ma//,/ } (preload $pa), guest B ${mb//,/ } (preload $pb); bound $total s"
+  rdmacm_pairing_env "${BENCH_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-info}" "${BENCH_LISTEN_RE:-listen}" \
+    "${BENCH_READY_WAIT:-10}" > "$run/pairing.env"
+  say "=== $p: guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B); bound $total s"
   t1=$(date +%s)
   { uptime; grep -m1 'model name' /proc/cpuinfo; } > "$run/host.before"
   LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/run-pair.sh" -q -t "$total" -a "$ma" -b "$mb" \
-    -o "$run" "$a" "$b" > "$run/pair.log" 2>&1 || true
+    -o "$run" "$(rdmacm_guest_cmd "$ma" server)" "$(rdmacm_guest_cmd "$mb" client)" > "$run/pair.log" 2>&1 || true
   uptime > "$run/host.after"
   grep -E '^(guest [AB]: rc|wall:|qemu timed out)' "$run/pair.log" | sed 's/^/  /' || true
   say "$p: $(( $(date +%s) - t1 )) s"
 }
 
-for p in "${PAIRS[@]}"; do
-  case $p in
-    kernel-kernel)  pairing "$p" "$WITHCM" "$WITHCM" 0 0 ;;
-    kernel-ibcm)    pairing "$p" "$WITHCM" "$NOCM" 0 1 ;;
-    ibcm-kernel)    pairing "$p" "$NOCM" "$WITHCM" 1 0 ;;
-    ibcm-ibcm-umad) pairing "$p" "$NOCM" "$NOCM" 1 1 ;;
-    ibcm-ibcm-udp)  pairing "$p" "$WITHCM" "$WITHCM" 1 1 ;;
-  esac
-done
+for p in "${PAIRS[@]}"; do pairing "$p"; done
 python3 "$ROOT/scripts/bench_kernel.py" "$OUT" "${PAIRS[@]}"
