@@ -94,7 +94,7 @@ pairing() { # pairing NAME
   fi
   cp "$HERE/rdmacm/guest.sh" "$run/guest.sh"
   rdmacm_pairing_env "${RDMACM_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-debug}" \
-    "${RDMACM_LISTEN_RE:-listen|opened device}" "${RDMACM_READY_WAIT:-10}" > "$run/pairing.env"
+    "${RDMACM_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" "${RDMACM_READY_WAIT:-10}" > "$run/pairing.env"
   say "=== $p: $n scenario(s), guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B)"
   t1=$(date +%s)
   LAB_CACHE="$CACHE" bash "$HERE/verbs/run-pair.sh" -q -t $((total + 20 * n + 30)) -a "$ma" -b "$mb" \

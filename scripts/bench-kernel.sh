@@ -23,8 +23,8 @@
 #   BENCH_LIB        the library under test (default target/rdmacm/librdmacm.so.1; `make rdmacm`
 #                    when absent)
 #   BENCH_IBCM_ENV   extra environment of the preloaded tools (IBCM_RDMACM_* switches)
-#   IBCM_LOG_LEVEL   IBCM_LOG of the preloaded tools (default info: the listener's readiness line
-#                    is looked for with LISTEN_RE in the server's log)
+#   IBCM_LOG_LEVEL   IBCM_LOG of the preloaded tools (default info: the server's readiness line,
+#                    BENCH_LISTEN_RE, default "listen|opened device", is looked for in its log)
 #   BENCH_OUT        output directory (default build/bench-kernel)
 # Output: BENCH_OUT/bench-kernel.md (printed) and bench-kernel.json; BENCH_OUT/runs/PAIRING/ holds
 # every tool's output. Needs root (qemu, apt). Exit status 0 iff the kernel-kernel reference ran.
@@ -83,7 +83,7 @@ pairing() { # pairing NAME
     cp -L "$LIB" "$run/lib/librdmacm.so.1"
   fi
   cp "$ROOT/interop/rdmacm/guest.sh" "$ROOT/interop/bench/stamp.sh" "$run/"
-  rdmacm_pairing_env "${BENCH_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-info}" "${BENCH_LISTEN_RE:-listen}" \
+  rdmacm_pairing_env "${BENCH_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-info}" "${BENCH_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" \
     "${BENCH_READY_WAIT:-10}" > "$run/pairing.env"
   say "=== $p: guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B); bound $total s"
   t1=$(date +%s)

@@ -16,6 +16,10 @@
 RDMACM_NOCM=rdma_rxe,ib_uverbs,ib_umad              # a guest without any kernel CM
 RDMACM_WITHCM=rdma_rxe,ib_uverbs,ib_umad,rdma_ucm   # rdma_ucm pulls rdma_cm and ib_cm
 RDMACM_PAIRINGS="kernel-kernel kernel-ibcm ibcm-kernel ibcm-ibcm-umad ibcm-ibcm-udp"
+# the line of a preloaded server's log (IBCM_LOG info or debug) that says it is ready: nothing in
+# the kernel shows ibcm's listener; the library logs opening its device at info, and the tools
+# listen right after binding, long before a client can start
+RDMACM_DEFAULT_LISTEN_RE="listen|opened device"
 
 # rdmacm_pairing NAME: sets PAIR_MODS_A, PAIR_MODS_B (modules, comma-separated, for
 # run-pair.sh -a/-b) and PAIR_PRELOAD_A, PAIR_PRELOAD_B (1: that guest's tools run on ibcm);
