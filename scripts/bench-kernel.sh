@@ -19,6 +19,12 @@
 # Environment:
 #   BENCH_N          cmtime connection counts (default "100 1000")
 #   BENCH_APPS       0: cmtime only (no rping / perftest)
+#   BENCH_PAR        many connections at once: "KxN ..." runs K `cmtime -c N` clients at the same
+#                    time in guest B against one server (interop/bench/par.sh), after the
+#                    single-client runs
+#   BENCH_PCAP       1: capture guest A's NIC (run-pair.sh -p); the tables then add what
+#                    `ibcm decode --summary` counts on the wire per scenario (retransmissions,
+#                    duplicates, timeouts) -- the same count for both CMs
 #   BENCH_BOUND      seconds one cmtime run may take (default 60 + N / 10)
 #   BENCH_LIB        the library under test (default target/rdmacm/librdmacm.so.1; `make rdmacm`
 #                    when absent)
@@ -26,6 +32,11 @@
 #   IBCM_LOG_LEVEL   IBCM_LOG of the preloaded tools (default info: the server's readiness line,
 #                    BENCH_LISTEN_RE, default "listen|opened device", is looked for in its log)
 #   BENCH_OUT        output directory (default build/bench-kernel)
+#   BENCH_CLIENT_WRAP, BENCH_SERVER_WRAP
+#                    a command prefix for the cmtime clients (guest B) / servers (guest A), to
+#                    profile them (e.g. 'strace -f -c -o $LAB_DIR/cmtime.strace': the guests run
+#                    the host's userland, and $LAB_DIR is the run directory); the times are then
+#                    not the tool's own
 # Output: BENCH_OUT/bench-kernel.md (printed) and bench-kernel.json; BENCH_OUT/runs/PAIRING/ holds
 # every tool's output. Needs root (qemu, apt). Exit status 0 iff the kernel-kernel reference ran.
 set -euo pipefail
@@ -34,7 +45,8 @@ OUT="${BENCH_OUT:-$ROOT/build/bench-kernel}"
 CACHE="$ROOT/build/interop-verbs/cache"
 # shellcheck source=../interop/rdmacm/pairings.sh
 . "$ROOT/interop/rdmacm/pairings.sh"
-read -r -a NS <<< "${BENCH_N:-100 1000}"
+read -r -a NS <<< "${BENCH_N-100 1000}"
+read -r -a PARS <<< "${BENCH_PAR:-}"
 say() { echo "[bench-kernel] $*"; }
 
 PAIRS=("$@"); [ ${#PAIRS[@]} -gt 0 ] || read -r -a PAIRS <<< "$RDMACM_PAIRINGS"
@@ -42,10 +54,16 @@ rdmacm_check_pairings "${PAIRS[@]}"
 for n in "${NS[@]}"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_N: $n is not a connection count" >&2; exit 2; }
 done
+for kn in "${PARS[@]}"; do
+  [[ $kn =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || { echo "BENCH_PAR: $kn is not KxN (clients x connections)" >&2; exit 2; }
+done
 if [ "$(id -u)" != 0 ]; then echo "bench-kernel: needs root (qemu guests, apt)" >&2; exit 2; fi
 mkdir -p "$OUT/runs"
 
 LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/build.sh"
+if [ "${BENCH_PCAP:-0}" = 1 ] && [ ! -x "$ROOT/target/release/ibcm" ]; then
+  (cd "$ROOT" && cargo build --release --bins -q)   # the decoder of the captures
+fi
 LIB="${BENCH_LIB:-$ROOT/target/rdmacm/librdmacm.so.1}"
 if [ ! -f "$LIB" ] && [ -z "${BENCH_LIB:-}" ]; then
   for p in "${PAIRS[@]}"; do
@@ -60,7 +78,14 @@ scenarios() {
   for n in "${NS[@]}"; do
     # cmtime's server serves until stopped; the bound grows with N (TCG guests: ms per connection)
     printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-$n" "${BENCH_BOUND:-$((60 + n / 10))}" \
-      "cmtime -b \$IP -c $n" "$st/cmtime-$n.ts cmtime -s \$PEER -c $n"
+      "${BENCH_SERVER_WRAP:+$BENCH_SERVER_WRAP }cmtime -b \$IP -c $n" \
+      "$st/cmtime-$n.ts ${BENCH_CLIENT_WRAP:+$BENCH_CLIENT_WRAP }cmtime -s \$PEER -c $n"
+  done
+  local kn k
+  for kn in "${PARS[@]}"; do
+    k=${kn%x*} n=${kn#*x}
+    printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-par-$kn" "${BENCH_BOUND:-$((60 + k * n / 10))}" \
+      "cmtime -b \$IP -c $((k * n))" "bash \$LAB_DIR/par.sh cmtime-par-$kn $k $n \$PEER"
   done
   [ "${BENCH_APPS:-1}" != 0 ] || return 0
   printf '%s\t%s\tlisten\t0\t%s\t%s\n' rping-C1 60 'rping -s -a $IP -C 1 -v' \
@@ -72,24 +97,26 @@ scenarios() {
 }
 
 pairing() { # pairing NAME
-  local p=$1 run="$OUT/runs/$1" total t1 ma mb
+  local p=$1 run="$OUT/runs/$1" total t1 ma mb pcap=
   rdmacm_pairing "$p"
   ma=$PAIR_MODS_A mb=$PAIR_MODS_B
   rm -rf "$run"; mkdir -p "$run/lib"
   scenarios > "$run/scenarios.run"
+  [ "${BENCH_PCAP:-0}" != 1 ] || pcap="$run/A.pcap"
   total=$(awk -F'\t' '{s += $2 + 20} END {print s + 30}' "$run/scenarios.run")
   if [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" != 00 ]; then
     if [ ! -f "$LIB" ]; then echo "no library at $LIB" > "$run/skipped"; say "$p: skipped (no $LIB)"; return 0; fi
     cp -L "$LIB" "$run/lib/librdmacm.so.1"
   fi
-  cp "$ROOT/interop/rdmacm/guest.sh" "$ROOT/interop/bench/stamp.sh" "$run/"
+  cp "$ROOT/interop/rdmacm/guest.sh" "$ROOT/interop/bench/stamp.sh" "$ROOT/interop/bench/par.sh" "$run/"
   rdmacm_pairing_env "${BENCH_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-info}" "${BENCH_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" \
     "${BENCH_READY_WAIT:-10}" > "$run/pairing.env"
   say "=== $p: guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B); bound $total s"
   t1=$(date +%s)
   { uptime; grep -m1 'model name' /proc/cpuinfo; } > "$run/host.before"
   LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/run-pair.sh" -q -t "$total" -a "$ma" -b "$mb" \
-    -o "$run" "$(rdmacm_guest_cmd "$ma" server)" "$(rdmacm_guest_cmd "$mb" client)" > "$run/pair.log" 2>&1 || true
+    -o "$run" ${pcap:+-p "$pcap"} "$(rdmacm_guest_cmd "$ma" server)" "$(rdmacm_guest_cmd "$mb" client)" \
+    > "$run/pair.log" 2>&1 || true
   uptime > "$run/host.after"
   grep -E '^(guest [AB]: rc|wall:|qemu timed out)' "$run/pair.log" | sed 's/^/  /' || true
   say "$p: $(( $(date +%s) - t1 )) s"
