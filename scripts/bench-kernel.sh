@@ -11,6 +11,9 @@
 #   ibcm-kernel     the reverse
 #   ibcm-ibcm-umad  both preloaded, no kernel CM module on either guest
 #   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (ibcm's UDP side channel)
+# In ibcm-ibcm-udp, whose guests have the kernel CM loaded, every `cmtime -c N` runs first with the
+# kernel's librdmacm (scenario kcm-cmtime-N: the preload taken off) and then on ibcm, in the same
+# boot: a ratio that the host's load cannot skew (BENCH_SAME_BOOT=0: not).
 # In each: Debian 12's `cmtime -c N` for every N of BENCH_N (its own per-step times), `rping -C 1`,
 # `ib_write_bw -R` and `ib_send_lat -R`, the clients timed from outside by interop/bench/stamp.sh
 # (process start -> first result line, and -> exit).
@@ -73,9 +76,16 @@ fi
 
 # the scenarios of one pairing, in the guest driver's format: NAME TIMEOUT READY STOP SERVER CLIENT
 # (TAB-separated); clients run under stamp.sh, which writes $LAB_DIR/NAME.ts
-scenarios() {
+scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
   local n st='bash $LAB_DIR/stamp.sh $LAB_DIR'
   for n in "${NS[@]}"; do
+    if [ "$1" = 1 ]; then
+      # the kernel CM in the same guests: the tools without ibcm's preload (a kernel listener
+      # shows in `rdma res`, not in ibcm's log: no readiness line, the client starts 2 s later)
+      printf '%s\t%s\tnone\t1\t%s\t%s\n' "kcm-cmtime-$n" "${BENCH_BOUND:-$((60 + n / 10))}" \
+        "env -u LD_PRELOAD cmtime -b \$IP -c $n" \
+        "sleep 2; $st/kcm-cmtime-$n.ts env -u LD_PRELOAD cmtime -s \$PEER -c $n"
+    fi
     # cmtime's server serves until stopped; the bound grows with N (TCG guests: ms per connection)
     printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-$n" "${BENCH_BOUND:-$((60 + n / 10))}" \
       "${BENCH_SERVER_WRAP:+$BENCH_SERVER_WRAP }cmtime -b \$IP -c $n" \
@@ -97,11 +107,14 @@ scenarios() {
 }
 
 pairing() { # pairing NAME
-  local p=$1 run="$OUT/runs/$1" total t1 ma mb pcap=
+  local p=$1 run="$OUT/runs/$1" total t1 ma mb pcap= same
   rdmacm_pairing "$p"
   ma=$PAIR_MODS_A mb=$PAIR_MODS_B
   rm -rf "$run"; mkdir -p "$run/lib"
-  scenarios > "$run/scenarios.run"
+  same=0
+  if [ "${BENCH_SAME_BOOT:-1}" = 1 ] && [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" = 11 ] &&
+     [ "$ma" = "$RDMACM_WITHCM" ] && [ "$mb" = "$RDMACM_WITHCM" ]; then same=1; fi
+  scenarios "$same" > "$run/scenarios.run"
   [ "${BENCH_PCAP:-0}" != 1 ] || pcap="$run/A.pcap"
   total=$(awk -F'\t' '{s += $2 + 20} END {print s + 30}' "$run/scenarios.run")
   if [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" != 00 ]; then

@@ -28,6 +28,8 @@ REF = "kernel-kernel"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IBCM = os.environ.get("BENCH_DECODER", os.path.join(ROOT, "target", "release", "ibcm"))
 PAR = re.compile(r"^cmtime-par-(\d+)x(\d+)$")
+# cmtime-N; kcm-cmtime-N: the same in an ibcm-ibcm-udp boot with the kernel's librdmacm
+CMTIME_NAME = re.compile(r"^(kcm-)?cmtime-(\d+)$")
 # cmtime v44: printf("%-13s: %11.2f%11.2f%11.2f%11.2f\n", step, total ms, max ms, min us, us/conn)
 # (fields can run together: a step no connection finished prints min 1000000000.00)
 CMTIME_ROW = re.compile(r"^([a-z][a-z ]*?)\s*:((?:\s*-?\d+\.\d\d){4})\s*$")
@@ -213,8 +215,8 @@ def collect(out, pairing):
         par = PAR.match(name)
         if par:
             s["par"] = parse_par(run, name, int(par.group(1)), int(par.group(2)))
-        elif name.startswith("cmtime-"):
-            s["n"] = int(name.split("-", 1)[1])
+        elif CMTIME_NAME.match(name):
+            s["n"] = int(CMTIME_NAME.match(name).group(2))
             s["steps"] = parse_cmtime(cli)
             # the connections cmtime reported failing, by event and status
             s["failed"] = {}
@@ -327,6 +329,8 @@ def render(data):
             row.append("—" if s is None else SERVER_RC.get(s["server_rc"], s["server_rc"]))
         md.append("| " + " | ".join(row) + " |")
         md += wire_rows(pairs, res, name)
+    for p in pairs:
+        md += same_boot_tables(p, res[p].get("scenarios", {}))
     pars = sorted({n for r in res.values() for n, s in r.get("scenarios", {}).items() if "par" in s},
                   key=lambda n: [int(x) for x in PAR.match(n).groups()])
     for name in pars:
@@ -338,6 +342,37 @@ def render(data):
     if notes:
         md += ["", "Driver notes:", ""] + [f"* {p} {n}: {t}" for p, n, t in notes]
     return "\n".join(md) + "\n"
+
+
+def same_boot_tables(pairing, scen):
+    """kcm-cmtime-N against cmtime-N of one boot (ibcm-ibcm-udp: the kernel CM is loaded there)."""
+    md = []
+    for n in sorted(int(CMTIME_NAME.match(k).group(2)) for k in scen if k.startswith("kcm-cmtime-")):
+        kern = scen.get(f"kcm-cmtime-{n}", {})
+        ibcm = scen.get(f"cmtime-{n}", {})
+        md += ["", f"## cmtime -c {n} in one boot of {pairing}: the kernel CM, then ibcm (µs per connection; "
+               "× = ibcm / kernel)", ""]
+        md.append("| step | kernel CM | ibcm |")
+        md.append("|---|---|---|")
+        steps = list(kern.get("steps", {})) + [st for st in ibcm.get("steps", {}) if st not in kern.get("steps", {})]
+        for st in steps:
+            k = kern.get("steps", {}).get(st, {})
+            i = ibcm.get("steps", {}).get(st, {})
+            kv = k.get("us_per_conn") if k.get("completed") else None
+            iv = i.get("us_per_conn") if i.get("completed") else None
+            md.append(f"| {st} | {fmt(kv, None) if k.get('completed', True) else 'none finished'} | "
+                      f"{fmt(iv, ratio(iv, kv)) if i.get('completed', True) else 'none finished'} |")
+        for label, key in (("failed connections", "failed"), ("client exit status", "client_rc")):
+            cells = []
+            for sc in (kern, ibcm):
+                if not sc:
+                    cells.append("—")
+                elif key == "failed":
+                    cells.append(", ".join(f"{v} {e}" for e, v in sorted(sc["failed"].items())) or "0")
+                else:
+                    cells.append(sc["client_rc"] + (f": {sc['error']}" if sc.get("error") else ""))
+            md.append(f"| {label} | " + " | ".join(cells) + " |")
+    return md
 
 
 def wire_rows(pairs, res, name):

@@ -143,6 +143,33 @@ class Parallel(unittest.TestCase):
         self.assertIn("| kernel CM (guest B): REQs sent / retries / duplicates received | 200 / 7 / 3 | — |", md)
 
 
+class SameBoot(unittest.TestCase):
+    def test_kernel_then_ibcm_in_one_boot(self):
+        with tempfile.TemporaryDirectory() as root:
+            run = os.path.join(root, "runs", "ibcm-ibcm-udp")
+            os.makedirs(run)
+            files = {
+                "scenarios.run": "kcm-cmtime-100\t70\tnone\t1\ts\tc\ncmtime-100\t70\tlisten\t1\ts\tc\n",
+                "kcm-cmtime-100.cli.out": CMTIME, "kcm-cmtime-100.cli.rc": "0\n",
+                "cmtime-100.cli.out": CMTIME.replace("      20.00\n", "       5.00\n"), "cmtime-100.cli.rc": "0\n",
+            }
+            for k, v in files.items():
+                with open(os.path.join(run, k), "w") as f:
+                    f.write(v)
+            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-udp"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                bench_kernel.main()
+            with open(os.path.join(root, "bench-kernel.md")) as f:
+                md = f.read()
+        self.assertIn("## cmtime -c 100 in one boot of ibcm-ibcm-udp", md)
+        self.assertIn("| create id | 20.0 | 5.0 (×0.25) |", md)
+        self.assertIn("| connect | 11466.5 | 11466.5 (×1.00) |", md)
+        self.assertIn("| create qp | none finished | none finished |", md)
+        # the kernel run of the same boot is not a column of the per-pairing tables
+        self.assertIn("| step | ibcm-ibcm-udp |", md)
+        self.assertEqual(md.count("| create id |"), 2)
+
+
 class Wire(unittest.TestCase):
     def test_rows(self):
         res = {
