@@ -25,6 +25,8 @@
 #   BENCH_PAR        many connections at once: "KxN ..." runs K `cmtime -c N` clients at the same
 #                    time in guest B against one server (interop/bench/par.sh), after the
 #                    single-client runs
+#   BENCH_PAR_SERVICE  1: the preloaded clients of BENCH_PAR open their device through an
+#                    `ibcm daemon` (target/release/ibcm) in guest B (par.sh)
 #   BENCH_PCAP       1: capture guest A's NIC (run-pair.sh -p); the tables then add what
 #                    `ibcm decode --summary` counts on the wire per scenario (retransmissions,
 #                    duplicates, timeouts) -- the same count for both CMs
@@ -64,8 +66,8 @@ if [ "$(id -u)" != 0 ]; then echo "bench-kernel: needs root (qemu guests, apt)" 
 mkdir -p "$OUT/runs"
 
 LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/build.sh"
-if [ "${BENCH_PCAP:-0}" = 1 ] && [ ! -x "$ROOT/target/release/ibcm" ]; then
-  (cd "$ROOT" && cargo build --release --bins -q)   # the decoder of the captures
+if [ "${BENCH_PCAP:-0}${BENCH_PAR_SERVICE:-0}" != 00 ] && [ ! -x "$ROOT/target/release/ibcm" ]; then
+  (cd "$ROOT" && cargo build --release --bins -q)   # the decoder of the captures, the service
 fi
 LIB="${BENCH_LIB:-$ROOT/target/rdmacm/librdmacm.so.1}"
 if [ ! -f "$LIB" ] && [ -z "${BENCH_LIB:-}" ]; then
@@ -91,11 +93,12 @@ scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
       "${BENCH_SERVER_WRAP:+$BENCH_SERVER_WRAP }cmtime -b \$IP -c $n" \
       "$st/cmtime-$n.ts ${BENCH_CLIENT_WRAP:+$BENCH_CLIENT_WRAP }cmtime -s \$PEER -c $n"
   done
-  local kn k
+  local kn k svc=
+  [ "${BENCH_PAR_SERVICE:-0}" != 1 ] || svc=1
   for kn in "${PARS[@]}"; do
     k=${kn%x*} n=${kn#*x}
     printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-par-$kn" "${BENCH_BOUND:-$((60 + k * n / 10))}" \
-      "cmtime -b \$IP -c $((k * n))" "bash \$LAB_DIR/par.sh cmtime-par-$kn $k $n \$PEER"
+      "cmtime -b \$IP -c $((k * n))" "bash \$LAB_DIR/par.sh cmtime-par-$kn $k $n \$PEER${svc:+ service}"
   done
   [ "${BENCH_APPS:-1}" != 0 ] || return 0
   printf '%s\t%s\tlisten\t0\t%s\t%s\n' rping-C1 60 'rping -s -a $IP -C 1 -v' \
@@ -122,6 +125,7 @@ pairing() { # pairing NAME
     cp -L "$LIB" "$run/lib/librdmacm.so.1"
   fi
   cp "$ROOT/interop/rdmacm/guest.sh" "$ROOT/interop/bench/stamp.sh" "$ROOT/interop/bench/par.sh" "$run/"
+  [ "${BENCH_PAR_SERVICE:-0}" != 1 ] || cp "$ROOT/target/release/ibcm" "$run/ibcm"
   rdmacm_pairing_env "${BENCH_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-info}" "${BENCH_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" \
     "${BENCH_READY_WAIT:-10}" > "$run/pairing.env"
   say "=== $p: guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B); bound $total s"
