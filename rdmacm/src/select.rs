@@ -78,11 +78,16 @@ fn host_has_rdma_device() -> bool {
 
 /// `rdma_create_event_channel`'s check (librdmacm's `ucma_init`): ENODEV
 /// when nothing can carry a connection, with a line saying what is missing.
+/// With a device, its verbs are opened and queried here, as `ucma_init`
+/// does (the list is kept for the process): the first bind or resolve does
+/// not pay for it inside the application's timing of that call.
 pub fn check_any_device() -> Result<(), Errno> {
     if mode() != Mode::Auto {
         return Ok(());
     }
     if host_has_rdma_device() {
+        // A failure here is the first bind's to report, as before.
+        let _ = verbs::devices();
         return Ok(());
     }
     ibcm::log::always(
