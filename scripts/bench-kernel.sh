@@ -11,9 +11,10 @@
 #   ibcm-kernel     the reverse
 #   ibcm-ibcm-umad  both preloaded, no kernel CM module on either guest
 #   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (ibcm's UDP side channel)
-# In ibcm-ibcm-udp, whose guests have the kernel CM loaded, every `cmtime -c N` runs first with the
-# kernel's librdmacm (scenario kcm-cmtime-N: the preload taken off) and then on ibcm, in the same
-# boot: a ratio that the host's load cannot skew (BENCH_SAME_BOOT=0: not).
+# In ibcm-ibcm-udp, whose guests have the kernel CM loaded, every `cmtime -c N` (and BENCH_PAR run)
+# runs first with the kernel's librdmacm (scenario kcm-cmtime-N, kcm-cmtime-par-KxN: the preload
+# taken off) and then on ibcm, in the same boot: a ratio that the host's load cannot skew
+# (BENCH_SAME_BOOT=0: not).
 # In each: Debian 12's `cmtime -c N` for every N of BENCH_N (its own per-step times), `rping -C 1`,
 # `ib_write_bw -R` and `ib_send_lat -R`, the clients timed from outside by interop/bench/stamp.sh
 # (process start -> first result line, and -> exit).
@@ -97,6 +98,11 @@ scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
   [ "${BENCH_PAR_SERVICE:-0}" != 1 ] || svc=1
   for kn in "${PARS[@]}"; do
     k=${kn%x*} n=${kn#*x}
+    if [ "$1" = 1 ]; then
+      printf '%s\t%s\tnone\t1\t%s\t%s\n' "kcm-cmtime-par-$kn" "${BENCH_BOUND:-$((60 + k * n / 10))}" \
+        "env -u LD_PRELOAD cmtime -b \$IP -c $((k * n))" \
+        "sleep 2; env -u LD_PRELOAD bash \$LAB_DIR/par.sh kcm-cmtime-par-$kn $k $n \$PEER"
+    fi
     printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-par-$kn" "${BENCH_BOUND:-$((60 + k * n / 10))}" \
       "cmtime -b \$IP -c $((k * n))" "bash \$LAB_DIR/par.sh cmtime-par-$kn $k $n \$PEER${svc:+ service}"
   done

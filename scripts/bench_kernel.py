@@ -27,7 +27,7 @@ import time
 REF = "kernel-kernel"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IBCM = os.environ.get("BENCH_DECODER", os.path.join(ROOT, "target", "release", "ibcm"))
-PAR = re.compile(r"^cmtime-par-(\d+)x(\d+)$")
+PAR = re.compile(r"^(?:kcm-)?cmtime-par-(\d+)x(\d+)$")
 # cmtime-N; kcm-cmtime-N: the same in an ibcm-ibcm-udp boot with the kernel's librdmacm
 CMTIME_NAME = re.compile(r"^(kcm-)?cmtime-(\d+)$")
 # cmtime v44: printf("%-13s: %11.2f%11.2f%11.2f%11.2f\n", step, total ms, max ms, min us, us/conn)
@@ -331,7 +331,8 @@ def render(data):
         md += wire_rows(pairs, res, name)
     for p in pairs:
         md += same_boot_tables(p, res[p].get("scenarios", {}))
-    pars = sorted({n for r in res.values() for n, s in r.get("scenarios", {}).items() if "par" in s},
+    pars = sorted({n for r in res.values() for n, s in r.get("scenarios", {}).items()
+                   if "par" in s and not n.startswith("kcm-")},
                   key=lambda n: [int(x) for x in PAR.match(n).groups()])
     for name in pars:
         md += par_table(pairs, res, name)
@@ -347,7 +348,7 @@ def render(data):
 def same_boot_tables(pairing, scen):
     """kcm-cmtime-N against cmtime-N of one boot (ibcm-ibcm-udp: the kernel CM is loaded there)."""
     md = []
-    for n in sorted(int(CMTIME_NAME.match(k).group(2)) for k in scen if k.startswith("kcm-cmtime-")):
+    for n in sorted(int(m.group(2)) for m in map(CMTIME_NAME.match, scen) if m and m.group(1)):
         kern = scen.get(f"kcm-cmtime-{n}", {})
         ibcm = scen.get(f"cmtime-{n}", {})
         md += ["", f"## cmtime -c {n} in one boot of {pairing}: the kernel CM, then ibcm (µs per connection; "
@@ -402,9 +403,17 @@ def par_table(pairs, res, name):
     k, n = (int(x) for x in PAR.match(name).groups())
     md = ["", f"## Many connections at once: {k} `cmtime -c {n}` clients started together in guest B, "
           "one server", ""]
-    md.append("| | " + " | ".join(pairs) + " |")
-    md.append("|---|" + "---|" * len(pairs))
-    cols = [res[p].get("scenarios", {}).get(name, {}).get("par") for p in pairs]
+    # a pairing with the kernel CM in the same boot (kcm-NAME) gets that as a column of its own
+    heads, cols, wires = [], [], []
+    for p in pairs:
+        for key, head in ((name, p), ("kcm-" + name, f"{p}: the kernel CM, same boot")):
+            sc = res[p].get("scenarios", {}).get(key, {})
+            if key == name or sc.get("par"):
+                heads.append(head)
+                cols.append(sc.get("par"))
+                wires.append(sc.get("wire"))
+    md.append("| | " + " | ".join(heads) + " |")
+    md.append("|---|" + "---|" * len(heads))
 
     def row(label, f):
         md.append("| " + " | ".join([label] + ["—" if c is None else f(c) for c in cols]) + " |")
@@ -427,7 +436,7 @@ def par_table(pairs, res, name):
     row("kernel CM (guest B): REQs sent / retries / duplicates received",
         lambda c: "—" if "kernel_cm" not in c else
         f"{c['kernel_cm']['tx_req']} / {c['kernel_cm']['tx_retries']} / {c['kernel_cm']['rx_duplicates']}")
-    md += wire_rows(pairs, res, name)
+    md += wire_rows(heads, {h: {"scenarios": {name: {"wire": w}}} for h, w in zip(heads, wires)}, name)
     return md
 
 

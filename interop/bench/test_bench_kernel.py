@@ -170,6 +170,25 @@ class SameBoot(unittest.TestCase):
         self.assertEqual(md.count("| create id |"), 2)
 
 
+    def test_kernel_same_boot_column(self):
+        with tempfile.TemporaryDirectory() as root:
+            run = Parallel.run_dir(self, root, "ibcm-ibcm-udp", False)
+            for f in os.listdir(run):
+                if f.startswith("cmtime-par-2x100"):
+                    with open(os.path.join(run, f)) as src, open(os.path.join(run, "kcm-" + f), "w") as dst:
+                        dst.write(src.read().replace("14.5 @exit", "19.0 @exit"))
+            with open(os.path.join(run, "scenarios.run"), "a") as f:
+                f.write("kcm-cmtime-par-2x100\t80\tnone\t1\ts\tc\n")
+            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-udp"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                bench_kernel.main()
+            with open(os.path.join(root, "bench-kernel.md")) as f:
+                md = f.read()
+        self.assertIn("| | ibcm-ibcm-udp | ibcm-ibcm-udp: the kernel CM, same boot |", md)
+        self.assertIn("| completion (first start → last exit), s | 4.50 | 9.00 |", md)
+        self.assertEqual(md.count("## Many connections at once"), 1)
+
+
 class Wire(unittest.TestCase):
     def test_rows(self):
         res = {
