@@ -79,15 +79,22 @@ fi
 
 # the scenarios of one pairing, in the guest driver's format: NAME TIMEOUT READY STOP SERVER CLIENT
 # (TAB-separated); clients run under stamp.sh, which writes $LAB_DIR/NAME.ts
+# kernel_server CMD: CMD on the kernel's librdmacm in a preloading guest, and a line ($KREADY) in
+# its output once the kernel shows its listener (guest.sh's "out:" readiness)
+KREADY=kernel-listener-up
+kernel_server() {
+  printf '%s' "env -u LD_PRELOAD $1 & p=\$!; i=0; until rdma res show cm_id 2>/dev/null | grep -q LISTEN || [ \$i -ge 100 ]; do sleep 0.1; i=\$((i + 1)); done; echo $KREADY; wait \$p"
+}
+
 scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
   local n st='bash $LAB_DIR/stamp.sh $LAB_DIR'
   for n in "${NS[@]}"; do
     if [ "$1" = 1 ]; then
-      # the kernel CM in the same guests: the tools without ibcm's preload (a kernel listener
-      # shows in `rdma res`, not in ibcm's log: no readiness line, the client starts 2 s later)
-      printf '%s\t%s\tnone\t1\t%s\t%s\n' "kcm-cmtime-$n" "${BENCH_BOUND:-$((60 + n / 10))}" \
-        "env -u LD_PRELOAD cmtime -b \$IP -c $n" \
-        "sleep 2; $st/kcm-cmtime-$n.ts env -u LD_PRELOAD cmtime -s \$PEER -c $n"
+      # the kernel CM in the same guests: the tools without ibcm's preload; its listener shows
+      # in `rdma res`, not in ibcm's log, so the server command says when it is there
+      printf '%s\t%s\tout:%s\t1\t%s\t%s\n' "kcm-cmtime-$n" "${BENCH_BOUND:-$((60 + n / 10))}" \
+        "$KREADY" "$(kernel_server "cmtime -b \$IP -c $n")" \
+        "$st/kcm-cmtime-$n.ts env -u LD_PRELOAD cmtime -s \$PEER -c $n"
     fi
     # cmtime's server serves until stopped; the bound grows with N (TCG guests: ms per connection)
     printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-$n" "${BENCH_BOUND:-$((60 + n / 10))}" \
@@ -99,9 +106,9 @@ scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
   for kn in "${PARS[@]}"; do
     k=${kn%x*} n=${kn#*x}
     if [ "$1" = 1 ]; then
-      printf '%s\t%s\tnone\t1\t%s\t%s\n' "kcm-cmtime-par-$kn" "${BENCH_BOUND:-$((60 + k * n / 10))}" \
-        "env -u LD_PRELOAD cmtime -b \$IP -c $((k * n))" \
-        "sleep 2; env -u LD_PRELOAD bash \$LAB_DIR/par.sh kcm-cmtime-par-$kn $k $n \$PEER"
+      printf '%s\t%s\tout:%s\t1\t%s\t%s\n' "kcm-cmtime-par-$kn" "${BENCH_BOUND:-$((60 + k * n / 10))}" \
+        "$KREADY" "$(kernel_server "cmtime -b \$IP -c $((k * n))")" \
+        "env -u LD_PRELOAD bash \$LAB_DIR/par.sh kcm-cmtime-par-$kn $k $n \$PEER"
     fi
     printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-par-$kn" "${BENCH_BOUND:-$((60 + k * n / 10))}" \
       "cmtime -b \$IP -c $((k * n))" "bash \$LAB_DIR/par.sh cmtime-par-$kn $k $n \$PEER${svc:+ service}"
