@@ -7,7 +7,9 @@
 # belongs to one process. Writes to $LAB_DIR:
 #   NAME.I.out, NAME.I.ts  client I's output and its stamp.sh timings (I = 1..K)
 #   NAME.kcm               this guest's kernel CM counters (cm_tx_retries, cm_rx_duplicates,
-#                          cm_tx_msgs of REQ), before and after, when the kernel CM is loaded
+#                          cm_tx_msgs of REQ), before and after, when the kernel CM shows them
+#                          (/sys/class/infiniband_cm: absent in the lab's Debian 12 guests, where
+#                          BENCH_PCAP's wire counts stand for both CMs)
 #   NAME.service.log       the service's log (with "service")
 # Exit status: 0 iff every client exited 0; otherwise the first failing client's status.
 set -u
