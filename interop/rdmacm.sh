@@ -2,11 +2,11 @@
 # interop/rdmacm.sh - the librdmacm drop-in proof (docs/INTEROP.md, "The rdmacm matrix"): the
 # unmodified Debian 12 rdma_cm tools (rdmacm-utils, perftest) between two Soft-RoCE qemu guests
 # (interop/verbs/run-pair.sh), guest A the server and guest B the client of every scenario of
-# interop/rdmacm/scenarios, in each pairing:
+# interop/rdmacm/scenarios, in each pairing of interop/rdmacm/pairings.sh (shared with
+# scripts/bench-kernel.sh):
 #
 #   kernel-kernel   both with the kernel CM (ib_cm, rdma_cm, rdma_ucm): the baseline
-#   kernel-ibcm     A kernel CM; B without any kernel CM module, tools with ibcm's
-#                   librdmacm.so.1 in LD_PRELOAD (its CM on QP1 through ib_umad)
+#   kernel-ibcm     A kernel CM; B with ibcm's librdmacm.so.1 preloaded, no kernel CM module
 #   ibcm-kernel     the reverse
 #   ibcm-ibcm-umad  both preloaded, no kernel CM on either guest (CM over ib_umad)
 #   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (CM over ibcm's UDP side channel)
@@ -53,16 +53,13 @@ CACHE="$ROOT/build/interop-verbs/cache"      # the guests of interop/verbs.sh, s
 RESULTS="${RDMACM_OUT:-$HERE/out/rdmacm}"
 EXPECT="${RDMACM_EXPECT:-$ROOT/interop/rdmacm-expect}"
 IBCM="$ROOT/target/release/ibcm"
-NOCM=rdma_rxe,ib_uverbs,ib_umad                 # a guest without any kernel CM
-WITHCM=rdma_rxe,ib_uverbs,ib_umad,rdma_ucm      # rdma_ucm pulls rdma_cm and ib_cm
-ALL="kernel-kernel kernel-ibcm ibcm-kernel ibcm-ibcm-umad ibcm-ibcm-udp ibcm-svc"
+# shellcheck source=rdmacm/pairings.sh
+. "$HERE/rdmacm/pairings.sh"
 say() { echo "[interop-rdmacm] $*"; }
 
 if [ "${1:-}" = -l ]; then sed -n 's/^\([A-Za-z0-9_.-]*\) | .*/\1/p' "$TABLE"; exit 0; fi
-PAIRS=("$@"); [ ${#PAIRS[@]} -gt 0 ] || read -r -a PAIRS <<< "$ALL"
-for p in "${PAIRS[@]}"; do
-  case " $ALL " in *" $p "*) ;; *) echo "unknown pairing $p (one of: $ALL)" >&2; exit 2 ;; esac
-done
+PAIRS=("$@"); [ ${#PAIRS[@]} -gt 0 ] || read -r -a PAIRS <<< "$RDMACM_PAIRINGS"
+rdmacm_check_pairings "${PAIRS[@]}"
 if [ "$(id -u)" != 0 ]; then
   echo "interop-rdmacm: skipped: needs root (apt-get for rdma-core and qemu)"
   exit 0
@@ -108,62 +105,45 @@ default_scenarios() {
   done
 }
 
-pairing() { # pairing NAME MODS_A MODS_B PRELOAD_A PRELOAD_B SERVICE
-  local p=$1 ma=$2 mb=$3 pa=$4 pb=$5 svc=${6:-0} run="$WORK/runs/$1" total n t1 a b scen
+pairing() { # pairing NAME
+  local p=$1 run="$WORK/runs/$1" total n t1 ma mb scen
+  rdmacm_pairing "$p"
+  ma=$PAIR_MODS_A mb=$PAIR_MODS_B
   rm -rf "$run" "$WORK/runs/$p.A.pcap"; mkdir -p "$run/lib"
   if [ ${#SCEN[@]} -gt 0 ]; then scen=("${SCEN[@]}"); else mapfile -t scen < <(default_scenarios "$p"); fi
   total=$(python3 "$CHECK" prepare "$TABLE" "$run" "${scen[@]}")
   n=$(wc -l < "$run/scenarios.run")
-  if [ "$pa$pb" != 00 ]; then
+  if [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" != 00 ]; then
     if [ -n "$LIBERR" ]; then
       python3 "$CHECK" fail "$TABLE" "$run" "$RESULTS/$p" "$p" "$LIBERR"
       return 0
     fi
     cp -L "$LIB" "$run/lib/librdmacm.so.1"
-    [ "$svc" = 0 ] || cp "$IBCM" "$run/ibcm"
+    [ "$PAIR_SERVICE" = 0 ] || cp "$IBCM" "$run/ibcm"
   fi
   cp "$HERE/rdmacm/guest.sh" "$run/guest.sh"
-  {
-    echo "PRELOAD_A=$pa"; echo "PRELOAD_B=$pb"; echo "SERVICE=$svc"
-    printf 'IBCM_ENV=%q\n' "${RDMACM_IBCM_ENV:-}"
-    printf 'IBCM_LOG_LEVEL=%q\n' "${IBCM_LOG_LEVEL:-debug}"
-    printf 'LISTEN_RE=%q\n' "${RDMACM_LISTEN_RE:-listen|opened device}"
-    echo "READY_WAIT=${RDMACM_READY_WAIT:-10}"
-  } > "$run/pairing.env"
-  # the premise of the pairing: which guest has the kernel CM
-  a="$([ "$ma" = "$NOCM" ] && echo '[ ! -d /sys/module/ib_cm ]' || echo '[ -d /sys/module/ib_cm ]') || { echo 'PAIRING: wrong kernel CM state'; exit 1; }
-. \$LAB_DIR/guest.sh; rdmacm_guest server"
-  b="$([ "$mb" = "$NOCM" ] && echo '[ ! -d /sys/module/ib_cm ]' || echo '[ -d /sys/module/ib_cm ]') || { echo 'PAIRING: wrong kernel CM state'; exit 1; }
-. \$LAB_DIR/guest.sh; rdmacm_guest client"
-  say "=== $p: $n scenario(s), guest A ${ma//,/ } (preload $pa), guest B ${mb//,/ } (preload $pb), service $svc"
+  rdmacm_pairing_env "${RDMACM_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-debug}" \
+    "${RDMACM_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" "${RDMACM_READY_WAIT:-10}" > "$run/pairing.env"
+  say "=== $p: $n scenario(s), guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B), service $PAIR_SERVICE"
   t1=$(date +%s)
   LAB_CACHE="$CACHE" bash "$HERE/verbs/run-pair.sh" -q -t $((total + 20 * n + 30)) -a "$ma" -b "$mb" \
-    -o "$run" -p "$WORK/runs/$p.A.pcap" "$a" "$b" > "$RESULTS/$p.log" 2>&1 || true
+    -o "$run" -p "$WORK/runs/$p.A.pcap" "$(rdmacm_guest_cmd "$ma" server)" \
+    "$(rdmacm_guest_cmd "$mb" client)" > "$RESULTS/$p.log" 2>&1 || true
   grep -E '^(guest [AB]: rc|wall:|qemu timed out)' "$RESULTS/$p.log" | sed 's/^/  /' || true
   python3 "$CHECK" check "$TABLE" "$run" "$WORK/runs/$p.A.pcap" "$IBCM" "$RESULTS/$p" "$p"
   say "$p: $(( $(date +%s) - t1 )) s"
 }
 
-run_pairing() {
-  case $1 in
-    kernel-kernel)  pairing "$1" "$WITHCM" "$WITHCM" 0 0 ;;
-    kernel-ibcm)    pairing "$1" "$WITHCM" "$NOCM" 0 1 ;;
-    ibcm-kernel)    pairing "$1" "$NOCM" "$WITHCM" 1 0 ;;
-    ibcm-ibcm-umad) pairing "$1" "$NOCM" "$NOCM" 1 1 ;;
-    ibcm-ibcm-udp)  pairing "$1" "$WITHCM" "$WITHCM" 1 1 ;;
-    ibcm-svc)       pairing "$1" "$NOCM" "$NOCM" 1 1 1 ;;
-  esac
-}
 # Pairings in parallel: each boots two single-vCPU TCG guests, so one per two host CPUs.
 JOBS=${RDMACM_JOBS:-$(( $(nproc) / 2 ))}
 [ "$JOBS" -ge 1 ] 2>/dev/null || JOBS=1
 if [ "$JOBS" = 1 ]; then
-  for p in "${PAIRS[@]}"; do run_pairing "$p"; done
+  for p in "${PAIRS[@]}"; do pairing "$p"; done
 else
   say "$JOBS pairings at a time"
   for p in "${PAIRS[@]}"; do
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
-    run_pairing "$p" > "$RESULTS/$p.driver.log" 2>&1 &
+    pairing "$p" > "$RESULTS/$p.driver.log" 2>&1 &
   done
   wait
   for p in "${PAIRS[@]}"; do cat "$RESULTS/$p.driver.log"; done
@@ -174,7 +154,7 @@ fi
 while read -r p names; do
   [ -n "$p" ] || continue
   say "retrying in $p (a \"retry\" scenario of the table failed): $names"
-  ( RESULTS="$RESULTS/retry"; read -r -a SCEN <<< "$names"; mkdir -p "$RESULTS"; run_pairing "$p" )
+  ( RESULTS="$RESULTS/retry"; read -r -a SCEN <<< "$names"; mkdir -p "$RESULTS"; pairing "$p" )
 done < <(python3 "$CHECK" retries "$TABLE" "$EXPECT" "$RESULTS" "${PAIRS[@]}")
 
 say "whole matrix: $(( $(date +%s) - t0 )) s"

@@ -4,13 +4,17 @@
 # it is not part of `make test` or CI.
 #
 # Two Soft-RoCE qemu guests (interop/verbs/run-pair.sh), guest A the server, guest B the client,
-# in the pairings of the rdmacm matrix (interop/rdmacm.sh, whose guest driver
-# interop/rdmacm/guest.sh runs the tools here too):
+# in the pairings of the rdmacm matrix (interop/rdmacm/pairings.sh, shared with interop/rdmacm.sh,
+# whose guest driver interop/rdmacm/guest.sh runs the tools here too):
 #   kernel-kernel   kernel CM on both (the reference every ratio is taken to)
 #   kernel-ibcm     A kernel CM, B ibcm's librdmacm.so.1 preloaded (CM over ib_umad)
 #   ibcm-kernel     the reverse
 #   ibcm-ibcm-umad  both preloaded, no kernel CM module on either guest
 #   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (ibcm's UDP side channel)
+# In ibcm-ibcm-udp, whose guests have the kernel CM loaded, every `cmtime -c N` (and BENCH_PAR run)
+# runs first with the kernel's librdmacm (scenario kcm-cmtime-N, kcm-cmtime-par-KxN: the preload
+# taken off) and then on ibcm, in the same boot: a ratio that the host's load cannot skew
+# (BENCH_SAME_BOOT=0: not).
 # In each: Debian 12's `cmtime -c N` for every N of BENCH_N (its own per-step times), `rping -C 1`,
 # `ib_write_bw -R` and `ib_send_lat -R`, the clients timed from outside by interop/bench/stamp.sh
 # (process start -> first result line, and -> exit).
@@ -19,36 +23,53 @@
 # Environment:
 #   BENCH_N          cmtime connection counts (default "100 1000")
 #   BENCH_APPS       0: cmtime only (no rping / perftest)
+#   BENCH_PAR        many connections at once: "KxN ..." runs K `cmtime -c N` clients at the same
+#                    time in guest B against one server (interop/bench/par.sh), after the
+#                    single-client runs
+#   BENCH_PAR_SERVICE  1: the preloaded clients of BENCH_PAR open their device through an
+#                    `ibcm daemon` (target/release/ibcm) in guest B (par.sh)
+#   BENCH_PCAP       1: capture guest A's NIC (run-pair.sh -p); the tables then add what
+#                    `ibcm decode --summary` counts on the wire per scenario (retransmissions,
+#                    duplicates, timeouts) -- the same count for both CMs
 #   BENCH_BOUND      seconds one cmtime run may take (default 60 + N / 10)
 #   BENCH_LIB        the library under test (default target/rdmacm/librdmacm.so.1; `make rdmacm`
 #                    when absent)
 #   BENCH_IBCM_ENV   extra environment of the preloaded tools (IBCM_RDMACM_* switches)
-#   IBCM_LOG_LEVEL   IBCM_LOG of the preloaded tools (default info: the listener's readiness line
-#                    is looked for with LISTEN_RE in the server's log)
+#   IBCM_LOG_LEVEL   IBCM_LOG of the preloaded tools (default info: the server's readiness line,
+#                    BENCH_LISTEN_RE, default "listen|opened device", is looked for in its log)
 #   BENCH_OUT        output directory (default build/bench-kernel)
+#   BENCH_CLIENT_WRAP, BENCH_SERVER_WRAP
+#                    a command prefix for the cmtime clients (guest B) / servers (guest A), to
+#                    profile them (e.g. 'strace -f -c -o $LAB_DIR/cmtime.strace': the guests run
+#                    the host's userland, and $LAB_DIR is the run directory); the times are then
+#                    not the tool's own
 # Output: BENCH_OUT/bench-kernel.md (printed) and bench-kernel.json; BENCH_OUT/runs/PAIRING/ holds
 # every tool's output. Needs root (qemu, apt). Exit status 0 iff the kernel-kernel reference ran.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${BENCH_OUT:-$ROOT/build/bench-kernel}"
 CACHE="$ROOT/build/interop-verbs/cache"
-NOCM=rdma_rxe,ib_uverbs,ib_umad
-WITHCM=rdma_rxe,ib_uverbs,ib_umad,rdma_ucm
-ALL="kernel-kernel kernel-ibcm ibcm-kernel ibcm-ibcm-umad ibcm-ibcm-udp"
-read -r -a NS <<< "${BENCH_N:-100 1000}"
+# shellcheck source=../interop/rdmacm/pairings.sh
+. "$ROOT/interop/rdmacm/pairings.sh"
+read -r -a NS <<< "${BENCH_N-100 1000}"
+read -r -a PARS <<< "${BENCH_PAR:-}"
 say() { echo "[bench-kernel] $*"; }
 
-PAIRS=("$@"); [ ${#PAIRS[@]} -gt 0 ] || read -r -a PAIRS <<< "$ALL"
-for p in "${PAIRS[@]}"; do
-  case " $ALL " in *" $p "*) ;; *) echo "unknown pairing $p (one of: $ALL)" >&2; exit 2 ;; esac
-done
+PAIRS=("$@"); [ ${#PAIRS[@]} -gt 0 ] || read -r -a PAIRS <<< "$RDMACM_PAIRINGS"
+rdmacm_check_pairings "${PAIRS[@]}"
 for n in "${NS[@]}"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_N: $n is not a connection count" >&2; exit 2; }
+done
+for kn in "${PARS[@]}"; do
+  [[ $kn =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || { echo "BENCH_PAR: $kn is not KxN (clients x connections)" >&2; exit 2; }
 done
 if [ "$(id -u)" != 0 ]; then echo "bench-kernel: needs root (qemu guests, apt)" >&2; exit 2; fi
 mkdir -p "$OUT/runs"
 
 LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/build.sh"
+if [ "${BENCH_PCAP:-0}${BENCH_PAR_SERVICE:-0}" != 00 ] && [ ! -x "$ROOT/target/release/ibcm" ]; then
+  (cd "$ROOT" && cargo build --release --bins -q)   # the decoder of the captures, the service
+fi
 LIB="${BENCH_LIB:-$ROOT/target/rdmacm/librdmacm.so.1}"
 if [ ! -f "$LIB" ] && [ -z "${BENCH_LIB:-}" ]; then
   for p in "${PAIRS[@]}"; do
@@ -58,12 +79,39 @@ fi
 
 # the scenarios of one pairing, in the guest driver's format: NAME TIMEOUT READY STOP SERVER CLIENT
 # (TAB-separated); clients run under stamp.sh, which writes $LAB_DIR/NAME.ts
-scenarios() {
+# kernel_server CMD: CMD on the kernel's librdmacm in a preloading guest, and a line ($KREADY) in
+# its output once the kernel shows its listener (guest.sh's "out:" readiness)
+KREADY=kernel-listener-up
+kernel_server() {
+  printf '%s' "env -u LD_PRELOAD $1 & p=\$!; i=0; until rdma res show cm_id 2>/dev/null | grep -q LISTEN || [ \$i -ge 100 ]; do sleep 0.1; i=\$((i + 1)); done; echo $KREADY; wait \$p"
+}
+
+scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
   local n st='bash $LAB_DIR/stamp.sh $LAB_DIR'
   for n in "${NS[@]}"; do
+    if [ "$1" = 1 ]; then
+      # the kernel CM in the same guests: the tools without ibcm's preload; its listener shows
+      # in `rdma res`, not in ibcm's log, so the server command says when it is there
+      printf '%s\t%s\tout:%s\t1\t%s\t%s\n' "kcm-cmtime-$n" "${BENCH_BOUND:-$((60 + n / 10))}" \
+        "$KREADY" "$(kernel_server "cmtime -b \$IP -c $n")" \
+        "$st/kcm-cmtime-$n.ts env -u LD_PRELOAD cmtime -s \$PEER -c $n"
+    fi
     # cmtime's server serves until stopped; the bound grows with N (TCG guests: ms per connection)
     printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-$n" "${BENCH_BOUND:-$((60 + n / 10))}" \
-      "cmtime -b \$IP -c $n" "$st/cmtime-$n.ts cmtime -s \$PEER -c $n"
+      "${BENCH_SERVER_WRAP:+$BENCH_SERVER_WRAP }cmtime -b \$IP -c $n" \
+      "$st/cmtime-$n.ts ${BENCH_CLIENT_WRAP:+$BENCH_CLIENT_WRAP }cmtime -s \$PEER -c $n"
+  done
+  local kn k svc=
+  [ "${BENCH_PAR_SERVICE:-0}" != 1 ] || svc=1
+  for kn in "${PARS[@]}"; do
+    k=${kn%x*} n=${kn#*x}
+    if [ "$1" = 1 ]; then
+      printf '%s\t%s\tout:%s\t1\t%s\t%s\n' "kcm-cmtime-par-$kn" "${BENCH_BOUND:-$((60 + k * n / 10))}" \
+        "$KREADY" "$(kernel_server "cmtime -b \$IP -c $((k * n))")" \
+        "env -u LD_PRELOAD bash \$LAB_DIR/par.sh kcm-cmtime-par-$kn $k $n \$PEER"
+    fi
+    printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-par-$kn" "${BENCH_BOUND:-$((60 + k * n / 10))}" \
+      "cmtime -b \$IP -c $((k * n))" "bash \$LAB_DIR/par.sh cmtime-par-$kn $k $n \$PEER${svc:+ service}"
   done
   [ "${BENCH_APPS:-1}" != 0 ] || return 0
   printf '%s\t%s\tlisten\t0\t%s\t%s\n' rping-C1 60 'rping -s -a $IP -C 1 -v' \
@@ -74,44 +122,35 @@ scenarios() {
     "$st/ib_send_lat.ts ib_send_lat -R -d \$DEV -n 200 \$PEER"
 }
 
-pairing() { # pairing NAME MODS_A MODS_B PRELOAD_A PRELOAD_B
-  local p=$1 ma=$2 mb=$3 pa=$4 pb=$5 run="$OUT/runs/$1" total a b t1
+pairing() { # pairing NAME
+  local p=$1 run="$OUT/runs/$1" total t1 ma mb pcap= same
+  rdmacm_pairing "$p"
+  ma=$PAIR_MODS_A mb=$PAIR_MODS_B
   rm -rf "$run"; mkdir -p "$run/lib"
-  scenarios > "$run/scenarios.run"
+  same=0
+  if [ "${BENCH_SAME_BOOT:-1}" = 1 ] && [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" = 11 ] &&
+     [ "$ma" = "$RDMACM_WITHCM" ] && [ "$mb" = "$RDMACM_WITHCM" ]; then same=1; fi
+  scenarios "$same" > "$run/scenarios.run"
+  [ "${BENCH_PCAP:-0}" != 1 ] || pcap="$run/A.pcap"
   total=$(awk -F'\t' '{s += $2 + 20} END {print s + 30}' "$run/scenarios.run")
-  if [ "$pa$pb" != 00 ]; then
+  if [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" != 00 ]; then
     if [ ! -f "$LIB" ]; then echo "no library at $LIB" > "$run/skipped"; say "$p: skipped (no $LIB)"; return 0; fi
     cp -L "$LIB" "$run/lib/librdmacm.so.1"
   fi
-  cp "$ROOT/interop/rdmacm/guest.sh" "$ROOT/interop/bench/stamp.sh" "$run/"
-  {
-    echo "PRELOAD_A=$pa"; echo "PRELOAD_B=$pb"
-    printf 'IBCM_ENV=%q\n' "${BENCH_IBCM_ENV:-}"
-    printf 'IBCM_LOG_LEVEL=%q\n' "${IBCM_LOG_LEVEL:-info}"
-    printf 'LISTEN_RE=%q\n' "${BENCH_LISTEN_RE:-listen}"
-    echo "READY_WAIT=${BENCH_READY_WAIT:-10}"
-  } > "$run/pairing.env"
-  a="$([ "$ma" = "$NOCM" ] && echo '[ ! -d /sys/module/ib_cm ]' || echo '[ -d /sys/module/ib_cm ]') || { echo 'PAIRING: wrong kernel CM state'; exit 1; }
-. \$LAB_DIR/guest.sh; rdmacm_guest server"
-  b="$([ "$mb" = "$NOCM" ] && echo '[ ! -d /sys/module/ib_cm ]' || echo '[ -d /sys/module/ib_cm ]') || { echo 'PAIRING: wrong kernel CM state'; exit 1; }
-. \$LAB_DIR/guest.sh; rdmacm_guest client"
-  say "=== $p: guest A ${ma//,/ } (preload $pa), guest B ${mb//,/ } (preload $pb); bound $total s"
+  cp "$ROOT/interop/rdmacm/guest.sh" "$ROOT/interop/bench/stamp.sh" "$ROOT/interop/bench/par.sh" "$run/"
+  [ "${BENCH_PAR_SERVICE:-0}" != 1 ] && [ "$PAIR_SERVICE" != 1 ] || cp "$ROOT/target/release/ibcm" "$run/ibcm"
+  rdmacm_pairing_env "${BENCH_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-info}" "${BENCH_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" \
+    "${BENCH_READY_WAIT:-10}" > "$run/pairing.env"
+  say "=== $p: guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B); bound $total s"
   t1=$(date +%s)
   { uptime; grep -m1 'model name' /proc/cpuinfo; } > "$run/host.before"
   LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/run-pair.sh" -q -t "$total" -a "$ma" -b "$mb" \
-    -o "$run" "$a" "$b" > "$run/pair.log" 2>&1 || true
+    -o "$run" ${pcap:+-p "$pcap"} "$(rdmacm_guest_cmd "$ma" server)" "$(rdmacm_guest_cmd "$mb" client)" \
+    > "$run/pair.log" 2>&1 || true
   uptime > "$run/host.after"
   grep -E '^(guest [AB]: rc|wall:|qemu timed out)' "$run/pair.log" | sed 's/^/  /' || true
   say "$p: $(( $(date +%s) - t1 )) s"
 }
 
-for p in "${PAIRS[@]}"; do
-  case $p in
-    kernel-kernel)  pairing "$p" "$WITHCM" "$WITHCM" 0 0 ;;
-    kernel-ibcm)    pairing "$p" "$WITHCM" "$NOCM" 0 1 ;;
-    ibcm-kernel)    pairing "$p" "$NOCM" "$WITHCM" 1 0 ;;
-    ibcm-ibcm-umad) pairing "$p" "$NOCM" "$NOCM" 1 1 ;;
-    ibcm-ibcm-udp)  pairing "$p" "$WITHCM" "$WITHCM" 1 1 ;;
-  esac
-done
+for p in "${PAIRS[@]}"; do pairing "$p"; done
 python3 "$ROOT/scripts/bench_kernel.py" "$OUT" "${PAIRS[@]}"

@@ -8,7 +8,13 @@ and writes OUT/bench-kernel.md (also printed) and OUT/bench-kernel.json:
     over all N connections / N) for each pairing, and the ratio to kernel-kernel
     (< 1: faster than the kernel CM);
   * the applications' view: seconds from the client's start to its first result line
-    (rping: the first "ping data" line; perftest: the first row of numbers) and to its exit.
+    (rping: the first "ping data" line; perftest: the first row of numbers) and to its exit;
+  * many connections at once (cmtime-par-KxN, interop/bench/par.sh): K clients' completion time
+    (first start to last exit), the connections they report failing, the kernel CM's own
+    retry counters where it runs;
+  * with a capture of guest A's NIC (BENCH_PCAP=1, OUT/runs/PAIRING/A.pcap): per scenario what
+    `ibcm decode --summary` counts on the wire (connections, retransmissions, duplicates, timed
+    out), cut at guest.sh's marks as interop/rdmacm/check.py cuts it.
 """
 import json
 import os
@@ -19,6 +25,11 @@ import sys
 import time
 
 REF = "kernel-kernel"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IBCM = os.environ.get("BENCH_DECODER", os.path.join(ROOT, "target", "release", "ibcm"))
+PAR = re.compile(r"^(?:kcm-)?cmtime-par-(\d+)x(\d+)$")
+# cmtime-N; kcm-cmtime-N: the same in an ibcm-ibcm-udp boot with the kernel's librdmacm
+CMTIME_NAME = re.compile(r"^(kcm-)?cmtime-(\d+)$")
 # cmtime v44: printf("%-13s: %11.2f%11.2f%11.2f%11.2f\n", step, total ms, max ms, min us, us/conn)
 # (fields can run together: a step no connection finished prints min 1000000000.00)
 CMTIME_ROW = re.compile(r"^([a-z][a-z ]*?)\s*:((?:\s*-?\d+\.\d\d){4})\s*$")
@@ -94,6 +105,84 @@ def parse_stamps(text, first_re):
     return (None if first is None else first - start), (None if end is None else end - start), rc
 
 
+def stamp_bounds(text):
+    """(start, exit, exit status) of one stamp.sh file, in the guest's clock (seconds)."""
+    start = end = rc = None
+    for line in text.splitlines():
+        ts, _, rest = line.partition(" ")
+        if rest == "@start":
+            start = float(ts)
+        elif rest.startswith("@exit"):
+            end, rc = float(ts), rest.split()[-1]
+    return start, end, rc
+
+
+def parse_par(run, name, k, n):
+    """The K clients of a cmtime-par-KxN scenario: completion (first start to last exit), the
+    failures they report, their exit statuses, the kernel CM's counters (guest B)."""
+    starts, ends, rcs, failed, steps = [], [], [], {}, []
+    for i in range(1, k + 1):
+        start, end, rc = stamp_bounds(read(os.path.join(run, f"{name}.{i}.ts")))
+        if start is not None:
+            starts.append(start)
+        if end is not None:
+            ends.append(end)
+        rcs.append(rc if rc is not None else "none")
+        out = read(os.path.join(run, f"{name}.{i}.out"))
+        for m in CM_EVENT.finditer(out):
+            key = f"{m.group(1)} {m.group(2)}"
+            failed[key] = failed.get(key, 0) + 1
+        steps.append(parse_cmtime(out))
+    res = {"k": k, "n": n, "client_rcs": rcs, "failed": failed, "steps": steps}
+    res["completion_s"] = (max(ends) - min(starts)) if starts and len(ends) == k else None
+    kcm = {}
+    for line in read(os.path.join(run, name + ".kcm")).splitlines():
+        w = line.split()
+        if len(w) == 4:
+            kcm[w[0]] = [int(x) for x in w[1:]]
+    if "before" in kcm and "after" in kcm:
+        d = [a - b for a, b in zip(kcm["after"], kcm["before"])]
+        res["kernel_cm"] = {"tx_retries": d[0], "rx_duplicates": d[1], "tx_req": d[2]}
+    return res
+
+
+def wire_summaries(run, names):
+    """{scenario: totals of `ibcm decode --summary`} of guest A's capture, cut at the marks."""
+    pcap = os.path.join(run, "A.pcap")
+    if not os.path.exists(pcap) or not os.access(IBCM, os.X_OK):
+        return {}
+    sys.path.insert(0, os.path.join(ROOT, "interop", "rdmacm"))
+    import check  # the matrix's cut at guest.sh's marks, side-channel frames made decodable
+
+    slices = check.cut(pcap)[0]
+    out = {}
+    for name in names:
+        if name not in slices:
+            continue
+        path = os.path.join(run, name + ".pcap")
+        check.write_pcap(path, *slices[name])
+        r = subprocess.run([IBCM, "decode", "--summary", "--json", path], capture_output=True, text=True)
+        try:
+            d = json.loads(r.stdout.splitlines()[0])
+        except (IndexError, ValueError):
+            out[name] = {"error": (r.stderr.strip().splitlines() or ["no output"])[-1][:200]}
+            continue
+        t = d.get("totals", {})
+        lat = d.get("latency", {}).get("connect", {})
+        out[name] = {
+            "mads": d.get("mads"),
+            "connections": t.get("connections"),
+            "established": t.get("established", 0) + t.get("disconnected", 0),
+            "rejected": t.get("rejected"),
+            "timed_out": t.get("timed_out"),
+            "retransmissions": t.get("retransmissions"),
+            "duplicates": t.get("duplicates"),
+            "connect_p50_ms": lat.get("p50_ns", 0) / 1e6 if lat.get("count") else None,
+            "connect_p99_ms": lat.get("p99_ns", 0) / 1e6 if lat.get("count") else None,
+        }
+    return out
+
+
 def scenario_names(run):
     names = []
     for line in read(os.path.join(run, "scenarios.run")).splitlines():
@@ -123,8 +212,11 @@ def collect(out, pairing):
         ts = read(os.path.join(run, name + ".ts"))
         s["connected_s"], s["exit_s"], _ = parse_stamps(ts, CONNECTED.get(name))
         s["first_result_s"] = parse_stamps(ts, FIRST_RESULT.get(name))[0]
-        if name.startswith("cmtime-"):
-            s["n"] = int(name.split("-", 1)[1])
+        par = PAR.match(name)
+        if par:
+            s["par"] = parse_par(run, name, int(par.group(1)), int(par.group(2)))
+        elif CMTIME_NAME.match(name):
+            s["n"] = int(CMTIME_NAME.match(name).group(2))
             s["steps"] = parse_cmtime(cli)
             # the connections cmtime reported failing, by event and status
             s["failed"] = {}
@@ -136,6 +228,8 @@ def collect(out, pairing):
             lines = [ln for ln in cli.splitlines() if ln.strip() and "ibcm" not in ln.lower()]
             s["error"] = lines[-1][:200] if lines else "no output"
         res["scenarios"][name] = s
+    for name, w in wire_summaries(run, list(res["scenarios"])).items():
+        res["scenarios"][name]["wire"] = w
     return res
 
 
@@ -234,6 +328,14 @@ def render(data):
             s = res[p].get("scenarios", {}).get(name)
             row.append("—" if s is None else SERVER_RC.get(s["server_rc"], s["server_rc"]))
         md.append("| " + " | ".join(row) + " |")
+        md += wire_rows(pairs, res, name)
+    for p in pairs:
+        md += same_boot_tables(p, res[p].get("scenarios", {}))
+    pars = sorted({n for r in res.values() for n, s in r.get("scenarios", {}).items()
+                   if "par" in s and not n.startswith("kcm-")},
+                  key=lambda n: [int(x) for x in PAR.match(n).groups()])
+    for name in pars:
+        md += par_table(pairs, res, name)
     apps = [n for n in ("rping-C1", "ib_write_bw", "ib_send_lat") if any(n in res[p].get("scenarios", {}) for p in pairs)]
     if apps:
         md += app_table(pairs, res, ref, apps)
@@ -241,6 +343,101 @@ def render(data):
     if notes:
         md += ["", "Driver notes:", ""] + [f"* {p} {n}: {t}" for p, n, t in notes]
     return "\n".join(md) + "\n"
+
+
+def same_boot_tables(pairing, scen):
+    """kcm-cmtime-N against cmtime-N of one boot (ibcm-ibcm-udp: the kernel CM is loaded there)."""
+    md = []
+    for n in sorted(int(m.group(2)) for m in map(CMTIME_NAME.match, scen) if m and m.group(1)):
+        kern = scen.get(f"kcm-cmtime-{n}", {})
+        ibcm = scen.get(f"cmtime-{n}", {})
+        md += ["", f"## cmtime -c {n} in one boot of {pairing}: the kernel CM, then ibcm (µs per connection; "
+               "× = ibcm / kernel)", ""]
+        md.append("| step | kernel CM | ibcm |")
+        md.append("|---|---|---|")
+        steps = list(kern.get("steps", {})) + [st for st in ibcm.get("steps", {}) if st not in kern.get("steps", {})]
+        for st in steps:
+            k = kern.get("steps", {}).get(st, {})
+            i = ibcm.get("steps", {}).get(st, {})
+            kv = k.get("us_per_conn") if k.get("completed") else None
+            iv = i.get("us_per_conn") if i.get("completed") else None
+            md.append(f"| {st} | {fmt(kv, None) if k.get('completed', True) else 'none finished'} | "
+                      f"{fmt(iv, ratio(iv, kv)) if i.get('completed', True) else 'none finished'} |")
+        for label, key in (("failed connections", "failed"), ("client exit status", "client_rc")):
+            cells = []
+            for sc in (kern, ibcm):
+                if not sc:
+                    cells.append("—")
+                elif key == "failed":
+                    cells.append(", ".join(f"{v} {e}" for e, v in sorted(sc["failed"].items())) or "0")
+                else:
+                    cells.append(sc["client_rc"] + (f": {sc['error']}" if sc.get("error") else ""))
+            md.append(f"| {label} | " + " | ".join(cells) + " |")
+    return md
+
+
+def wire_rows(pairs, res, name):
+    """Rows of what the capture of guest A's NIC shows of scenario `name` (none without one)."""
+    cells = [res[p].get("scenarios", {}).get(name, {}).get("wire") for p in pairs]
+    if not any(cells):
+        return []
+
+    def cell(w, f):
+        if not w:
+            return "—"
+        if "error" in w:
+            return "decode failed: " + w["error"]
+        return f(w)
+
+    rows = [
+        ("on the wire: connections (established)", lambda w: f"{w['connections']} ({w['established']})"),
+        ("on the wire: retransmissions / duplicates", lambda w: f"{w['retransmissions']} / {w['duplicates']}"),
+        ("on the wire: timed out / rejected", lambda w: f"{w['timed_out']} / {w['rejected']}"),
+        ("on the wire: REQ→RTU p50 / p99 ms", lambda w: "—" if w["connect_p50_ms"] is None
+         else f"{w['connect_p50_ms']:.1f} / {w['connect_p99_ms']:.1f}"),
+    ]
+    return ["| " + " | ".join([label] + [cell(w, f) for w in cells]) + " |" for label, f in rows]
+
+
+def par_table(pairs, res, name):
+    k, n = (int(x) for x in PAR.match(name).groups())
+    md = ["", f"## Many connections at once: {k} `cmtime -c {n}` clients started together in guest B, "
+          "one server", ""]
+    # a pairing with the kernel CM in the same boot (kcm-NAME) gets that as a column of its own
+    heads, cols, wires = [], [], []
+    for p in pairs:
+        for key, head in ((name, p), ("kcm-" + name, f"{p}: the kernel CM, same boot")):
+            sc = res[p].get("scenarios", {}).get(key, {})
+            if key == name or sc.get("par"):
+                heads.append(head)
+                cols.append(sc.get("par"))
+                wires.append(sc.get("wire"))
+    md.append("| | " + " | ".join(heads) + " |")
+    md.append("|---|" + "---|" * len(heads))
+
+    def row(label, f):
+        md.append("| " + " | ".join([label] + ["—" if c is None else f(c) for c in cols]) + " |")
+
+    row("completion (first start → last exit), s",
+        lambda c: "—" if c["completion_s"] is None else f"{c['completion_s']:.2f}")
+    row("connections/s (all clients)",
+        lambda c: "—" if not c["completion_s"] else f"{c['k'] * c['n'] / c['completion_s']:.0f}")
+    def slowest(step):
+        def f(c):
+            done = [st[step]["total_ms"] for st in c["steps"] if st.get(step, {}).get("completed")]
+            return f"{max(done):.0f} ({len(done)} of {c['k']})" if done else "none finished"
+        return f
+
+    row("connect step: the slowest client's total ms (clients that finished it)", slowest("connect"))
+    row("disconnect step: the same", slowest("disconnect"))
+    row("failed connections (cmtime)",
+        lambda c: ", ".join(f"{v} {e}" for e, v in sorted(c["failed"].items())) or "0")
+    row("client exit statuses", lambda c: " ".join(c["client_rcs"]))
+    row("kernel CM (guest B): REQs sent / retries / duplicates received",
+        lambda c: "—" if "kernel_cm" not in c else
+        f"{c['kernel_cm']['tx_req']} / {c['kernel_cm']['tx_retries']} / {c['kernel_cm']['rx_duplicates']}")
+    md += wire_rows(heads, {h: {"scenarios": {name: {"wire": w}}} for h, w in zip(heads, wires)}, name)
+    return md
 
 
 def app_table(pairs, res, ref, apps):
@@ -281,7 +478,8 @@ def main():
         f.write(md)
     print(md, end="")
     ok = data["results"].get(REF, {}).get("scenarios", {})
-    if REF in pairs and not any(s.get("steps") for s in ok.values()):
+    if REF in pairs and not any(s.get("steps") or any((s.get("par") or {}).get("steps", []))
+                                for s in ok.values()):
         print(f"bench-kernel: the {REF} reference produced no cmtime table", file=sys.stderr)
         sys.exit(1)
 

@@ -94,14 +94,32 @@ pub fn may_bind_privileged(pid: Option<i32>) -> bool {
         .is_some_and(|caps| caps & (1 << CAP_NET_BIND_SERVICE) != 0)
 }
 
+/// Where an ephemeral port search starts: a splitmix64 sequence seeded
+/// once per process from `getrandom` (the kernel picks ephemeral ports
+/// from its own generator too, not with a system call per bind; a
+/// `getrandom` per `rdma_resolve_addr` was one of its eight calls).
 fn random() -> u32 {
-    let mut v = 0u32;
-    // SAFETY: getrandom writes at most 4 bytes into `v`.
-    let n = unsafe { libc::getrandom((&raw mut v).cast(), 4, libc::GRND_NONBLOCK) };
-    if n != 4 {
-        v = std::process::id().wrapping_mul(2_654_435_761);
-    }
-    v
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: OnceLock<AtomicU64> = OnceLock::new();
+    let st = STATE.get_or_init(|| {
+        let mut v = 0u64;
+        // SAFETY: getrandom writes at most 8 bytes into `v`.
+        let n = unsafe { libc::getrandom((&raw mut v).cast(), 8, libc::GRND_NONBLOCK) };
+        if n != 8 {
+            v = u64::from(std::process::id()).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                ^ std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64);
+        }
+        AtomicU64::new(v)
+    });
+    let mut z = st
+        .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+        .wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) as u32
 }
 
 /// A binding and its holder.
@@ -524,6 +542,23 @@ impl HostPorts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ephemeral_starts_spread_without_a_syscall_each() {
+        // 64 draws over a 28,232-port range: all different (a stuck or
+        // constant generator would repeat), and not all in one half.
+        let (lo, hi) = (32768u32, 60999u32);
+        let n = hi - lo + 1;
+        let v: Vec<u32> = (0..64).map(|_| random() % n).collect();
+        let mut u = v.clone();
+        u.sort_unstable();
+        u.dedup();
+        assert_eq!(u.len(), v.len(), "{v:?}");
+        assert!(
+            v.iter().any(|&x| x < n / 2) && v.iter().any(|&x| x >= n / 2),
+            "{v:?}"
+        );
+    }
 
     fn b(ip: &str, reuse: bool, owner: u64) -> Binding {
         Binding {

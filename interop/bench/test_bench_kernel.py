@@ -86,5 +86,124 @@ class Tables(unittest.TestCase):
         self.assertIn("| failed connections | 1 ADDR_ERROR -19, 2 REJECTED 28 |", md)
 
 
+class Parallel(unittest.TestCase):
+    """cmtime-par-KxN: K clients of interop/bench/par.sh, one completion time over all of them."""
+
+    def run_dir(self, root, pairing, kcm):
+        run = os.path.join(root, "runs", pairing)
+        os.makedirs(run)
+        files = {
+            "scenarios.run": "cmtime-par-2x100\t80\tlisten\t1\ts\tc\n",
+            "cmtime-par-2x100.cli.rc": "0\n", "cmtime-par-2x100.srv.rc": "143\n",
+            # client 2 starts later and ends last: completion = 14.5 - 10.0
+            "cmtime-par-2x100.1.ts": "10.0 @start\n11.0 step\n12.0 @exit 0\n",
+            "cmtime-par-2x100.2.ts": "10.25 @start\n14.5 @exit 0\n",
+            "cmtime-par-2x100.1.out": CMTIME,
+            "cmtime-par-2x100.2.out": CMTIME.replace("11466.49   10984.41", "20000.00   10984.41"),
+        }
+        if kcm:
+            files["cmtime-par-2x100.kcm"] = "before 5 1 100\nafter 12 4 300\n"
+        for k, v in files.items():
+            with open(os.path.join(run, k), "w") as f:
+                f.write(v)
+        return run
+
+    def test_parse_par(self):
+        with tempfile.TemporaryDirectory() as root:
+            run = self.run_dir(root, "kernel-kernel", True)
+            c = bench_kernel.parse_par(run, "cmtime-par-2x100", 2, 100)
+        self.assertAlmostEqual(c["completion_s"], 4.5)
+        self.assertEqual(c["client_rcs"], ["0", "0"])
+        self.assertEqual(c["failed"], {"REJECTED 28": 4, "ADDR_ERROR -19": 2})
+        self.assertEqual(c["kernel_cm"], {"tx_retries": 7, "rx_duplicates": 3, "tx_req": 200})
+
+    def test_missing_exit_means_no_completion(self):
+        with tempfile.TemporaryDirectory() as root:
+            run = self.run_dir(root, "kernel-kernel", False)
+            os.remove(os.path.join(run, "cmtime-par-2x100.2.ts"))
+            c = bench_kernel.parse_par(run, "cmtime-par-2x100", 2, 100)
+        self.assertIsNone(c["completion_s"])
+        self.assertEqual(c["client_rcs"], ["0", "none"])
+        self.assertNotIn("kernel_cm", c)
+
+    def test_table(self):
+        with tempfile.TemporaryDirectory() as root:
+            self.run_dir(root, "kernel-kernel", True)
+            self.run_dir(root, "ibcm-ibcm-udp", False)
+            sys.argv = ["bench_kernel.py", root, "kernel-kernel", "ibcm-ibcm-udp"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                bench_kernel.main()
+            with open(os.path.join(root, "bench-kernel.md")) as f:
+                md = f.read()
+        self.assertIn("## Many connections at once: 2 `cmtime -c 100` clients", md)
+        self.assertIn("| completion (first start → last exit), s | 4.50 | 4.50 |", md)
+        self.assertIn("| connections/s (all clients) | 44 | 44 |", md)
+        self.assertIn("| connect step: the slowest client's total ms (clients that finished it) "
+                      "| 20000 (2 of 2) | 20000 (2 of 2) |", md)
+        self.assertIn("| kernel CM (guest B): REQs sent / retries / duplicates received | 200 / 7 / 3 | — |", md)
+
+
+class SameBoot(unittest.TestCase):
+    def test_kernel_then_ibcm_in_one_boot(self):
+        with tempfile.TemporaryDirectory() as root:
+            run = os.path.join(root, "runs", "ibcm-ibcm-udp")
+            os.makedirs(run)
+            files = {
+                "scenarios.run": "kcm-cmtime-100\t70\tnone\t1\ts\tc\ncmtime-100\t70\tlisten\t1\ts\tc\n",
+                "kcm-cmtime-100.cli.out": CMTIME, "kcm-cmtime-100.cli.rc": "0\n",
+                "cmtime-100.cli.out": CMTIME.replace("      20.00\n", "       5.00\n"), "cmtime-100.cli.rc": "0\n",
+            }
+            for k, v in files.items():
+                with open(os.path.join(run, k), "w") as f:
+                    f.write(v)
+            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-udp"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                bench_kernel.main()
+            with open(os.path.join(root, "bench-kernel.md")) as f:
+                md = f.read()
+        self.assertIn("## cmtime -c 100 in one boot of ibcm-ibcm-udp", md)
+        self.assertIn("| create id | 20.0 | 5.0 (×0.25) |", md)
+        self.assertIn("| connect | 11466.5 | 11466.5 (×1.00) |", md)
+        self.assertIn("| create qp | none finished | none finished |", md)
+        # the kernel run of the same boot is not a column of the per-pairing tables
+        self.assertIn("| step | ibcm-ibcm-udp |", md)
+        self.assertEqual(md.count("| create id |"), 2)
+
+
+    def test_kernel_same_boot_column(self):
+        with tempfile.TemporaryDirectory() as root:
+            run = Parallel.run_dir(self, root, "ibcm-ibcm-udp", False)
+            for f in os.listdir(run):
+                if f.startswith("cmtime-par-2x100"):
+                    with open(os.path.join(run, f)) as src, open(os.path.join(run, "kcm-" + f), "w") as dst:
+                        dst.write(src.read().replace("14.5 @exit", "19.0 @exit"))
+            with open(os.path.join(run, "scenarios.run"), "a") as f:
+                f.write("kcm-cmtime-par-2x100\t80\tnone\t1\ts\tc\n")
+            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-udp"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                bench_kernel.main()
+            with open(os.path.join(root, "bench-kernel.md")) as f:
+                md = f.read()
+        self.assertIn("| | ibcm-ibcm-udp | ibcm-ibcm-udp: the kernel CM, same boot |", md)
+        self.assertIn("| completion (first start → last exit), s | 4.50 | 9.00 |", md)
+        self.assertEqual(md.count("## Many connections at once"), 1)
+
+
+class Wire(unittest.TestCase):
+    def test_rows(self):
+        res = {
+            "kernel-kernel": {"scenarios": {"cmtime-100": {"wire": {
+                "mads": 500, "connections": 100, "established": 98, "rejected": 2, "timed_out": 0,
+                "retransmissions": 3, "duplicates": 1, "connect_p50_ms": 12.34, "connect_p99_ms": 50.0}}}},
+            "kernel-ibcm": {"scenarios": {"cmtime-100": {"wire": {"error": "not a capture"}}}},
+            "ibcm-kernel": {"scenarios": {}},
+        }
+        rows = bench_kernel.wire_rows(list(res), res, "cmtime-100")
+        self.assertIn("| on the wire: connections (established) | 100 (98) | decode failed: not a capture | — |", rows)
+        self.assertIn("| on the wire: retransmissions / duplicates | 3 / 1 | decode failed: not a capture | — |", rows)
+        self.assertIn("| on the wire: REQ→RTU p50 / p99 ms | 12.3 / 50.0 | decode failed: not a capture | — |", rows)
+        self.assertEqual(bench_kernel.wire_rows(["ibcm-kernel"], res, "cmtime-100"), [])
+
+
 if __name__ == "__main__":
     unittest.main()

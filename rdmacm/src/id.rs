@@ -1683,6 +1683,15 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
         }
     }
     if enqueue(&listener, b) {
+        // As the kernel's rdma_cm (cma_ib_req_handler): a REQ the
+        // application has not answered yet gets its MRA prepared, so that a
+        // duplicate of it is answered with an MRA (service timeout 24,
+        // ≈ 69 s) instead of being dropped — the active side then stops
+        // retransmitting while the server works through a burst of
+        // requests. -EINVAL once the application has already answered.
+        if !ud {
+            let _ = cm.prepare_mra();
+        }
         0
     } else {
         // The listener is going away: the child goes with the request.

@@ -128,18 +128,20 @@ impl PortSpace for NoPorts {
 
 /// The process's port space, chosen at its first use (module doc).
 pub fn space() -> &'static dyn PortSpace {
-    crate::fork::globals().ports.get_or_init(|| match HostPorts::connect() {
-        Ok(Some(h)) => Box::new(ServicePorts(h)),
-        Ok(None) => Box::new(ProcessPorts::default()),
-        Err(e) => {
-            ibcm::log::always(
-                ERROR,
-                format_args!("librdmacm (ibcm): no port space without the CM service: {e}"),
-            );
-            Box::new(NoPorts)
-        }
-    })
-    .as_ref()
+    crate::fork::globals()
+        .ports
+        .get_or_init(|| match HostPorts::connect() {
+            Ok(Some(h)) => Box::new(ServicePorts(h)),
+            Ok(None) => Box::new(ProcessPorts::default()),
+            Err(e) => {
+                ibcm::log::always(
+                    ERROR,
+                    format_args!("librdmacm (ibcm): no port space without the CM service: {e}"),
+                );
+                Box::new(NoPorts)
+            }
+        })
+        .as_ref()
 }
 
 #[cfg(test)]

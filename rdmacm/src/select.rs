@@ -78,11 +78,16 @@ fn host_has_rdma_device() -> bool {
 
 /// `rdma_create_event_channel`'s check (librdmacm's `ucma_init`): ENODEV
 /// when nothing can carry a connection, with a line saying what is missing.
+/// With a device, its verbs are opened and queried here, as `ucma_init`
+/// does (the list is kept for the process): the first bind or resolve does
+/// not pay for it inside the application's timing of that call.
 pub fn check_any_device() -> Result<(), Errno> {
     if mode() != Mode::Auto {
         return Ok(());
     }
     if host_has_rdma_device() {
+        // A failure here is the first bind's to report, as before.
+        let _ = verbs::devices();
         return Ok(());
     }
     ibcm::log::always(
@@ -124,9 +129,20 @@ fn soft_name(ip: IpAddr) -> String {
 }
 
 /// Whether the kernel's IB CM is loaded: it then owns the CM MADs of
-/// every port, so ibcm cannot use umad there.
+/// every port, so ibcm cannot use umad there. Looked at once a second at
+/// most (it was a `statx` per `rdma_resolve_addr`); a module loaded or
+/// removed is seen by the next lookup after that.
 fn kernel_cm_loaded() -> bool {
-    std::path::Path::new("/sys/module/ib_cm").exists()
+    static SEEN: Mutex<Option<(std::time::Instant, bool)>> = Mutex::new(None);
+    let mut g = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    match *g {
+        Some((at, v)) if at.elapsed() < std::time::Duration::from_secs(1) => v,
+        _ => {
+            let v = std::path::Path::new("/sys/module/ib_cm").exists();
+            *g = Some((std::time::Instant::now(), v));
+            v
+        }
+    }
 }
 
 /// The ibcm device for verbs device `rdma_dev` serving `ip` in automatic
@@ -335,14 +351,41 @@ pub fn wildcard_devices(any: IpAddr, afonly: bool) -> Result<Vec<Arc<Device>>, E
 }
 
 /// The source address the routing table picks for `dst` (a connected
-/// UDP socket's local address; nothing is sent).
+/// UDP socket's local address; nothing is sent). One socket per address
+/// family serves every lookup of the process: dissolved (`AF_UNSPEC`,
+/// which also forgets the source a connected socket keeps), connected to
+/// `dst`, asked — three system calls where a fresh socket took five.
 pub fn route_source(dst: IpAddr) -> Option<IpAddr> {
-    let any: std::net::SocketAddr = if dst.is_ipv4() {
-        "0.0.0.0:0".parse().ok()?
+    static V4: Mutex<Option<std::net::UdpSocket>> = Mutex::new(None);
+    static V6: Mutex<Option<std::net::UdpSocket>> = Mutex::new(None);
+    let (slot, any) = if dst.is_ipv4() {
+        (&V4, "0.0.0.0:0")
     } else {
-        "[::]:0".parse().ok()?
+        (&V6, "[::]:0")
     };
-    let s = std::net::UdpSocket::bind(any).ok()?;
+    let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if g.is_none() {
+        *g = Some(std::net::UdpSocket::bind(any.parse::<std::net::SocketAddr>().ok()?).ok()?);
+    }
+    let s = g.as_ref()?;
+    // SAFETY: an all-zero sockaddr with family AF_UNSPEC, its size given.
+    let r = unsafe {
+        use std::os::fd::AsRawFd;
+        let mut sa: libc::sockaddr = std::mem::zeroed();
+        sa.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+        libc::connect(
+            s.as_raw_fd(),
+            &sa,
+            std::mem::size_of::<libc::sockaddr>() as u32,
+        )
+    };
+    if r != 0 {
+        // Not dissolvable: a fresh socket next time.
+        *g = None;
+        let s = std::net::UdpSocket::bind(any.parse::<std::net::SocketAddr>().ok()?).ok()?;
+        s.connect((dst, 9)).ok()?;
+        return Some(s.local_addr().ok()?.ip());
+    }
     s.connect((dst, 9)).ok()?;
     Some(s.local_addr().ok()?.ip())
 }
@@ -410,6 +453,31 @@ mod tests {
         );
         assert_eq!(wildcard_names(&devs, true, true, true).len(), 4);
         assert!(wildcard_names(&devs[2..], true, true, true).is_empty());
+    }
+
+    #[test]
+    fn route_source_forgets_the_previous_destination() {
+        // The shared socket must not keep the source of its last lookup
+        // (a connected UDP socket does: reconnected elsewhere it keeps it,
+        // or fails). What a fresh socket says is the truth; lookups that
+        // alternate between loopback and a destination behind another
+        // interface must each give it. A host without a route to
+        // TEST-NET-1 only has the loopback half to check.
+        let fresh = |d: &str| {
+            let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+            s.connect((d.parse::<IpAddr>().unwrap(), 9)).ok()?;
+            Some(s.local_addr().ok()?.ip())
+        };
+        let other = fresh("192.0.2.1");
+        for _ in 0..2 {
+            let lo = route_source("127.0.0.9".parse().unwrap()).unwrap();
+            assert!(lo.is_loopback(), "{lo}");
+            assert_eq!(route_source("192.0.2.1".parse().unwrap()), other);
+        }
+        let lo = route_source("127.0.0.10".parse().unwrap()).unwrap();
+        assert!(lo.is_loopback(), "after {other:?}: {lo}");
+        let v6 = route_source("::1".parse().unwrap());
+        assert!(v6.is_none_or(|a| a.is_loopback()), "{v6:?}");
     }
 
     #[test]

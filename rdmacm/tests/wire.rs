@@ -238,3 +238,69 @@ fn passive_side_from_plain_requests() {
     assert_eq!(rdma_destroy_id(l), 0);
     rdma_destroy_event_channel(ch);
 }
+
+/// A request the application has not answered yet is acknowledged with an
+/// MRA when its REQ comes again (as the kernel's rdma_cm does): the active
+/// side stops retransmitting instead of timing out while the server is busy.
+#[test]
+fn unanswered_request_is_mraed_on_a_duplicate() {
+    setup();
+    let server: IpAddr = "127.0.92.4".parse().unwrap();
+    let client: IpAddr = "127.0.92.5".parse().unwrap();
+    let ch = rdma_create_event_channel();
+    let mut l = std::ptr::null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut l, std::ptr::null_mut(), port_space::TCP as i32) },
+        0
+    );
+    let mut a = sockaddr(SocketAddr::new(server, 7473));
+    assert_eq!(unsafe { rdma_bind_addr(l, (&raw mut a).cast()) }, 0);
+    assert_eq!(rdma_listen(l, 1), 0);
+
+    let peer = Device::open(&format!("soft:{client}"), DeviceOptions::default()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let h: RustHandler = Arc::new(move |_, ev| {
+        tx.lock().unwrap().send(ev.kind).unwrap();
+        0
+    });
+    let mut path = peer.init_path(1, Gid::from(server)).unwrap();
+    path.packet_life_time = 0;
+    let hdr = IpHeader {
+        src_port: 40001,
+        src: client,
+        dst: server,
+    };
+    let id = peer.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    // 4.096 µs × 2^12 ≈ 17 ms per try, 3 retries: without an MRA the
+    // request times out (REQ_ERROR) well within the 5 s below.
+    id.send_req(&ReqParams {
+        primary_path: path,
+        service_id: cma::service_id(port_space::TCP, 7473),
+        qp_num: 0x78,
+        qp_type: qp_type::RC,
+        private_data: hdr.with_user_data(b"").unwrap(),
+        remote_cm_response_timeout: 12,
+        local_cm_response_timeout: 12,
+        max_cm_retries: 3,
+        ..ReqParams::default()
+    })
+    .unwrap();
+    let ev = expect(ch, R::ConnectRequest, 0);
+    let child = unsafe { (*ev).id };
+    // The application sits on the request; the peer retransmits.
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        EventType::MraReceived
+    );
+    assert_eq!(unsafe { rdma_reject(child, std::ptr::null(), 0) }, 0);
+    assert_eq!(rdma_ack_cm_event(ev), 0);
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        EventType::RejReceived
+    );
+    assert_eq!(rdma_destroy_id(child), 0);
+    let _ = id.destroy();
+    assert_eq!(rdma_destroy_id(l), 0);
+    rdma_destroy_event_channel(ch);
+}

@@ -63,6 +63,13 @@ pub mod gid_entry {
     pub const PORT_NUM: usize = 20;
     pub const GID_TYPE: usize = 24;
     pub const SIZE: usize = 32;
+    /// The most entries one `_ibv_query_gid_table` can return: the array
+    /// is one ioctl attribute, whose length field is 16 bits (a larger
+    /// buffer fails the call, ENOSPC from Linux 6.1's rxe0, and every GID
+    /// index was then queried one ioctl at a time: 1,024 on rxe0, twice
+    /// per process). Valid entries only are returned, so this is no limit
+    /// in practice; a device with more falls back to the per-index queries.
+    pub const TABLE_MAX: usize = u16::MAX as usize / SIZE;
 }
 
 /// `offsetof(struct ibv_context, async_fd)`.
@@ -577,7 +584,7 @@ fn query_gids(
     };
     if let Some(table) = l.query_gid_table {
         // All ports' valid entries of the device at once.
-        let max = 4096usize;
+        let max = gid_entry::TABLE_MAX;
         let mut buf = vec![0u8; max * gid_entry::SIZE];
         let n = unsafe { table(ctx, buf.as_mut_ptr(), max, 0, gid_entry::SIZE) };
         if n >= 0 {
@@ -1462,6 +1469,13 @@ mod tests {
         let mut no_pd = IbvQpInitAttrEx::from_basic(&b, std::ptr::null_mut());
         let r = unsafe { create_qp_ex(std::ptr::null_mut(), &mut no_pd) };
         assert!(matches!(r, Err(Errno::EINVAL) | Err(Errno(38))), "{r:?}");
+    }
+
+    #[test]
+    fn gid_table_fits_one_ioctl_attribute() {
+        // struct ib_uverbs_attr's len is a __u16: the whole array must fit.
+        assert!(gid_entry::TABLE_MAX * gid_entry::SIZE <= u16::MAX as usize);
+        assert_eq!(gid_entry::TABLE_MAX, 2047);
     }
 
     #[test]

@@ -1,0 +1,69 @@
+# interop/rdmacm/pairings.sh - the pairings of the rdmacm lab, sourced by interop/rdmacm.sh (the
+# drop-in matrix) and scripts/bench-kernel.sh (ibcm vs the kernel CM): one definition of which
+# kernel modules each guest loads, which guest runs the tools with ibcm's librdmacm.so.1 preloaded,
+# the guest command that checks that premise before it runs interop/rdmacm/guest.sh, and the
+# pairing.env that guest.sh reads.
+#
+#   kernel-kernel   both with the kernel CM (ib_cm, rdma_cm, rdma_ucm): the reference
+#   kernel-ibcm     A kernel CM; B without any kernel CM module, tools with ibcm's
+#                   librdmacm.so.1 in LD_PRELOAD (its CM on QP1 through ib_umad)
+#   ibcm-kernel     the reverse
+#   ibcm-ibcm-umad  both preloaded, no kernel CM on either guest (CM over ib_umad)
+#   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (CM over ibcm's UDP side channel)
+#   ibcm-svc        both preloaded, no kernel CM, the tools through the host CM service (`ibcm
+#                   daemon`, started on demand from the run directory's `ibcm`, owning rxe0's
+#                   umad agent); the other ibcm pairings run in-process (IBCM_SERVICE=off)
+#
+# Guest A is the server of every scenario, guest B the client.
+
+RDMACM_NOCM=rdma_rxe,ib_uverbs,ib_umad              # a guest without any kernel CM
+RDMACM_WITHCM=rdma_rxe,ib_uverbs,ib_umad,rdma_ucm   # rdma_ucm pulls rdma_cm and ib_cm
+RDMACM_PAIRINGS="kernel-kernel kernel-ibcm ibcm-kernel ibcm-ibcm-umad ibcm-ibcm-udp ibcm-svc"
+# the line of a preloaded server's log (IBCM_LOG info or debug) that says it is ready: nothing in
+# the kernel shows ibcm's listener; the library logs opening its device at info, and the tools
+# listen right after binding, long before a client can start
+RDMACM_DEFAULT_LISTEN_RE="listen|opened device"
+
+# rdmacm_pairing NAME: sets PAIR_MODS_A, PAIR_MODS_B (modules, comma-separated, for
+# run-pair.sh -a/-b), PAIR_PRELOAD_A, PAIR_PRELOAD_B (1: that guest's tools run on ibcm) and
+# PAIR_SERVICE (1: through the host CM service; the run directory needs the `ibcm` binary);
+# status 1 for a name that is not a pairing
+rdmacm_pairing() {
+  PAIR_SERVICE=0
+  case $1 in
+    kernel-kernel)  PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=0 PAIR_PRELOAD_B=0 ;;
+    kernel-ibcm)    PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=0 PAIR_PRELOAD_B=1 ;;
+    ibcm-kernel)    PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=0 ;;
+    ibcm-ibcm-umad) PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 ;;
+    ibcm-ibcm-udp)  PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 ;;
+    ibcm-svc)       PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 ;;
+    *) return 1 ;;
+  esac
+}
+
+# rdmacm_check_pairings NAME...: exits 2 naming the first argument that is not a pairing
+rdmacm_check_pairings() {
+  local p
+  for p in "$@"; do
+    rdmacm_pairing "$p" || { echo "unknown pairing $p (one of: $RDMACM_PAIRINGS)" >&2; exit 2; }
+  done
+}
+
+# rdmacm_guest_cmd MODS ROLE: the command a guest runs (run-pair.sh's argument): the premise of
+# the pairing (with MODS the guest has the kernel CM or not) checked, then guest.sh as ROLE
+rdmacm_guest_cmd() {
+  local premise='[ -d /sys/module/ib_cm ]'
+  [ "$1" != "$RDMACM_NOCM" ] || premise='[ ! -d /sys/module/ib_cm ]'
+  printf '%s || { echo '\''PAIRING: wrong kernel CM state'\''; exit 1; }\n. $LAB_DIR/guest.sh; rdmacm_guest %s' \
+    "$premise" "$2"
+}
+
+# rdmacm_pairing_env IBCM_ENV LOG_LEVEL LISTEN_RE READY_WAIT: the pairing.env of the pairing
+# last selected by rdmacm_pairing (guest.sh reads it: who preloads, with which environment)
+rdmacm_pairing_env() {
+  echo "PRELOAD_A=$PAIR_PRELOAD_A"; echo "PRELOAD_B=$PAIR_PRELOAD_B"; echo "SERVICE=$PAIR_SERVICE"
+  printf 'IBCM_ENV=%q\n' "$1"
+  printf 'IBCM_LOG_LEVEL=%q\n' "$2"
+  printf 'LISTEN_RE=%q\n' "$3"
+  echo "READY_WAIT=$4"
+}
