@@ -636,8 +636,15 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
     ids[0].listen(0x9001).unwrap();
     assert_eq!(ids[1].listen(0x9002), Err(Errno::ENOMEM));
     assert_eq!(a.service_stat().unwrap().limit_refusals, 2);
-    // Another process has limits of its own.
-    let b = Device::open_served(dev, &d.socket).unwrap();
+    // Another process has limits of its own. (Its open may race the
+    // service's reaping of the readiness probe's connection above, which
+    // counts against the limit of 2 until the service has seen it close.)
+    let mut b = None;
+    assert!(wait_for(Duration::from_secs(2), || {
+        b = Device::open_served(dev, &d.socket).ok();
+        b.is_some()
+    }));
+    let b = b.unwrap();
     let other = b.create_id(None, std::ptr::null_mut(), None).unwrap();
     other.listen(0x9003).unwrap();
     assert_eq!(b.service_stat().unwrap().limit_refusals, 0);
@@ -782,7 +789,13 @@ fn a_refused_oneway_call_surfaces_as_req_error_and_is_counted() {
     };
     // Decided in the process: the state and the arguments it can check.
     assert_eq!(id.send_req(&p), Ok(()));
-    assert_eq!(id.public().state, ibcm::api::State::ReqSent as u32);
+    // REQ_SENT, as the engine would leave it — or already IDLE again if
+    // the refusal was quicker than this line.
+    let s = id.public().state;
+    assert!(
+        s == ibcm::api::State::ReqSent as u32 || s == ibcm::api::State::Idle as u32,
+        "state {s}"
+    );
     assert!(
         wait_for(Duration::from_secs(5), || !got.lock().unwrap().is_empty()),
         "no event for the refused REQ"

@@ -74,6 +74,9 @@ pub struct Remote {
     pending: Mutex<HashMap<u64, Option<Vec<u8>>>>,
     replied: Condvar,
     dead: AtomicBool,
+    /// The reader thread has ended (after queueing the error events of a
+    /// lost service): the delivery thread may end once the queue is empty.
+    reader_done: AtomicBool,
     /// Live ids by service handle: the raw `Arc<Shell>` the engine's user
     /// token is in-process (released by destroy).
     ids: Mutex<HashMap<u64, usize>>,
@@ -276,6 +279,7 @@ impl Remote {
             pending: Mutex::new(HashMap::new()),
             replied: Condvar::new(),
             dead: AtomicBool::new(false),
+            reader_done: AtomicBool::new(false),
             ids: Mutex::new(HashMap::new()),
             shares: Mutex::new(HashMap::new()),
             ready: Mutex::new(VecDeque::new()),
@@ -693,6 +697,16 @@ impl Remote {
     }
 
     fn reader(self: Arc<Self>) {
+        self.read_all();
+        // A dead connection (a failed send) can be seen before the end of
+        // the socket: the delivery thread waits for this, so the error
+        // events `service_lost` queued are delivered.
+        self.reader_done.store(true, Ordering::SeqCst);
+        drop(lock(&self.ready));
+        self.ready_cv.notify_all();
+    }
+
+    fn read_all(&self) {
         let mut buf = vec![0u8; ipc::MAX_RECORD];
         loop {
             let n = match sock::recv(&self.fd, &mut buf) {
@@ -876,7 +890,7 @@ impl Remote {
                     if let Some(sh) = q.pop_front() {
                         break sh;
                     }
-                    if self.dead.load(Ordering::SeqCst) {
+                    if self.dead.load(Ordering::SeqCst) && self.reader_done.load(Ordering::SeqCst) {
                         return;
                     }
                     q = self.ready_cv.wait(q).unwrap_or_else(|e| e.into_inner());
