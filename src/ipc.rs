@@ -1,17 +1,21 @@
 //! The host CM service protocol: fixed little-endian records on a Unix
 //! `SOCK_SEQPACKET` socket (one record per message, so a record's length is
 //! the message's), between a process (`runtime::remote`) and `ibcm daemon`
-//! (`service`). A burst of events the service has queued goes as one
-//! `BATCH` message: its body is records, each preceded by its `u32` length
-//! (see [`batch`] and [`unbatch`]).
+//! (`service`). A burst of records goes as one `BATCH` message (events the
+//! service has queued; one-way calls a process made in a `Device::batch`):
+//! its body is records, each preceded by its `u32` length (see [`batch`]
+//! and [`unbatch`]).
 //!
 //! Every record starts with the same 20-byte header:
 //!
 //! ```text
-//!  0  u16  op      a request (`op::*`), `REPLY | op`, or `EVENT`
+//!  0  u16  op      a request (`op::*`, `ONEWAY | op`), `REPLY | op`,
+//!                  `EVENT` or `REFUSED`
 //!  2  u16  zero    must be 0
-//!  4  u64  seq     the request's number, echoed by its reply (0 in events;
-//!                  a request with 0 gets no reply: a destroy nobody waits for)
+//!  4  u64  seq     the request's number, echoed by its reply (a request
+//!                  with 0 gets no reply: a destroy nobody waits for); in
+//!                  `EVENT` and `REFUSED`, how many one-way calls on the
+//!                  id the service had run when it read the id's state
 //! 12  u64  handle  the id the record is about (0 for device-wide ops)
 //! 20  ...  body
 //! ```
@@ -67,16 +71,42 @@ pub mod op {
     /// Port space, port, owner: the binding goes (usually sent with seq 0).
     pub const PORT_RELEASE: u16 = 0x102;
 
-    /// Whether `op` is a request the service knows.
-    pub fn known(op: u16) -> bool {
-        (1..=LAST).contains(&op) || (PORT_BIND..=PORT_RELEASE).contains(&op)
-    }
     /// Set in a reply's op.
     pub const REPLY: u16 = 0x8000;
     /// An event pushed by the service.
     pub const EVENT: u16 = 0x4000;
-    /// Several records in one message (service to process only).
+    /// Several records in one message (both ways: a process sends the
+    /// one-way calls of a `Device::batch` as one).
     pub const BATCH: u16 = 0x2000;
+    /// Set in a request's op: a one-way call (`SEND_REQ`, `SEND_REP`,
+    /// `SEND_RTU`, `SEND_DREQ`, `SEND_DREP`, `SEND_REJ`) whose errno the
+    /// process decided itself. No reply; if the service refuses it
+    /// nevertheless, it pushes a `REFUSED` record.
+    pub const ONEWAY: u16 = 0x1000;
+    /// Pushed by the service: a one-way call it refused (`Refused`; header
+    /// handle = the id's, seq = the id's one-way calls run so far).
+    pub const REFUSED: u16 = 0x0800;
+    /// Leases `u32` count (1..=`MAX_CREATE`) new IDLE ids to the process
+    /// at once → `Box<[Created]>` (fewer when the id limit leaves less
+    /// room; `-ENOMEM` when none). The process hands them out as its
+    /// `create_id`s without a round trip each.
+    pub const CREATE_IDS: u16 = 64;
+    /// Ids one `CREATE_IDS` leases at most.
+    pub const MAX_CREATE: u32 = 64;
+
+    /// Whether `op` (the `ONEWAY` flag taken off) is a request the
+    /// service knows.
+    pub fn known(op: u16) -> bool {
+        (1..=LAST).contains(&op) || op == CREATE_IDS || (PORT_BIND..=PORT_RELEASE).contains(&op)
+    }
+
+    /// The requests that may be sent `ONEWAY`.
+    pub fn oneway(op: u16) -> bool {
+        matches!(
+            op,
+            SEND_REQ | SEND_REP | SEND_RTU | SEND_DREQ | SEND_DREP | SEND_REJ
+        )
+    }
 }
 
 /// Packs `records` into as few messages as fit `MAX_RECORD`: a lone record
@@ -626,6 +656,24 @@ struct_field!(Public {
     version
 });
 
+/// One id leased by `CREATE_IDS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Created {
+    pub handle: u64,
+    pub public: Public,
+}
+struct_field!(Created { handle, public });
+
+/// A one-way call the service refused (`op::REFUSED`): the call's op, its
+/// errno and the id's public fields after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    pub op: u16,
+    pub err: i32,
+    pub public: Public,
+}
+struct_field!(Refused { op, err, public });
+
 /// The reply to `OPEN`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Opened {
@@ -655,6 +703,9 @@ pub struct Stat {
     pub limit_refusals: u64,
     /// Records this process sent that failed to decode.
     pub bad_records: u64,
+    /// One-way calls of this process the service refused (a race with an
+    /// event in flight: `op::REFUSED`).
+    pub oneway_refused: u64,
 }
 struct_field!(Stat {
     cm,
@@ -665,6 +716,7 @@ struct_field!(Stat {
     clients,
     limit_refusals,
     bad_records,
+    oneway_refused,
 });
 
 /// One id as `ibcm ids` shows it.
@@ -713,6 +765,8 @@ pub struct DeviceStat {
     pub pending_timers: u64,
     pub cm: Counters,
     pub transport: TransportCounters,
+    /// One-way calls on the device the service refused (all processes).
+    pub oneway_refused: u64,
 }
 struct_field!(DeviceStat {
     name,
@@ -720,7 +774,8 @@ struct_field!(DeviceStat {
     ids,
     pending_timers,
     cm,
-    transport
+    transport,
+    oneway_refused
 });
 
 /// An event as the service pushes it (`op::EVENT`, header handle = the

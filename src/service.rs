@@ -28,7 +28,8 @@
 use crate::api::{CmId, Device, DeviceOptions, EventParam, RustHandler};
 use crate::engine::{Errno, errno};
 use crate::ipc::{
-    self, DeviceStat, Header, IdInfo, IdList, Opened, Public, Reader, Stat, WireEvent, op, sock,
+    self, Created, DeviceStat, Header, IdInfo, IdList, Opened, Public, Reader, Refused, Stat,
+    WireEvent, op, sock,
 };
 use crate::log::{INFO, WARN};
 use crate::portspace::{self, PortTable};
@@ -87,6 +88,8 @@ pub struct Options {
 struct Served {
     dev: Arc<Device>,
     clients: usize,
+    /// One-way calls on it refused (all its connections, past and live).
+    refused: Arc<AtomicU64>,
 }
 
 /// The service: its devices by name.
@@ -108,6 +111,14 @@ struct Entry {
     id: CmId,
     born: Instant,
     peer: Option<Gid>,
+    /// Leased by `CREATE_IDS` and not used yet: the process has not
+    /// created it as far as its user knows (not listed, not counted).
+    pooled: bool,
+    /// One-way calls on it run so far (sent with its events, so the
+    /// process knows which of its own calls a snapshot has seen). Held
+    /// while one runs and while a snapshot is read, so a snapshot is
+    /// either before a call or after it and counts it.
+    oneway: Arc<Mutex<u64>>,
 }
 
 impl Entry {
@@ -116,6 +127,8 @@ impl Entry {
             id,
             born: Instant::now(),
             peer,
+            pooled: false,
+            oneway: Arc::new(Mutex::new(0)),
         }
     }
 }
@@ -139,6 +152,8 @@ struct Conn {
     /// The device's name as the service keys it (set by OPEN).
     name: Mutex<Option<String>>,
     dev: Mutex<Option<Arc<Device>>>,
+    /// The device's count of refused one-way calls (set by OPEN).
+    dev_refused: Mutex<Option<Arc<AtomicU64>>>,
     ids: Mutex<HashMap<u64, Entry>>,
     listeners: Mutex<HashSet<u64>>,
     out: Mutex<Outbox>,
@@ -146,6 +161,7 @@ struct Conn {
     closed: AtomicBool,
     refusals: AtomicU64,
     bad: AtomicU64,
+    oneway_refused: AtomicU64,
 }
 
 /// Binds the socket (`0660`, group `ibcm` if that group exists, else
@@ -244,6 +260,7 @@ impl Service {
                 svc: self.clone(),
                 name: Mutex::new(None),
                 dev: Mutex::new(None),
+                dev_refused: Mutex::new(None),
                 ids: Mutex::new(HashMap::new()),
                 listeners: Mutex::new(HashSet::new()),
                 out: Mutex::new(Outbox::default()),
@@ -251,6 +268,7 @@ impl Service {
                 closed: AtomicBool::new(false),
                 refusals: AtomicU64::new(0),
                 bad: AtomicU64::new(0),
+                oneway_refused: AtomicU64::new(0),
             });
             lock(&self.conns).insert(conn.id, Arc::downgrade(&conn));
             let c = conn.clone();
@@ -266,25 +284,44 @@ impl Service {
     }
 
     /// Opens (or shares) a device by name.
-    fn open(&self, name: &str) -> Result<(String, Arc<Device>), Errno> {
+    fn open(&self, name: &str) -> Result<(String, Arc<Device>, Arc<AtomicU64>), Errno> {
         let key = canonical(name);
         let mut devs = lock(&self.devices);
         if let Some(s) = devs.get_mut(&key) {
             s.clients += 1;
-            return Ok((key, s.dev.clone()));
+            return Ok((key, s.dev.clone(), s.refused.clone()));
         }
         // The service's own devices are in-process, whatever IBCM_SERVICE
         // says in its environment.
         let dev = Device::open_local(name, DeviceOptions::default())?;
         ibcm_log!(INFO, "serving {key}");
+        let refused = Arc::new(AtomicU64::new(0));
         devs.insert(
             key.clone(),
             Served {
                 dev: dev.clone(),
                 clients: 1,
+                refused: refused.clone(),
             },
         );
-        Ok((key, dev))
+        Ok((key, dev, refused))
+    }
+
+    fn live_conns(&self) -> Vec<Arc<Conn>> {
+        lock(&self.conns)
+            .values()
+            .filter_map(|w| w.upgrade())
+            .collect()
+    }
+
+    /// Ids leased to processes of `dev` and not used yet (the device's
+    /// engine counts them; its users do not know them).
+    fn pooled(&self, dev: &Arc<Device>) -> u64 {
+        self.live_conns()
+            .iter()
+            .filter(|c| lock(&c.dev).as_ref().is_some_and(|d| Arc::ptr_eq(d, dev)))
+            .map(|c| c.pooled())
+            .sum()
     }
 
     /// Every id of every connection, oldest connection first.
@@ -299,6 +336,7 @@ impl Service {
             let device = lock(&c.name).clone().unwrap_or_default().into_bytes();
             let mut ids: Vec<IdInfo> = lock(&c.ids)
                 .values()
+                .filter(|e| !e.pooled)
                 .map(|e| {
                     let p = public(&e.id);
                     IdInfo {
@@ -321,22 +359,26 @@ impl Service {
 
     /// Every served device's counters (at most 48: one record).
     fn device_stats(&self) -> Vec<DeviceStat> {
-        let devs: Vec<(String, usize, Arc<Device>)> = lock(&self.devices)
+        let devs: Vec<(String, usize, Arc<Device>, u64)> = lock(&self.devices)
             .iter()
-            .map(|(k, s)| (k.clone(), s.clients, s.dev.clone()))
+            .map(|(k, s)| {
+                let refused = s.refused.load(Ordering::Relaxed);
+                (k.clone(), s.clients, s.dev.clone(), refused)
+            })
             .collect();
         let mut out: Vec<DeviceStat> = devs
             .into_iter()
             .take(48)
-            .map(|(name, clients, dev)| {
+            .map(|(name, clients, dev, oneway_refused)| {
                 let c = dev.all_counters();
                 DeviceStat {
                     name: name.into_bytes(),
                     clients: clients as u64,
-                    ids: c.live_ids,
+                    ids: c.live_ids.saturating_sub(self.pooled(&dev)),
                     pending_timers: c.pending_timers,
                     cm: c.cm,
                     transport: c.transport,
+                    oneway_refused,
                 }
             })
             .collect();
@@ -426,8 +468,10 @@ impl Conn {
                 if self.closed.load(Ordering::SeqCst) {
                     break;
                 }
-                if let Some(reply) = self.request(&buf[..n])
-                    && sock::send(&self.fd, &reply).is_err()
+                let replies = self.message(&buf[..n]);
+                if ipc::batch(replies)
+                    .iter()
+                    .any(|m| sock::send(&self.fd, m).is_err())
                 {
                     break;
                 }
@@ -544,50 +588,136 @@ impl Conn {
                 };
                 ids.insert(id.handle(), Entry::new(id.clone(), peer));
             }
+            let (calls, public) = c.snapshot(id);
             let mut w = Header {
                 op: op::EVENT,
-                seq: 0,
+                seq: calls,
                 handle: ev.id.0,
             }
             .record();
             w.put(&WireEvent {
-                public: public(id),
+                public,
                 listener: listener.unwrap_or(0),
                 event: ev.clone(),
             });
-            let rec = w.into_bytes();
-            let mut o = lock(&c.out);
-            // Nothing queued before it: sent from this thread without
-            // waiting (no hop through the writer thread); a full socket
-            // buffer queues it for the writer, which may block.
-            if o.q.is_empty() && !o.busy {
-                match sock::try_send(&c.fd, &rec) {
-                    Ok(true) => return 0,
-                    Ok(false) => {}
-                    Err(_) => {
-                        drop(o);
-                        c.disconnect();
-                        return 0;
-                    }
-                }
-            }
-            if o.q.len() >= c.svc.opts.limits.max_events {
-                drop(o);
-                c.refusals.fetch_add(1, Ordering::Relaxed);
-                ibcm_log!(
-                    WARN,
-                    "process {}: {} events not read: disconnecting it",
-                    c.pid,
-                    c.svc.opts.limits.max_events
-                );
-                c.disconnect();
-                return 0;
-            }
-            o.q.push_back(rec);
-            drop(o);
-            c.out_cv.notify_one();
+            c.push(w.into_bytes());
             0
         })
+    }
+
+    /// The id's public fields and how many one-way calls on it had run
+    /// when they were read (read under the id's call lock: never while a
+    /// call runs).
+    fn snapshot(&self, id: &CmId) -> (u64, Public) {
+        let calls = lock(&self.ids).get(&id.handle()).map(|e| e.oneway.clone());
+        match calls {
+            Some(c) => {
+                let n = lock(&c);
+                (*n, public(id))
+            }
+            None => (0, public(id)),
+        }
+    }
+
+    /// Queues a record pushed to the process (an event, a refusal) behind
+    /// those already queued, in the order they are pushed.
+    fn push(&self, rec: Vec<u8>) {
+        let mut o = lock(&self.out);
+        // Nothing queued before it: sent from this thread without
+        // waiting (no hop through the writer thread); a full socket
+        // buffer queues it for the writer, which may block.
+        if o.q.is_empty() && !o.busy {
+            match sock::try_send(&self.fd, &rec) {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(_) => {
+                    drop(o);
+                    self.disconnect();
+                    return;
+                }
+            }
+        }
+        if o.q.len() >= self.svc.opts.limits.max_events {
+            drop(o);
+            self.refusals.fetch_add(1, Ordering::Relaxed);
+            ibcm_log!(
+                WARN,
+                "process {}: {} events not read: disconnecting it",
+                self.pid,
+                self.svc.opts.limits.max_events
+            );
+            self.disconnect();
+            return;
+        }
+        o.q.push_back(rec);
+        drop(o);
+        self.out_cv.notify_one();
+    }
+
+    /// Leased ids not used yet.
+    fn pooled(&self) -> u64 {
+        lock(&self.ids).values().filter(|e| e.pooled).count() as u64
+    }
+
+    /// Runs one message: a record, or a `BATCH` of them; the replies to
+    /// send.
+    fn message(self: &Arc<Self>, msg: &[u8]) -> Vec<Vec<u8>> {
+        // The MADs the records make leave together when all have run (one
+        // `sendmmsg` for a process's batch).
+        let dev = lock(&self.dev).clone();
+        match dev {
+            Some(dev) => dev.batch(|| self.records(msg)),
+            None => self.records(msg),
+        }
+    }
+
+    fn records(self: &Arc<Self>, msg: &[u8]) -> Vec<Vec<u8>> {
+        if let Ok((h, r)) = Header::parse(msg)
+            && h.op == op::BATCH
+        {
+            let Ok(recs) = ipc::unbatch(&msg[msg.len() - r.remaining()..]) else {
+                self.bad.fetch_add(1, Ordering::Relaxed);
+                return Vec::new();
+            };
+            return recs.into_iter().filter_map(|r| self.request(r)).collect();
+        }
+        self.request(msg).into_iter().collect()
+    }
+
+    /// A one-way call the service refused: counted, logged and pushed to
+    /// the process behind the events produced before it.
+    fn refuse(&self, h: Header, err: Errno) {
+        self.oneway_refused.fetch_add(1, Ordering::Relaxed);
+        if let Some(d) = lock(&self.dev_refused).as_ref() {
+            d.fetch_add(1, Ordering::Relaxed);
+        }
+        let id = lock(&self.ids).get(&h.handle).map(|e| e.id.clone());
+        let (calls, public) = match &id {
+            Some(id) => self.snapshot(id),
+            None => (0, Public::default()),
+        };
+        ibcm_log!(
+            WARN,
+            "process {}: one-way call {} on id {:#x} refused ({err}): the id is {}",
+            self.pid,
+            op_name(h.op),
+            h.handle,
+            crate::engine::State::ALL
+                .get(public.state as usize)
+                .map_or("gone".to_string(), |s| format!("{s:?}"))
+        );
+        let mut w = Header {
+            op: op::REFUSED,
+            seq: calls,
+            handle: h.handle,
+        }
+        .record();
+        w.put(&Refused {
+            op: h.op,
+            err: neg(err),
+            public,
+        });
+        self.push(w.into_bytes());
     }
 
     /// Decodes and runs one request; the reply to send (none for a record
@@ -597,9 +727,33 @@ impl Conn {
             self.bad.fetch_add(1, Ordering::Relaxed);
             return None;
         };
-        if !op::known(h.op) {
+        let oneway = h.op & op::ONEWAY != 0;
+        let base = h.op & !op::ONEWAY;
+        if !op::known(base) || (oneway && !op::oneway(base)) {
             self.bad.fetch_add(1, Ordering::Relaxed);
             return Some(ipc::reply(h, -errno::EOPNOTSUPP, Public::default(), |_| ()));
+        }
+        if oneway {
+            let h = Header { op: base, ..h };
+            let calls = lock(&self.ids).get(&h.handle).map(|e| e.oneway.clone());
+            let res = match calls {
+                // Counted as run whatever the result (the process counts
+                // what it sent), under the lock snapshots take.
+                Some(c) => {
+                    let mut n = lock(&c);
+                    let res = self.run(h, &mut r);
+                    *n += 1;
+                    res
+                }
+                None => self.run(h, &mut r),
+            };
+            if let Err(e) = res {
+                if e == Errno(errno::EPROTO) {
+                    self.bad.fetch_add(1, Ordering::Relaxed);
+                }
+                self.refuse(h, e);
+            }
+            return None;
         }
         let res = self.run(h, &mut r);
         if h.seq == 0 {
@@ -638,7 +792,8 @@ impl Conn {
                 ibcm_log!(WARN, "process {}: {name}: port {port} needs root", self.pid);
                 return Err(Errno(errno::EPERM));
             }
-            let (key, dev) = self.svc.open(&name)?;
+            let (key, dev, refused) = self.svc.open(&name)?;
+            *lock(&self.dev_refused) = Some(refused);
             out.put(&Opened {
                 name: dev.name().as_bytes().to_vec(),
                 node_guid: dev.node_guid(),
@@ -691,6 +846,41 @@ impl Conn {
                 out.put(&hd);
                 return Ok((p, out.0));
             }
+            op::CREATE_IDS => {
+                let count: u32 = r.get()?;
+                r.end()?;
+                if !(1..=op::MAX_CREATE).contains(&count) {
+                    return Err(Errno::EINVAL);
+                }
+                let room = self
+                    .svc
+                    .opts
+                    .limits
+                    .max_ids
+                    .saturating_sub(lock(&self.ids).len());
+                if room == 0 {
+                    self.refusals.fetch_add(1, Ordering::Relaxed);
+                    return Err(Errno(errno::ENOMEM));
+                }
+                let mut leased = Vec::new();
+                for _ in 0..room.min(count as usize) {
+                    let id = match dev.create_id(None, std::ptr::null_mut(), Some(self.handler())) {
+                        Ok(id) => id,
+                        Err(e) if leased.is_empty() => return Err(e),
+                        Err(_) => break,
+                    };
+                    let handle = id.handle();
+                    leased.push(Created {
+                        handle,
+                        public: public(&id),
+                    });
+                    let mut e = Entry::new(id, None);
+                    e.pooled = true;
+                    lock(&self.ids).insert(handle, e);
+                }
+                out.put(&leased.into_boxed_slice());
+                return Ok((Public::default(), out.0));
+            }
             op::STAT => {
                 r.end()?;
                 let c = dev.all_counters();
@@ -698,24 +888,30 @@ impl Conn {
                     .values()
                     .find(|s| Arc::ptr_eq(&s.dev, &dev))
                     .map_or(0, |s| s.clients as u64);
+                let mine = lock(&self.ids).values().filter(|e| !e.pooled).count();
                 out.put(&Stat {
                     cm: c.cm,
                     transport: c.transport,
-                    live_ids: lock(&self.ids).len() as u64,
-                    device_ids: c.live_ids,
+                    live_ids: mine as u64,
+                    device_ids: c.live_ids.saturating_sub(self.svc.pooled(&dev)),
                     pending_timers: c.pending_timers,
                     clients,
                     limit_refusals: self.refusals.load(Ordering::Relaxed),
                     bad_records: self.bad.load(Ordering::Relaxed),
+                    oneway_refused: self.oneway_refused.load(Ordering::Relaxed),
                 });
                 return Ok((Public::default(), out.0));
             }
             _ => {}
         }
-        // Calls on one of this connection's ids.
+        // Calls on one of this connection's ids (a leased one is in use
+        // from its first call on).
         let id = lock(&self.ids)
-            .get(&h.handle)
-            .map(|e| e.id.clone())
+            .get_mut(&h.handle)
+            .map(|e| {
+                e.pooled = false;
+                e.id.clone()
+            })
             .ok_or(Errno::EINVAL)?;
         match h.op {
             op::LISTEN => {
@@ -850,6 +1046,19 @@ fn peer_gone(fd: &OwnedFd) -> bool {
     // SAFETY: one valid pollfd; a zero timeout never blocks.
     let n = unsafe { libc::poll(&mut p, 1, 0) };
     n == 1 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
+}
+
+/// A request op's name, for logs.
+fn op_name(opc: u16) -> &'static str {
+    match opc {
+        op::SEND_REQ => "send_req",
+        op::SEND_REP => "send_rep",
+        op::SEND_RTU => "send_rtu",
+        op::SEND_DREQ => "send_dreq",
+        op::SEND_DREP => "send_drep",
+        op::SEND_REJ => "send_rej",
+        _ => "request",
+    }
 }
 
 /// An errno as the protocol carries it (negative).

@@ -42,8 +42,13 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("ffi", &["api", "wire", "log", "abi"]),
+    // rdma_cm's port table (the service's host-wide one, and its client).
+    ("portspace", &["runtime", "ipc", "engine", "log"]),
     // The host CM service: devices opened in-process, served over ipc.
-    ("service", &["api", "ipc", "engine", "wire", "log"]),
+    (
+        "service",
+        &["portspace", "api", "ipc", "engine", "wire", "log"],
+    ),
 ];
 
 fn src_dir() -> PathBuf {

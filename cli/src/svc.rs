@@ -126,6 +126,7 @@ pub fn stat_main(a: &Args) -> i32 {
                     "processes": d.clients,
                     "ids": d.ids,
                     "pending_timers": d.pending_timers,
+                    "oneway_refused": d.oneway_refused,
                     "cm": {
                         "tx": c.tx, "rx": c.rx, "rx_duplicates": c.rx_duplicates,
                         "tx_retries": c.tx_retries, "timeouts": c.timeouts,
@@ -146,11 +147,12 @@ pub fn stat_main(a: &Args) -> i32 {
     for d in &devs {
         let t = &d.transport;
         println!(
-            "{}: {} process(es), {} id(s), {} timer(s)",
+            "{}: {} process(es), {} id(s), {} timer(s), {} one-way call(s) refused",
             String::from_utf8_lossy(&d.name),
             d.clients,
             d.ids,
-            d.pending_timers
+            d.pending_timers,
+            d.oneway_refused
         );
         print!("{}", d.cm.report());
         println!(

@@ -636,8 +636,15 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
     ids[0].listen(0x9001).unwrap();
     assert_eq!(ids[1].listen(0x9002), Err(Errno::ENOMEM));
     assert_eq!(a.service_stat().unwrap().limit_refusals, 2);
-    // Another process has limits of its own.
-    let b = Device::open_served(dev, &d.socket).unwrap();
+    // Another process has limits of its own. (Its open may race the
+    // service's reaping of the readiness probe's connection above, which
+    // counts against the limit of 2 until the service has seen it close.)
+    let mut b = None;
+    assert!(wait_for(Duration::from_secs(2), || {
+        b = Device::open_served(dev, &d.socket).ok();
+        b.is_some()
+    }));
+    let b = b.unwrap();
     let other = b.create_id(None, std::ptr::null_mut(), None).unwrap();
     other.listen(0x9003).unwrap();
     assert_eq!(b.service_stat().unwrap().limit_refusals, 0);
@@ -751,4 +758,183 @@ fn a_privileged_udp_port_is_bound_only_for_root() {
         "{}",
         text(&root.stderr)
     );
+}
+
+/// A one-way call the process could not check (a source GID the device
+/// does not have: only the service's port tables know) is refused by the
+/// service: the process gets the event the kernel gives for a REQ that
+/// goes unanswered (REQ_ERROR, status IB_WC_GENERAL_ERR), the id is IDLE
+/// as the engine left it, and the refusal is counted for the process and
+/// in `ibcm stat`.
+#[test]
+fn a_refused_oneway_call_surfaces_as_req_error_and_is_counted() {
+    let d = Daemon::start("refused");
+    let dev = "soft:127.0.9.12";
+    let got: Arc<Mutex<Vec<(EventType, ibcm::api::EventParam)>>> = Arc::default();
+    let g = got.clone();
+    let h: RustHandler = Arc::new(move |_, ev| {
+        g.lock().unwrap().push((ev.kind, ev.param.clone()));
+        0
+    });
+    let a = Device::open_served(dev, &d.socket).unwrap();
+    let id = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    let mut path = a.init_path(1, "127.0.9.13".parse().unwrap()).unwrap();
+    path.sgid.0[15] ^= 0x5a;
+    let p = ReqParams {
+        primary_path: path,
+        service_id: 0x12,
+        qp_num: 9,
+        qp_type: qp_type::RC,
+        ..ReqParams::default()
+    };
+    // Decided in the process: the state and the arguments it can check.
+    assert_eq!(id.send_req(&p), Ok(()));
+    // REQ_SENT, as the engine would leave it — or already IDLE again if
+    // the refusal was quicker than this line.
+    let s = id.public().state;
+    assert!(
+        s == ibcm::api::State::ReqSent as u32 || s == ibcm::api::State::Idle as u32,
+        "state {s}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || !got.lock().unwrap().is_empty()),
+        "no event for the refused REQ"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    {
+        let ev = got.lock().unwrap();
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!(ev[0].0, EventType::ReqError);
+        assert!(
+            matches!(ev[0].1, ibcm::api::EventParam::SendStatus(21)),
+            "{:?}",
+            ev[0].1
+        );
+    }
+    assert_eq!(id.public().state, ibcm::api::State::Idle as u32);
+    assert_eq!(id.state(), Some(ibcm::api::State::Idle));
+    assert_eq!(a.service_stat().unwrap().oneway_refused, 1);
+    let stat = d
+        .ibcm(&["stat", "--json", "--socket", d.socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&stat.stdout).unwrap();
+    let served = v["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["device"] == "soft:127.0.9.12:4791")
+        .expect("the device in ibcm stat");
+    assert_eq!(served["oneway_refused"], 1, "{v}");
+    // A call the process can check is refused by the process itself, as
+    // the engine would (no refusal on the service's side).
+    assert_eq!(id.send_rtu(&[]), Err(Errno::EINVAL));
+    assert_eq!(
+        id.send_req(&ReqParams { qp_type: 99, ..p }),
+        Err(Errno::EINVAL)
+    );
+    assert_eq!(a.service_stat().unwrap().oneway_refused, 1);
+    id.destroy().unwrap();
+    a.close();
+}
+
+/// The next record pushed to a raw connection that is not a reply.
+fn pushed(fd: &std::os::fd::OwnedFd) -> (Header, Vec<u8>) {
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    loop {
+        let n = sock::recv(fd, &mut b).unwrap();
+        assert!(n > 0, "the service closed the connection");
+        let (h, r) = Header::parse(&b[..n]).expect("a record");
+        if h.op & op::REPLY == 0 {
+            return (h, b[n - r.remaining()..n].to_vec());
+        }
+    }
+}
+
+/// One-way calls and leased handles from a hostile raw client: a handle
+/// the service did not lease to this connection (another process's, a
+/// destroyed one, a made-up one) is refused and reported, never acted on;
+/// a refusal carries the id's state and how many one-way calls on it ran;
+/// malformed leases and one-way forms of other requests are refused.
+#[test]
+fn oneway_calls_and_leased_handles_refuse_forgeries() {
+    let d = Daemon::start("forged");
+    let dev = "soft:127.0.9.14";
+    let good = Device::open_served(dev, &d.socket).unwrap();
+    let lid = good.create_id(None, std::ptr::null_mut(), None).unwrap();
+    lid.listen(0x1414).unwrap();
+    let bad = sock::connect(&d.socket).unwrap();
+    let mut name = Vec::new();
+    name.extend_from_slice(&(dev.len() as u16).to_le_bytes());
+    name.extend_from_slice(dev.as_bytes());
+    assert_eq!(raw_call(&bad, 1, &record(op::OPEN, 1, 0, &name)).1, 0);
+    // Leases: 1..=MAX_CREATE ids at once.
+    for n in [0u32, op::MAX_CREATE + 1] {
+        let (_, e) = raw_call(&bad, 2, &record(op::CREATE_IDS, 2, 0, &n.to_le_bytes()));
+        assert_eq!(e, -22, "a lease of {n}");
+    }
+    sock::send(&bad, &record(op::CREATE_IDS, 3, 0, &2u32.to_le_bytes())).unwrap();
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    let n = sock::recv(&bad, &mut b).unwrap();
+    let (h, mut r) = Header::parse(&b[..n]).unwrap();
+    assert_eq!(h.op, op::REPLY | op::CREATE_IDS);
+    assert_eq!(r.get::<i32>().unwrap(), 0);
+    let _: ipc::Public = r.get().unwrap();
+    let leased: Box<[ipc::Created]> = r.get().unwrap();
+    assert_eq!(leased.len(), 2);
+    let mine = leased[0].handle;
+    assert_eq!(leased[0].public.state, 0);
+    // A one-way RTU on an IDLE id of its own: refused, reported with the
+    // id's state (IDLE) and one call run on it.
+    sock::send(&bad, &record(op::ONEWAY | op::SEND_RTU, 0, mine, &[0, 0])).unwrap();
+    let (h, body) = pushed(&bad);
+    assert_eq!((h.op, h.handle, h.seq), (op::REFUSED, mine, 1));
+    let f: ipc::Refused = ipc::Reader::new(&body).get().unwrap();
+    assert_eq!((f.op, f.err, f.public.state), (op::SEND_RTU, -22, 0));
+    assert_eq!(f.public.local_id, leased[0].public.local_id);
+    // Another process's listener, a made-up handle, and (as one BATCH
+    // message) the lease destroyed then used again: each refused, the
+    // forged ones with no state of an id that is not this process's.
+    let forged = [lid.handle(), 0xdead_beef_0000, mine];
+    for &hd in &forged[..2] {
+        sock::send(&bad, &record(op::ONEWAY | op::SEND_DREQ, 0, hd, &[0, 0])).unwrap();
+        let (h, body) = pushed(&bad);
+        let f: ipc::Refused = ipc::Reader::new(&body).get().unwrap();
+        assert_eq!((h.op, h.handle, f.err), (op::REFUSED, hd, -22));
+        assert_eq!(
+            f.public,
+            ipc::Public::default(),
+            "state of a foreign id leaked"
+        );
+    }
+    let batch = ipc::batch(vec![
+        record(op::DESTROY, 0, mine, &[0; 4]),
+        record(op::ONEWAY | op::SEND_DREQ, 0, mine, &[0, 0]),
+    ]);
+    assert_eq!(batch.len(), 1);
+    sock::send(&bad, &batch[0]).unwrap();
+    let (h, body) = pushed(&bad);
+    let f: ipc::Refused = ipc::Reader::new(&body).get().unwrap();
+    assert_eq!((h.op, h.handle, f.err), (op::REFUSED, mine, -22));
+    // Only the six calls may go one-way.
+    let (_, e) = raw_call(
+        &bad,
+        9,
+        &record(
+            op::ONEWAY | op::LISTEN,
+            9,
+            leased[1].handle,
+            &[1, 0, 0, 0, 0, 0, 0, 0],
+        ),
+    );
+    assert_eq!(e, -95);
+    // The other process's listener is untouched; the forger's refusals are
+    // its own.
+    assert_eq!(lid.state(), Some(ibcm::api::State::Listen));
+    assert_eq!(good.service_stat().unwrap().oneway_refused, 0);
+    let (_, e) = raw_call(&bad, 10, &record(op::STAT, 10, 0, &[]));
+    assert_eq!(e, 0);
+    drop(bad);
+    lid.destroy().unwrap();
+    good.close();
 }

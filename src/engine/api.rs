@@ -4,6 +4,88 @@
 
 use super::*;
 
+/// A consumer call whose errno is decided by its arguments and the id's
+/// state alone. [`Call::check`] is the one place those checks live: the
+/// engine makes them before it acts, and a process served by the host CM
+/// service makes the same ones on its copy of the id's state to send the
+/// call without waiting for the service's answer (`runtime::remote`).
+#[derive(Debug, Clone, Copy)]
+pub enum Call<'a> {
+    Req(&'a ReqParams),
+    Rep(&'a RepParams),
+    Rtu(&'a [u8]),
+    Dreq(&'a [u8]),
+    Drep(&'a [u8]),
+    Rej {
+        ari: &'a [u8],
+        private_data: &'a [u8],
+    },
+}
+
+impl Call<'_> {
+    /// The checks of `ib_send_cm_*` — arguments first, then the id's
+    /// `state` — and the state the call leaves the id in. `has_tw`: the id
+    /// still holds a timewait entry from an earlier connection (only the
+    /// engine knows it; a process passes `false` and the service decides).
+    pub fn check(&self, state: State, has_tw: bool) -> ApiResult<State> {
+        use State::*;
+        match *self {
+            Call::Req(p) => {
+                if !matches!(p.qp_type, qp_type::RC | qp_type::UC | qp_type::XRC_INI) {
+                    return Err(Errno::EINVAL);
+                }
+                Engine::check_len(&p.private_data, pdata::REQ)?;
+                if let Some(alt) = &p.alternate_path
+                    && (alt.pkey != p.primary_path.pkey || alt.mtu != p.primary_path.mtu)
+                {
+                    return Err(Errno::EINVAL);
+                }
+                match state {
+                    Idle if !has_tw => Ok(ReqSent),
+                    _ => Err(Errno::EINVAL),
+                }
+            }
+            Call::Rep(p) => {
+                Engine::check_len(&p.private_data, pdata::REP)?;
+                match state {
+                    ReqRcvd | MraReqSent => Ok(RepSent),
+                    _ => Err(Errno::EINVAL),
+                }
+            }
+            Call::Rtu(pd) => {
+                Engine::check_len(pd, pdata::RTU)?;
+                match state {
+                    RepRcvd | MraRepSent => Ok(Established),
+                    _ => Err(Errno::EINVAL),
+                }
+            }
+            Call::Dreq(pd) => {
+                Engine::check_len(pd, pdata::DREQ)?;
+                match state {
+                    Established => Ok(DreqSent),
+                    _ => Err(Errno::EINVAL),
+                }
+            }
+            Call::Drep(pd) => {
+                Engine::check_len(pd, pdata::DREP)?;
+                match state {
+                    DreqRcvd => Ok(Timewait),
+                    _ => Err(Errno::EINVAL),
+                }
+            }
+            Call::Rej { ari, private_data } => {
+                Engine::check_len(private_data, pdata::REJ)?;
+                Engine::check_len(ari, pdata::REJ_ARI)?;
+                match state {
+                    ReqSent | MraReqRcvd | ReqRcvd | MraReqSent | RepRcvd | MraRepSent => Ok(Idle),
+                    RepSent | MraRepRcvd => Ok(Timewait),
+                    _ => Err(Errno::EINVAL),
+                }
+            }
+        }
+    }
+}
+
 impl Engine {
     /// `ib_create_cm_id`: a new id in IDLE, visible at once.
     pub fn create_id(&mut self) -> ApiResult<Handle> {
@@ -106,19 +188,8 @@ impl Engine {
     /// `ib_send_cm_req`.
     pub fn send_req(&mut self, now: Time, h: Handle, p: &ReqParams) -> ApiResult {
         let id = h.0 as u32;
-        if !matches!(p.qp_type, qp_type::RC | qp_type::UC | qp_type::XRC_INI) {
-            return Err(Errno::EINVAL);
-        }
-        Self::check_len(&p.private_data, pdata::REQ)?;
-        if let Some(alt) = &p.alternate_path
-            && (alt.pkey != p.primary_path.pkey || alt.mtu != p.primary_path.mtu)
-        {
-            return Err(Errno::EINVAL);
-        }
         let r = self.rec(h)?;
-        if r.state != State::Idle || r.has_tw {
-            return Err(Errno::EINVAL);
-        }
+        let next = Call::Req(p).check(r.state, r.has_tw)?;
         let av = self.av_from_path(&p.primary_path, p.sgid_attr)?;
         let alt_av = match &p.alternate_path {
             Some(alt) => Some(Box::new(self.av_from_path(alt, None)?)),
@@ -179,7 +250,7 @@ impl Engine {
         r.has_tw = true;
         r.remote_id = 0;
         let retries = r.max_cm_retries;
-        self.set_state(id, State::ReqSent);
+        self.set_state(id, next);
         self.send_request(now, id, mad, timeout_ms, retries);
         Ok(())
     }
@@ -187,11 +258,8 @@ impl Engine {
     /// `ib_send_cm_rep`.
     pub fn send_rep(&mut self, now: Time, h: Handle, p: &RepParams) -> ApiResult {
         let id = h.0 as u32;
-        Self::check_len(&p.private_data, pdata::REP)?;
         let r = self.rec(h)?;
-        if !matches!(r.state, State::ReqRcvd | State::MraReqSent) {
-            return Err(Errno::EINVAL);
-        }
+        let next = Call::Rep(p).check(r.state, r.has_tw)?;
         let xrc_tgt = r.qp_type == qp_type::XRC_TGT;
         let mut rep = Rep {
             local_comm_id: id,
@@ -227,7 +295,7 @@ impl Engine {
         r.responder_resources = p.responder_resources;
         r.rq_psn = p.starting_psn & 0xff_ffff;
         r.local_qpn = p.qp_num & 0xff_ffff;
-        self.set_state(id, State::RepSent);
+        self.set_state(id, next);
         self.send_request(now, id, mad, timeout, retries);
         self.queue_evictable(id);
         Ok(())
@@ -236,11 +304,8 @@ impl Engine {
     /// `ib_send_cm_rtu`.
     pub fn send_rtu(&mut self, h: Handle, private_data: &[u8]) -> ApiResult {
         let id = h.0 as u32;
-        Self::check_len(private_data, pdata::RTU)?;
         let r = self.rec(h)?;
-        if !matches!(r.state, State::RepRcvd | State::MraRepSent) {
-            return Err(Errno::EINVAL);
-        }
+        let next = Call::Rtu(private_data).check(r.state, r.has_tw)?;
         let rtu = Rtu {
             local_comm_id: id,
             remote_comm_id: r.remote_id,
@@ -249,7 +314,7 @@ impl Engine {
         let mad = CmMad::send(r.tid, 0, CmMsg::Rtu(rtu)).to_bytes();
         let r = self.ids.get_mut(id).unwrap();
         r.saved_pdata = (!private_data.is_empty()).then(|| private_data.into());
-        self.set_state(id, State::Established);
+        self.set_state(id, next);
         self.send_once(id, mad);
         Ok(())
     }
@@ -267,11 +332,8 @@ impl Engine {
     /// `ib_send_cm_dreq`.
     pub fn send_dreq(&mut self, now: Time, h: Handle, private_data: &[u8]) -> ApiResult {
         let id = h.0 as u32;
-        Self::check_len(private_data, pdata::DREQ)?;
         let r = self.rec(h)?;
-        if r.state != State::Established {
-            return Err(Errno::EINVAL);
-        }
+        let next = Call::Dreq(private_data).check(r.state, r.has_tw)?;
         let mad = self.dreq_mad(id, r, private_data);
         let (timeout, retries) = (r.timeout_ms, r.max_cm_retries);
         // As the kernel: the DREQ's new TID is not remembered; a DREP
@@ -281,7 +343,7 @@ impl Engine {
             r.lap_state = LapState::Idle;
         }
         self.cancel_send(id);
-        self.set_state(id, State::DreqSent);
+        self.set_state(id, next);
         self.send_request(now, id, mad, timeout, retries);
         Ok(())
     }
@@ -298,11 +360,9 @@ impl Engine {
     /// `ib_send_cm_drep`: always enters timewait when the state is right.
     pub fn send_drep(&mut self, now: Time, h: Handle, private_data: &[u8]) -> ApiResult {
         let id = h.0 as u32;
-        Self::check_len(private_data, pdata::DREP)?;
         let r = self.rec(h)?;
-        if r.state != State::DreqRcvd {
-            return Err(Errno::EINVAL);
-        }
+        // Always timewait (`Call::check`'s answer) when the state is right.
+        Call::Drep(private_data).check(r.state, r.has_tw)?;
         let mad = Self::drep_mad(id, r, private_data);
         let r = self.ids.get_mut(id).unwrap();
         r.saved_pdata = (!private_data.is_empty()).then(|| private_data.into());
@@ -348,29 +408,17 @@ impl Engine {
         private_data: &[u8],
     ) -> ApiResult {
         let id = h.0 as u32;
-        Self::check_len(private_data, pdata::REJ)?;
-        Self::check_len(ari, pdata::REJ_ARI)?;
         let r = self.rec(h)?;
-        let state = r.state;
+        let next = Call::Rej { ari, private_data }.check(r.state, r.has_tw)?;
         let mad = self.rej_mad(id, r, reason as u16, ari, private_data);
-        match state {
-            State::ReqSent
-            | State::MraReqRcvd
-            | State::ReqRcvd
-            | State::MraReqSent
-            | State::RepRcvd
-            | State::MraRepSent => {
-                // ibcm: the kernel leaves an outstanding REQ retransmitting
-                // after its own REJ; we stop it, so the peer never sees a
-                // REQ for a connection we rejected.
-                self.cancel_send(id);
-                self.reset_to_idle(id);
-            }
-            State::RepSent | State::MraRepRcvd => {
-                self.cancel_send(id);
-                self.enter_timewait(now, id);
-            }
-            _ => return Err(Errno::EINVAL),
+        // ibcm: the kernel leaves an outstanding REQ retransmitting after
+        // its own REJ; we stop it, so the peer never sees a REQ for a
+        // connection we rejected.
+        self.cancel_send(id);
+        if next == State::Idle {
+            self.reset_to_idle(id);
+        } else {
+            self.enter_timewait(now, id);
         }
         self.send_once(id, mad);
         Ok(())

@@ -36,6 +36,7 @@ mod timeouts;
 pub mod timer;
 pub mod types;
 
+pub use api::Call;
 pub use config::{EngineConfig, GidEntry, PortInfo};
 pub use counters::{Counters, DropCause};
 pub use recv::{Dropped, route};

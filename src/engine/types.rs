@@ -496,6 +496,9 @@ impl EventType {
 
 /// `IB_WC_RESP_TIMEOUT_ERR`, the status of `*_ERROR` events.
 pub const WC_RESP_TIMEOUT_ERR: u32 = 20;
+/// `IB_WC_GENERAL_ERR`: the status of the `*_ERROR` event a served
+/// process gets for a one-way call the CM service refused.
+pub const WC_GENERAL_ERR: u32 = 21;
 
 /// Parameters of `IB_CM_REQ_RECEIVED` (`struct ib_cm_req_event_param`).
 #[derive(Debug, Clone)]

@@ -32,6 +32,11 @@ thread_local! {
     static BATCH_DEV: Cell<*const Device> = const { Cell::new(std::ptr::null()) };
 }
 
+/// Whether this thread is inside `dev`'s `Device::batch`.
+pub(super) fn in_batch(dev: *const Device) -> bool {
+    std::ptr::eq(BATCH_DEV.with(|d| d.get()), dev)
+}
+
 impl Device {
     /// Takes everything an engine produced. Runs under the shard lock.
     pub(super) fn drain(&self, shard: u32, e: &mut Shard, out: &mut Outputs) {
@@ -264,6 +269,9 @@ impl Device {
     /// Sends every queued MAD, in queue order. The send lock makes batches
     /// taken by different threads leave in the order they were taken.
     pub(super) fn flush(&self) {
+        if let Some(r) = &self.remote {
+            return r.flush();
+        }
         // Whoever queued MADs flushes after queueing them (or at the end of
         // its batch), so a clear flag means someone else already took them.
         if !self.outq_pending.load(Ordering::SeqCst)

@@ -246,7 +246,7 @@ impl CmId {
 
     pub fn send_req(&self, p: &ReqParams) -> ApiResult {
         if let Some(r) = self.remote() {
-            return r.call_unit(&self.0, op::SEND_REQ, |w| {
+            return r.oneway(&self.0, op::SEND_REQ, Call::Req(p), |w| {
                 w.put(p);
             });
         }
@@ -255,7 +255,7 @@ impl CmId {
 
     pub fn send_rep(&self, p: &RepParams) -> ApiResult {
         if let Some(r) = self.remote() {
-            return r.call_unit(&self.0, op::SEND_REP, |w| {
+            return r.oneway(&self.0, op::SEND_REP, Call::Rep(p), |w| {
                 w.put(p);
             });
         }
@@ -264,7 +264,7 @@ impl CmId {
 
     pub fn send_rtu(&self, pdata: &[u8]) -> ApiResult {
         if let Some(r) = self.remote() {
-            return r.call_unit(&self.0, op::SEND_RTU, |w| {
+            return r.oneway(&self.0, op::SEND_RTU, Call::Rtu(pdata), |w| {
                 w.put(&pdata.to_vec());
             });
         }
@@ -273,7 +273,7 @@ impl CmId {
 
     pub fn send_dreq(&self, pdata: &[u8]) -> ApiResult {
         if let Some(r) = self.remote() {
-            return r.call_unit(&self.0, op::SEND_DREQ, |w| {
+            return r.oneway(&self.0, op::SEND_DREQ, Call::Dreq(pdata), |w| {
                 w.put(&pdata.to_vec());
             });
         }
@@ -282,7 +282,7 @@ impl CmId {
 
     pub fn send_drep(&self, pdata: &[u8]) -> ApiResult {
         if let Some(r) = self.remote() {
-            return r.call_unit(&self.0, op::SEND_DREP, |w| {
+            return r.oneway(&self.0, op::SEND_DREP, Call::Drep(pdata), |w| {
                 w.put(&pdata.to_vec());
             });
         }
@@ -291,7 +291,11 @@ impl CmId {
 
     pub fn send_rej(&self, reason: u32, ari: &[u8], pdata: &[u8]) -> ApiResult {
         if let Some(r) = self.remote() {
-            return r.call_unit(&self.0, op::SEND_REJ, |w| {
+            let call = Call::Rej {
+                ari,
+                private_data: pdata,
+            };
+            return r.oneway(&self.0, op::SEND_REJ, call, |w| {
                 w.put(&reason).put(&ari.to_vec()).put(&pdata.to_vec());
             });
         }

@@ -36,6 +36,17 @@ pub(super) struct Item {
     pub(super) listener: Option<Arc<CmIdInner>>,
 }
 
+/// How far a served id's public fields follow the service's.
+#[derive(Debug, Default)]
+pub(super) struct RemoteSync {
+    /// `ipc::Public::version` of the newest snapshot applied.
+    pub(super) version: u64,
+    /// One-way calls on the id sent to the service: a pushed snapshot that
+    /// counts fewer was read before the service ran the last of them and
+    /// would undo its state change here.
+    pub(super) oneway_sent: u64,
+}
+
 /// The object of an id: what a [`CmId`] holds (`Arc<CmIdInner>`) and the
 /// C pointer points at. `#[repr(C)]` with the C struct first:
 /// `*mut IbCmId` == `*const CmIdInner`.
@@ -45,9 +56,13 @@ pub struct CmIdInner {
     pub(super) dev: Arc<Device>,
     pub(super) shard: u32,
     handle: AtomicU64,
-    /// The newest service snapshot of the public fields applied (remote
-    /// devices only; `ipc::Public::version`).
-    pub(super) remote_version: Mutex<u64>,
+    /// The newest service snapshot of the public fields applied, and the
+    /// one-way calls sent (remote devices only; see `sync_remote`).
+    pub(super) remote_version: Mutex<RemoteSync>,
+    /// Held across a one-way call's check, state change and send, so two
+    /// threads' calls on one id reach the service in the order they
+    /// were checked (remote devices only).
+    pub(super) remote_call: Mutex<()>,
     pub(super) rust_handler: Option<RustHandler>,
     pub(super) dq: Mutex<Delivery>,
     cond: Condvar,
@@ -92,7 +107,8 @@ impl CmIdInner {
             dev,
             shard,
             handle: AtomicU64::new(h.0),
-            remote_version: Mutex::new(0),
+            remote_version: Mutex::new(RemoteSync::default()),
+            remote_call: Mutex::new(()),
             rust_handler,
             dq: Mutex::new(Delivery {
                 queue: VecDeque::new(),

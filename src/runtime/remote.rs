@@ -15,7 +15,9 @@ use super::registry::register;
 use crate::abi::IbCmHandler;
 use crate::engine::*;
 use crate::fabric::{Received, Transport, TransportStats};
-use crate::ipc::{self, Header, Opened, Public, Reader, Stat, WireEvent, Writer, op, sock};
+use crate::ipc::{
+    self, Created, Header, Opened, Public, Reader, Refused, Stat, WireEvent, Writer, op, sock,
+};
 use crate::log::{ERROR, INFO, WARN};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
@@ -72,6 +74,9 @@ pub struct Remote {
     pending: Mutex<HashMap<u64, Option<Vec<u8>>>>,
     replied: Condvar,
     dead: AtomicBool,
+    /// The reader thread has ended (after queueing the error events of a
+    /// lost service): the delivery thread may end once the queue is empty.
+    reader_done: AtomicBool,
     /// Live ids by service handle: the raw `Arc<CmIdInner>` an in-process
     /// shard's table holds (released by destroy).
     ids: Mutex<HashMap<u64, usize>>,
@@ -81,7 +86,18 @@ pub struct Remote {
     ready: Mutex<VecDeque<Arc<CmIdInner>>>,
     ready_cv: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Ids the service leased (`CREATE_IDS`) not handed out yet.
+    pool: Mutex<Vec<Created>>,
+    /// Ids leased so far: the next lease asks for as many (at most
+    /// `op::MAX_CREATE`), so a process that makes few ids leases few.
+    leased: AtomicU64,
+    /// One-way calls made inside a `Device::batch`, sent as one message
+    /// when it ends (or before anything else this connection sends).
+    out: Mutex<Vec<Vec<u8>>>,
 }
+
+/// A `Device::batch` sends its one-way calls once this many are held.
+const BATCH_RECORDS: usize = 128;
 
 unsafe impl Send for Remote {}
 unsafe impl Sync for Remote {}
@@ -212,15 +228,17 @@ fn public_of(p: &Public) -> crate::abi::IbCmId {
 impl CmIdInner {
     /// Mirrors the service's public fields of this id into the C struct,
     /// if this snapshot is newer than the last one applied (a call's reply
-    /// can arrive after an event that was produced later).
-    pub(super) fn sync_remote(&self, p: &Public) {
+    /// can arrive after an event that was produced later) and was read
+    /// after the service ran the `oneway` calls on the id this process
+    /// sent (`None`: a snapshot that follows them all).
+    pub(super) fn sync_remote(&self, p: &Public, oneway: Option<u64>) {
         // The check and the write under one lock: two newer snapshots
         // applied by two threads cannot interleave.
         let mut applied = lock(&self.remote_version);
-        if p.version <= *applied {
+        if p.version <= applied.version || oneway.is_some_and(|n| n < applied.oneway_sent) {
             return;
         }
-        *applied = p.version;
+        applied.version = p.version;
         let v = public_of(p);
         let c = self.c.get();
         unsafe {
@@ -264,11 +282,15 @@ impl Remote {
             pending: Mutex::new(HashMap::new()),
             replied: Condvar::new(),
             dead: AtomicBool::new(false),
+            reader_done: AtomicBool::new(false),
             ids: Mutex::new(HashMap::new()),
             shares: Mutex::new(HashMap::new()),
             ready: Mutex::new(VecDeque::new()),
             ready_cv: Condvar::new(),
             threads: Mutex::new(Vec::new()),
+            pool: Mutex::new(Vec::new()),
+            leased: AtomicU64::new(0),
+            out: Mutex::new(Vec::new()),
         });
         let dev = Device::with_remote(remote.clone());
         let _ = remote.dev.set(Arc::downgrade(&dev));
@@ -316,9 +338,8 @@ impl Remote {
         .record();
         body(&mut w);
         lock(&self.pending).insert(seq, None);
-        if sock::send(&self.fd, &w.into_bytes()).is_err() {
+        if self.send_now(w.into_bytes()).is_err() {
             lock(&self.pending).remove(&seq);
-            self.mark_dead("send failed");
             return Err(Errno::ENODEV);
         }
         let mut p = lock(&self.pending);
@@ -351,9 +372,106 @@ impl Remote {
         opc: u16,
         body: impl FnOnce(&mut Writer),
     ) -> Result<Vec<u8>, Errno> {
+        // The service runs a connection's records in order: the reply
+        // follows every one-way call sent before this one.
+        let sent = lock(&sh.remote_version).oneway_sent;
         let (public, rest) = self.call(opc, sh.handle().0, body)?;
-        sh.sync_remote(&public);
+        sh.sync_remote(&public, Some(sent));
         Ok(rest)
+    }
+
+    /// A call whose errno the process decides (`Call::check` on its copy
+    /// of the id's state, the engine's own checks): the id takes the
+    /// state the engine will give it and the request goes without
+    /// waiting — inside a `Device::batch` with the batch's others. If the
+    /// service refuses it nevertheless (an event in flight changed the
+    /// id), it says so with a `REFUSED` record (`on_refused`).
+    pub(super) fn oneway(
+        &self,
+        sh: &CmIdInner,
+        opc: u16,
+        call: Call<'_>,
+        body: impl FnOnce(&mut Writer),
+    ) -> ApiResult {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(Errno::ENODEV);
+        }
+        if lock(&sh.dq).destroyed {
+            return Err(Errno::EINVAL);
+        }
+        let _order = lock(&sh.remote_call);
+        {
+            let mut s = lock(&sh.remote_version);
+            let c = sh.c.get();
+            let now = unsafe { std::ptr::read_volatile(&(*c).state) };
+            let state = State::ALL.get(now as usize).copied().ok_or(Errno::EINVAL)?;
+            let next = call.check(state, false)?;
+            unsafe {
+                std::ptr::write_volatile(&mut (*c).state, next as u32);
+                if let Call::Req(p) = call {
+                    std::ptr::write_volatile(&mut (*c).service_id, p.service_id.to_be());
+                    std::ptr::write_volatile(&mut (*c).remote_id, 0);
+                }
+            }
+            s.oneway_sent += 1;
+        }
+        let mut w = Header {
+            op: opc | op::ONEWAY,
+            seq: 0,
+            handle: sh.handle().0,
+        }
+        .record();
+        body(&mut w);
+        let rec = w.into_bytes();
+        let batching = self
+            .dev
+            .get()
+            .is_some_and(|d| super::event_loop::in_batch(d.as_ptr()));
+        if batching {
+            let mut out = lock(&self.out);
+            out.push(rec);
+            if out.len() >= BATCH_RECORDS {
+                let held = std::mem::take(&mut *out);
+                self.send_held(held).map_err(|()| Errno::ENODEV)?;
+            }
+            Ok(())
+        } else {
+            self.send_now(rec).map_err(|()| Errno::ENODEV)
+        }
+    }
+
+    /// Sends a record behind the one-way calls a batch holds (so the
+    /// service sees this connection's records in the order they were
+    /// made).
+    fn send_now(&self, rec: Vec<u8>) -> Result<(), ()> {
+        let mut out = lock(&self.out);
+        if out.is_empty() {
+            drop(out);
+            return sock::send(&self.fd, &rec).map_err(|_| self.mark_dead("send failed"));
+        }
+        out.push(rec);
+        let held = std::mem::take(&mut *out);
+        // Sent under the lock: a record made later cannot overtake them.
+        let r = self.send_held(held);
+        drop(out);
+        r
+    }
+
+    /// Sends held records, several per message (`op::BATCH`).
+    fn send_held(&self, held: Vec<Vec<u8>>) -> Result<(), ()> {
+        ipc::batch(held)
+            .iter()
+            .try_for_each(|m| sock::send(&self.fd, m))
+            .map_err(|_| self.mark_dead("send failed"))
+    }
+
+    /// The end of a `Device::batch`: its one-way calls leave now.
+    pub(super) fn flush(&self) {
+        let mut out = lock(&self.out);
+        if !out.is_empty() {
+            let held = std::mem::take(&mut *out);
+            let _ = self.send_held(held);
+        }
     }
 
     pub(super) fn call_unit(
@@ -391,8 +509,7 @@ impl Remote {
         context: *mut c_void,
         rust_handler: Option<RustHandler>,
     ) -> Result<super::CmId, Errno> {
-        let (public, rest) = self.call(op::CREATE_ID, 0, |_| ())?;
-        let h: u64 = Reader::new(&rest).get().map_err(|_| Errno(errno::EPROTO))?;
+        let Created { handle: h, public } = self.lease()?;
         let shell = Arc::new(CmIdInner::new(
             dev.clone(),
             0,
@@ -401,11 +518,39 @@ impl Remote {
             context,
             rust_handler,
         ));
-        shell.sync_remote(&public);
+        shell.sync_remote(&public, None);
         let raw = Arc::into_raw(shell.clone());
         lock(&self.ids).insert(h, raw as usize);
         register(raw);
         Ok(super::CmId(shell))
+    }
+
+    /// An IDLE id of the service for `create_id`: from the ids leased
+    /// before, else from a new lease (one round trip for many ids; its
+    /// `-ENOMEM` is the service's id limit).
+    fn lease(&self) -> Result<Created, Errno> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(Errno::ENODEV);
+        }
+        if let Some(c) = lock(&self.pool).pop() {
+            return Ok(c);
+        }
+        let want = self
+            .leased
+            .load(Ordering::Relaxed)
+            .clamp(1, op::MAX_CREATE as u64) as u32;
+        let (_, rest) = self.call(op::CREATE_IDS, 0, |w| {
+            w.put(&want);
+        })?;
+        let got: Box<[Created]> = Reader::new(&rest).get().map_err(|_| Errno(errno::EPROTO))?;
+        let mut got = got.into_vec();
+        if got.is_empty() || got.len() > want as usize {
+            return Err(Errno(errno::EPROTO));
+        }
+        self.leased.fetch_add(got.len() as u64, Ordering::Relaxed);
+        let first = got.remove(0);
+        lock(&self.pool).extend(got.into_iter().rev());
+        Ok(first)
     }
 
     /// `insert_listen` through the service: a listener of this process for
@@ -550,12 +695,20 @@ impl Remote {
         }
         .record();
         body(&mut w);
-        if sock::send(&self.fd, &w.into_bytes()).is_err() {
-            self.mark_dead("send failed");
-        }
+        let _ = self.send_now(w.into_bytes());
     }
 
     fn reader(self: Arc<Self>) {
+        self.read_all();
+        // A dead connection (a failed send) can be seen before the end of
+        // the socket: the delivery thread waits for this, so the error
+        // events `service_lost` queued are delivered.
+        self.reader_done.store(true, Ordering::SeqCst);
+        drop(lock(&self.ready));
+        self.ready_cv.notify_all();
+    }
+
+    fn read_all(&self) {
         let mut buf = vec![0u8; ipc::MAX_RECORD];
         loop {
             let n = match sock::recv(&self.fd, &mut buf) {
@@ -597,7 +750,76 @@ impl Remote {
             if let Err(e) = self.on_event(h, r) {
                 ibcm_log!(WARN, "CM service: event record dropped: {e}");
             }
+        } else if h.op == op::REFUSED
+            && let Err(e) = self.on_refused(h, r)
+        {
+            ibcm_log!(WARN, "CM service: refusal record dropped: {e}");
         }
+    }
+
+    /// A live id of this process by its handle.
+    fn shell(&self, handle: u64) -> Option<Arc<CmIdInner>> {
+        let ids = lock(&self.ids);
+        let p = *ids.get(&handle)? as *const CmIdInner;
+        unsafe {
+            Arc::increment_strong_count(p);
+            Some(Arc::from_raw(p))
+        }
+    }
+
+    /// Queues an event the process makes itself on `sh`, for the delivery
+    /// thread.
+    fn queue_own(&self, sh: Arc<CmIdInner>, kind: EventType, status: u32) {
+        lock(&sh.dq).queue.push_back(Item {
+            ev: Event {
+                id: sh.handle(),
+                kind,
+                param: EventParam::SendStatus(status),
+                local_id: 0,
+                mad: None,
+            },
+            listener: None,
+        });
+        lock(&self.ready).push_back(sh);
+        self.ready_cv.notify_one();
+    }
+
+    /// A one-way call the service refused: an event in flight had changed
+    /// the id (or the service found what the process cannot check, such
+    /// as a path's GID). The id takes the service's state; a call that
+    /// waits for an answer the peer will now never send gets the error
+    /// event the kernel gives when that answer does not come (`REQ_ERROR`,
+    /// `REP_ERROR`, `DREQ_ERROR`, status `IB_WC_GENERAL_ERR`) if the id
+    /// is still where the call found it; if the id moved on, the event
+    /// that moved it was pushed before this record and tells the process.
+    fn on_refused(&self, h: Header, mut r: Reader<'_>) -> Result<(), Errno> {
+        let f: Refused = r.get()?;
+        r.end()?;
+        let Some(sh) = self.shell(h.handle) else {
+            return Ok(());
+        };
+        sh.sync_remote(&f.public, Some(h.seq));
+        let state = State::ALL.get(f.public.state as usize).copied();
+        let kind = match (f.op, state) {
+            (op::SEND_REQ, Some(State::Idle)) => Some(EventType::ReqError),
+            (op::SEND_REP, Some(State::ReqRcvd | State::MraReqSent)) => Some(EventType::RepError),
+            (op::SEND_DREQ, Some(State::Established)) => Some(EventType::DreqError),
+            _ => None,
+        };
+        ibcm_log!(
+            WARN,
+            "{}: id {:#010x}: the CM service refused a one-way call (op {}, {}); the id is {:?}{}",
+            self.describe(),
+            f.public.local_id,
+            f.op,
+            Errno(-f.err),
+            state,
+            kind.map_or(String::new(), |k| format!(": {k:?} delivered"))
+        );
+        if let Some(kind) = kind {
+            self.queue_own(sh, kind, WC_GENERAL_ERR);
+        }
+        Ok(())
     }
 
     /// Queues a pushed event on its id (creating the id of a REQ), for
@@ -607,14 +829,7 @@ impl Remote {
         r.end()?;
         let mut ev = we.event;
         ev.id = Handle(h.handle);
-        let take = |handle: u64| -> Option<Arc<CmIdInner>> {
-            let ids = lock(&self.ids);
-            let p = *ids.get(&handle)? as *const CmIdInner;
-            unsafe {
-                Arc::increment_strong_count(p);
-                Some(Arc::from_raw(p))
-            }
-        };
+        let take = |handle: u64| self.shell(handle);
         let (sh, listener) = match &mut ev.param {
             EventParam::Req(_) | EventParam::SidrReq(_) => {
                 let Some(l) = take(we.listener) else {
@@ -637,7 +852,7 @@ impl Remote {
                     lc.context,
                     l.rust_handler.clone(),
                 ));
-                sh.sync_remote(&we.public);
+                sh.sync_remote(&we.public, Some(h.seq));
                 let raw = Arc::into_raw(sh.clone());
                 lock(&self.ids).insert(h.handle, raw as usize);
                 register(raw);
@@ -647,7 +862,7 @@ impl Remote {
                 let Some(sh) = take(h.handle) else {
                     return Ok(());
                 };
-                sh.sync_remote(&we.public);
+                sh.sync_remote(&we.public, Some(h.seq));
                 (sh, None)
             }
         };
@@ -665,7 +880,7 @@ impl Remote {
                     if let Some(sh) = q.pop_front() {
                         break sh;
                     }
-                    if self.dead.load(Ordering::SeqCst) {
+                    if self.dead.load(Ordering::SeqCst) && self.reader_done.load(Ordering::SeqCst) {
                         return;
                     }
                     q = self.ready_cv.wait(q).unwrap_or_else(|e| e.into_inner());
