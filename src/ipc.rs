@@ -931,28 +931,7 @@ impl Field for WireEvent {
 }
 
 fn event_type(v: u8) -> Option<EventType> {
-    use EventType::*;
-    const ALL: [EventType; 18] = [
-        ReqError,
-        ReqReceived,
-        RepError,
-        RepReceived,
-        RtuReceived,
-        UserEstablished,
-        DreqError,
-        DreqReceived,
-        DrepReceived,
-        TimewaitExit,
-        MraReceived,
-        RejReceived,
-        LapError,
-        LapReceived,
-        AprReceived,
-        SidrReqError,
-        SidrReqReceived,
-        SidrRepReceived,
-    ];
-    ALL.get(v as usize).copied()
+    EventType::ALL.get(v as usize).copied()
 }
 
 /// A reply record: errno, the id's public fields, then `body`.
