@@ -94,6 +94,9 @@ pub struct IdState {
     pub afonly: bool,
     pub ack_timeout: Option<u8>,
     completed: u64,
+    /// Threads in [`IdPriv::wait_acked`]: an ack wakes them only when
+    /// there are any (a condvar's notify is a system call each time).
+    ack_waiters: u32,
     /// `rdma_create_ep`'s `ai_connect`, prepended to the next connect's
     /// private data.
     pub connect_prefix: Vec<u8>,
@@ -301,7 +304,7 @@ fn ah_from_path(p: &PathRec, port_num: u8, sgid_index: u8) -> IbvAhAttr {
 // ---------------------------------------------------------------------------
 
 impl IdPriv {
-    fn new(
+    pub(crate) fn new(
         channel: Arc<Channel>,
         sync: bool,
         ps: u16,
@@ -340,6 +343,7 @@ impl IdPriv {
                 afonly: false,
                 ack_timeout: None,
                 completed: 0,
+                ack_waiters: 0,
                 connect_prefix: Vec::new(),
                 local_ece: None,
                 remote_ece: Ece::default(),
@@ -384,8 +388,11 @@ impl IdPriv {
     pub fn note_completed(&self) {
         let mut s = lock(&self.st);
         s.completed += 1;
+        let wake = s.ack_waiters > 0;
         drop(s);
-        self.acked.notify_all();
+        if wake {
+            self.acked.notify_all();
+        }
     }
 
     pub fn is_destroyed(&self) -> bool {
@@ -395,9 +402,11 @@ impl IdPriv {
     /// Waits until every event reported on this id has been acked.
     fn wait_acked(&self) {
         let mut s = lock(&self.st);
+        s.ack_waiters += 1;
         while s.completed < self.reported.load(Ordering::SeqCst) {
             s = self.acked.wait(s).unwrap_or_else(|p| p.into_inner());
         }
+        s.ack_waiters -= 1;
     }
 
     /// Mirrors addresses, GIDs, port and path into the public struct.
@@ -439,11 +448,17 @@ impl IdPriv {
 /// Queues an event of `subject` accounted on `acct` on `acct`'s channel;
 /// false when either id is being destroyed (the event is dropped).
 pub(crate) fn enqueue(acct: &Arc<IdPriv>, ev: Box<EventBox>) -> bool {
-    let s = lock(&acct.st);
-    if acct.is_destroyed() || ev.subject.is_destroyed() {
-        return false;
-    }
-    s.channel.push(ev)
+    let ch = {
+        let s = lock(&acct.st);
+        if acct.is_destroyed() || ev.subject.is_destroyed() || !s.channel.queue(ev) {
+            return false;
+        }
+        s.channel.clone()
+    };
+    // The write wakes the application's event thread: not while this
+    // thread holds the id's lock, which that thread's ack takes.
+    ch.signal_queued();
+    true
 }
 
 /// Queues an event of `id` itself.

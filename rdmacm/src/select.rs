@@ -350,20 +350,51 @@ pub fn wildcard_devices(any: IpAddr, afonly: bool) -> Result<Vec<Arc<Device>>, E
     Ok(opened)
 }
 
+/// How long [`route_source`] reuses its answer for the same destination.
+const ROUTE_SOURCE_TTL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One address family's lookup socket and its last answer.
+struct RouteSlot {
+    sock: Option<std::net::UdpSocket>,
+    /// The last destination looked up, its source, and when.
+    last: Option<(IpAddr, IpAddr, std::time::Instant)>,
+}
+
 /// The source address the routing table picks for `dst` (a connected
 /// UDP socket's local address; nothing is sent). One socket per address
 /// family serves every lookup of the process: dissolved (`AF_UNSPEC`,
 /// which also forgets the source a connected socket keeps), connected to
-/// `dst`, asked — three system calls where a fresh socket took five.
+/// `dst`, asked — three system calls where a fresh socket took five. The
+/// answer for the last destination is reused for [`ROUTE_SOURCE_TTL`]
+/// (no system call: an application resolving many ids to one peer, as
+/// `cmtime` does, looks up once a second), so a route or address change
+/// is seen by the lookups after at most that long, as the kernel CM
+/// module's state is ([`kernel_cm_loaded`]).
 pub fn route_source(dst: IpAddr) -> Option<IpAddr> {
-    static V4: Mutex<Option<std::net::UdpSocket>> = Mutex::new(None);
-    static V6: Mutex<Option<std::net::UdpSocket>> = Mutex::new(None);
-    let (slot, any) = if dst.is_ipv4() {
-        (&V4, "0.0.0.0:0")
-    } else {
-        (&V6, "[::]:0")
-    };
+    static V4: Mutex<RouteSlot> = Mutex::new(RouteSlot {
+        sock: None,
+        last: None,
+    });
+    static V6: Mutex<RouteSlot> = Mutex::new(RouteSlot {
+        sock: None,
+        last: None,
+    });
+    let slot = if dst.is_ipv4() { &V4 } else { &V6 };
     let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((d, src, at)) = g.last {
+        if d == dst && at.elapsed() < ROUTE_SOURCE_TTL {
+            return Some(src);
+        }
+    }
+    g.last = None;
+    let src = route_source_lookup(&mut g.sock, dst)?;
+    g.last = Some((dst, src, std::time::Instant::now()));
+    Some(src)
+}
+
+/// [`route_source`]'s system calls on the family's socket `g`.
+fn route_source_lookup(g: &mut Option<std::net::UdpSocket>, dst: IpAddr) -> Option<IpAddr> {
+    let any = if dst.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
     if g.is_none() {
         *g = Some(std::net::UdpSocket::bind(any.parse::<std::net::SocketAddr>().ok()?).ok()?);
     }

@@ -961,8 +961,18 @@ pub unsafe fn create_qp(
 
 /// `rdma_destroy_qp`: destroys the QP, then the CQs and completion
 /// channels [`create_qp`] created for it. Every object is attempted; the
-/// first error is returned (a CQ with unacknowledged events, a channel
-/// still in use: `EBUSY`).
+/// first error is returned.
+///
+/// A CQ that other QPs still use (`ibv_destroy_cq`: `EBUSY`) is kept with
+/// its channel, as librdmacm's `ucma_destroy_cqs` keeps it (it ignores the
+/// failure): `rdma_create_qp` writes the CQs it created back into the
+/// application's attributes, as librdmacm does, so an application that
+/// reuses one `struct ibv_qp_init_attr` for every id (Debian 12's
+/// `cmtime`) creates all later QPs on the first id's CQs, and that id's
+/// `rdma_destroy_qp` comes while they live. Destroying the CQ later would
+/// free an object the application still holds in those attributes and
+/// may hand to the next `rdma_create_qp`; so it stays for the process,
+/// logged at debug level, not counted as an error.
 ///
 /// # Safety
 /// The non-null pointers of `r` must be live and unused by the caller.
@@ -979,18 +989,35 @@ pub unsafe fn destroy_qp(r: &QpResources) -> Result<(), Errno> {
     if !r.qp.is_null() {
         note("ibv_destroy_qp", unsafe { ibv::destroy_qp(r.qp) });
     }
+    // Whether the CQ (and so its channel) went: false when kept (EBUSY).
+    let cq_gone = |what: &str, cq: *mut IbvCq, note: &mut dyn FnMut(&str, Result<(), Errno>)| match unsafe {
+        ibv::destroy_cq(cq)
+    } {
+        Err(e) if e == Errno::EBUSY => {
+            log_debug(&format!(
+                "rdma_destroy_qp: {what} CQ still used by other QPs (the application passed \
+                     it to later rdma_create_qp calls); kept with its channel, as librdmacm keeps it"
+            ));
+            false
+        }
+        res => {
+            note(what, res);
+            true
+        }
+    };
+    let mut send_gone = true;
     if !r.send_cq.is_null() {
-        note("ibv_destroy_cq (send)", unsafe {
-            ibv::destroy_cq(r.send_cq)
-        });
+        send_gone = cq_gone("ibv_destroy_cq (send)", r.send_cq, &mut note);
     }
+    let mut recv_gone = send_gone;
     if !r.recv_cq.is_null() && r.recv_cq != r.send_cq {
-        note("ibv_destroy_cq (recv)", unsafe {
-            ibv::destroy_cq(r.recv_cq)
-        });
+        recv_gone = cq_gone("ibv_destroy_cq (recv)", r.recv_cq, &mut note);
     }
-    for ch in [r.send_cq_channel, r.recv_cq_channel] {
-        if !ch.is_null() {
+    for (ch, gone) in [
+        (r.send_cq_channel, send_gone),
+        (r.recv_cq_channel, recv_gone),
+    ] {
+        if !ch.is_null() && gone {
             note("ibv_destroy_comp_channel", unsafe {
                 ibv::destroy_comp_channel(ch)
             });
