@@ -1112,7 +1112,7 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
             };
             // The REQ's SRQ bit: whether the id's QP has an SRQ
             // (librdmacm), else what the application says.
-            let srq = crate::qp::req_srq(id.public().qp, p.srq);
+            let srq = crate::qp::srq_bit(id.public().qp, p.srq);
             cm.send_req(&ReqParams {
                 primary_path: path,
                 service_id: sid,
@@ -1328,7 +1328,7 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 failover_accepted: 0,
                 flow_control: p.flow_control,
                 rnr_retry_count: p.rnr_retry_count.min(7),
-                srq: p.srq,
+                srq: crate::qp::srq_bit(id.public().qp, p.srq),
                 ece: s.local_ece.unwrap_or_default(),
             })?;
             s.st = St::Accepted;

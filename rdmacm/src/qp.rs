@@ -19,7 +19,7 @@ use crate::verbs;
 use ibcm::api::Errno;
 use ibcm::api::ibv;
 use ibcm::api::qp_type as cm_qp_type;
-use ibcm::log::DEBUG;
+use ibcm::log::{DEBUG, ERROR};
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
@@ -33,8 +33,8 @@ fn no_verbs(what: &str) -> Errno {
 }
 
 /// `rdma_create_qp`: the basic attributes with `pd` (NULL: the id's
-/// default PD); the granted capabilities and the CQs used are written
-/// back into `attr`, as `ibv_create_qp` does.
+/// default PD); the granted capabilities and the CQs and SRQ used are
+/// written back into `attr`, as librdmacm copies them back.
 ///
 /// # Safety
 /// `attr` must point to a writable `struct ibv_qp_init_attr`.
@@ -53,6 +53,7 @@ pub unsafe fn create_qp(
     basic.cap = ex.cap;
     basic.send_cq = ex.send_cq;
     basic.recv_cq = ex.recv_cq;
+    basic.srq = ex.srq;
     Ok(())
 }
 
@@ -158,8 +159,9 @@ pub fn destroy_srq(id: &Arc<IdPriv>) {
     }
     if !r.is_empty() {
         ibcm_log!(
-            DEBUG,
-            "librdmacm (ibcm): rdma_destroy_srq: {} (kept for a later attempt)",
+            ERROR,
+            "librdmacm (ibcm): rdma_destroy_srq: {} (a QP still on the SRQ?); kept for a later \
+             rdma_destroy_srq or rdma_destroy_id",
             done.err().map_or_else(String::new, |e| e.to_string())
         );
         s.srq = Some(r);
@@ -175,8 +177,8 @@ pub(crate) fn srq_released(id: &IdPriv, r: &verbs::SrqResources) {
     if let Err(e) = unsafe { verbs::destroy_srq(&mut r) } {
         ibcm_log!(
             DEBUG,
-            "librdmacm (ibcm): rdma_destroy_id: the id's SRQ could not be destroyed ({e}); left \
-             to the application"
+            "librdmacm (ibcm): rdma_destroy_id: the id's SRQ could not be destroyed ({e}: a QP \
+             still on it); left to the application"
         );
     }
     let p = id.public_mut();
@@ -228,10 +230,10 @@ pub(crate) fn qp_attr_from_srq(
     Ok(())
 }
 
-/// The REQ's SRQ bit: whether the id's QP has an SRQ, or the
+/// The SRQ bit of a REQ or REP: whether the id's QP has an SRQ, or the
 /// application's `conn_param->srq` without a QP (librdmacm's
-/// `rdma_connect`).
-pub(crate) fn req_srq(qp: *mut c_void, param: u8) -> u8 {
+/// `rdma_connect` and `rdma_accept`).
+pub(crate) fn srq_bit(qp: *mut c_void, param: u8) -> u8 {
     if qp.is_null() {
         return param;
     }
@@ -365,4 +367,43 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut c_void) {
     unsafe { libc::free(list.cast()) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ibcm::cma::port_space;
+
+    #[test]
+    fn req_qp_type_as_the_kernel() {
+        let xs = verbs::qpt::XRC_SEND as c_int;
+        let uc = verbs::qpt::UC as c_int;
+        let rc = verbs::qpt::RC as c_int;
+        // RDMA_PS_TCP is RC whatever the id says (ucma_get_qp_type).
+        assert_eq!(req_qp_type(port_space::TCP, xs), cm_qp_type::RC);
+        assert_eq!(req_qp_type(port_space::TCP, uc), cm_qp_type::RC);
+        // RDMA_PS_IB sends the id's type: XRC_SEND as IB_QPT_XRC_INI.
+        assert_eq!(req_qp_type(port_space::IB, xs), cm_qp_type::XRC_INI);
+        assert_eq!(req_qp_type(port_space::IB, uc), cm_qp_type::UC);
+        assert_eq!(req_qp_type(port_space::IB, rc), cm_qp_type::RC);
+        assert_eq!(cm_qp_type::XRC_INI, verbs::qpt::XRC_SEND);
+    }
+
+    #[test]
+    fn srq_bit_without_a_qp_is_the_applications() {
+        assert_eq!(srq_bit(std::ptr::null_mut(), 0), 0);
+        assert_eq!(srq_bit(std::ptr::null_mut(), 1), 1);
+    }
+
+    #[test]
+    fn qp_from_an_srq_less_id_keeps_its_attributes() {
+        // SAFETY: all-zero is a valid RdmaCmId.
+        let p: RdmaCmId = unsafe { std::mem::zeroed() };
+        let Ok(devs) = verbs::devices() else { return };
+        let Some(dev) = devs.first() else { return };
+        let mut a = verbs::IbvQpInitAttrEx::default();
+        qp_attr_from_srq(&p, None, dev, &mut a).unwrap();
+        assert!(a.srq.is_null() && a.recv_cq.is_null() && a.xrcd.is_null());
+        assert_eq!(a.comp_mask, 0);
+    }
 }

@@ -905,7 +905,7 @@ pub unsafe fn create_srq(
 /// The non-null pointers of `r` must be live and unused by the caller.
 pub unsafe fn destroy_srq(r: &mut SrqResources) -> Result<(), Errno> {
     let fail = |what: &str, e: Errno| {
-        log_error(&format!("rdma_destroy_srq: {what}: {e}"));
+        log_debug(&format!("rdma_destroy_srq: {what}: {e}"));
         e
     };
     if !r.srq.is_null() {
@@ -1094,6 +1094,13 @@ pub unsafe fn create_qp(
     match res {
         Ok(()) => Ok(r),
         Err(e) => {
+            if attr.qp_type == qpt::XRC_SEND || attr.qp_type == qpt::XRC_RECV {
+                log_error(&format!(
+                    "rdma_create_qp: XRC QP (type {}) not created: {e} (does the device \
+                     implement XRC? Soft-RoCE, rxe, does not)",
+                    attr.qp_type
+                ));
+            }
             log_debug(&format!("rdma_create_qp failed: {e}"));
             // Undo in reverse; the CQs we put into `attr` come out again.
             if attr.recv_cq == r.recv_cq {
