@@ -1174,7 +1174,7 @@ pub fn create_qp(id: &Arc<IdPriv>, attr: &mut verbs::IbvQpInitAttrEx) -> Result<
         attr.comp_mask |= verbs::QP_INIT_ATTR_PD;
     }
     // The SRQ (and an XRC SRQ's CQ) made through the id, as librdmacm.
-    crate::qp::qp_attr_from_srq(id.public(), s.srq.as_ref(), vdev, attr)?;
+    crate::qp::qp_attr_from_srq(id.public(), s.srq.as_ref(), || vdev.xrcd_get(), attr)?;
     let cm_init = match (&s.cm, s.st) {
         (Some(cm), St::Request) if attr.qp_type != verbs::qpt::UD => {
             Some(cm.init_qp_attr(IBV_QPS_INIT as u32)?)

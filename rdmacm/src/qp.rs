@@ -198,11 +198,12 @@ pub(crate) fn srq_cq_public(p: &mut RdmaCmId, srq: Option<&verbs::SrqResources>)
 /// attributes leave out are the id's (an XRC SRQ's CQ), a CQ other than
 /// the id's is `EINVAL`, `id->srq` is the QP's SRQ unless the attributes
 /// name one, and an `IBV_QPT_XRC_RECV` id's QP is in the device's XRC
-/// domain unless they name one.
+/// domain unless they name one (`xrcd`: the device's,
+/// `verbs::Device::xrcd_get`).
 pub(crate) fn qp_attr_from_srq(
     p: &RdmaCmId,
     srq: Option<&verbs::SrqResources>,
-    vdev: &verbs::Device,
+    xrcd: impl FnOnce() -> Result<*mut verbs::IbvXrcd, Errno>,
     attr: &mut verbs::IbvQpInitAttrEx,
 ) -> Result<(), Errno> {
     // Before its QP exists an id has a CQ only from an XRC SRQ (a receive
@@ -224,7 +225,7 @@ pub(crate) fn qp_attr_from_srq(
     if p.qp_type == verbs::qpt::XRC_RECV as c_int
         && (attr.comp_mask & verbs::QP_INIT_ATTR_XRCD == 0 || attr.xrcd.is_null())
     {
-        attr.xrcd = vdev.xrcd_get()?;
+        attr.xrcd = xrcd()?;
         attr.comp_mask |= verbs::QP_INIT_ATTR_XRCD;
     }
     Ok(())
@@ -396,14 +397,65 @@ mod tests {
     }
 
     #[test]
-    fn qp_from_an_srq_less_id_keeps_its_attributes() {
+    fn qp_attributes_from_the_ids_srq() {
+        // Stand-in pointers: qp_attr_from_srq only copies them.
+        let fake = |n: usize| n as *mut c_void;
+        let no_xrcd = || -> Result<*mut verbs::IbvXrcd, Errno> { panic!("no XRC domain here") };
         // SAFETY: all-zero is a valid RdmaCmId.
-        let p: RdmaCmId = unsafe { std::mem::zeroed() };
-        let Ok(devs) = verbs::devices() else { return };
-        let Some(dev) = devs.first() else { return };
+        let mut p: RdmaCmId = unsafe { std::mem::zeroed() };
+        p.qp_type = verbs::qpt::RC as c_int;
+        // No SRQ: the attributes stay as they are.
         let mut a = verbs::IbvQpInitAttrEx::default();
-        qp_attr_from_srq(&p, None, dev, &mut a).unwrap();
+        qp_attr_from_srq(&p, None, no_xrcd, &mut a).unwrap();
         assert!(a.srq.is_null() && a.recv_cq.is_null() && a.xrcd.is_null());
         assert_eq!(a.comp_mask, 0);
+        // A basic SRQ: the QP takes id->srq; one named in the attributes wins.
+        let basic = verbs::SrqResources {
+            srq: fake(0x1000).cast(),
+            cq: std::ptr::null_mut(),
+            cq_channel: std::ptr::null_mut(),
+        };
+        p.srq = basic.srq.cast();
+        let mut a = verbs::IbvQpInitAttrEx::default();
+        qp_attr_from_srq(&p, Some(&basic), no_xrcd, &mut a).unwrap();
+        assert_eq!(a.srq, basic.srq);
+        assert!(a.recv_cq.is_null());
+        let mut a = verbs::IbvQpInitAttrEx {
+            srq: fake(0x2000).cast(),
+            ..Default::default()
+        };
+        qp_attr_from_srq(&p, Some(&basic), no_xrcd, &mut a).unwrap();
+        assert_eq!(a.srq, fake(0x2000).cast());
+        // An XRC SRQ's CQ is the QP's receive CQ; another one is EINVAL.
+        let xrc = verbs::SrqResources {
+            srq: fake(0x3000).cast(),
+            cq: fake(0x3100).cast(),
+            cq_channel: fake(0x3200).cast(),
+        };
+        p.srq = xrc.srq.cast();
+        p.qp_type = verbs::qpt::XRC_RECV as c_int;
+        let mut a = verbs::IbvQpInitAttrEx::default();
+        qp_attr_from_srq(&p, Some(&xrc), || Ok(fake(0x4000).cast()), &mut a).unwrap();
+        assert_eq!((a.srq, a.recv_cq), (xrc.srq, xrc.cq));
+        // An IBV_QPT_XRC_RECV id's QP is in the device's XRC domain...
+        assert_eq!(a.xrcd, fake(0x4000).cast());
+        assert_eq!(a.comp_mask, verbs::QP_INIT_ATTR_XRCD);
+        // ...unless the attributes name one; a device without XRC: its error.
+        let mut a = verbs::IbvQpInitAttrEx {
+            comp_mask: verbs::QP_INIT_ATTR_XRCD,
+            xrcd: fake(0x5000).cast(),
+            ..Default::default()
+        };
+        qp_attr_from_srq(&p, Some(&xrc), no_xrcd, &mut a).unwrap();
+        assert_eq!(a.xrcd, fake(0x5000).cast());
+        let mut a = verbs::IbvQpInitAttrEx::default();
+        let e = qp_attr_from_srq(&p, Some(&xrc), || Err(Errno(libc::EOPNOTSUPP)), &mut a);
+        assert_eq!(e, Err(Errno(libc::EOPNOTSUPP)));
+        let mut a = verbs::IbvQpInitAttrEx {
+            recv_cq: fake(0x6000).cast(),
+            ..Default::default()
+        };
+        let e = qp_attr_from_srq(&p, Some(&xrc), || Ok(fake(0x4000).cast()), &mut a);
+        assert_eq!(e, Err(Errno::EINVAL));
     }
 }
