@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
 
 static const char *server_ip, *client_ip;
 static int failures;
@@ -213,6 +214,88 @@ static void test_errors(void)
 	CHECK(rdma_destroy_id(id) == 0);
 	rdma_destroy_event_channel(ch);
 	printf("ok errors\n");
+}
+
+/*
+ * SRQs through rdma_cm: the argument and error paths (the data path needs a
+ * verbs device: the lab's rverbs scenario, interop/verbs). A soft id has no
+ * verbs device, so its SRQ calls fail with EINVAL (librdmacm without a
+ * device context) and leave id->srq NULL; an id that already has an SRQ
+ * refuses a second; rdma_destroy_srq never touches an SRQ it did not make.
+ */
+static void test_srq_errors(void)
+{
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	struct rdma_cm_id *id, *freed;
+	struct ibv_srq_init_attr attr;
+	struct ibv_srq_init_attr_ex ex;
+	struct ibv_qp_init_attr qa;
+	char not_an_srq[64];
+
+	CHECK(ch);
+	memset(&attr, 0, sizeof(attr));
+	attr.attr.max_wr = 4;
+	attr.attr.max_sge = 1;
+	memset(&ex, 0, sizeof(ex));
+	ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE;
+	ex.srq_type = IBV_SRQT_BASIC;
+	ex.attr = attr.attr;
+	errno = 0;
+	CHECK(rdma_create_srq(NULL, NULL, &attr) == -1 && errno == EINVAL);
+	errno = 0;
+	CHECK(rdma_create_srq_ex(NULL, &ex) == -1 && errno == EINVAL);
+	rdma_destroy_srq(NULL);
+
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0);
+	errno = 0;
+	CHECK(rdma_create_srq(id, NULL, NULL) == -1 && errno == EINVAL);
+	errno = 0;
+	CHECK(rdma_create_srq_ex(id, NULL) == -1 && errno == EINVAL);
+	/* No device yet (nothing bound), then a soft one: no verbs, no SRQ. */
+	errno = 0;
+	CHECK(rdma_create_srq(id, NULL, &attr) == -1 && errno == EINVAL);
+	CHECK(id->srq == NULL);
+	rdma_destroy_srq(id);
+	CHECK(rdma_destroy_id(id) == 0);
+	id = resolved(ch, 7101, RDMA_PS_TCP);
+	CHECK(id);
+	CHECK(id->verbs == NULL);
+	errno = 0;
+	CHECK(rdma_create_srq(id, NULL, &attr) == -1 && errno == EINVAL);
+	errno = 0;
+	CHECK(rdma_create_srq_ex(id, &ex) == -1 && errno == EINVAL);
+	ex.srq_type = IBV_SRQT_XRC;
+	errno = 0;
+	CHECK(rdma_create_srq_ex(id, &ex) == -1 && errno == EINVAL);
+	CHECK(id->srq == NULL && id->recv_cq == NULL && id->recv_cq_channel == NULL);
+	/* The attributes are left as they were. */
+	CHECK(attr.attr.max_wr == 4 && attr.attr.max_sge == 1);
+	/* An SRQ the application put there: a second is refused, and
+	 * rdma_destroy_srq leaves it alone (this one is not even an SRQ). */
+	memset(not_an_srq, 0x5a, sizeof(not_an_srq));
+	id->srq = (struct ibv_srq *)not_an_srq;
+	errno = 0;
+	CHECK(rdma_create_srq(id, NULL, &attr) == -1 && errno == EINVAL);
+	rdma_destroy_srq(id);
+	CHECK(id->srq == (struct ibv_srq *)not_an_srq);
+	id->srq = NULL;
+	/* QPs (which would take id->srq) still need a verbs device. */
+	memset(&qa, 0, sizeof(qa));
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = qa.cap.max_recv_wr = 1;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	errno = 0;
+	CHECK(rdma_create_qp(id, NULL, &qa) == -1 && errno == EINVAL);
+	CHECK(id->qp == NULL && id->send_cq == NULL && id->recv_cq == NULL);
+	CHECK(rdma_destroy_id(id) == 0);
+	freed = id;
+	errno = 0;
+	CHECK(rdma_create_srq(freed, NULL, &attr) == -1 && errno == EINVAL);
+	errno = 0;
+	CHECK(rdma_create_srq_ex(freed, &ex) == -1 && errno == EINVAL);
+	rdma_destroy_srq(freed);
+	rdma_destroy_event_channel(ch);
+	printf("ok srq errors\n");
 }
 
 static void test_connect(void)
@@ -1299,6 +1382,7 @@ int main(int argc, char **argv)
 	((unsigned char *)&peer.s_addr)[3] += 64;
 	inet_ntop(AF_INET, &peer, peer_ip, sizeof(peer_ip));
 	test_errors();
+	test_srq_errors();
 	test_connect();
 	test_reject();
 	test_disconnect_returns();

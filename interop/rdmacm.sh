@@ -20,6 +20,10 @@
 # (they need the service: e.g. the ibcm CLI beside rping on rxe0). ibcm-svc runs
 # svc-server-killed instead of server-killed (which watches the kernel's cm_ids).
 #
+# Scenario srq runs the lab's own program interop/rdmacm/srq_lab.c (built here against the host's
+# librdmacm, copied into the run directory): an RC connection whose receives go through SRQs made
+# with rdma_create_srq on both sides.
+#
 # Every scenario is judged on the tools' exit statuses and their own success lines, the data
 # packets on the wire, and the capture of guest A's NIC decoded by `ibcm decode --summary`
 # (interop/rdmacm/check.py). One pairing = one boot of the two guests; the scenarios run one
@@ -86,6 +90,11 @@ if [ $need_lib = 1 ]; then
   [ -n "$LIBERR" ] || [ -f "$LIB" ] || LIBERR="no library at $LIB"
 fi
 [ -z "$LIBERR" ] || say "ibcm pairings fail without booting: $LIBERR"
+# The lab's own rdma_cm program (scenario srq): built against the host's librdmacm headers
+# and -lrdmacm (Debian 12, as the guests), copied into every run directory.
+SRQ_LAB="$WORK/srq_lab"
+gcc -std=gnu11 -O2 -Wall -Wextra -Werror "$HERE/rdmacm/srq_lab.c" -lrdmacm -libverbs \
+  -o "$SRQ_LAB" > "$WORK/srq_lab.log" 2>&1 || say "srq_lab did not build: $(head -1 "$WORK/srq_lab.log")"
 say "ready in $(( $(date +%s) - t0 )) s"
 
 # --- one pairing: both guests booted once, every scenario in turn -----------------------------
@@ -122,6 +131,7 @@ pairing() { # pairing NAME
     [ "$PAIR_SERVICE" = 0 ] || cp "$IBCM" "$run/ibcm"
   fi
   cp "$HERE/rdmacm/guest.sh" "$run/guest.sh"
+  [ ! -x "$SRQ_LAB" ] || cp "$SRQ_LAB" "$run/srq_lab"
   rdmacm_pairing_env "${RDMACM_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-debug}" \
     "${RDMACM_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" "${RDMACM_READY_WAIT:-10}" > "$run/pairing.env"
   say "=== $p: $n scenario(s), guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B), service $PAIR_SERVICE"

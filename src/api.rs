@@ -82,12 +82,13 @@ pub mod ibv {
     pub use crate::fabric::verbs::{
         IbvAhAttr, IbvCompChannel, IbvContext, IbvCq, IbvEce, IbvGlobalRoute, IbvPd, IbvQp,
         IbvQpAttr, IbvQpCap, IbvQpInitAttr, IbvQpInitAttrEx, IbvRwqIndTable, IbvRxHashConf, IbvSrq,
-        IbvSrqAttr, IbvSrqInitAttr, IbvXrcd, QP_INIT_ATTR_PD, QpView, VerbsInfo, alloc_pd,
-        attach_mcast, comp_channel_fd, cq_channel, cq_user_context, create_comp_channel, create_cq,
-        create_qp_ex, create_srq, dealloc_pd, destroy_comp_channel, destroy_cq, destroy_qp,
-        destroy_srq, detach_mcast, device_name, gid_ndev, modify_qp, open_all, pd_context,
-        qp_attr_from_cm, qp_attr_mask, qp_view, qps, qpt, query_context, query_ece, query_qp,
-        set_ece,
+        IbvSrqAttr, IbvSrqInitAttr, IbvSrqInitAttrEx, IbvTmCap, IbvXrcd, IbvXrcdInitAttr,
+        QP_INIT_ATTR_PD, QP_INIT_ATTR_XRCD, QpView, VerbsInfo, alloc_pd, attach_mcast, close_xrcd,
+        comp_channel_fd, cq_channel, cq_user_context, create_comp_channel, create_cq, create_qp_ex,
+        create_srq, create_srq_ex, dealloc_pd, destroy_comp_channel, destroy_cq, destroy_qp,
+        destroy_srq, detach_mcast, device_name, gid_ndev, modify_qp, open_all, open_xrcd,
+        pd_context, qp_attr_from_cm, qp_attr_mask, qp_view, qps, qpt, query_context, query_ece,
+        query_qp, set_ece, srq_context, srq_init_attr, srqt, xrcd_init_attr,
     };
 }
 

@@ -296,6 +296,37 @@ int main(void) {
     S(ibv_srq_attr); O(ibv_srq_attr, max_wr); O(ibv_srq_attr, max_sge);
     O(ibv_srq_attr, srq_limit);
     S(ibv_srq_init_attr); O(ibv_srq_init_attr, srq_context); O(ibv_srq_init_attr, attr);
+    S(ibv_tm_cap); O(ibv_tm_cap, max_num_tags); O(ibv_tm_cap, max_ops);
+    S(ibv_srq_init_attr_ex); O(ibv_srq_init_attr_ex, srq_context);
+    O(ibv_srq_init_attr_ex, attr); O(ibv_srq_init_attr_ex, comp_mask);
+    O(ibv_srq_init_attr_ex, srq_type); O(ibv_srq_init_attr_ex, pd);
+    O(ibv_srq_init_attr_ex, xrcd); O(ibv_srq_init_attr_ex, cq); O(ibv_srq_init_attr_ex, tm_cap);
+    S(ibv_xrcd_init_attr); O(ibv_xrcd_init_attr, comp_mask); O(ibv_xrcd_init_attr, fd);
+    O(ibv_xrcd_init_attr, oflags);
+    O(ibv_srq, context); O(ibv_xrcd, context);
+    P("vctx.create_srq_ex_back",
+      offsetof(struct verbs_context, context) - offsetof(struct verbs_context, create_srq_ex));
+    P("vctx.open_xrcd_back",
+      offsetof(struct verbs_context, context) - offsetof(struct verbs_context, open_xrcd));
+    P("vctx.close_xrcd_back",
+      offsetof(struct verbs_context, context) - offsetof(struct verbs_context, close_xrcd));
+    P("vctx.create_srq_ex_need",
+      sizeof(struct verbs_context) - offsetof(struct verbs_context, create_srq_ex));
+    P("vctx.open_xrcd_need",
+      sizeof(struct verbs_context) - offsetof(struct verbs_context, open_xrcd));
+    P("vctx.close_xrcd_need",
+      sizeof(struct verbs_context) - offsetof(struct verbs_context, close_xrcd));
+    P("IBV_SRQ_INIT_ATTR_TYPE", IBV_SRQ_INIT_ATTR_TYPE);
+    P("IBV_SRQ_INIT_ATTR_PD", IBV_SRQ_INIT_ATTR_PD);
+    P("IBV_SRQ_INIT_ATTR_XRCD", IBV_SRQ_INIT_ATTR_XRCD);
+    P("IBV_SRQ_INIT_ATTR_CQ", IBV_SRQ_INIT_ATTR_CQ);
+    P("IBV_SRQ_INIT_ATTR_TM", IBV_SRQ_INIT_ATTR_TM);
+    P("IBV_SRQT_BASIC", IBV_SRQT_BASIC); P("IBV_SRQT_XRC", IBV_SRQT_XRC);
+    P("IBV_SRQT_TM", IBV_SRQT_TM);
+    P("IBV_XRCD_INIT_ATTR_FD", IBV_XRCD_INIT_ATTR_FD);
+    P("IBV_XRCD_INIT_ATTR_OFLAGS", IBV_XRCD_INIT_ATTR_OFLAGS);
+    P("IBV_QP_INIT_ATTR_XRCD", IBV_QP_INIT_ATTR_XRCD);
+    P("IBV_QPT_XRC_SEND", IBV_QPT_XRC_SEND); P("IBV_QPT_XRC_RECV", IBV_QPT_XRC_RECV);
     S(ibv_rx_hash_conf); O(ibv_rx_hash_conf, rx_hash_function);
     O(ibv_rx_hash_conf, rx_hash_key_len); O(ibv_rx_hash_conf, rx_hash_key);
     O(ibv_rx_hash_conf, rx_hash_fields_mask);
@@ -454,6 +485,10 @@ fn rdmacm_verbs_layouts_match() {
     fields!("ibv_ece", IbvEce: vendor_id, options, comp_mask);
     fields!("ibv_srq_attr", IbvSrqAttr: max_wr, max_sge, srq_limit);
     fields!("ibv_srq_init_attr", IbvSrqInitAttr: srq_context, attr);
+    fields!("ibv_tm_cap", IbvTmCap: max_num_tags, max_ops);
+    fields!("ibv_srq_init_attr_ex", IbvSrqInitAttrEx:
+        srq_context, attr, comp_mask, srq_type, pd, xrcd, cq, tm_cap);
+    fields!("ibv_xrcd_init_attr", IbvXrcdInitAttr: comp_mask, fd, oflags);
     fields!("ibv_rx_hash_conf", IbvRxHashConf:
         rx_hash_function, rx_hash_key_len, rx_hash_key, rx_hash_fields_mask);
     fields!("ibv_qp_init_attr_ex", IbvQpInitAttrEx:
@@ -479,6 +514,27 @@ fn rdmacm_verbs_layouts_match() {
         ("vctx.create_qp_ex_back", obj::VCTX_CREATE_QP_EX_BACK),
         ("vctx.sz_back", obj::VCTX_SZ_BACK),
         ("vctx.create_qp_ex_need", obj::VCTX_CREATE_QP_EX_NEED),
+        ("vctx.create_srq_ex_back", obj::VCTX_CREATE_SRQ_EX_BACK),
+        ("vctx.open_xrcd_back", obj::VCTX_OPEN_XRCD_BACK),
+        ("vctx.close_xrcd_back", obj::VCTX_CLOSE_XRCD_BACK),
+        ("vctx.create_srq_ex_need", obj::VCTX_CREATE_SRQ_EX_NEED),
+        ("vctx.open_xrcd_need", obj::VCTX_OPEN_XRCD_NEED),
+        ("vctx.close_xrcd_need", obj::VCTX_CLOSE_XRCD_NEED),
+        ("ibv_srq.context", obj::SRQ_CONTEXT),
+        ("ibv_xrcd.context", obj::XRCD_CONTEXT),
+        ("IBV_SRQ_INIT_ATTR_TYPE", srq_init_attr::TYPE as usize),
+        ("IBV_SRQ_INIT_ATTR_PD", srq_init_attr::PD as usize),
+        ("IBV_SRQ_INIT_ATTR_XRCD", srq_init_attr::XRCD as usize),
+        ("IBV_SRQ_INIT_ATTR_CQ", srq_init_attr::CQ as usize),
+        ("IBV_SRQ_INIT_ATTR_TM", srq_init_attr::TM as usize),
+        ("IBV_SRQT_BASIC", srqt::BASIC as usize),
+        ("IBV_SRQT_XRC", srqt::XRC as usize),
+        ("IBV_SRQT_TM", srqt::TM as usize),
+        ("IBV_XRCD_INIT_ATTR_FD", xrcd_init_attr::FD as usize),
+        ("IBV_XRCD_INIT_ATTR_OFLAGS", xrcd_init_attr::OFLAGS as usize),
+        ("IBV_QP_INIT_ATTR_XRCD", QP_INIT_ATTR_XRCD as usize),
+        ("IBV_QPT_XRC_SEND", qpt::XRC_SEND as usize),
+        ("IBV_QPT_XRC_RECV", qpt::XRC_RECV as usize),
         ("ibv_device_attr.max_qp_wr", d::MAX_QP_WR),
         ("ibv_device_attr.max_cqe", d::MAX_CQE),
         ("ibv_device_attr.max_qp_rd_atom", d::MAX_QP_RD_ATOM),

@@ -11,7 +11,7 @@ use crate::select;
 use crate::verbs;
 use ibcm::api::{
     CmId, Device, Ece, Errno, Event, EventParam, EventType, Gid, PathRec, PathRecType, RepParams,
-    ReqParams, RustHandler, SidrRepParams, SidrReqParams, listen_id, qp_mask, qp_type,
+    ReqParams, RustHandler, SidrRepParams, SidrReqParams, listen_id, qp_mask,
 };
 use ibcm::cma::{self, IpHeader, RdmaCmEventType as R, port_space};
 use ibcm::log::DEBUG;
@@ -81,6 +81,8 @@ pub struct IdState {
     /// QP's PD.
     pub qpres: Option<verbs::QpResources>,
     pub qp_pd: *mut c_void,
+    /// What `rdma_create_srq[_ex]` made (`id->srq`, an XRC SRQ's CQ).
+    pub srq: Option<verbs::SrqResources>,
     pub port_num: u8,
     pub cm: Option<CmId>,
     /// A wildcard listener's CM ids on its other devices (`cm` is the
@@ -332,6 +334,7 @@ impl IdPriv {
                 pd: std::ptr::null_mut(),
                 gid_index: 0,
                 qpres: None,
+                srq: None,
                 qp_pd: std::ptr::null_mut(),
                 port_num: 0,
                 cm: None,
@@ -376,7 +379,7 @@ impl IdPriv {
 
     /// Writes public fields.
     #[allow(clippy::mut_from_ref)]
-    fn public_mut(&self) -> &mut RdmaCmId {
+    pub(crate) fn public_mut(&self) -> &mut RdmaCmId {
         // SAFETY: callers hold `st` (or own the id exclusively).
         unsafe { &mut *self.public.get() }
     }
@@ -620,6 +623,11 @@ fn teardown(id: &Arc<IdPriv>) {
     crate::mcast::forget(id);
     let (cm, lease, ps, ch) = {
         let mut s = lock(&id.st);
+        // The SRQ made through this id goes with it (before its PD's
+        // reference); one a QP still uses stays (logged).
+        if let Some(r) = s.srq.take() {
+            crate::qp::srq_released(id, &r);
+        }
         if let Some(d) = s.vdev.take() {
             d.pd_put();
             s.pd = std::ptr::null_mut();
@@ -1117,11 +1125,14 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
             } else {
                 p.qp_num
             };
+            // The REQ's SRQ bit: whether the id's QP has an SRQ
+            // (librdmacm), else what the application says.
+            let srq = crate::qp::srq_bit(id.public().qp, p.srq);
             cm.send_req(&ReqParams {
                 primary_path: path,
                 service_id: sid,
                 qp_num: qp_num & 0x00ff_ffff,
-                qp_type: qp_type::RC,
+                qp_type: crate::qp::req_qp_type(s.ps, id.public().qp_type),
                 starting_psn: s.psn,
                 private_data: pd,
                 responder_resources: resp,
@@ -1132,7 +1143,7 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 retry_count: p.retry_count.min(7),
                 rnr_retry_count: p.rnr_retry_count.min(7),
                 max_cm_retries: MAX_CM_RETRIES,
-                srq: p.srq,
+                srq,
                 ece: s.local_ece.unwrap_or_default(),
                 ..ReqParams::default()
             })
@@ -1177,6 +1188,8 @@ pub fn create_qp(id: &Arc<IdPriv>, attr: &mut verbs::IbvQpInitAttrEx) -> Result<
         attr.pd = s.pd.cast();
         attr.comp_mask |= verbs::QP_INIT_ATTR_PD;
     }
+    // The SRQ (and an XRC SRQ's CQ) made through the id, as librdmacm.
+    crate::qp::qp_attr_from_srq(id.public(), s.srq.as_ref(), || vdev.xrcd_get(), attr)?;
     let cm_init = match (&s.cm, s.st) {
         (Some(cm), St::Request) if attr.qp_type != verbs::qpt::UD => {
             Some(cm.init_qp_attr(IBV_QPS_INIT as u32)?)
@@ -1207,6 +1220,7 @@ pub fn create_qp(id: &Arc<IdPriv>, attr: &mut verbs::IbvQpInitAttrEx) -> Result<
     p.recv_cq = r.recv_cq.cast();
     p.send_cq_channel = r.send_cq_channel.cast();
     p.recv_cq_channel = r.recv_cq_channel.cast();
+    crate::qp::srq_cq_public(p, s.srq.as_ref());
     s.qp_pd = attr.pd.cast();
     s.qpres = Some(r);
     id.sync_public(&s);
@@ -1225,6 +1239,7 @@ pub fn destroy_qp(id: &Arc<IdPriv>) -> Result<(), Errno> {
     p.recv_cq = std::ptr::null_mut();
     p.send_cq_channel = std::ptr::null_mut();
     p.recv_cq_channel = std::ptr::null_mut();
+    crate::qp::srq_cq_public(p, s.srq.as_ref());
     s.qp_pd = std::ptr::null_mut();
     id.sync_public(&s);
     // SAFETY: our objects; the application let go of them.
@@ -1328,7 +1343,7 @@ pub fn accept(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
                 failover_accepted: 0,
                 flow_control: p.flow_control,
                 rnr_retry_count: p.rnr_retry_count.min(7),
-                srq: p.srq,
+                srq: crate::qp::srq_bit(id.public().qp, p.srq),
                 ece: s.local_ece.unwrap_or_default(),
             })?;
             s.st = St::Accepted;
@@ -1640,7 +1655,10 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
     } else {
         lchannel
     };
-    let child = IdPriv::new(child_channel, sync, ps, qp_type_of(ps), ctx);
+    // The child has the listener's QP type (librdmacm's
+    // ucma_process_conn_req), e.g. rdma_create_ep's IBV_QPT_XRC_RECV.
+    let qpt = listener.public().qp_type;
+    let child = IdPriv::new(child_channel, sync, ps, qpt, ctx);
     let ud = ev.kind == EventType::SidrReqReceived;
     {
         let mut s = lock(&child.st);

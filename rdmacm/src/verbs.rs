@@ -24,9 +24,10 @@
 //!   `cq_context == id`, the QP moved to INIT — a UD QP on to RTS — at
 //!   once), the QP transitions of connect/accept/disconnect, and ECE.
 //! * **Multicast and SRQs** ([`mcast_mgid`], [`attach_mcast`],
-//!   [`detach_mcast`], [`join_ip_group`]; `ibv::create_srq`): what
-//!   `rdma_join_multicast`/`rdma_leave_multicast` need on RoCE, and basic
-//!   SRQs for `rdma_create_srq` (XRC SRQs are not provided).
+//!   [`detach_mcast`], [`join_ip_group`]): what
+//!   `rdma_join_multicast`/`rdma_leave_multicast` need on RoCE;
+//!   [`create_srq`]/[`destroy_srq`] and the per-device XRC domain
+//!   ([`Device::xrcd_get`]) for `rdma_create_srq[_ex]`.
 //!
 //! Errors are positive errnos ([`Errno`]), as librdmacm leaves in `errno`.
 
@@ -37,7 +38,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::sync::{Mutex, MutexGuard};
 
 pub use ibcm::api::ibv::{
-    IbvQpInitAttr, IbvQpInitAttrEx, QP_INIT_ATTR_PD, qp_attr_from_cm, qp_attr_mask, qps, qpt,
+    IbvQpInitAttr, IbvQpInitAttrEx, IbvSrq, IbvSrqInitAttr, IbvSrqInitAttrEx, IbvXrcd,
+    QP_INIT_ATTR_PD, QP_INIT_ATTR_XRCD, qp_attr_from_cm, qp_attr_mask, qps, qpt, srq_init_attr,
+    srqt,
 };
 
 /// `RDMA_UDP_QKEY`: the Q_Key of every rdma_cm UD QP (`RDMA_PS_UDP`).
@@ -113,6 +116,9 @@ pub struct DeviceFacts {
 struct PdSlot {
     pd: *mut IbvPd,
     refs: usize,
+    /// The device's XRC domain (librdmacm's `cma_dev->xrcd`), opened on
+    /// first use and closed with the default PD.
+    xrcd: *mut ibv::IbvXrcd,
 }
 
 /// A verbs device with its context open for the life of the process.
@@ -227,6 +233,17 @@ impl Device {
             return;
         }
         s.refs -= 1;
+        if s.refs == 0 && !s.xrcd.is_null() {
+            // SAFETY: our XRC domain; no id holds the device any more.
+            match unsafe { ibv::close_xrcd(s.xrcd) } {
+                Ok(()) => s.xrcd = std::ptr::null_mut(),
+                Err(e) => log_error(&format!(
+                    "ibv_close_xrcd({}) failed: {e} (XRC QPs or SRQs of the application still \
+                     use it); kept",
+                    self.name
+                )),
+            }
+        }
         if s.refs == 0 && !s.pd.is_null() {
             // SAFETY: our PD, no id holds it any more.
             match unsafe { ibv::dealloc_pd(s.pd) } {
@@ -238,6 +255,30 @@ impl Device {
                 )),
             }
         }
+    }
+
+    /// The device's XRC domain, opened on the first call (librdmacm's
+    /// `ucma_get_xrcd`: `ibv_open_xrcd` with no file, `O_CREAT`) and
+    /// closed when the last id lets go of the device. A device without
+    /// XRC (Soft-RoCE among them) gives `EOPNOTSUPP`, logged.
+    pub fn xrcd_get(&self) -> Result<*mut IbvXrcd, Errno> {
+        let mut s = self.pd.lock().unwrap();
+        if s.xrcd.is_null() {
+            let mut a = ibv::IbvXrcdInitAttr {
+                comp_mask: ibv::xrcd_init_attr::FD | ibv::xrcd_init_attr::OFLAGS,
+                fd: -1,
+                oflags: libc::O_CREAT,
+            };
+            // SAFETY: the context stays open.
+            s.xrcd = unsafe { ibv::open_xrcd(self.ctx, &mut a) }.inspect_err(|e| {
+                log_error(&format!(
+                    "ibv_open_xrcd({}) failed: {e}: the device offers no XRC domains, so no \
+                     XRC SRQ or XRC QP can be created on it (Soft-RoCE, rxe, implements no XRC)",
+                    self.name
+                ));
+            })?;
+        }
+        Ok(s.xrcd)
     }
 
     /// The default PD if allocated, and its reference count.
@@ -400,6 +441,7 @@ pub fn devices() -> Result<&'static [Device], Errno> {
                     pd: Mutex::new(PdSlot {
                         pd: std::ptr::null_mut(),
                         refs: 0,
+                        xrcd: std::ptr::null_mut(),
                     }),
                 });
             }
@@ -782,6 +824,113 @@ pub fn join_ip_group(group: IpAddr, local: IpAddr, ifindex: u32) -> Result<IpMem
     Ok(IpMembership { _sock: sock, group })
 }
 
+/// What [`create_srq`] made: the SRQ, and for an XRC SRQ without a CQ
+/// in its attributes the completion channel and CQ created for it
+/// (librdmacm puts them in `id->recv_cq_channel` / `id->recv_cq`).
+#[derive(Debug, Clone, Copy)]
+pub struct SrqResources {
+    pub srq: *mut IbvSrq,
+    pub cq: *mut IbvCq,
+    pub cq_channel: *mut IbvCompChannel,
+}
+
+/// `rdma_create_srq_ex` on an id bound to device `dev` (librdmacm
+/// cma.c): `EINVAL` without `IBV_SRQ_INIT_ATTR_TYPE`; the PD is `pd` (the
+/// id's) unless the attributes name one; an XRC SRQ gets the device's
+/// XRC domain unless the attributes name one, and a CQ of `attr.max_wr`
+/// entries on its own completion channel (`cq_context == id`) unless they
+/// name one. `ibv_create_srq_ex` (a basic SRQ through `ibv_create_srq`)
+/// then creates it; the limits granted land in `attr`. On failure what was
+/// created here is destroyed again.
+///
+/// # Safety
+/// The pointers in `attr` must be null or live objects of `dev`'s
+/// context; `pd` the id's default PD; `id` is only stored.
+pub unsafe fn create_srq(
+    dev: &Device,
+    pd: *mut IbvPd,
+    id: *mut c_void,
+    attr: &mut IbvSrqInitAttrEx,
+) -> Result<SrqResources, Errno> {
+    use srq_init_attr as m;
+    if attr.comp_mask & m::TYPE == 0 {
+        log_debug("rdma_create_srq_ex: comp_mask lacks IBV_SRQ_INIT_ATTR_TYPE");
+        return Err(Errno::EINVAL);
+    }
+    if attr.comp_mask & m::PD == 0 || attr.pd.is_null() {
+        attr.pd = pd;
+        attr.comp_mask |= m::PD;
+    }
+    let ctx = dev.context();
+    let mut r = SrqResources {
+        srq: std::ptr::null_mut(),
+        cq: std::ptr::null_mut(),
+        cq_channel: std::ptr::null_mut(),
+    };
+    if attr.srq_type == srqt::XRC {
+        if attr.comp_mask & m::XRCD == 0 || attr.xrcd.is_null() {
+            attr.xrcd = dev.xrcd_get()?;
+        }
+        // No entries asked for: no CQ (as librdmacm's `ucma_create_cqs`);
+        // the provider then refuses the SRQ.
+        if (attr.comp_mask & m::CQ == 0 || attr.cq.is_null()) && attr.attr.max_wr > 0 {
+            (r.cq, r.cq_channel) = unsafe { cq_with_channel(ctx, attr.attr.max_wr, id) }?;
+            attr.cq = r.cq;
+        }
+        attr.comp_mask |= m::XRCD | m::CQ;
+    }
+    match unsafe { ibv::create_srq_ex(ctx, attr) } {
+        Ok(srq) => {
+            r.srq = srq;
+            Ok(r)
+        }
+        Err(e) => {
+            log_debug(&format!("rdma_create_srq: ibv_create_srq_ex failed: {e}"));
+            if !r.cq.is_null() {
+                attr.cq = std::ptr::null_mut();
+            }
+            let _ = unsafe { destroy_srq(&mut r) };
+            Err(e)
+        }
+    }
+}
+
+/// `rdma_destroy_srq`: the SRQ, then the CQ and channel [`create_srq`]
+/// made for it. Each object destroyed is cleared from `r`; the first
+/// failure stops there and is returned (an SRQ a QP still uses, a CQ with
+/// unacknowledged events: `EBUSY`), leaving the rest in `r` for a later
+/// attempt.
+///
+/// # Safety
+/// The non-null pointers of `r` must be live and unused by the caller.
+pub unsafe fn destroy_srq(r: &mut SrqResources) -> Result<(), Errno> {
+    let fail = |what: &str, e: Errno| {
+        log_debug(&format!("rdma_destroy_srq: {what}: {e}"));
+        e
+    };
+    if !r.srq.is_null() {
+        unsafe { ibv::destroy_srq(r.srq) }.map_err(|e| fail("ibv_destroy_srq", e))?;
+        r.srq = std::ptr::null_mut();
+    }
+    if !r.cq.is_null() {
+        unsafe { ibv::destroy_cq(r.cq) }.map_err(|e| fail("ibv_destroy_cq", e))?;
+        r.cq = std::ptr::null_mut();
+    }
+    if !r.cq_channel.is_null() {
+        unsafe { ibv::destroy_comp_channel(r.cq_channel) }
+            .map_err(|e| fail("ibv_destroy_comp_channel", e))?;
+        r.cq_channel = std::ptr::null_mut();
+    }
+    Ok(())
+}
+
+impl SrqResources {
+    /// Everything was destroyed.
+    pub fn is_empty(&self) -> bool {
+        self.srq.is_null() && self.cq.is_null() && self.cq_channel.is_null()
+    }
+}
+
 /// How `create_qp` moves an RC/UC QP to INIT.
 #[derive(Debug, Clone, Copy)]
 pub enum QpInit<'a> {
@@ -945,6 +1094,13 @@ pub unsafe fn create_qp(
     match res {
         Ok(()) => Ok(r),
         Err(e) => {
+            if attr.qp_type == qpt::XRC_SEND || attr.qp_type == qpt::XRC_RECV {
+                log_error(&format!(
+                    "rdma_create_qp: XRC QP (type {}) not created: {e} (does the device \
+                     implement XRC? Soft-RoCE, rxe, does not)",
+                    attr.qp_type
+                ));
+            }
             log_debug(&format!("rdma_create_qp failed: {e}"));
             // Undo in reverse; the CQs we put into `attr` come out again.
             if attr.recv_cq == r.recv_cq {

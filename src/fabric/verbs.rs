@@ -121,6 +121,9 @@ type McastOp = unsafe extern "C" fn(*mut IbvQp, *const [u8; 16], u16) -> c_int;
 type EceOp = unsafe extern "C" fn(*mut IbvQp, *mut IbvEce) -> c_int;
 type CreateSrq = unsafe extern "C" fn(*mut IbvPd, *mut IbvSrqInitAttr) -> *mut IbvSrq;
 type DestroySrq = unsafe extern "C" fn(*mut IbvSrq) -> c_int;
+type CreateSrqEx = unsafe extern "C" fn(*mut IbvContext, *mut IbvSrqInitAttrEx) -> *mut IbvSrq;
+type OpenXrcd = unsafe extern "C" fn(*mut IbvContext, *mut IbvXrcdInitAttr) -> *mut IbvXrcd;
+type CloseXrcd = unsafe extern "C" fn(*mut IbvXrcd) -> c_int;
 
 /// The libibverbs entry points we use.
 struct Lib {
@@ -863,6 +866,68 @@ pub struct IbvSrqInitAttr {
     pub attr: IbvSrqAttr,
 }
 
+/// `struct ibv_tm_cap` (tag matching; part of `ibv_srq_init_attr_ex`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IbvTmCap {
+    pub max_num_tags: u32,
+    pub max_ops: u32,
+}
+
+/// `struct ibv_srq_init_attr_ex`: `struct ibv_srq_init_attr` followed by
+/// the members selected by `comp_mask` ([`srq_init_attr`] bits).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct IbvSrqInitAttrEx {
+    pub srq_context: *mut c_void,
+    pub attr: IbvSrqAttr,
+    pub comp_mask: u32,
+    /// `enum ibv_srq_type` ([`srqt`]).
+    pub srq_type: u32,
+    pub pd: *mut IbvPd,
+    pub xrcd: *mut IbvXrcd,
+    pub cq: *mut IbvCq,
+    pub tm_cap: IbvTmCap,
+}
+
+impl Default for IbvSrqInitAttrEx {
+    fn default() -> Self {
+        // SAFETY: pointers and integers only; all-zero is the C idiom.
+        unsafe { std::mem::zeroed() }
+    }
+}
+
+/// `struct ibv_xrcd_init_attr`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IbvXrcdInitAttr {
+    pub comp_mask: u32,
+    pub fd: c_int,
+    pub oflags: c_int,
+}
+
+/// `enum ibv_srq_init_attr_mask` bits.
+pub mod srq_init_attr {
+    pub const TYPE: u32 = 1 << 0;
+    pub const PD: u32 = 1 << 1;
+    pub const XRCD: u32 = 1 << 2;
+    pub const CQ: u32 = 1 << 3;
+    pub const TM: u32 = 1 << 4;
+}
+
+/// `enum ibv_srq_type` values.
+pub mod srqt {
+    pub const BASIC: u32 = 0;
+    pub const XRC: u32 = 1;
+    pub const TM: u32 = 2;
+}
+
+/// `enum ibv_xrcd_init_attr_mask` bits.
+pub mod xrcd_init_attr {
+    pub const FD: u32 = 1 << 0;
+    pub const OFLAGS: u32 = 1 << 1;
+}
+
 /// `struct ibv_ece` (Enhanced Connection Establishment).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -874,12 +939,18 @@ pub struct IbvEce {
 
 /// `IBV_QP_INIT_ATTR_PD`.
 pub const QP_INIT_ATTR_PD: u32 = 1;
+/// `IBV_QP_INIT_ATTR_XRCD`.
+pub const QP_INIT_ATTR_XRCD: u32 = 1 << 1;
 
 /// `enum ibv_qp_type` values.
 pub mod qpt {
     pub const RC: u32 = 2;
     pub const UC: u32 = 3;
     pub const UD: u32 = 4;
+    /// XRC initiator (the kernel's `IB_QPT_XRC_INI`).
+    pub const XRC_SEND: u32 = 9;
+    /// XRC target (`IB_QPT_XRC_TGT`).
+    pub const XRC_RECV: u32 = 10;
 }
 
 /// `enum ibv_qp_state` values.
@@ -945,12 +1016,22 @@ pub mod obj {
     /// is the `context` member of a `struct verbs_context`).
     pub const CONTEXT_ABI_COMPAT: usize = 320;
     /// `struct verbs_context`, counted back from its `context` member:
-    /// `create_qp_ex` and `sz`.
+    /// `create_qp_ex`, `create_srq_ex`, `open_xrcd`, `close_xrcd` and `sz`.
     pub const VCTX_CREATE_QP_EX_BACK: usize = 56;
+    pub const VCTX_CREATE_SRQ_EX_BACK: usize = 40;
+    pub const VCTX_OPEN_XRCD_BACK: usize = 32;
+    pub const VCTX_CLOSE_XRCD_BACK: usize = 24;
     pub const VCTX_SZ_BACK: usize = 8;
     /// `sizeof(struct verbs_context) - offsetof(struct verbs_context,
-    /// create_qp_ex)`: the least `sz` of a provider that has the op.
+    /// create_qp_ex)`: the least `sz` of a provider that has the op (and
+    /// likewise for the other ops).
     pub const VCTX_CREATE_QP_EX_NEED: usize = 384;
+    pub const VCTX_CREATE_SRQ_EX_NEED: usize = 368;
+    pub const VCTX_OPEN_XRCD_NEED: usize = 360;
+    pub const VCTX_CLOSE_XRCD_NEED: usize = 352;
+    /// `struct ibv_srq`: `context`; `struct ibv_xrcd`: `context`.
+    pub const SRQ_CONTEXT: usize = 0;
+    pub const XRCD_CONTEXT: usize = 0;
 }
 
 unsafe fn field<T: Copy>(p: *const c_void, off: usize) -> T {
@@ -1142,22 +1223,33 @@ pub unsafe fn create_qp_ex(
 
 /// The provider's `create_qp_ex` (`verbs_get_ctx_op(ctx, create_qp_ex)`).
 unsafe fn ctx_create_qp_ex(ctx: *mut IbvContext) -> Option<CreateQpEx> {
+    let f = unsafe {
+        ctx_op(
+            ctx,
+            obj::VCTX_CREATE_QP_EX_BACK,
+            obj::VCTX_CREATE_QP_EX_NEED,
+        )
+    }?;
+    // SAFETY: the provider's op has the documented prototype.
+    Some(unsafe { std::mem::transmute::<*mut c_void, CreateQpEx>(f) })
+}
+
+/// `verbs_get_ctx_op(ctx, op)`: the operation `back` bytes before the
+/// `context` member of the `struct verbs_context` around `ctx`, if the
+/// context is one (`abi_compat == -1`), the provider's structure is large
+/// enough to have it (`sz >= need`) and the pointer is set.
+unsafe fn ctx_op(ctx: *mut IbvContext, back: usize, need: usize) -> Option<*mut c_void> {
     let base = ctx.cast::<u8>();
     let compat: usize = unsafe { field(ctx.cast(), obj::CONTEXT_ABI_COMPAT) };
     if compat != usize::MAX {
         return None;
     }
     let sz: usize = unsafe { base.sub(obj::VCTX_SZ_BACK).cast::<usize>().read_unaligned() };
-    if sz < obj::VCTX_CREATE_QP_EX_NEED {
+    if sz < need {
         return None;
     }
-    let f: *mut c_void = unsafe {
-        base.sub(obj::VCTX_CREATE_QP_EX_BACK)
-            .cast::<*mut c_void>()
-            .read_unaligned()
-    };
-    // SAFETY: the provider's op has the documented prototype.
-    (!f.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, CreateQpEx>(f) })
+    let f: *mut c_void = unsafe { base.sub(back).cast::<*mut c_void>().read_unaligned() };
+    (!f.is_null()).then_some(f)
 }
 
 /// `ibv_destroy_qp`.
@@ -1247,6 +1339,98 @@ pub unsafe fn create_srq(pd: *mut IbvPd, attr: &mut IbvSrqInitAttr) -> Result<*m
 /// `srq` must be a live SRQ no QP uses any more.
 pub unsafe fn destroy_srq(srq: *mut IbvSrq) -> Result<(), Errno> {
     status(unsafe { (lib()?.destroy_srq)(srq) })
+}
+
+/// `ibv_create_srq_ex`, which `<infiniband/verbs.h>` defines inline: a
+/// basic SRQ on a PD (`comp_mask` no more than TYPE|PD, type BASIC) is
+/// `ibv_create_srq(attr->pd, attr)`; anything else (XRC, tag matching)
+/// the provider's `create_srq_ex` operation (`EOPNOTSUPP` when it has
+/// none, as the inline sets). The granted limits land in `attr`.
+///
+/// # Safety
+/// `ctx` must be a live context and every pointer in `attr` null or live.
+pub unsafe fn create_srq_ex(
+    ctx: *mut IbvContext,
+    attr: &mut IbvSrqInitAttrEx,
+) -> Result<*mut IbvSrq, Errno> {
+    use srq_init_attr as m;
+    let l = lib()?;
+    let mask = attr.comp_mask;
+    let basic = mask & !(m::PD | m::TYPE) == 0
+        && mask & m::PD != 0
+        && (mask & m::TYPE == 0 || attr.srq_type == srqt::BASIC);
+    let srq = if basic {
+        if attr.pd.is_null() {
+            return Err(Errno::EINVAL);
+        }
+        // `struct ibv_srq_init_attr_ex` begins with `struct ibv_srq_init_attr`.
+        let b = (attr as *mut IbvSrqInitAttrEx).cast::<IbvSrqInitAttr>();
+        unsafe { (l.create_srq)(attr.pd, b) }
+    } else {
+        let Some(f) = (unsafe {
+            ctx_op(
+                ctx,
+                obj::VCTX_CREATE_SRQ_EX_BACK,
+                obj::VCTX_CREATE_SRQ_EX_NEED,
+            )
+        }) else {
+            return Err(Errno(libc::EOPNOTSUPP));
+        };
+        // SAFETY: the provider's op has the documented prototype.
+        let f = unsafe { std::mem::transmute::<*mut c_void, CreateSrqEx>(f) };
+        unsafe { f(ctx, attr) }
+    };
+    if srq.is_null() {
+        return Err(last_errno(errno::EINVAL));
+    }
+    Ok(srq)
+}
+
+/// `ibv_open_xrcd` (inline in `<infiniband/verbs.h>`): the provider's
+/// `open_xrcd`, `EOPNOTSUPP` when it has none (Soft-RoCE, for one).
+///
+/// # Safety
+/// `ctx` must be a live context.
+pub unsafe fn open_xrcd(
+    ctx: *mut IbvContext,
+    attr: &mut IbvXrcdInitAttr,
+) -> Result<*mut IbvXrcd, Errno> {
+    lib()?;
+    let Some(f) = (unsafe { ctx_op(ctx, obj::VCTX_OPEN_XRCD_BACK, obj::VCTX_OPEN_XRCD_NEED) })
+    else {
+        return Err(Errno(libc::EOPNOTSUPP));
+    };
+    // SAFETY: the provider's op has the documented prototype.
+    let f = unsafe { std::mem::transmute::<*mut c_void, OpenXrcd>(f) };
+    let x = unsafe { f(ctx, attr) };
+    if x.is_null() {
+        return Err(last_errno(libc::EOPNOTSUPP));
+    }
+    Ok(x)
+}
+
+/// `ibv_close_xrcd` (`EBUSY` while QPs or SRQs use the domain).
+///
+/// # Safety
+/// `xrcd` must be a live XRC domain from [`open_xrcd`].
+pub unsafe fn close_xrcd(xrcd: *mut IbvXrcd) -> Result<(), Errno> {
+    lib()?;
+    let ctx: *mut IbvContext = unsafe { field(xrcd.cast(), obj::XRCD_CONTEXT) };
+    let Some(f) = (unsafe { ctx_op(ctx, obj::VCTX_CLOSE_XRCD_BACK, obj::VCTX_CLOSE_XRCD_NEED) })
+    else {
+        return Err(Errno(libc::EOPNOTSUPP));
+    };
+    // SAFETY: the provider's op has the documented prototype.
+    let f = unsafe { std::mem::transmute::<*mut c_void, CloseXrcd>(f) };
+    status(unsafe { f(xrcd) })
+}
+
+/// `srq->context`.
+///
+/// # Safety
+/// `srq` must be a live SRQ.
+pub unsafe fn srq_context(srq: *mut IbvSrq) -> *mut IbvContext {
+    unsafe { field(srq.cast(), obj::SRQ_CONTEXT) }
 }
 
 /// `pd->context`.
