@@ -6,19 +6,23 @@
 # scripts/bench-kernel.sh):
 #
 #   kernel-kernel   both with the kernel CM (ib_cm, rdma_cm, rdma_ucm): the baseline
-#   kernel-ibcm     A kernel CM; B with ibcm's librdmacm.so.1 preloaded, no kernel CM module
-#   ibcm-kernel     the reverse
-#   ibcm-ibcm-umad  both preloaded, no kernel CM on either guest (CM over ib_umad)
-#   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (CM over ibcm's UDP side channel)
-#   ibcm-svc        both preloaded, no kernel CM, through the host CM service: the first tool
-#                   of a guest starts `ibcm daemon` (copied into the run directory), which owns
-#                   rxe0's umad agent and serves every later tool of that guest
-#
-# The other ibcm pairings run in-process (IBCM_SERVICE=off, one process per device and guest).
+#   kernel-ibcm     A kernel CM; B with ibcm's librdmacm.so.1 preloaded, no kernel CM module,
+#                   in-process (IBCM_SERVICE=off)
+#   ibcm-kernel     the reverse, through the host CM service (IBCM_SERVICE=auto, the default)
+#   ibcm-ibcm-umad  both preloaded, no kernel CM on either guest (CM over ib_umad), in-process
+#   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (CM over ibcm's UDP side channel),
+#                   through the host CM service
+#   ibcm-svc        both preloaded, no kernel CM, through the host CM service, with the
+#                   scenarios that need the service
+# Through the service, the first tool of a guest starts `ibcm daemon` (copied into the run
+# directory), which owns the device (rxe0's umad agent, or the UDP side channel of its address)
+# and serves every later tool of that guest. kernel-ibcm and ibcm-ibcm-umad stay in-process
+# (IBCM_SERVICE=off, one process per device and guest): the proof of the single-process mode.
 # Scenarios named local-* run server and client in guest A at once (two processes on one rxe0
 # port, loopback): in kernel-kernel (the baseline) and ibcm-svc only; svc-* in ibcm-svc only
-# (they need the service: e.g. the ibcm CLI beside rping on rxe0). ibcm-svc runs
-# svc-server-killed instead of server-killed (which watches the kernel's cm_ids).
+# (they need the service: e.g. the ibcm CLI beside rping on rxe0), except svc-server-killed:
+# where guest A's tools go through the service (ibcm-kernel, ibcm-ibcm-udp, ibcm-svc) it runs
+# instead of server-killed (which watches the kernel's cm_ids; the service's are in `ibcm ids`).
 #
 # Scenario srq runs the lab's own program interop/rdmacm/srq_lab.c (built here against the host's
 # librdmacm, copied into the run directory): an RC connection whose receives go through SRQs made
@@ -99,16 +103,20 @@ say "ready in $(( $(date +%s) - t0 )) s"
 
 # --- one pairing: both guests booted once, every scenario in turn -----------------------------
 # default_scenarios PAIRING: the scenarios a pairing runs by default (every one not excluded,
-# local-* only in kernel-kernel and ibcm-svc, svc-* only in ibcm-svc)
+# local-* only in kernel-kernel and ibcm-svc, svc-* only in ibcm-svc, svc-server-killed instead
+# of server-killed where guest A's tools go through the service)
 default_scenarios() {
-  local x
+  local x served=0
+  rdmacm_pairing "$1"
+  [ "$PAIR_SERVICE$PAIR_PRELOAD_A" != 11 ] || served=1
   x=$(sed -n 's/^exclude \([^ ]*\).*/\1/p' "$TABLE")
   sed -n 's/^\([A-Za-z0-9_.-]*\) | .*/\1/p' "$TABLE" | while read -r n; do
     grep -qxF "$n" <<< "$x" && continue
     case $n in
       local-*) [ "$1" = kernel-kernel ] || [ "$1" = ibcm-svc ] || continue ;;
+      svc-server-killed) [ $served = 1 ] || continue ;;
       svc-*) [ "$1" = ibcm-svc ] || continue ;;
-      server-killed) [ "$1" != ibcm-svc ] || continue ;;  # svc-server-killed there
+      server-killed) [ $served = 0 ] || continue ;;
     esac
     echo "$n"
   done

@@ -15,6 +15,9 @@
 #              over UDP port 4792, GIDs/paths/QP attributes from rxe0).
 #   5 events   B (no ib_cm) opens rxe0, then an IPv4 address is added to eth0: the new RoCE GID
 #              must reach ibcm_query_gid / ibcm_init_path through the device's port events.
+#              Twice in one boot: in-process (IBCM_SERVICE=off, 10.77.1.2), then through the host
+#              CM service (IBCM_SERVICE=required, `ibcm daemon` started on demand from the run
+#              directory, which owns rxe0 and pushes its new port tables: 10.77.2.2).
 #   6 rverbs   B (no ib_cm): rdmacm/examples/verbs_lab, the verbs half of the librdmacm drop-in
 #              (rdmacm/src/verbs.rs): rxe0 found from B's IP (RoCE v2 GID), the route to A, the
 #              default PD, an RC QP (own CQs, cq_context == id) INIT -> RTR -> RTS -> ERR and a UD
@@ -118,11 +121,21 @@ lab_wait listening && IBCM_LOG=info lab_time $GBIN -d rxe0 -R -C 3 -c \$LAB_PEER
       pair rping "$WITHCM" "$NOCM" "$A" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
       ;;
     events)
+      # events_wait OUT ADDR [ENV...]: verbs_client waits for ADDR's GID, the address is added
+      # once it waits; its status (0: the GID reached ibcm_query_gid and ibcm_init_path)
       B="$(no_cm)
-( IBCM_LOG=info $GBIN -o -d rxe0 -t 15 -W 10.77.1.2 > \$LAB_DIR/B.ev 2>&1; echo \$? > \$LAB_DIR/B.evrc ) &
-i=0; until grep -q WAITING \$LAB_DIR/B.ev 2>/dev/null || [ \$i -ge 100 ]; do sleep 0.1; i=\$((i+1)); done
-ip addr add 10.77.1.2/24 dev eth0; wait; cat \$LAB_DIR/B.ev; exit \$(cat \$LAB_DIR/B.evrc)"
-      pair events "$NOCM" "$NOCM" "true" "$B" && RESULT[$s]=PASS || RESULT[$s]=FAIL
+events_wait() {
+  local out=\$LAB_DIR/\$1 ip=\$2 i=0; shift 2
+  ( env IBCM_LOG=info \"\$@\" $GBIN -o -d rxe0 -t 40 -W \$ip > \$out 2>&1; echo \$? > \$out.rc ) &
+  until grep -q WAITING \$out 2>/dev/null || [ \$i -ge 300 ]; do sleep 0.1; i=\$((i+1)); done
+  ip addr add \$ip/24 dev eth0; wait; cat \$out; return \$(cat \$out.rc)
+}
+events_wait B.ev 10.77.1.2 IBCM_SERVICE=off || exit 1
+echo '--- through the CM service'
+events_wait B.evsvc 10.77.2.2 IBCM_SERVICE=required IBCM_DAEMON=\$LAB_DIR/bin/ibcm || exit 1
+grep -q 'open through the CM service' \$LAB_DIR/B.evsvc || { echo 'EVENTS: rxe0 was not opened through the service'; exit 1; }"
+      PAIR_BINS="$PREFIX/bin/ibcm" pair events "$NOCM" "$NOCM" "true" "$B" -t 150 \
+        && RESULT[$s]=PASS || RESULT[$s]=FAIL
       ;;
     umad)
       B="$(no_cm)

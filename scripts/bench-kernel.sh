@@ -125,6 +125,9 @@ scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
 pairing() { # pairing NAME
   local p=$1 run="$OUT/runs/$1" total t1 ma mb pcap= same
   rdmacm_pairing "$p"
+  # in-process, as measured so far (the matrix runs ibcm-kernel and ibcm-ibcm-udp through the
+  # service): the service only in ibcm-svc, or for BENCH_PAR's clients with BENCH_PAR_SERVICE
+  PAIR_SERVICE=$PAIR_SERVICE_ONLY
   ma=$PAIR_MODS_A mb=$PAIR_MODS_B
   rm -rf "$run"; mkdir -p "$run/lib"
   same=0

@@ -10,7 +10,8 @@
 //!
 //! ```text
 //!  0  u16  op      a request (`op::*`, `ONEWAY | op`), `REPLY | op`,
-//!                  `EVENT` or `REFUSED`
+//!                  `EVENT`, `REFUSED` or `PORTS` (pushed: the device's
+//!                  port tables changed)
 //!  2  u16  zero    must be 0
 //!  4  u64  seq     the request's number, echoed by its reply (a request
 //!                  with 0 gets no reply: a destroy nobody waits for); in
@@ -86,6 +87,11 @@ pub mod op {
     /// Pushed by the service: a one-way call it refused (`Refused`; header
     /// handle = the id's, seq = the id's one-way calls run so far).
     pub const REFUSED: u16 = 0x0800;
+    /// Pushed by the service: the device's new port tables after a port
+    /// event (GID added or removed, P_Key, LID, link state), as
+    /// `Box<[PortInfo]>`; seq and handle 0. Checked by [`super::check_ports`]
+    /// against the ports of the open before the process installs them.
+    pub const PORTS: u16 = 0x0400;
     /// Leases `u32` count (1..=`MAX_CREATE`) new IDLE ids to the process
     /// at once → `Box<[Created]>` (fewer when the id limit leaves less
     /// room; `-ENOMEM` when none). The process hands them out as its
@@ -947,6 +953,26 @@ pub fn reply(req: Header, err: i32, public: Public, body: impl FnOnce(&mut Write
         body(&mut w);
     }
     w.into_bytes()
+}
+
+/// Checks a pushed `PORTS` record (header and decoded tables) as the
+/// process checks any input: seq and handle 0, and the ports of the open
+/// (`opened`: same port numbers in the same order, same link layer — a
+/// port event changes a port's tables, never the device's ports), each
+/// port's P_Key table non-empty (every transport reports at least the
+/// default P_Key; list lengths are bounded by the decoder). `-EPROTO`
+/// otherwise.
+pub fn check_ports(h: Header, ports: &[PortInfo], opened: &[PortInfo]) -> Result<(), Errno> {
+    let bad = Err(Errno(errno::EPROTO));
+    if h.op != op::PORTS || h.seq != 0 || h.handle != 0 || ports.len() != opened.len() {
+        return bad;
+    }
+    for (p, o) in ports.iter().zip(opened) {
+        if p.port_num != o.port_num || p.is_roce != o.is_roce || p.pkeys.is_empty() {
+            return bad;
+        }
+    }
+    Ok(())
 }
 
 /// The service socket: `$IBCM_SERVICE_SOCKET`, else [`default_socket`].

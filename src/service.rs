@@ -25,7 +25,7 @@
 //!   need CAP_NET_BIND_SERVICE in the peer process's effective set. A
 //!   connection's ports are released when it ends.
 
-use crate::api::{CmId, Device, DeviceOptions, EventParam, RustHandler};
+use crate::api::{CmId, Device, DeviceOptions, EventParam, PortInfo, RustHandler};
 use crate::engine::{Errno, errno};
 use crate::ipc::{
     self, Created, DeviceStat, Header, IdInfo, IdList, Opened, Public, Reader, Refused, Stat,
@@ -154,6 +154,13 @@ struct Conn {
     dev: Mutex<Option<Arc<Device>>>,
     /// The device's count of refused one-way calls (set by OPEN).
     dev_refused: Mutex<Option<Arc<AtomicU64>>>,
+    /// The port tables the OPEN reply carried, until that reply is sent.
+    opened_ports: Mutex<Option<Arc<Vec<PortInfo>>>>,
+    /// The port tables the process has last been sent (`None` until the
+    /// OPEN reply is out: a `PORTS` record never precedes it).
+    ports_sent: Mutex<Option<Arc<Vec<PortInfo>>>>,
+    /// `ports_sent` is set: nothing to check after each message.
+    ports_armed: AtomicBool,
     ids: Mutex<HashMap<u64, Entry>>,
     listeners: Mutex<HashSet<u64>>,
     out: Mutex<Outbox>,
@@ -261,6 +268,9 @@ impl Service {
                 name: Mutex::new(None),
                 dev: Mutex::new(None),
                 dev_refused: Mutex::new(None),
+                opened_ports: Mutex::new(None),
+                ports_sent: Mutex::new(None),
+                ports_armed: AtomicBool::new(false),
                 ids: Mutex::new(HashMap::new()),
                 listeners: Mutex::new(HashSet::new()),
                 out: Mutex::new(Outbox::default()),
@@ -283,8 +293,16 @@ impl Service {
         }
     }
 
+    /// The device served under `name` (as a process names it), if a
+    /// process has it open.
+    pub fn device(&self, name: &str) -> Option<Arc<Device>> {
+        lock(&self.devices)
+            .get(&canonical(name))
+            .map(|s| s.dev.clone())
+    }
+
     /// Opens (or shares) a device by name.
-    fn open(&self, name: &str) -> Result<(String, Arc<Device>, Arc<AtomicU64>), Errno> {
+    fn open(self: &Arc<Self>, name: &str) -> Result<(String, Arc<Device>, Arc<AtomicU64>), Errno> {
         let key = canonical(name);
         let mut devs = lock(&self.devices);
         if let Some(s) = devs.get_mut(&key) {
@@ -294,6 +312,13 @@ impl Service {
         // The service's own devices are in-process, whatever IBCM_SERVICE
         // says in its environment.
         let dev = Device::open_local(name, DeviceOptions::default())?;
+        // Port events (a GID added later) reach the processes too.
+        let me = Arc::downgrade(self);
+        dev.on_ports_change(Box::new(move |dev, ports| {
+            if let Some(svc) = me.upgrade() {
+                svc.push_ports(dev, ports);
+            }
+        }));
         ibcm_log!(INFO, "serving {key}");
         let refused = Arc::new(AtomicU64::new(0));
         devs.insert(
@@ -305,6 +330,30 @@ impl Service {
             },
         );
         Ok((key, dev, refused))
+    }
+
+    /// Sends `dev`'s new port tables to every connection that has it open.
+    fn push_ports(&self, dev: &Device, ports: &Arc<Vec<PortInfo>>) {
+        let users: Vec<Arc<Conn>> = self
+            .live_conns()
+            .into_iter()
+            .filter(|c| {
+                lock(&c.dev)
+                    .as_ref()
+                    .is_some_and(|d| std::ptr::eq(Arc::as_ptr(d), dev))
+            })
+            .collect();
+        for c in &users {
+            c.send_ports(ports);
+        }
+        if !users.is_empty() {
+            ibcm_log!(
+                INFO,
+                "{}: new port tables sent to {} process(es)",
+                dev.name(),
+                users.len()
+            );
+        }
     }
 
     fn live_conns(&self) -> Vec<Arc<Conn>> {
@@ -475,6 +524,9 @@ impl Conn {
                 {
                     break;
                 }
+                if !self.ports_armed.load(Ordering::Relaxed) {
+                    self.arm_ports();
+                }
             }
         }
         self.closed.store(true, Ordering::SeqCst);
@@ -486,6 +538,41 @@ impl Conn {
         *lock(&self.svc.last_active) = Instant::now();
         lock(&self.svc.conns).remove(&self.id);
         self.svc.connections.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// After the OPEN reply is sent: from now on port table changes are
+    /// pushed, and one made since the reply's tables were read is sent now.
+    /// (The device's hook installs `ports()` before it calls `send_ports`,
+    /// and both compare under `ports_sent`: each change is sent once,
+    /// in order, after the reply.)
+    fn arm_ports(&self) {
+        let Some(opened) = lock(&self.opened_ports).take() else {
+            return;
+        };
+        *lock(&self.ports_sent) = Some(opened);
+        self.ports_armed.store(true, Ordering::Relaxed);
+        let dev = lock(&self.dev).clone();
+        if let Some(dev) = dev {
+            self.send_ports(&dev.ports());
+        }
+    }
+
+    /// Pushes `ports` (a `PORTS` record) unless the process has them.
+    fn send_ports(&self, ports: &Arc<Vec<PortInfo>>) {
+        let mut sent = lock(&self.ports_sent);
+        match sent.as_ref() {
+            Some(prev) if **prev != **ports => {}
+            _ => return,
+        }
+        *sent = Some(ports.clone());
+        let mut w = Header {
+            op: op::PORTS,
+            seq: 0,
+            handle: 0,
+        }
+        .record();
+        w.put(&ports.to_vec().into_boxed_slice());
+        self.push(w.into_bytes());
     }
 
     /// Destroys what the process left: as the kernel does for a process
@@ -794,11 +881,13 @@ impl Conn {
             }
             let (key, dev, refused) = self.svc.open(&name)?;
             *lock(&self.dev_refused) = Some(refused);
+            let ports = dev.ports();
             out.put(&Opened {
                 name: dev.name().as_bytes().to_vec(),
                 node_guid: dev.node_guid(),
-                ports: dev.ports().to_vec().into_boxed_slice(),
+                ports: ports.to_vec().into_boxed_slice(),
             });
+            *lock(&self.opened_ports) = Some(ports);
             *lock(&self.name) = Some(key);
             *lock(&self.dev) = Some(dev);
             return Ok((Public::default(), out.0));

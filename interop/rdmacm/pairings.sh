@@ -6,13 +6,18 @@
 #
 #   kernel-kernel   both with the kernel CM (ib_cm, rdma_cm, rdma_ucm): the reference
 #   kernel-ibcm     A kernel CM; B without any kernel CM module, tools with ibcm's
-#                   librdmacm.so.1 in LD_PRELOAD (its CM on QP1 through ib_umad)
-#   ibcm-kernel     the reverse
-#   ibcm-ibcm-umad  both preloaded, no kernel CM on either guest (CM over ib_umad)
-#   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (CM over ibcm's UDP side channel)
-#   ibcm-svc        both preloaded, no kernel CM, the tools through the host CM service (`ibcm
-#                   daemon`, started on demand from the run directory's `ibcm`, owning rxe0's
-#                   umad agent); the other ibcm pairings run in-process (IBCM_SERVICE=off)
+#                   librdmacm.so.1 in LD_PRELOAD (its CM on QP1 through ib_umad), in-process
+#                   (IBCM_SERVICE=off: the proof of the single-process mode, client side)
+#   ibcm-kernel     the reverse, the ibcm tools through the host CM service (IBCM_SERVICE=auto,
+#                   what users get: `ibcm daemon` started on demand from the run directory's
+#                   `ibcm`, owning rxe0's umad agent)
+#   ibcm-ibcm-umad  both preloaded, no kernel CM on either guest (CM over ib_umad), in-process
+#                   (IBCM_SERVICE=off: the single-process mode with an ibcm server; a killed
+#                   server there sends no REJ, nobody alive holds its ids)
+#   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (CM over ibcm's UDP side channel),
+#                   through the host CM service in each guest
+#   ibcm-svc        both preloaded, no kernel CM, the tools through the host CM service, with
+#                   the scenarios that need it (two processes on one port, the ibcm CLI)
 #
 # Guest A is the server of every scenario, guest B the client.
 
@@ -26,17 +31,19 @@ RDMACM_DEFAULT_LISTEN_RE="listen|opened device"
 
 # rdmacm_pairing NAME: sets PAIR_MODS_A, PAIR_MODS_B (modules, comma-separated, for
 # run-pair.sh -a/-b), PAIR_PRELOAD_A, PAIR_PRELOAD_B (1: that guest's tools run on ibcm) and
-# PAIR_SERVICE (1: through the host CM service; the run directory needs the `ibcm` binary);
-# status 1 for a name that is not a pairing
+# PAIR_SERVICE (1: the preloaded tools go through the host CM service in the rdmacm matrix; the
+# run directory needs the `ibcm` binary), PAIR_SERVICE_ONLY (1: the pairing is the service's own,
+# ibcm-svc: scripts/bench-kernel.sh takes the service from this one, measuring the other
+# pairings in-process unless a BENCH_* switch asks); status 1 for a name that is not a pairing
 rdmacm_pairing() {
-  PAIR_SERVICE=0
+  PAIR_SERVICE=0 PAIR_SERVICE_ONLY=0
   case $1 in
     kernel-kernel)  PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=0 PAIR_PRELOAD_B=0 ;;
     kernel-ibcm)    PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=0 PAIR_PRELOAD_B=1 ;;
-    ibcm-kernel)    PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=0 ;;
+    ibcm-kernel)    PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=0 PAIR_SERVICE=1 ;;
     ibcm-ibcm-umad) PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 ;;
-    ibcm-ibcm-udp)  PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 ;;
-    ibcm-svc)       PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 ;;
+    ibcm-ibcm-udp)  PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 ;;
+    ibcm-svc)       PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 PAIR_SERVICE_ONLY=1 ;;
     *) return 1 ;;
   esac
 }

@@ -90,6 +90,10 @@ fn gid_attr_table(ports: &[PortInfo], device: *mut c_void) -> GidAttrTable {
     attrs.into_boxed_slice()
 }
 
+/// Told of every port table `Device::update_ports` installs (the CM
+/// service pushes them to the processes it serves the device to).
+pub type PortsHook = Box<dyn Fn(&Device, &Arc<Vec<PortInfo>>) + Send + Sync>;
+
 pub struct Device {
     pub(super) name: String,
     pub(super) transport: Arc<dyn Transport>,
@@ -125,6 +129,9 @@ pub struct Device {
     /// device so pointers already given out remain valid.
     gid_attrs: std::sync::RwLock<Vec<GidAttrTable>>,
     ports: std::sync::RwLock<Arc<Vec<PortInfo>>>,
+    /// Called after each port table install, in install order (the lock
+    /// is held across the install and the calls).
+    port_hooks: Mutex<Vec<PortsHook>>,
     node_guid: u64,
     /// Set for a device served by the host CM service: no shards or
     /// threads here, every id call is a request to the service.
@@ -190,6 +197,7 @@ impl Device {
             gid_attrs: std::sync::RwLock::new(vec![gid_attr_table(&ports, std::ptr::null_mut())]),
             node_guid: remote.node_guid(),
             ports: std::sync::RwLock::new(Arc::new(ports)),
+            port_hooks: Mutex::new(Vec::new()),
             remote: Some(remote),
         });
         dev.fix_gid_attr_device();
@@ -252,6 +260,7 @@ impl Device {
             send_lock: Mutex::new(()),
             gid_attrs: std::sync::RwLock::new(vec![attrs]),
             ports: std::sync::RwLock::new(Arc::new(ports)),
+            port_hooks: Mutex::new(Vec::new()),
             node_guid,
             remote: None,
         });
@@ -308,9 +317,12 @@ impl Device {
         read(&self.ports).clone()
     }
 
-    /// Installs a new port table (GID/P_Key/LID changes of a real device):
-    /// new GID attribute objects, every shard's engine, `ports()`.
+    /// Installs a new port table (GID/P_Key/LID changes of a real device,
+    /// or of a served one as the CM service pushes them): new GID
+    /// attribute objects, every shard's engine, `ports()`; then the hooks
+    /// of `on_ports_change`.
     pub fn update_ports(&self, ports: Vec<PortInfo>) {
+        let hooks = lock(&self.port_hooks);
         let attrs = gid_attr_table(&ports, self.c_ptr());
         self.gid_attrs
             .write()
@@ -319,8 +331,18 @@ impl Device {
         for s in &self.shards {
             lock(s).set_ports(ports.clone());
         }
-        *self.ports.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ports);
+        let ports = Arc::new(ports);
+        *self.ports.write().unwrap_or_else(|e| e.into_inner()) = ports.clone();
         ibcm_log!(crate::log::INFO, "{}: port tables updated", self.name);
+        for h in hooks.iter() {
+            h(self, &ports);
+        }
+    }
+
+    /// Calls `hook` after every later `update_ports`, with the tables it
+    /// installed (already in `ports()`).
+    pub fn on_ports_change(&self, hook: PortsHook) {
+        lock(&self.port_hooks).push(hook);
     }
 
     pub fn transport(&self) -> &Arc<dyn Transport> {

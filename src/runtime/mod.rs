@@ -70,7 +70,7 @@ mod remote;
 mod shard;
 mod spec;
 
-pub use device::{Device, DeviceOptions};
+pub use device::{Device, DeviceOptions, PortsHook};
 pub use id::CmId;
 pub use inner::{CmIdInner, RustHandler};
 pub use registry::{listen_id, lookup};

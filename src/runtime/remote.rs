@@ -750,11 +750,28 @@ impl Remote {
             if let Err(e) = self.on_event(h, r) {
                 ibcm_log!(WARN, "CM service: event record dropped: {e}");
             }
-        } else if h.op == op::REFUSED
-            && let Err(e) = self.on_refused(h, r)
+        } else if h.op == op::REFUSED {
+            if let Err(e) = self.on_refused(h, r) {
+                ibcm_log!(WARN, "CM service: refusal record dropped: {e}");
+            }
+        } else if h.op == op::PORTS
+            && let Err(e) = self.on_ports(h, r)
         {
-            ibcm_log!(WARN, "CM service: refusal record dropped: {e}");
+            ibcm_log!(WARN, "CM service: port tables record dropped: {e}");
         }
+    }
+
+    /// The device's port tables changed in the service (a port event):
+    /// installed as `Device::update_ports` does in-process (`ports()`, new
+    /// `ib_gid_attr` objects, the older ones kept alive).
+    fn on_ports(&self, h: Header, mut r: Reader<'_>) -> Result<(), Errno> {
+        let ports: Box<[PortInfo]> = r.get()?;
+        r.end()?;
+        ipc::check_ports(h, &ports, &self.opened.ports)?;
+        if let Some(dev) = self.device() {
+            dev.update_ports(ports.into_vec());
+        }
+        Ok(())
     }
 
     /// A live id of this process by its handle.
