@@ -723,7 +723,11 @@ static int run_client(const char *ip, const char *server_ip, int done_fd)
 		fill(pd, sizeof(pd), 40);
 		sp.path = &path;
 		sp.service_id = cpu_to_be64(SVC_BASE + SC_SIDR);
-		sp.timeout_ms = 100;
+		/* Long enough that a server slowed down (valgrind on a loaded
+		 * host) is not retried; a retry is answered again, and that
+		 * second SIDR_REP must not pass for the answer to another
+		 * request: each request below has its own id. */
+		sp.timeout_ms = 1000;
 		sp.max_cm_retries = 5;
 		sp.private_data = pd;
 		sp.private_data_len = sizeof(pd);
@@ -736,7 +740,10 @@ static int run_client(const char *ip, const char *server_ip, int done_fd)
 		CHECK(r.info_len == 20 && same(r.info, 41, 20), "7: SIDR info");
 		CHECK(same(r.pdata, 42, IB_CM_SIDR_REP_PRIVATE_DATA_SIZE), "7: SIDR_REP pdata");
 		CHECK(id->state == IB_CM_IDLE, "7: IDLE after SIDR_REP");
+		ib_destroy_cm_id(id);
 		/* Unknown service: status 1. */
+		id = ib_create_cm_id(cdev, client_handler, NULL);
+		CHECK(!IS_ERR(id), "7: second id");
 		sp.service_id = cpu_to_be64(SVC_BASE + 98);
 		CHECK(ib_send_cm_sidr_req(id, &sp) == 0, "7: SIDR_REQ again");
 		r = wait_ev(id, IB_CM_SIDR_REP_RECEIVED, 5000);
@@ -778,7 +785,9 @@ static int run_client(const char *ip, const char *server_ip, int done_fd)
 		      (unsigned long long)c.rej_rx[IB_CM_REJ_CONSUMER_DEFINED]);
 		CHECK(c.timeouts[IBCM_ATTR_REQ] == 1, "REQ timeout counted");
 		CHECK(c.tx_retries[IBCM_ATTR_REQ] >= 3, "REQ retries counted");
-		CHECK(c.rx[IBCM_ATTR_MRA] >= 1 && c.rx[IBCM_ATTR_SIDR_REP] == 2, "MRA, SIDR_REP");
+		/* (A SIDR_REQ the client retried while the server was slow is
+		 * answered twice.) */
+		CHECK(c.rx[IBCM_ATTR_MRA] >= 1 && c.rx[IBCM_ATTR_SIDR_REP] >= 2, "MRA, SIDR_REP");
 		CHECK(c.live_ids == 0 && c.pending_timers == 0, "nothing live %llu %llu",
 		      (unsigned long long)c.live_ids, (unsigned long long)c.pending_timers);
 		CHECK(c.tx_datagrams == c.tx[IBCM_ATTR_REQ] + c.tx[IBCM_ATTR_RTU] +
