@@ -152,8 +152,8 @@ test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .
 	LD_LIBRARY_PATH=$(BUILD)/stub LD_PRELOAD=$(STAGE)/lib/libibcm.so \
 		$(BUILD)/c/cm_scenarios.preload $(TEST_NET).6 $(TEST_NET).7
 	@echo "== C tests under valgrind"
-	$(VALGRIND) -q --error-exitcode=99 --trace-children=yes --leak-check=full --show-possibly-lost=no \
-		--errors-for-leak-kinds=definite $(BUILD)/c/cm_scenarios $(TEST_NET).8 $(TEST_NET).9
+	CM_SCENARIOS_SLOW=1 $(VALGRIND) -q --error-exitcode=99 --trace-children=yes --leak-check=full \
+		--show-possibly-lost=no --errors-for-leak-kinds=definite $(BUILD)/c/cm_scenarios $(TEST_NET).8 $(TEST_NET).9
 
 # The verdict logic of the rdmacm matrix (interop/rdmacm/check.py) without a guest: the
 # capture cut at the guests' marks, the side-channel ICRC rewrite, the checks (with the real
