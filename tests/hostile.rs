@@ -371,7 +371,9 @@ fn hostile_input() {
     // server's handler) or refused with REJ(NO_RESOURCES): none is lost,
     // however long the server took.
     let refused = || sdev.counters().rej_tx[3] - c0.rej_tx[3];
-    if !until(Duration::from_secs(30), || admitted() + refused() >= flood_n as u64) {
+    if !until(Duration::from_secs(30), || {
+        admitted() + refused() >= flood_n as u64
+    }) {
         panic!(
             "flood REQs unaccounted for: {} admitted + {} refused of {flood_n} (server saw {})",
             admitted(),
@@ -382,8 +384,16 @@ fn hostile_input() {
     max_live = max_live.max(sdev.live_ids());
     let c = sdev.counters();
     let (adm, rej3) = (admitted(), c.rej_tx[3] - c0.rej_tx[3]);
-    assert_eq!(adm + rej3, flood_n as u64, "each flood REQ admitted or refused once");
-    assert_eq!(c.rx[1] - c0.rx[1], flood_n as u64, "every flood REQ reached the CM");
+    assert_eq!(
+        adm + rej3,
+        flood_n as u64,
+        "each flood REQ admitted or refused once"
+    );
+    assert_eq!(
+        c.rx[1] - c0.rx[1],
+        flood_n as u64,
+        "every flood REQ reached the CM"
+    );
     // The cap: an admission beyond it first made room, by evicting an
     // entry whose REP was sent or because one timed out (REP retries run
     // out after about a second: a slow flood sees some).
@@ -394,7 +404,11 @@ fn hostile_input() {
         "{adm} admitted with a cap of {HALF_OPEN_CAP}: {evicted} evicted, {expired} timed out"
     );
     assert!(rej3 + evicted > 0, "the cap refused or evicted");
-    assert_eq!(c.drops[5], c0.drops[5] + rej3, "each refused REQ counted as overload");
+    assert_eq!(
+        c.drops[5],
+        c0.drops[5] + rej3,
+        "each refused REQ counted as overload"
+    );
     // The flood's backlog is handled (every admitted REQ answered by the
     // consumer, or about to be): real connections get in at once, evicting
     // a flood entry whose REP was sent if the table is still full.
