@@ -125,6 +125,13 @@ $(BUILD)/c/%.preload: c-tests/%.c $(STAGE)/lib/pkgconfig/ibcm.pc $(BUILD)/stub/l
 	@mkdir -p $(BUILD)/c
 	$(CC) $(CFLAGS_T) $< -o $@ $$($(PKG) --cflags ibcm) -L$(BUILD)/stub -libcm -lpthread
 
+# The C tests' loopback addresses: this run's own 127.A.B.x and
+# 127.A.B+1.x (scripts/test-net.sh, claimed for make's pid), so two runs on
+# one host (worktrees, CI beside a developer) never bind the same soft
+# device address. Each test below takes its own last bytes;
+# `make test-c TEST_NET=127.0.0` picks the network by hand.
+TEST_NET = $(eval TEST_NET := $$(or $$(shell sh scripts/test-net.sh $$$$PPID),$$(error scripts/test-net.sh gave no network)))$(TEST_NET)
+
 # test-c, test-python, test-netns: in-process (IBCM_SERVICE=off) — one
 # process per address, and no service at the host's default socket;
 # test-service runs the C scenarios and the Python suite through the service.
@@ -132,21 +139,21 @@ test-c test-python test-netns: export IBCM_SERVICE = off
 test-c: $(addprefix $(BUILD)/c/,$(CTESTS)) $(addprefix $(BUILD)/c/,$(addsuffix .asan,$(CTESTS))) $(BUILD)/c/cm_scenarios.preload $(BUILD)/c/misuse.tsan
 	@echo "== C tests (pkg-config build)"
 	$(BUILD)/c/abi_static
-	$(BUILD)/c/cm_scenarios 127.0.0.2 127.0.0.3
-	$(BUILD)/c/misuse 127.0.81.2 127.0.81.3
+	$(BUILD)/c/cm_scenarios $(TEST_NET).2 $(TEST_NET).3
+	$(BUILD)/c/misuse $(TEST_NET).20 $(TEST_NET).21
 	@echo "== C API misuse under ThreadSanitizer (suppressions: c-tests/tsan.supp)"
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/c-tests/tsan.supp" \
-		setarch $$(uname -m) -R $(BUILD)/c/misuse.tsan 127.0.81.4 127.0.81.5
+		setarch $$(uname -m) -R $(BUILD)/c/misuse.tsan $(TEST_NET).22 $(TEST_NET).23
 	@echo "== C tests under AddressSanitizer + UBSan"
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/c/abi_static.asan
-	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/c/cm_scenarios.asan 127.0.0.4 127.0.0.5
-	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/c/misuse.asan 127.0.81.6 127.0.81.7
+	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/c/cm_scenarios.asan $(TEST_NET).4 $(TEST_NET).5
+	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/c/misuse.asan $(TEST_NET).24 $(TEST_NET).25
 	@echo "== C tests with the library LD_PRELOADed"
 	LD_LIBRARY_PATH=$(BUILD)/stub LD_PRELOAD=$(STAGE)/lib/libibcm.so \
-		$(BUILD)/c/cm_scenarios.preload 127.0.0.6 127.0.0.7
+		$(BUILD)/c/cm_scenarios.preload $(TEST_NET).6 $(TEST_NET).7
 	@echo "== C tests under valgrind"
-	$(VALGRIND) -q --error-exitcode=99 --trace-children=yes --leak-check=full --show-possibly-lost=no \
-		--errors-for-leak-kinds=definite $(BUILD)/c/cm_scenarios 127.0.0.8 127.0.0.9
+	CM_SCENARIOS_SLOW=1 $(VALGRIND) -q --error-exitcode=99 --trace-children=yes --leak-check=full \
+		--show-possibly-lost=no --errors-for-leak-kinds=definite $(BUILD)/c/cm_scenarios $(TEST_NET).8 $(TEST_NET).9
 
 # The verdict logic of the rdmacm matrix (interop/rdmacm/check.py) without a guest: the
 # capture cut at the guests' marks, the side-channel ICRC rewrite, the checks (with the real
@@ -179,10 +186,10 @@ test-rdmacm: rdmacm $(BUILD)/c/rdmacm_api $(BUILD)/c/rdmacm_api.asan $(BUILD)/c/
 	$(CARGO) test --release -p ibcm-rdmacm
 	bash rdmacm/tests/exports.sh $(RDMACM_SO) $(BUILD)/rdmacm
 	@echo "== rdma_* surface (c-tests/rdmacm_api.c) on librdmacm.so.1"
-	$(RDMACM_RUN) $(BUILD)/c/rdmacm_api 127.0.90.2 127.0.90.3
-	ASAN_OPTIONS=detect_leaks=1 $(RDMACM_RUN) $(BUILD)/c/rdmacm_api.asan 127.0.90.4 127.0.90.5
+	$(RDMACM_RUN) $(BUILD)/c/rdmacm_api $(TEST_NET).30 $(TEST_NET).31
+	ASAN_OPTIONS=detect_leaks=1 $(RDMACM_RUN) $(BUILD)/c/rdmacm_api.asan $(TEST_NET).32 $(TEST_NET).33
 	TSAN_OPTIONS="halt_on_error=1 die_after_fork=0 suppressions=$(CURDIR)/c-tests/rdmacm_tsan.supp" $(RDMACM_RUN) \
-		setarch $$(uname -m) -R $(BUILD)/c/rdmacm_api.tsan 127.0.90.6 127.0.90.7
+		setarch $$(uname -m) -R $(BUILD)/c/rdmacm_api.tsan $(TEST_NET).34 $(TEST_NET).35
 
 # Live interoperability with the Linux kernel CM (docs/INTEROP.md): a qemu
 # guest with Soft-RoCE in a private network namespace. Needs root,
@@ -236,7 +243,7 @@ test-service: $(BUILD)/c/cm_scenarios
 	trap "kill $$pid" EXIT; \
 	for i in $$(seq 200); do [ -S $(SVC_SOCK) ] && break; sleep 0.05; done; \
 	export IBCM_SERVICE=required IBCM_SERVICE_SOCKET=$(SVC_SOCK); \
-	$(BUILD)/c/cm_scenarios 127.0.85.2 127.0.85.3; \
+	$(BUILD)/c/cm_scenarios $(TEST_NET).10 $(TEST_NET).11; \
 	IBCM_LIB=$(STAGE)/lib/libibcm.so python3 -m pytest -q --ignore=python/tests/test_wheel.py python/tests
 
 clean:

@@ -1036,12 +1036,18 @@ pub mod sock {
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
-    /// Connects to the service at `path`.
-    pub fn connect(path: &Path) -> io::Result<OwnedFd> {
-        let (a, len) = addr(path)?;
-        let fd = socket()?;
+    /// `libc::connect` or `libc::bind`.
+    type SockAddrCall =
+        unsafe extern "C" fn(libc::c_int, *const libc::sockaddr, libc::socklen_t) -> libc::c_int;
+
+    /// `connect` or `bind` (`call`) of `fd` to a socket address.
+    fn at_addr(
+        fd: &OwnedFd,
+        (a, len): (libc::sockaddr_un, libc::socklen_t),
+        call: SockAddrCall,
+    ) -> io::Result<()> {
         let r = unsafe {
-            libc::connect(
+            call(
                 fd.as_raw_fd(),
                 &a as *const libc::sockaddr_un as *const libc::sockaddr,
                 len,
@@ -1050,6 +1056,13 @@ pub mod sock {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
+        Ok(())
+    }
+
+    /// Connects to the service at `path`.
+    pub fn connect(path: &Path) -> io::Result<OwnedFd> {
+        let fd = socket()?;
+        at_addr(&fd, addr(path)?, libc::connect)?;
         Ok(fd)
     }
 
@@ -1074,19 +1087,10 @@ pub mod sock {
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(format!(".{}", std::process::id()));
         let tmp = std::path::PathBuf::from(tmp);
-        let (a, len) = addr(&tmp)?;
+        let a = addr(&tmp)?;
         let _ = std::fs::remove_file(&tmp);
         let fd = socket()?;
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                &a as *const libc::sockaddr_un as *const libc::sockaddr,
-                len,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        at_addr(&fd, a, libc::bind)?;
         let ready = prepare(&tmp).and_then(|()| {
             if unsafe { libc::listen(fd.as_raw_fd(), 128) } < 0 {
                 return Err(io::Error::last_os_error());

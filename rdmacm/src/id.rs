@@ -499,12 +499,6 @@ pub fn create(
 /// (`exit_teardown`).
 pub const EXIT_LINGER: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// The process whose ids the exit teardown destroys: the last one that
-/// created an id. A forked child inherits the `atexit` entry but not its
-/// parent's connections (the kernel's ucma fd is shared after fork and only
-/// the last close destroys the ids); the ids it creates are its own.
-static EXIT_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
 /// Registers `exit_teardown` with `atexit` once per process.
 fn arm_exit_teardown() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -535,12 +529,6 @@ fn arm_exit_teardown() {
             );
         }
     });
-    // A forked child inherits the registration; the ids it creates itself
-    // (in its fresh library state, crate::fork) are its own to tear down.
-    let me = std::process::id();
-    if EXIT_PID.load(Ordering::Relaxed) != me {
-        EXIT_PID.store(me, Ordering::SeqCst);
-    }
 }
 
 /// What the kernel does when a process exits with rdma_cm ids it never
@@ -553,13 +541,11 @@ fn arm_exit_teardown() {
 /// waits up to `linger` for the peers' answers (a peer exiting at the same
 /// moment sends a crossing DREQ that must find this CM alive to be
 /// answered), then every id is destroyed (DREP to a received DREQ, REJ to
-/// a pending connection, listeners gone). Nothing is waited for in a
-/// forked child, nor when the id table is locked (exit called from inside
-/// the library).
+/// a pending connection, listeners gone). Nothing is waited for when the
+/// id table is locked (exit called from inside the library). A child of
+/// `fork()` inherits the `atexit` entry but reads its own fresh registry
+/// (`crate::fork`): it tears down the ids it created, never its parent's.
 pub fn exit_teardown(linger: std::time::Duration) {
-    if EXIT_PID.load(Ordering::SeqCst) != std::process::id() {
-        return;
-    }
     let live: Vec<Arc<IdPriv>> = match ids().try_lock() {
         Ok(m) => m.values().cloned().collect(),
         Err(_) => {

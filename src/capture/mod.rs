@@ -445,29 +445,23 @@ pub(crate) struct Endian {
 }
 
 impl Endian {
+    /// `N` bytes at `off` in file order, big-endian first: reversed when
+    /// the file is little-endian (None past the end).
+    fn bytes<const N: usize>(self, b: &[u8], off: usize) -> Option<[u8; N]> {
+        let mut s: [u8; N] = b.get(off..off.checked_add(N)?)?.try_into().ok()?;
+        if !self.big {
+            s.reverse();
+        }
+        Some(s)
+    }
     pub fn u16(self, b: &[u8], off: usize) -> Option<u16> {
-        let s: [u8; 2] = b.get(off..off.checked_add(2)?)?.try_into().ok()?;
-        Some(if self.big {
-            u16::from_be_bytes(s)
-        } else {
-            u16::from_le_bytes(s)
-        })
+        self.bytes(b, off).map(u16::from_be_bytes)
     }
     pub fn u32(self, b: &[u8], off: usize) -> Option<u32> {
-        let s: [u8; 4] = b.get(off..off.checked_add(4)?)?.try_into().ok()?;
-        Some(if self.big {
-            u32::from_be_bytes(s)
-        } else {
-            u32::from_le_bytes(s)
-        })
+        self.bytes(b, off).map(u32::from_be_bytes)
     }
     pub fn u64(self, b: &[u8], off: usize) -> Option<u64> {
-        let s: [u8; 8] = b.get(off..off.checked_add(8)?)?.try_into().ok()?;
-        Some(if self.big {
-            u64::from_be_bytes(s)
-        } else {
-            u64::from_le_bytes(s)
-        })
+        self.bytes(b, off).map(u64::from_be_bytes)
     }
 }
 

@@ -41,6 +41,9 @@ impl std::fmt::Display for Dropped {
 
 type Handled = Result<(), Dropped>;
 
+const STALE_REQ: &str = "stale connection: REJ(STALE_CONN), DREQ to the old one";
+const STALE_REP: &str = "stale connection on REP: REJ(STALE_CONN)";
+
 fn drop_(cause: DropCause, why: &'static str) -> Handled {
     Err(Dropped::Other(cause, why))
 }
@@ -154,6 +157,23 @@ impl Engine {
     fn send_dup_response(&mut self, dest: MadDest, mad: [u8; 256]) {
         self.counters.tx_retries[attr_index(peek::attr_id_of(&mad))] += 1;
         self.push_mad(dest, mad);
+    }
+
+    /// A REQ or REP (`tid`, its local and remote comm IDs, `code`) that
+    /// names a QP another connection (`old`) holds: REJ(STALE_CONN) to its
+    /// sender, a DREQ to the old connection, and the message dropped.
+    fn stale_conn(
+        &mut self,
+        now: Time,
+        src: &MadSource,
+        (tid, local, remote, code): (u64, u32, u32, MsgCode),
+        old: RemoteQpEntry,
+        why: &'static str,
+    ) -> Handled {
+        let rej = issue_rej(tid, local, remote, code, rej_reason::STALE_CONN, &[]);
+        self.push_mad(Self::reply_dest(src), rej);
+        self.dreq_stale(now, old);
+        drop_(DropCause::Mismatch, why)
     }
 
     /// Asks for `ib_send_cm_dreq(old, NULL, 0)` on a stale connection.
@@ -379,20 +399,8 @@ impl Engine {
         };
         if let Err(old) = self.shared.qp_insert(guid, r.local_qpn, me) {
             self.discard_new_id(id);
-            let rej = issue_rej(
-                mad.tid,
-                r.local_comm_id,
-                0,
-                MsgCode::Req,
-                rej_reason::STALE_CONN,
-                &[],
-            );
-            self.push_mad(Self::reply_dest(src), rej);
-            self.dreq_stale(now, old);
-            return drop_(
-                DropCause::Mismatch,
-                "stale connection: REJ(STALE_CONN), DREQ to the old one",
-            );
+            let to = (mad.tid, r.local_comm_id, 0, MsgCode::Req);
+            return self.stale_conn(now, src, to, old, STALE_REQ);
         }
         self.ids.get_mut(id).unwrap().in_remote_qp = true;
         let Some(listener) = self.shared.listen_lookup(r.service_id) else {
@@ -720,20 +728,8 @@ impl Engine {
             remote_id: r.local_comm_id,
         };
         if let Err(old) = self.shared.qp_insert(guid, qpn, me) {
-            let rej = issue_rej(
-                mad.tid,
-                r.local_comm_id,
-                r.remote_comm_id,
-                MsgCode::Rep,
-                rej_reason::STALE_CONN,
-                &[],
-            );
-            self.push_mad(Self::reply_dest(src), rej);
-            self.dreq_stale(now, old);
-            return drop_(
-                DropCause::Mismatch,
-                "stale connection on REP: REJ(STALE_CONN)",
-            );
+            let to = (mad.tid, r.local_comm_id, r.remote_comm_id, MsgCode::Rep);
+            return self.stale_conn(now, src, to, old, STALE_REP);
         }
         self.remote_ids.insert((guid, r.local_comm_id), id);
         let rec = self.ids.get_mut(id).unwrap();

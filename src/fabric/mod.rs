@@ -28,52 +28,61 @@ pub struct Received {
     pub mad: [u8; 256],
 }
 
-/// Transport-level counters (what the engine never sees).
-#[derive(Debug, Default)]
-pub struct TransportStats {
-    pub rx_datagrams: AtomicU64,
-    pub tx_datagrams: AtomicU64,
-    /// Datagrams that were not RoCEv2 GSI MADs (wrong length, opcode, QP,
-    /// Q_Key, …), dropped before the engine.
-    pub rx_garbage: AtomicU64,
-    /// Datagrams whose ICRC did not match the value a Linux UDP sender
-    /// would produce (accepted: see `udp` for why).
-    pub rx_icrc_unverified: AtomicU64,
-    pub tx_errors: AtomicU64,
-    pub rx_errors: AtomicU64,
-    /// Destinations the transport cannot reach (unknown GID).
-    pub tx_unroutable: AtomicU64,
+/// Declares the transport counters once: [`TransportStats`] (live,
+/// atomic), [`TransportCounters`] (a copy, by name) and the snapshot from
+/// one to the other.
+macro_rules! transport_counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// Transport-level counters (what the engine never sees).
+        #[derive(Debug, Default)]
+        pub struct TransportStats {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+        }
+
+        /// A copy of a transport's counters at one moment, by name.
+        #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+        pub struct TransportCounters {
+            $($(#[$doc])* pub $name: u64,)*
+        }
+
+        impl TransportStats {
+            pub fn snapshot(&self) -> TransportCounters {
+                TransportCounters {
+                    $($name: self.$name.load(Ordering::Relaxed),)*
+                }
+            }
+        }
+    };
 }
 
-/// A copy of a transport's counters at one moment, by name.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct TransportCounters {
-    pub rx_datagrams: u64,
-    pub tx_datagrams: u64,
-    /// Datagrams that were not RoCEv2 GSI MADs, dropped before the engine.
-    pub rx_garbage: u64,
-    /// Datagrams accepted with an ICRC other than a Linux sender's.
-    pub rx_icrc_unverified: u64,
-    pub tx_errors: u64,
-    pub rx_errors: u64,
+transport_counters! {
+    rx_datagrams,
+    tx_datagrams,
+    /// Datagrams that were not RoCEv2 GSI MADs (wrong length, opcode, QP,
+    /// Q_Key, …), dropped before the engine.
+    rx_garbage,
+    /// Datagrams whose ICRC did not match the value a Linux UDP sender
+    /// would produce (accepted: see `udp` for why).
+    rx_icrc_unverified,
+    tx_errors,
+    rx_errors,
     /// Destinations the transport cannot reach (unknown GID).
-    pub tx_unroutable: u64,
+    tx_unroutable,
 }
 
 impl TransportStats {
     pub fn inc(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
     }
-    pub fn snapshot(&self) -> TransportCounters {
-        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        TransportCounters {
-            rx_datagrams: g(&self.rx_datagrams),
-            tx_datagrams: g(&self.tx_datagrams),
-            rx_garbage: g(&self.rx_garbage),
-            rx_icrc_unverified: g(&self.rx_icrc_unverified),
-            tx_errors: g(&self.tx_errors),
-            rx_errors: g(&self.rx_errors),
-            tx_unroutable: g(&self.tx_unroutable),
+}
+
+/// `poll(2)`'s timeout for `timeout`: milliseconds rounded up (a wait
+/// never ends early), -1 for none.
+pub fn poll_ms(timeout: Option<Duration>) -> i32 {
+    match timeout {
+        None => -1,
+        Some(d) => {
+            d.as_millis().min(i32::MAX as u128) as i32 + (d.subsec_nanos() % 1_000_000 != 0) as i32
         }
     }
 }

@@ -475,13 +475,7 @@ impl Transport for UmadTransport {
             events: libc::POLLIN,
             revents: 0,
         });
-        let ms = match timeout {
-            None => -1,
-            Some(d) => {
-                d.as_millis().min(i32::MAX as u128) as i32
-                    + (d.subsec_nanos() % 1_000_000 != 0) as i32
-            }
-        };
+        let ms = super::poll_ms(timeout);
         let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         if r < 0 {
             let e = io::Error::last_os_error();

@@ -1061,6 +1061,16 @@ fn last_errno(default: i32) -> Errno {
     )
 }
 
+/// A pointer-returning libibverbs call's result: the object, or (NULL) the
+/// errno it left, `default` when it left none.
+fn nonnull<T>(p: *mut T, default: i32) -> Result<*mut T, Errno> {
+    if p.is_null() {
+        Err(last_errno(default))
+    } else {
+        Ok(p)
+    }
+}
+
 /// Status of an `int`-returning libibverbs call: 0, or an errno (positive
 /// or negative depending on the provider; -1 means "see errno").
 fn status(r: c_int) -> Result<(), Errno> {
@@ -1127,12 +1137,7 @@ pub unsafe fn query_context(ctx: *mut IbvContext, name: &str) -> Result<VerbsInf
 /// # Safety
 /// `ctx` must be a live context.
 pub unsafe fn alloc_pd(ctx: *mut IbvContext) -> Result<*mut IbvPd, Errno> {
-    let l = lib()?;
-    let pd = unsafe { (l.alloc_pd)(ctx) };
-    if pd.is_null() {
-        return Err(last_errno(errno::ENOMEM));
-    }
-    Ok(pd)
+    nonnull(unsafe { (lib()?.alloc_pd)(ctx) }, errno::ENOMEM)
 }
 
 /// `ibv_dealloc_pd` (`EBUSY` while objects still use the PD).
@@ -1148,11 +1153,7 @@ pub unsafe fn dealloc_pd(pd: *mut IbvPd) -> Result<(), Errno> {
 /// # Safety
 /// `ctx` must be a live context.
 pub unsafe fn create_comp_channel(ctx: *mut IbvContext) -> Result<*mut IbvCompChannel, Errno> {
-    let ch = unsafe { (lib()?.create_comp_channel)(ctx) };
-    if ch.is_null() {
-        return Err(last_errno(errno::ENOMEM));
-    }
-    Ok(ch)
+    nonnull(unsafe { (lib()?.create_comp_channel)(ctx) }, errno::ENOMEM)
 }
 
 /// `ibv_destroy_comp_channel` (`EBUSY` while a CQ uses it).
@@ -1175,10 +1176,7 @@ pub unsafe fn create_cq(
     comp_vector: c_int,
 ) -> Result<*mut IbvCq, Errno> {
     let cq = unsafe { (lib()?.create_cq)(ctx, cqe, cq_context, channel, comp_vector) };
-    if cq.is_null() {
-        return Err(last_errno(errno::ENOMEM));
-    }
-    Ok(cq)
+    nonnull(cq, errno::ENOMEM)
 }
 
 /// `ibv_destroy_cq`.
@@ -1215,10 +1213,7 @@ pub unsafe fn create_qp_ex(
             None => return Err(Errno(libc::EOPNOTSUPP)),
         }
     };
-    if qp.is_null() {
-        return Err(last_errno(errno::EINVAL));
-    }
-    Ok(qp)
+    nonnull(qp, errno::EINVAL)
 }
 
 /// The provider's `create_qp_ex` (`verbs_get_ctx_op(ctx, create_qp_ex)`).
@@ -1326,11 +1321,7 @@ pub unsafe fn set_ece(qp: *mut IbvQp, ece: &IbvEce) -> Result<(), Errno> {
 /// # Safety
 /// `pd` must be a live PD.
 pub unsafe fn create_srq(pd: *mut IbvPd, attr: &mut IbvSrqInitAttr) -> Result<*mut IbvSrq, Errno> {
-    let srq = unsafe { (lib()?.create_srq)(pd, attr) };
-    if srq.is_null() {
-        return Err(last_errno(errno::EINVAL));
-    }
-    Ok(srq)
+    nonnull(unsafe { (lib()?.create_srq)(pd, attr) }, errno::EINVAL)
 }
 
 /// `ibv_destroy_srq`.

@@ -177,31 +177,52 @@ impl Device {
     /// service reported them).
     pub(super) fn with_remote(remote: Arc<Remote>) -> Arc<Device> {
         let ports = remote.ports();
-        let dev = Arc::new(Device {
-            name: remote.describe(),
-            transport: remote.clone(),
-            shards: Vec::new(),
+        let dev = Arc::new(Device::assemble(
+            remote.clone(),
+            Vec::new(),
+            Arc::new(Shared::new(0, 0)),
+            Box::new([]),
+            ports,
+            Some(remote),
+        ));
+        dev.fix_gid_attr_device();
+        dev
+    }
+
+    /// A device's record with nothing running yet: the parts that differ
+    /// between a device of this process and one served by the host's CM
+    /// service (`remote`), the rest idle and empty.
+    fn assemble(
+        transport: Arc<dyn Transport>,
+        shards: Vec<Mutex<Shard>>,
+        shared: Arc<Shared>,
+        live_ids: Box<[PaddedCount]>,
+        ports: Vec<PortInfo>,
+        remote: Option<Arc<Remote>>,
+    ) -> Device {
+        Device {
+            name: transport.describe(),
+            node_guid: transport.node_guid(),
+            gid_attrs: std::sync::RwLock::new(vec![gid_attr_table(&ports, std::ptr::null_mut())]),
+            ports: std::sync::RwLock::new(Arc::new(ports)),
+            transport,
+            shards,
             listeners: Listeners::new(),
-            shared: Arc::new(Shared::new(0, 0)),
+            shared,
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
             threads: Mutex::new(Vec::new()),
             sleep_until: AtomicU64::new(0),
             timer_gen: AtomicU64::new(0),
             listen_lock: Mutex::new(()),
-            live_ids: Box::new([]),
+            live_ids,
             deferred: Mutex::new(Vec::new()),
             outq: Mutex::new(Vec::new()),
             outq_pending: std::sync::atomic::AtomicBool::new(false),
             send_lock: Mutex::new(()),
-            gid_attrs: std::sync::RwLock::new(vec![gid_attr_table(&ports, std::ptr::null_mut())]),
-            node_guid: remote.node_guid(),
-            ports: std::sync::RwLock::new(Arc::new(ports)),
             port_hooks: Mutex::new(Vec::new()),
-            remote: Some(remote),
-        });
-        dev.fix_gid_attr_device();
-        dev
+            remote,
+        }
     }
 
     fn fix_gid_attr_device(&self) {
@@ -238,32 +259,12 @@ impl Device {
                 Mutex::new(Shard::new(Engine::new(cfg, shared.clone())))
             })
             .collect();
-        let attrs = gid_attr_table(&ports, std::ptr::null_mut());
-        let dev = Arc::new(Device {
-            name: transport.describe(),
-            transport,
-            shards,
-            listeners: Listeners::new(),
-            shared,
-            epoch: Instant::now(),
-            stop: AtomicBool::new(false),
-            threads: Mutex::new(Vec::new()),
-            sleep_until: AtomicU64::new(0),
-            timer_gen: AtomicU64::new(0),
-            listen_lock: Mutex::new(()),
-            live_ids: (0..1u32 << shard_bits)
-                .map(|_| PaddedCount::default())
-                .collect(),
-            deferred: Mutex::new(Vec::new()),
-            outq: Mutex::new(Vec::new()),
-            outq_pending: std::sync::atomic::AtomicBool::new(false),
-            send_lock: Mutex::new(()),
-            gid_attrs: std::sync::RwLock::new(vec![attrs]),
-            ports: std::sync::RwLock::new(Arc::new(ports)),
-            port_hooks: Mutex::new(Vec::new()),
-            node_guid,
-            remote: None,
-        });
+        let live_ids = (0..1u32 << shard_bits)
+            .map(|_| PaddedCount::default())
+            .collect();
+        let dev = Arc::new(Device::assemble(
+            transport, shards, shared, live_ids, ports, None,
+        ));
         dev.fix_gid_attr_device();
         let mut threads = lock(&dev.threads);
         if dev.transport.watches_ports() {
