@@ -122,6 +122,7 @@ pairing() { # pairing NAME
     [ "$PAIR_SERVICE" = 0 ] || cp "$IBCM" "$run/ibcm"
   fi
   cp "$HERE/rdmacm/guest.sh" "$run/guest.sh"
+  cp "$HERE/rdmacm/local.sh" "$run/local.sh"
   rdmacm_pairing_env "${RDMACM_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-debug}" \
     "${RDMACM_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" "${RDMACM_READY_WAIT:-10}" > "$run/pairing.env"
   say "=== $p: $n scenario(s), guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B), service $PAIR_SERVICE"
