@@ -16,7 +16,8 @@
 #
 # The other ibcm pairings run in-process (IBCM_SERVICE=off, one process per device and guest).
 # Scenarios named local-* run server and client in guest A at once (two processes on one rxe0
-# port, loopback): in kernel-kernel (the baseline) and ibcm-svc only; svc-* in ibcm-svc only
+# port, loopback; interop/rdmacm/local.sh, copied into the run directory, drives and reports both
+# sides): in kernel-kernel (the baseline) and ibcm-svc only; svc-* in ibcm-svc only
 # (they need the service: e.g. the ibcm CLI beside rping on rxe0). ibcm-svc runs
 # svc-server-killed instead of server-killed (which watches the kernel's cm_ids).
 #
