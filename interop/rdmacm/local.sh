@@ -23,10 +23,9 @@
 set -u
 
 local_wait() { # local_wait NAME SECONDS
-  local i=0 n=$(($2 * 5))
+  local end=$((SECONDS + $2))
   until [ -e "$LAB_DIR/$1.fin" ]; do
-    i=$((i + 1))
-    [ $i -le $n ] || { echo "guest A did not finish $1 within $2 s"; return 1; }
+    [ $SECONDS -lt $end ] || { echo "guest A did not finish $1 within $2 s"; return 1; }
     sleep 0.2
   done
 }
@@ -66,8 +65,8 @@ local_pair() { # local_pair NAME READY END SERVER CLIENT
     wait "$s" 2>/dev/null
     r=0
   else
-    i=0
-    while kill -0 "$s" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+    i=$((SECONDS + 20))  # by the clock: under TCG a `sleep` (preloaded) takes long to start
+    while kill -0 "$s" 2>/dev/null && [ $SECONDS -lt $i ]; do sleep 0.1; done
     if kill -0 "$s" 2>/dev/null; then
       kill -KILL "$s" 2>/dev/null
       wait "$s" 2>/dev/null
