@@ -10,9 +10,9 @@
 #   server and prints every line of the server prefixed "S: ", of the client "C: " (as they
 #   come), and one last line "rc client=C server=S"; exit status 0 iff both are 0.
 #   READY  listen: $CM_IDS shows a listener (the kernel's cm_ids, or the service's `ibcm ids`,
-#          each call bounded to 5 s; up to 30 s in all: a guest's first preloaded tool starts the
-#          service, over 10 s under TCG);
-#          out:REGEX: a line of the server's output matches REGEX (up to 30 s)
+#          each call bounded to 10 s); out:REGEX: a line of the server's output matches REGEX.
+#          Up to 60 s: a guest's first preloaded tool starts the service, and under TCG with
+#          the host at load 20 that tool was not listening after 30 s (seen)
 #   END    wait: the server exits by itself after the client (up to 20 s, then it is killed:
 #          server=killed); stop: a server that serves until stopped is stopped once the client
 #          returned (SIGTERM; server=0 when it was still running, else its own exit status)
@@ -33,15 +33,15 @@ local_wait() { # local_wait NAME SECONDS
 # local_ready READY SERVER-OUTPUT PID: 0 once the server is ready, 1 if it exited or the wait
 # ran out (with a line saying which)
 local_ready() {
-  local end=$((SECONDS + 30))
+  local end=$((SECONDS + 60))
   while :; do
     case $1 in
-      listen) timeout 5 $CM_IDS 2>/dev/null | grep -q LISTEN && return 0 ;;
+      listen) timeout 10 $CM_IDS 2>/dev/null | grep -q LISTEN && return 0 ;;
       out:*) grep -qE -- "${1#out:}" "$2" 2>/dev/null && return 0 ;;
       *) echo "local.sh: unknown readiness $1"; return 1 ;;
     esac
     kill -0 "$3" 2>/dev/null || { echo "local.sh: the server exited before it was ready"; return 1; }
-    [ $SECONDS -lt $end ] || { echo "local.sh: the server was not ready ($1) after 30 s"; return 1; }
+    [ $SECONDS -lt $end ] || { echo "local.sh: the server was not ready ($1) after 60 s"; return 1; }
     sleep 0.1
   done
 }
