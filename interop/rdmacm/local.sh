@@ -6,7 +6,8 @@
 #   bash $LAB_DIR/local.sh pair NAME READY END SERVER CLIENT      (guest A)
 #   bash $LAB_DIR/local.sh wait NAME SECONDS                      (guest B)
 #
-# pair: starts SERVER (a bash command), waits until it is ready, runs CLIENT, then ends the
+# pair: starts SERVER (a bash command whose last step is the tool, which bash then execs: ending
+#   the server is a signal to its pid), waits until it is ready, runs CLIENT, then ends the
 #   server and prints every line of the server prefixed "S: ", of the client "C: " (as they
 #   come), and one last line "rc client=C server=S"; exit status 0 iff both are 0.
 #   READY  listen: $CM_IDS shows a listener (the kernel's cm_ids, or the service's `ibcm ids`,

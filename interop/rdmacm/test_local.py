@@ -72,8 +72,8 @@ class Local(unittest.TestCase):
         self.assertLess(lines.index("S: receiving data"), lines.index("C: sent"))
 
     def test_stop_ends_a_server_that_serves_until_stopped(self):
-        rc, out = self.run_local("pair", "t", "listen", "stop", "echo serving; sleep 60",
-                                 "echo connect : 1", timeout=20)
+        rc, out = self.run_local("pair", "t", "listen", "stop",
+                                 "echo serving; exec sleep 60", "echo connect : 1", timeout=20)
         self.assertEqual(rc, 0, out)
         self.assertEqual(out.splitlines()[-1], "rc client=0 server=0")
 
