@@ -19,7 +19,8 @@
 # and serves every later tool of that guest. kernel-ibcm and ibcm-ibcm-umad stay in-process
 # (IBCM_SERVICE=off, one process per device and guest): the proof of the single-process mode.
 # Scenarios named local-* run server and client in guest A at once (two processes on one rxe0
-# port, loopback): in kernel-kernel (the baseline) and ibcm-svc only; svc-* in ibcm-svc only
+# port, loopback; interop/rdmacm/local.sh, copied into the run directory, drives and reports both
+# sides): in kernel-kernel (the baseline) and ibcm-svc only; svc-* in ibcm-svc only
 # (they need the service: e.g. the ibcm CLI beside rping on rxe0), except svc-server-killed:
 # where guest A's tools go through the service (ibcm-kernel, ibcm-ibcm-udp, ibcm-svc) it runs
 # instead of server-killed (which watches the kernel's cm_ids; the service's are in `ibcm ids`).
@@ -140,6 +141,7 @@ pairing() { # pairing NAME
   fi
   cp "$HERE/rdmacm/guest.sh" "$run/guest.sh"
   [ ! -x "$SRQ_LAB" ] || cp "$SRQ_LAB" "$run/srq_lab"
+  cp "$HERE/rdmacm/local.sh" "$run/local.sh"
   rdmacm_pairing_env "${RDMACM_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-debug}" \
     "${RDMACM_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" "${RDMACM_READY_WAIT:-10}" > "$run/pairing.env"
   say "=== $p: $n scenario(s), guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B), service $PAIR_SERVICE"
