@@ -33,6 +33,7 @@ use crate::ipc::{
 };
 use crate::log::{INFO, WARN};
 use crate::portspace::{self, PortTable};
+use crate::runtime::LocalSwitch;
 use crate::wire::Gid;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::OwnedFd;
@@ -103,6 +104,8 @@ pub struct Service {
     conns: Mutex<HashMap<u64, Weak<Conn>>>,
     /// rdma_cm's port spaces, host-wide; holders are connection ids.
     ports: Mutex<PortTable>,
+    /// The soft devices served, handing each other MADs in memory.
+    switch: Arc<LocalSwitch>,
 }
 
 /// One of a connection's ids, with what `ibcm ids` shows beside its
@@ -201,6 +204,7 @@ impl Service {
             next_conn: AtomicU64::new(1),
             conns: Mutex::new(HashMap::new()),
             ports: Mutex::new(PortTable::default()),
+            switch: LocalSwitch::new(),
         })
     }
 
@@ -294,6 +298,7 @@ impl Service {
         // The service's own devices are in-process, whatever IBCM_SERVICE
         // says in its environment.
         let dev = Device::open_local(name, DeviceOptions::default())?;
+        self.switch.join(&dev);
         ibcm_log!(INFO, "serving {key}");
         let refused = Arc::new(AtomicU64::new(0));
         devs.insert(
@@ -418,6 +423,7 @@ impl Service {
             // Closed under the lock: an open of the same name waits for
             // the transport to be released instead of finding it bound.
             ibcm_log!(INFO, "{key}: last process gone, closing it");
+            self.switch.leave(&s.dev);
             s.dev.close();
         }
     }

@@ -943,6 +943,8 @@ fn oneway_calls_and_leased_handles_refuse_forgeries() {
 /// round trips through the service (`init_qp_attr` as the rdmacm library's
 /// handler does, `state`, a lease of ids in `create_id`, `listen`) must
 /// read its own replies instead of waiting for the thread that runs it.
+/// (The two addresses are devices of one service: their MADs take its
+/// in-memory switch.)
 #[test]
 fn callbacks_make_round_trips_through_the_service() {
     let d = Daemon::start("cb-calls");

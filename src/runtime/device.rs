@@ -129,6 +129,11 @@ pub struct Device {
     /// Set for a device served by the host CM service: no shards or
     /// threads here, every id call is a request to the service.
     pub(super) remote: Option<Arc<Remote>>,
+    /// The switch this device hands MADs to its process's other soft
+    /// devices through (the host CM service's devices only).
+    pub(super) switch: std::sync::OnceLock<Arc<super::switch::LocalSwitch>>,
+    /// MADs other devices of the switch handed to this one.
+    pub(super) inbound: Mutex<super::switch::Inbound>,
 }
 
 unsafe impl Send for Device {}
@@ -186,6 +191,8 @@ impl Device {
             deferred: Mutex::new(Vec::new()),
             outq: Mutex::new(Vec::new()),
             outq_pending: std::sync::atomic::AtomicBool::new(false),
+            switch: std::sync::OnceLock::new(),
+            inbound: Mutex::new(Default::default()),
             send_lock: Mutex::new(()),
             gid_attrs: std::sync::RwLock::new(vec![gid_attr_table(&ports, std::ptr::null_mut())]),
             node_guid: remote.node_guid(),
@@ -249,6 +256,8 @@ impl Device {
             deferred: Mutex::new(Vec::new()),
             outq: Mutex::new(Vec::new()),
             outq_pending: std::sync::atomic::AtomicBool::new(false),
+            switch: std::sync::OnceLock::new(),
+            inbound: Mutex::new(Default::default()),
             send_lock: Mutex::new(()),
             gid_attrs: std::sync::RwLock::new(vec![attrs]),
             ports: std::sync::RwLock::new(Arc::new(ports)),
