@@ -71,7 +71,9 @@ pub use crate::engine::{
 pub use crate::fabric::TransportCounters;
 pub use crate::ipc::Stat as ServiceStat;
 pub use crate::path::{SOFT_PACKET_LIFE_TIME, path_from_port, select_sgid};
-pub use crate::runtime::{CmId, Device, DeviceOptions, DeviceSpec, RustHandler, listen_id, lookup};
+pub use crate::runtime::{
+    CmId, Device, DeviceOptions, DeviceSpec, LocalSwitch, RustHandler, listen_id, lookup,
+};
 pub use crate::wire::Gid;
 
 /// libibverbs, loaded at run time by SONAME (the application's own copy

@@ -25,7 +25,7 @@
 //!   need CAP_NET_BIND_SERVICE in the peer process's effective set. A
 //!   connection's ports are released when it ends.
 
-use crate::api::{CmId, Device, DeviceOptions, EventParam, RustHandler};
+use crate::api::{CmId, Device, DeviceOptions, EventParam, LocalSwitch, RustHandler};
 use crate::engine::{Errno, errno};
 use crate::ipc::{
     self, Created, DeviceStat, Header, IdInfo, IdList, Opened, Public, Reader, Refused, Stat,
@@ -33,7 +33,6 @@ use crate::ipc::{
 };
 use crate::log::{INFO, WARN};
 use crate::portspace::{self, PortTable};
-use crate::runtime::LocalSwitch;
 use crate::wire::Gid;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::OwnedFd;
