@@ -72,7 +72,7 @@ pub use crate::fabric::TransportCounters;
 pub use crate::ipc::Stat as ServiceStat;
 pub use crate::path::{SOFT_PACKET_LIFE_TIME, path_from_port, select_sgid};
 pub use crate::runtime::{
-    CmId, Device, DeviceOptions, DeviceSpec, PortsHook, RustHandler, listen_id, lookup,
+    CmId, Device, DeviceOptions, DeviceSpec, LocalSwitch, PortsHook, RustHandler, listen_id, lookup,
 };
 pub use crate::wire::Gid;
 

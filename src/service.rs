@@ -25,7 +25,7 @@
 //!   need CAP_NET_BIND_SERVICE in the peer process's effective set. A
 //!   connection's ports are released when it ends.
 
-use crate::api::{CmId, Device, DeviceOptions, EventParam, PortInfo, RustHandler};
+use crate::api::{CmId, Device, DeviceOptions, EventParam, LocalSwitch, PortInfo, RustHandler};
 use crate::engine::{Errno, errno};
 use crate::ipc::{
     self, Created, DeviceStat, Header, IdInfo, IdList, Opened, Public, Reader, Refused, Stat,
@@ -103,6 +103,8 @@ pub struct Service {
     conns: Mutex<HashMap<u64, Weak<Conn>>>,
     /// rdma_cm's port spaces, host-wide; holders are connection ids.
     ports: Mutex<PortTable>,
+    /// The soft devices served, handing each other MADs in memory.
+    switch: Arc<LocalSwitch>,
 }
 
 /// One of a connection's ids, with what `ibcm ids` shows beside its
@@ -208,6 +210,7 @@ impl Service {
             next_conn: AtomicU64::new(1),
             conns: Mutex::new(HashMap::new()),
             ports: Mutex::new(PortTable::default()),
+            switch: LocalSwitch::new(),
         })
     }
 
@@ -312,6 +315,7 @@ impl Service {
         // The service's own devices are in-process, whatever IBCM_SERVICE
         // says in its environment.
         let dev = Device::open_local(name, DeviceOptions::default())?;
+        self.switch.join(&dev);
         // Port events (a GID added later) reach the processes too.
         let me = Arc::downgrade(self);
         dev.on_ports_change(Box::new(move |dev, ports| {
@@ -467,6 +471,7 @@ impl Service {
             // Closed under the lock: an open of the same name waits for
             // the transport to be released instead of finding it bound.
             ibcm_log!(INFO, "{key}: last process gone, closing it");
+            self.switch.leave(&s.dev);
             s.dev.close();
         }
     }

@@ -938,3 +938,108 @@ fn oneway_calls_and_leased_handles_refuse_forgeries() {
     lid.destroy().unwrap();
     good.close();
 }
+
+/// The process's reader thread runs callbacks itself; a callback that makes
+/// round trips through the service (`init_qp_attr` as the rdmacm library's
+/// handler does, `state`, a lease of ids in `create_id`, `listen`) must
+/// read its own replies instead of waiting for the thread that runs it.
+/// (The two addresses are devices of one service: their MADs take its
+/// in-memory switch.)
+#[test]
+fn callbacks_make_round_trips_through_the_service() {
+    let d = Daemon::start("cb-calls");
+    let (srv_name, cli_name) = ("soft:127.0.9.14", "soft:127.0.9.15");
+    let srv = Device::open_served(srv_name, &d.socket).unwrap();
+    let cli = Device::open_served(cli_name, &d.socket).unwrap();
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<(), String>>();
+    let done = Arc::new(Mutex::new(done_tx));
+    let extra: Arc<Mutex<Vec<ibcm::api::CmId>>> = Arc::default();
+    let (l, x, s) = (log.clone(), extra.clone(), srv.clone());
+    let server: RustHandler = Arc::new(move |id, ev| {
+        if ev.kind != EventType::ReqReceived {
+            return 0;
+        }
+        // Round trips from the reader thread's callback.
+        let attr = id.init_qp_attr(ibcm::abi::IB_QPS_RTR);
+        let state = id.state();
+        let other = s.create_id(None, std::ptr::null_mut(), None);
+        let listened = other.as_ref().map(|o| o.listen(0x4243));
+        l.lock().unwrap().push(format!(
+            "server: attr {:?} state {state:?} listen {listened:?}",
+            attr.as_ref().map(|_| ())
+        ));
+        if let Ok(o) = other {
+            x.lock().unwrap().push(o);
+        }
+        let rep = ibcm::api::RepParams {
+            qp_num: 11,
+            starting_psn: 1,
+            ..Default::default()
+        };
+        match id.send_rep(&rep) {
+            Ok(()) => 0,
+            Err(e) => {
+                l.lock().unwrap().push(format!("server: send_rep {e:?}"));
+                -1
+            }
+        }
+    });
+    let (l, dn) = (log.clone(), done.clone());
+    let client: RustHandler = Arc::new(move |id, ev| {
+        let r = match ev.kind {
+            EventType::RepReceived => {
+                let attr = id.init_qp_attr(ibcm::abi::IB_QPS_RTR).map(|_| ());
+                let rts = id.init_qp_attr(ibcm::abi::IB_QPS_RTS).map(|_| ());
+                l.lock()
+                    .unwrap()
+                    .push(format!("client: rtr {attr:?} rts {rts:?}"));
+                match (attr, rts, id.send_rtu(&[])) {
+                    (Ok(()), Ok(()), Ok(())) => Ok(()),
+                    other => Err(format!("client: {other:?}")),
+                }
+            }
+            k => Err(format!("client: unexpected {k:?}")),
+        };
+        let _ = dn.lock().unwrap().send(r);
+        0
+    });
+    let listener = srv
+        .create_id(None, std::ptr::null_mut(), Some(server))
+        .unwrap();
+    listener.listen(0x4242).unwrap();
+    let id = cli
+        .create_id(None, std::ptr::null_mut(), Some(client))
+        .unwrap();
+    let path = cli.init_path(1, "127.0.9.14".parse().unwrap()).unwrap();
+    id.send_req(&ReqParams {
+        primary_path: path,
+        service_id: 0x4242,
+        qp_num: 10,
+        qp_type: qp_type::RC,
+        ..ReqParams::default()
+    })
+    .unwrap();
+    // A deadlocked callback never answers: fail instead of hanging.
+    let got = done_rx.recv_timeout(Duration::from_secs(10));
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(got, Ok(Ok(())), "{seen:?}");
+    assert!(
+        seen.iter()
+            .any(|s| s.starts_with("server: attr Ok(()) state Some(ReqRcvd) listen Ok(Ok(()))")),
+        "{seen:?}"
+    );
+    assert!(
+        wait_for(Duration::from_secs(5), || id.public().state
+            == ibcm::api::State::Established as u32),
+        "state {}",
+        id.public().state
+    );
+    for o in extra.lock().unwrap().drain(..) {
+        o.destroy().unwrap();
+    }
+    id.destroy().unwrap();
+    listener.destroy().unwrap();
+    cli.close();
+    srv.close();
+}

@@ -17,6 +17,7 @@ pub mod umad;
 pub mod verbs;
 
 use crate::engine::{MadSource, PortInfo, Transmit};
+use crate::wire::Gid;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -115,6 +116,12 @@ pub trait Transport: Send + Sync + 'static {
         None
     }
     fn stats(&self) -> &TransportStats;
+    /// A soft device's GID and UDP port (`None` for other transports): the
+    /// key under which a process's soft devices hand each other MADs
+    /// without the wire (`runtime::switch`).
+    fn soft_addr(&self) -> Option<(Gid, u16)> {
+        None
+    }
     /// A short description for logs ("soft:127.0.0.1:4791").
     fn describe(&self) -> String;
 }

@@ -515,6 +515,10 @@ impl Transport for UdpTransport {
     fn describe(&self) -> String {
         soft_name(self.ip, self.port)
     }
+
+    fn soft_addr(&self) -> Option<(Gid, u16)> {
+        Some((self.gid, self.port))
+    }
 }
 
 /// `soft:<ip>:<port>` (IPv6 in brackets).

@@ -136,6 +136,11 @@ pub struct Device {
     /// Set for a device served by the host CM service: no shards or
     /// threads here, every id call is a request to the service.
     pub(super) remote: Option<Arc<Remote>>,
+    /// The switch this device hands MADs to its process's other soft
+    /// devices through (the host CM service's devices only).
+    pub(super) switch: std::sync::OnceLock<Arc<super::switch::LocalSwitch>>,
+    /// MADs other devices of the switch handed to this one.
+    pub(super) inbound: Mutex<super::switch::Inbound>,
 }
 
 unsafe impl Send for Device {}
@@ -219,6 +224,8 @@ impl Device {
             deferred: Mutex::new(Vec::new()),
             outq: Mutex::new(Vec::new()),
             outq_pending: std::sync::atomic::AtomicBool::new(false),
+            switch: std::sync::OnceLock::new(),
+            inbound: Mutex::new(Default::default()),
             send_lock: Mutex::new(()),
             port_hooks: Mutex::new(Vec::new()),
             remote,

@@ -279,16 +279,22 @@ impl Device {
         {
             return;
         }
-        let _g = lock(&self.send_lock);
-        let batch = std::mem::take(&mut *lock(&self.outq));
+        let g = lock(&self.send_lock);
+        let mut batch = std::mem::take(&mut *lock(&self.outq));
+        let handed = self.switch_out(&mut batch);
         if !batch.is_empty() {
             self.transport.send(&batch);
-            let mut q = lock(&self.outq);
-            if q.is_empty() && q.capacity() < batch.capacity() {
-                let mut b = batch;
-                b.clear();
-                *q = b;
-            }
+        }
+        let mut q = lock(&self.outq);
+        if q.is_empty() && q.capacity() < batch.capacity() {
+            let mut b = batch;
+            b.clear();
+            *q = b;
+        }
+        drop(q);
+        drop(g);
+        for d in handed {
+            d.run_inbound();
         }
     }
 

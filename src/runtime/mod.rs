@@ -69,6 +69,7 @@ mod registry;
 mod remote;
 mod shard;
 mod spec;
+mod switch;
 
 pub use device::{Device, DeviceOptions, PortsHook};
 pub use id::CmId;
@@ -77,6 +78,7 @@ pub use registry::{listen_id, lookup};
 pub(crate) use remote::start_service;
 pub use remote::{Mode as ServiceMode, mode as service_mode};
 pub use spec::{DeviceSpec, SOFT_VERBS_PORT};
+pub use switch::LocalSwitch;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

@@ -70,8 +70,10 @@ pub struct Remote {
     stats: TransportStats,
     dev: OnceLock<Weak<Device>>,
     seq: AtomicU64,
-    /// Replies by request number (`None` until it arrives).
-    pending: Mutex<HashMap<u64, Option<Vec<u8>>>>,
+    /// The socket's read side: who reads it, what was read and not yet
+    /// handled, the replies waiting for their callers.
+    rx: Mutex<Rx>,
+    /// A reply arrived, or the socket is free to read.
     replied: Condvar,
     dead: AtomicBool,
     /// The reader thread has ended (after queueing the error events of a
@@ -94,6 +96,38 @@ pub struct Remote {
     /// One-way calls made inside a `Device::batch`, sent as one message
     /// when it ends (or before anything else this connection sends).
     out: Mutex<Vec<Vec<u8>>>,
+}
+
+/// The read side of the service socket. One thread at a time reads it and
+/// handles what it read (the *reading* token): the reader thread, or a
+/// caller waiting for its reply while nobody else reads — in particular a
+/// callback that the reader thread runs and that makes a round trip
+/// (`init_qp_attr`, `listen`, a lease): the reader thread gives the token
+/// up before it runs a callback, so the callback's own round trip reads its
+/// reply itself instead of waiting for the thread that runs it.
+struct Rx {
+    /// A thread holds the token.
+    reading: bool,
+    /// Records read but not handled yet, in socket order (the rest of a
+    /// `BATCH` whose first record's callback runs): the next holder of the
+    /// token handles them before it reads the socket again.
+    backlog: VecDeque<Vec<u8>>,
+    /// Replies by request number (`None` until it arrives).
+    pending: HashMap<u64, Option<Vec<u8>>>,
+    /// Threads waiting on `replied` (no wake-up syscall when none).
+    waiting: usize,
+    /// The receive buffer, lent to the holder of the token.
+    buf: Vec<u8>,
+}
+
+/// What the holder of the reading token does with an event it read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Run {
+    /// Runs its callback on this thread (the reader thread), after giving
+    /// the token up.
+    Here,
+    /// Queues it for the delivery thread (a caller waiting for its reply).
+    Queue,
 }
 
 /// A `Device::batch` sends its one-way calls once this many are held.
@@ -279,7 +313,13 @@ impl Remote {
             stats: TransportStats::default(),
             dev: OnceLock::new(),
             seq: AtomicU64::new(2),
-            pending: Mutex::new(HashMap::new()),
+            rx: Mutex::new(Rx {
+                reading: false,
+                backlog: VecDeque::new(),
+                pending: HashMap::new(),
+                waiting: 0,
+                buf: vec![0u8; ipc::MAX_RECORD],
+            }),
             replied: Condvar::new(),
             dead: AtomicBool::new(false),
             reader_done: AtomicBool::new(false),
@@ -337,23 +377,35 @@ impl Remote {
         }
         .record();
         body(&mut w);
-        lock(&self.pending).insert(seq, None);
+        lock(&self.rx).pending.insert(seq, None);
         if self.send_now(w.into_bytes()).is_err() {
-            lock(&self.pending).remove(&seq);
+            lock(&self.rx).pending.remove(&seq);
             return Err(Errno::ENODEV);
         }
-        let mut p = lock(&self.pending);
+        let mut rx = lock(&self.rx);
         let rec = loop {
-            if let Some(Some(_)) = p.get(&seq) {
-                break p.remove(&seq).flatten().expect("reply present");
+            if let Some(Some(_)) = rx.pending.get(&seq) {
+                break rx.pending.remove(&seq).flatten().expect("reply present");
             }
             if self.dead.load(Ordering::SeqCst) {
-                p.remove(&seq);
+                rx.pending.remove(&seq);
                 return Err(Errno::ENODEV);
             }
-            p = self.replied.wait(p).unwrap_or_else(|e| e.into_inner());
+            if !rx.reading {
+                // Nobody reads the socket (the reader thread may be
+                // running the callback that makes this call): read it
+                // here; events go to the delivery thread.
+                rx.reading = true;
+                drop(rx);
+                self.read_one(Run::Queue);
+                rx = lock(&self.rx);
+                continue;
+            }
+            rx.waiting += 1;
+            rx = self.replied.wait(rx).unwrap_or_else(|e| e.into_inner());
+            rx.waiting -= 1;
         };
-        drop(p);
+        drop(rx);
         let bad = |_| Errno(errno::EPROTO);
         let (_, mut r) = Header::parse(&rec).map_err(bad)?;
         let err: i32 = r.get().map_err(bad)?;
@@ -633,7 +685,7 @@ impl Remote {
                 "CM service connection lost ({why}): calls now fail with -ENODEV"
             );
         }
-        drop(lock(&self.pending));
+        drop(lock(&self.rx));
         self.replied.notify_all();
         drop(lock(&self.ready));
         self.ready_cv.notify_all();
@@ -699,7 +751,20 @@ impl Remote {
     }
 
     fn reader(self: Arc<Self>) {
-        self.read_all();
+        loop {
+            {
+                let mut rx = lock(&self.rx);
+                while rx.reading {
+                    rx.waiting += 1;
+                    rx = self.replied.wait(rx).unwrap_or_else(|e| e.into_inner());
+                    rx.waiting -= 1;
+                }
+                rx.reading = true;
+            }
+            if !self.read_one(Run::Here) {
+                break;
+            }
+        }
         // A dead connection (a failed send) can be seen before the end of
         // the socket: the delivery thread waits for this, so the error
         // events `service_lost` queued are delivered.
@@ -708,56 +773,122 @@ impl Remote {
         self.ready_cv.notify_all();
     }
 
-    fn read_all(&self) {
-        let mut buf = vec![0u8; ipc::MAX_RECORD];
-        loop {
-            let n = match sock::recv(&self.fd, &mut buf) {
-                Ok(0) => break self.service_lost("the service closed it"),
-                Ok(n) => n,
-                Err(e) => break self.service_lost(&e.to_string()),
-            };
-            let rec = &buf[..n];
-            let Ok((h, r)) = Header::parse(rec) else {
-                ibcm_log!(WARN, "CM service: undecodable record dropped");
-                continue;
-            };
-            if h.op == op::BATCH {
-                match ipc::unbatch(&rec[rec.len() - r.remaining()..]) {
-                    Ok(recs) => recs.into_iter().for_each(|rec| self.dispatch(rec)),
-                    Err(_) => ibcm_log!(WARN, "CM service: undecodable batch dropped"),
+    /// Handles the next record from the service, reading the socket if
+    /// none is left from the last message. The caller holds the reading
+    /// token; it is given back here (before an event's callback runs, for
+    /// `Run::Here`). `false`: the socket has ended (the service is lost,
+    /// or the device was closed).
+    fn read_one(&self, run: Run) -> bool {
+        let next = lock(&self.rx).backlog.pop_front();
+        let rec = match next {
+            Some(rec) => rec,
+            None => match self.receive() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => {
+                    self.give_back();
+                    return true;
                 }
-            } else {
-                self.dispatch(rec);
+                Err(why) => {
+                    self.service_lost(&why);
+                    self.give_back();
+                    return false;
+                }
+            },
+        };
+        match self.dispatch(&rec) {
+            Some(sh) if run == Run::Here => {
+                self.give_back();
+                sh.deliver();
             }
+            Some(sh) => {
+                lock(&self.ready).push_back(sh);
+                self.ready_cv.notify_one();
+                self.give_back();
+            }
+            None => self.give_back(),
+        }
+        true
+    }
+
+    /// Reads one message: its first record (`None`: nothing usable), the
+    /// rest of a batch left in the backlog. `Err`: the socket has ended.
+    fn receive(&self) -> Result<Option<Vec<u8>>, String> {
+        let mut buf = std::mem::take(&mut lock(&self.rx).buf);
+        let got = sock::recv(&self.fd, &mut buf);
+        let mut first = None;
+        let r = match got {
+            Ok(0) => Err("the service closed it".to_string()),
+            Err(e) => Err(e.to_string()),
+            Ok(n) => {
+                let rec = &buf[..n];
+                match Header::parse(rec) {
+                    Ok((h, r)) if h.op == op::BATCH => {
+                        match ipc::unbatch(&rec[rec.len() - r.remaining()..]) {
+                            Ok(recs) => {
+                                let mut recs = recs.into_iter().map(<[u8]>::to_vec);
+                                first = recs.next();
+                                lock(&self.rx).backlog.extend(recs);
+                            }
+                            Err(_) => ibcm_log!(WARN, "CM service: undecodable batch dropped"),
+                        }
+                    }
+                    Ok(_) => first = Some(rec.to_vec()),
+                    Err(_) => ibcm_log!(WARN, "CM service: undecodable record dropped"),
+                }
+                Ok(first)
+            }
+        };
+        lock(&self.rx).buf = buf;
+        r
+    }
+
+    /// Gives the reading token back, waking whoever waits for it or for a
+    /// reply.
+    fn give_back(&self) {
+        let mut rx = lock(&self.rx);
+        rx.reading = false;
+        let wake = rx.waiting > 0;
+        drop(rx);
+        if wake {
+            self.replied.notify_all();
         }
     }
 
     /// Hands one record from the service to its waiting caller (a reply)
-    /// or its id (an event).
-    fn dispatch(&self, rec: &[u8]) {
+    /// or its id's queue (an event, a refusal): the id to deliver, if any.
+    fn dispatch(&self, rec: &[u8]) -> Option<Arc<CmIdInner>> {
         let Ok((h, r)) = Header::parse(rec) else {
             ibcm_log!(WARN, "CM service: undecodable record dropped");
-            return;
+            return None;
         };
         if h.op & op::REPLY != 0 {
-            let mut p = lock(&self.pending);
-            if let Some(slot) = p.get_mut(&h.seq) {
+            let mut rx = lock(&self.rx);
+            if let Some(slot) = rx.pending.get_mut(&h.seq) {
                 *slot = Some(rec.to_vec());
-                drop(p);
-                self.replied.notify_all();
+                let wake = rx.waiting > 0;
+                drop(rx);
+                if wake {
+                    self.replied.notify_all();
+                }
             }
+            None
         } else if h.op == op::EVENT {
-            if let Err(e) = self.on_event(h, r) {
+            self.on_event(h, r).unwrap_or_else(|e| {
                 ibcm_log!(WARN, "CM service: event record dropped: {e}");
-            }
+                None
+            })
         } else if h.op == op::REFUSED {
-            if let Err(e) = self.on_refused(h, r) {
+            self.on_refused(h, r).unwrap_or_else(|e| {
                 ibcm_log!(WARN, "CM service: refusal record dropped: {e}");
+                None
+            })
+        } else if h.op == op::PORTS {
+            if let Err(e) = self.on_ports(h, r) {
+                ibcm_log!(WARN, "CM service: port tables record dropped: {e}");
             }
-        } else if h.op == op::PORTS
-            && let Err(e) = self.on_ports(h, r)
-        {
-            ibcm_log!(WARN, "CM service: port tables record dropped: {e}");
+            None
+        } else {
+            None
         }
     }
 
@@ -784,9 +915,9 @@ impl Remote {
         }
     }
 
-    /// Queues an event the process makes itself on `sh`, for the delivery
-    /// thread.
-    fn queue_own(&self, sh: Arc<CmIdInner>, kind: EventType, status: u32) {
+    /// Queues an event the process makes itself on `sh`: the id to
+    /// deliver.
+    fn queue_own(&self, sh: Arc<CmIdInner>, kind: EventType, status: u32) -> Arc<CmIdInner> {
         lock(&sh.dq).queue.push_back(Item {
             ev: Event {
                 id: sh.handle(),
@@ -797,8 +928,7 @@ impl Remote {
             },
             listener: None,
         });
-        lock(&self.ready).push_back(sh);
-        self.ready_cv.notify_one();
+        sh
     }
 
     /// A one-way call the service refused: an event in flight had changed
@@ -809,11 +939,11 @@ impl Remote {
     /// `REP_ERROR`, `DREQ_ERROR`, status `IB_WC_GENERAL_ERR`) if the id
     /// is still where the call found it; if the id moved on, the event
     /// that moved it was pushed before this record and tells the process.
-    fn on_refused(&self, h: Header, mut r: Reader<'_>) -> Result<(), Errno> {
+    fn on_refused(&self, h: Header, mut r: Reader<'_>) -> Result<Option<Arc<CmIdInner>>, Errno> {
         let f: Refused = r.get()?;
         r.end()?;
         let Some(sh) = self.shell(h.handle) else {
-            return Ok(());
+            return Ok(None);
         };
         sh.sync_remote(&f.public, Some(h.seq));
         let state = State::ALL.get(f.public.state as usize).copied();
@@ -833,15 +963,12 @@ impl Remote {
             state,
             kind.map_or(String::new(), |k| format!(": {k:?} delivered"))
         );
-        if let Some(kind) = kind {
-            self.queue_own(sh, kind, WC_GENERAL_ERR);
-        }
-        Ok(())
+        Ok(kind.map(|kind| self.queue_own(sh, kind, WC_GENERAL_ERR)))
     }
 
-    /// Queues a pushed event on its id (creating the id of a REQ), for
-    /// the delivery thread.
-    fn on_event(&self, h: Header, mut r: Reader<'_>) -> Result<(), Errno> {
+    /// Queues a pushed event on its id (creating the id of a REQ): the id
+    /// to deliver.
+    fn on_event(&self, h: Header, mut r: Reader<'_>) -> Result<Option<Arc<CmIdInner>>, Errno> {
         let we: WireEvent = r.get()?;
         r.end()?;
         let mut ev = we.event;
@@ -855,10 +982,10 @@ impl Remote {
                     self.send_detached(op::DESTROY, h.handle, |w| {
                         w.put(&-errno::ENOMEM);
                     });
-                    return Ok(());
+                    return Ok(None);
                 };
                 let Some(dev) = self.device() else {
-                    return Ok(());
+                    return Ok(None);
                 };
                 let lc = unsafe { *l.c.get() };
                 let sh = Arc::new(CmIdInner::new(
@@ -877,16 +1004,14 @@ impl Remote {
             }
             _ => {
                 let Some(sh) = take(h.handle) else {
-                    return Ok(());
+                    return Ok(None);
                 };
                 sh.sync_remote(&we.public, Some(h.seq));
                 (sh, None)
             }
         };
         lock(&sh.dq).queue.push_back(Item { ev, listener });
-        lock(&self.ready).push_back(sh);
-        self.ready_cv.notify_one();
-        Ok(())
+        Ok(Some(sh))
     }
 
     fn deliverer(self: Arc<Self>) {
