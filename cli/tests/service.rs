@@ -44,10 +44,15 @@ impl Daemon {
     }
 
     fn at(socket: PathBuf, dir: TempDir) -> Daemon {
+        Daemon::with_env(socket, dir, &[])
+    }
+
+    fn with_env(socket: PathBuf, dir: TempDir, env: &[(&str, &std::ffi::OsStr)]) -> Daemon {
         let child = ibcm()
             .args(["daemon", "--foreground", "--socket"])
             .arg(&socket)
             .env("IBCM_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.0.join("daemon.log")).unwrap())
             .spawn()
@@ -1042,4 +1047,67 @@ fn callbacks_make_round_trips_through_the_service() {
     listener.destroy().unwrap();
     cli.close();
     srv.close();
+}
+
+/// Two served soft addresses of one host hand each other MADs in memory
+/// (the service's switch, no UDP), and a capture of the service still
+/// shows every one of them, as the frames they replace.
+#[test]
+fn a_capture_of_the_service_shows_mads_switched_between_its_devices() {
+    let dir = TempDir::new("service", "switchpcap");
+    let socket = dir.0.join("ibcmd.sock");
+    let pcap = dir.0.join("svc.pcapng");
+    let d = Daemon::with_env(socket, dir, &[("IBCM_PCAP", pcap.as_os_str())]);
+    let mut l = Listener::spawn(
+        &d,
+        &[
+            "--device",
+            "soft:127.0.9.21",
+            "--count",
+            "1",
+            "--timeout",
+            "20",
+        ],
+    );
+    assert!(wait_for(Duration::from_secs(5), || d
+        .log()
+        .contains("serving")));
+    std::thread::sleep(Duration::from_millis(200));
+    let o = d
+        .ibcm(&[
+            "connect",
+            "--device",
+            "soft:127.0.9.22",
+            "--dest",
+            "127.0.9.21",
+            "--timeout",
+            "10",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "connect: {}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    assert!(l.child.wait().unwrap().success(), "{}", l.out());
+    // The capture thread writes every 100 ms.
+    let mut summary = String::new();
+    let seen = wait_for(Duration::from_secs(5), || {
+        let s = ibcm()
+            .arg("decode")
+            .arg("--summary")
+            .arg(&pcap)
+            .output()
+            .unwrap();
+        summary = text(&s.stdout);
+        summary.contains("A>REQ +") && summary.contains("B>REP +") && summary.contains("A>RTU +")
+    });
+    // Each MAD once: no retransmission or duplicate that did not happen.
+    assert!(
+        summary.contains("0 retransmission(s), 0 duplicate(s)"),
+        "{summary}"
+    );
+    assert!(seen, "capture summary: {summary}\ndaemon log: {}", d.log());
 }

@@ -116,6 +116,12 @@ pub trait Transport: Send + Sync + 'static {
         None
     }
     fn stats(&self) -> &TransportStats;
+    /// The live-capture tap of a soft device (`None` for other transports):
+    /// MADs that the service's switch hands between its soft devices skip
+    /// the UDP socket, so the switch records them on both devices' taps.
+    fn tap(&self) -> Option<&crate::capture::live::Tap> {
+        None
+    }
     /// A soft device's GID and UDP port (`None` for other transports): the
     /// key under which a process's soft devices hand each other MADs
     /// without the wire (`runtime::switch`).

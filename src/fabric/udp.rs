@@ -519,6 +519,10 @@ impl Transport for UdpTransport {
     fn soft_addr(&self) -> Option<(Gid, u16)> {
         Some((self.gid, self.port))
     }
+
+    fn tap(&self) -> Option<&Tap> {
+        Some(&self.tap)
+    }
 }
 
 /// `soft:<ip>:<port>` (IPv6 in brackets).

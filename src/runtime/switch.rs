@@ -11,12 +11,16 @@
 //! the sending thread, which suits the service's handlers (they encode and
 //! queue, never call back into the CM) but not a consumer's, whose
 //! callbacks the kernel contract keeps off its calling threads. MADs that
-//! take this path are not seen by a live capture of the UDP port; they
-//! count as the datagrams they replace (sent by one device, received by
-//! the other), so the counters still add up to the MADs.
+//! take this path are recorded by a live capture (`IBCM_PCAP`) once, on
+//! the sending device's tap, as the RoCEv2 frames they replace (as a
+//! loopback interface shows a datagram once), and count as those
+//! datagrams (sent by one device, received by the other), so captures and
+//! counters still show every MAD.
 
 use super::device::Device;
 use super::lock;
+use crate::capture::Direction;
+use crate::capture::live;
 use crate::engine::{MadSource, Transmit};
 use crate::fabric::{Received, TransportStats};
 use crate::wire::Gid;
@@ -101,7 +105,15 @@ impl Device {
                 },
                 mad: t.mad,
             });
-            // Counted as the datagram it replaces, on both sides.
+            // Seen by a live capture once, as the frame it replaces would
+            // be on a loopback interface (on the sender's tap), and counted
+            // as the datagram on both devices.
+            if live::active()
+                && let Some(tap) = self.transport.tap()
+            {
+                let d = &t.dest;
+                tap.mad(Direction::Outbound, &sgid, &d.dgid, d.pkey, &t.mad);
+            }
             TransportStats::inc(&self.transport.stats().tx_datagrams);
             TransportStats::inc(&to.transport.stats().rx_datagrams);
             if !handed.iter().any(|d| Arc::ptr_eq(d, &to)) {
