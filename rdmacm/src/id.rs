@@ -451,17 +451,10 @@ impl IdPriv {
 /// Queues an event of `subject` accounted on `acct` on `acct`'s channel;
 /// false when either id is being destroyed (the event is dropped).
 pub(crate) fn enqueue(acct: &Arc<IdPriv>, ev: Box<EventBox>) -> bool {
-    let ch = {
-        let s = lock(&acct.st);
-        if acct.is_destroyed() || ev.subject.is_destroyed() || !s.channel.queue(ev) {
-            return false;
-        }
-        s.channel.clone()
-    };
-    // The write wakes the application's event thread: not while this
-    // thread holds the id's lock, which that thread's ack takes.
-    ch.signal_queued();
-    true
+    // Under the id's lock: a destroy or a migration of the id cannot come
+    // between the check and the queueing.
+    let s = lock(&acct.st);
+    !(acct.is_destroyed() || ev.subject.is_destroyed()) && s.channel.queue(ev)
 }
 
 /// Queues an event of `id` itself.
