@@ -295,6 +295,25 @@ pub struct MadSource {
     pub flow_label: u32,
 }
 
+impl MadSource {
+    /// A GSI MAD as a RoCEv2 soft device receives it: port 1, with its
+    /// GRH, hop limit 64 (what a Linux UDP sender puts in the IP header).
+    /// The UDP fabric, the in-process loopback and the service's switch
+    /// all report their MADs this way.
+    pub fn roce_gsi(sgid: Gid, dgid: Gid, src_qp: u32, pkey: u16) -> MadSource {
+        MadSource {
+            port: 1,
+            sgid,
+            dgid,
+            has_grh: true,
+            src_qp,
+            pkey,
+            hop_limit: 64,
+            ..MadSource::default()
+        }
+    }
+}
+
 /// Where to send a MAD. The fabric maps it to a socket address, a umad
 /// address, or an in-process queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -82,16 +82,7 @@ impl Transport for LoopbackTransport {
                     .mad(Direction::Outbound, &self.gid, &d.dgid, d.pkey, &t.mad);
             }
             let r = Received {
-                src: MadSource {
-                    port: 1,
-                    sgid: self.gid,
-                    dgid: t.dest.dgid,
-                    has_grh: true,
-                    src_qp: 1,
-                    pkey: t.dest.pkey,
-                    hop_limit: 64,
-                    ..MadSource::default()
-                },
+                src: MadSource::roce_gsi(self.gid, t.dest.dgid, 1, t.dest.pkey),
                 mad: t.mad,
             };
             let mut q = ep.queue.lock().unwrap_or_else(|e| e.into_inner());

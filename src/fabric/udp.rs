@@ -355,16 +355,7 @@ impl UdpTransport {
                 .gsi(Direction::Inbound, &src, &self.gid, from.port(), payload);
         }
         Some(Received {
-            src: MadSource {
-                port: 1,
-                sgid: Gid::from(src_ip),
-                dgid: self.gid,
-                has_grh: true,
-                src_qp: d.deth.src_qp,
-                pkey: d.bth.pkey,
-                hop_limit: 64,
-                ..MadSource::default()
-            },
+            src: MadSource::roce_gsi(Gid::from(src_ip), self.gid, d.deth.src_qp, d.bth.pkey),
             mad: *d.mad,
         })
     }

@@ -93,16 +93,7 @@ impl Device {
             }
             lock(&to.inbound).mads.push(Received {
                 // As the UDP fabric reports a MAD from this device.
-                src: MadSource {
-                    port: 1,
-                    sgid,
-                    dgid: t.dest.dgid,
-                    has_grh: true,
-                    src_qp: 1,
-                    pkey: t.dest.pkey,
-                    hop_limit: 64,
-                    ..MadSource::default()
-                },
+                src: MadSource::roce_gsi(sgid, t.dest.dgid, 1, t.dest.pkey),
                 mad: t.mad,
             });
             // Seen by a live capture once, as the frame it replaces would
