@@ -192,7 +192,7 @@ impl Channel {
 
     /// Queues `ev` and makes the fd readable, unless the channel is closed
     /// (then the event is dropped: false).
-    pub fn queue(&self, ev: Box<EventBox>) -> bool {
+    pub fn push(&self, ev: Box<EventBox>) -> bool {
         let mut q = lock(&self.q);
         if self.closed.load(Ordering::SeqCst) {
             return false;
@@ -201,11 +201,6 @@ impl Channel {
         // Under the lock: a consumer woken by this write finds the event.
         self.signal();
         true
-    }
-
-    /// [`Channel::queue`].
-    pub fn push(&self, ev: Box<EventBox>) -> bool {
-        self.queue(ev)
     }
 
     /// Removes and returns the queued events `keep` rejects.

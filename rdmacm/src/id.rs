@@ -454,7 +454,7 @@ pub(crate) fn enqueue(acct: &Arc<IdPriv>, ev: Box<EventBox>) -> bool {
     // Under the id's lock: a destroy or a migration of the id cannot come
     // between the check and the queueing.
     let s = lock(&acct.st);
-    !(acct.is_destroyed() || ev.subject.is_destroyed()) && s.channel.queue(ev)
+    !(acct.is_destroyed() || ev.subject.is_destroyed()) && s.channel.push(ev)
 }
 
 /// Queues an event of `id` itself.
