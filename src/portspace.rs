@@ -545,15 +545,19 @@ mod tests {
 
     #[test]
     fn ephemeral_starts_spread_without_a_syscall_each() {
-        // 64 draws over a 28,232-port range: all different (a stuck or
-        // constant generator would repeat), and not all in one half.
+        // 64 draws: all different as drawn (a stuck or constant generator
+        // would repeat; 64 honest 32-bit draws collide with probability
+        // ~5e-7, where reduced to the 28,232-port range first they would
+        // collide ~7 % of the time), and reduced to the range not all in
+        // one half.
         let (lo, hi) = (32768u32, 60999u32);
         let n = hi - lo + 1;
-        let v: Vec<u32> = (0..64).map(|_| random() % n).collect();
-        let mut u = v.clone();
+        let raw: Vec<u32> = (0..64).map(|_| random()).collect();
+        let mut u = raw.clone();
         u.sort_unstable();
         u.dedup();
-        assert_eq!(u.len(), v.len(), "{v:?}");
+        assert_eq!(u.len(), raw.len(), "{raw:?}");
+        let v: Vec<u32> = raw.iter().map(|&x| x % n).collect();
         assert!(
             v.iter().any(|&x| x < n / 2) && v.iter().any(|&x| x >= n / 2),
             "{v:?}"
