@@ -50,7 +50,7 @@
 # A scenario marked "retry" in the table (a race inside the tool) whose expected cell failed is
 # run once more in a fresh boot of its pairing (interop/out/rdmacm/retry/PAIRING/).
 # Output: interop/out/rdmacm/ (summary.txt; per pairing: results.json, NAME.pcap,
-# NAME.decode.txt, NAME.srv.out, NAME.cli.out), build/interop-rdmacm/runs/ (the guests' share).
+# NAME.decode.txt, NAME.srv.out/.err, NAME.cli.out/.err), build/interop-rdmacm/runs/ (the guests' share).
 # Exit status 0 iff every pairing/scenario of RDMACM_EXPECT passed. Needs root (apt, qemu).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

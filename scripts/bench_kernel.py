@@ -203,7 +203,8 @@ def collect(out, pairing):
     wall = re.search(r"^wall: ([\d.]+) s", read(os.path.join(run, "pair.log")), re.M)
     res["wall_s"] = float(wall.group(1)) if wall else None
     for name in scenario_names(run):
-        cli = read(os.path.join(run, name + ".cli.out"))
+        # the tool's stdout, then its stderr (guest.sh keeps them in two files)
+        cli = read(os.path.join(run, name + ".cli.out")) + read(os.path.join(run, name + ".cli.err"))
         s = {
             "client_rc": read(os.path.join(run, name + ".cli.rc"), "none").strip(),
             "server_rc": read(os.path.join(run, name + ".srv.rc"), "none").strip(),

@@ -49,6 +49,16 @@ pub fn enabled(l: u8) -> bool {
 }
 
 pub fn write(l: u8, args: std::fmt::Arguments<'_>) {
+    write_to(&mut std::io::stderr().lock(), l, args);
+}
+
+/// One log line to `w` in one `write` call: the line is formatted first.
+/// Formatting into stderr directly (`eprintln!`: stderr is unbuffered)
+/// writes every piece of the format on its own, and the application's
+/// own output to the same file can land between the pieces (seen: a
+/// tool's "end 0" inside a debug line, which hid it from a line check).
+/// A failed write is ignored: a log line must never abort the process.
+fn write_to(w: &mut impl std::io::Write, l: u8, args: std::fmt::Arguments<'_>) {
     let tag = match l {
         ERROR => "error",
         WARN => "warn",
@@ -56,7 +66,8 @@ pub fn write(l: u8, args: std::fmt::Arguments<'_>) {
         DEBUG => "debug",
         _ => "trace",
     };
-    eprintln!("ibcm[{}] {tag}: {args}", std::process::id());
+    let line = format!("ibcm[{}] {tag}: {args}\n", std::process::id());
+    let _ = w.write_all(line.as_bytes());
 }
 
 /// Writes a line even when `IBCM_LOG` is unset, for failures the caller
@@ -88,5 +99,34 @@ mod tests {
         assert_eq!(super::parse_level("debug"), super::DEBUG);
         assert_eq!(super::parse_level("off"), 0);
         assert_eq!(super::parse_level("2"), super::WARN);
+    }
+
+    /// Records every `write` call it gets.
+    struct Calls(Vec<Vec<u8>>);
+
+    impl std::io::Write for Calls {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.push(b.to_vec());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn one_write_per_line() {
+        let mut w = Calls(Vec::new());
+        let from = "::ffff:10.77.0.1";
+        super::write_to(
+            &mut w,
+            super::DEBUG,
+            format_args!("rxe0: MAD from {from} dropped: {}", "unknown_id"),
+        );
+        let want = format!(
+            "ibcm[{}] debug: rxe0: MAD from ::ffff:10.77.0.1 dropped: unknown_id\n",
+            std::process::id()
+        );
+        assert_eq!(w.0, vec![want.into_bytes()]);
     }
 }

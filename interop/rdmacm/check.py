@@ -8,7 +8,9 @@
   check.py check TABLE RUNDIR PCAP IBCM OUTDIR PAIRING
       Judges one pairing's run: cuts the capture of guest A's NIC at the guests' marks into
       OUTDIR/NAME.pcap, decodes each with `IBCM decode --summary` (NAME.decode.txt), checks the
-      tools' exit statuses and output lines and the capture, writes OUTDIR/results.json.
+      tools' exit statuses and output lines (NAME.srv.out/.err, NAME.cli.out/.err: each tool's
+      stdout and stderr, written by the guest driver into two files and split into lines each
+      on its own) and the capture, writes OUTDIR/results.json.
   check.py fail TABLE RUNDIR OUTDIR PAIRING REASON
       Every scenario of RUNDIR/scenarios.run fails with REASON (the pairing could not run).
   check.py retries TABLE EXPECT OUT PAIRING...
@@ -28,7 +30,7 @@ The table (interop/rdmacm/scenarios): one scenario per line,
     EXPECTS  items joined by " && ": rc=N, rc!=0, rc=any (default rc=0); stop (server only: a
              server that serves until stopped, the driver stops it once the client returned);
              =N:REGEX (exactly N output lines match); REGEX (at least one line matches);
-             !REGEX (no line matches)
+             !REGEX (no line matches); lines of the tool's stdout and stderr alike
     CM       none (no CM MAD) or N:REGEX: exactly N connections in the capture, and the
              message sequence of each (the first transmission of every MAD, e.g.
              "REQ REP RTU DREQ DREP") matches REGEX
@@ -227,8 +229,15 @@ def rc_meaning(rc):
     return ""
 
 
-def check_output(who, expects, out, rc):
-    """The first unmet expectation of one side, or None."""
+def output_lines(*texts):
+    """The lines of a side's outputs, each text (its stdout, its stderr) split on its own: a
+    line of one stream can never be cut by a line of the other."""
+    return [line for t in texts for line in (t or "").splitlines()]
+
+
+def check_output(who, expects, out, rc, err=None):
+    """The first unmet expectation of one side (OUT its stdout, ERR its stderr: every
+    expectation is matched against the lines of both), or None."""
     if rc is None:
         return f"{who}: no exit status (the guest driver did not run it)"
     want_rc = "rc=0"
@@ -247,7 +256,7 @@ def check_output(who, expects, out, rc):
                 return f"{who}: exit status 0, expected a failure"
         elif rc != want_rc[3:]:
             return f"{who}: exit status {rc}{rc_meaning(rc)}, expected {want_rc[3:]}"
-    lines = (out or "").splitlines()
+    lines = output_lines(out, err)
     for e in expects:
         if e.startswith("rc") or e == "stop":
             continue
@@ -306,10 +315,11 @@ def check_data(spec, n):
     return None if ok else f"capture: {n} data packet(s), expected {m.group(1)}{want}"
 
 
-def first_line(out, pats=("error", "fail", "reject", "unreachable", "timed out", "panic", "abort")):
-    """The first line of OUT that looks like an error (for the report); ibcm's debug and info
-    lines are not errors."""
-    for line in (out or "").splitlines():
+def first_line(out, pats=("error", "fail", "reject", "unreachable", "timed out", "panic", "abort"),
+               err=None):
+    """The first line of OUT (then of ERR) that looks like an error (for the report); ibcm's
+    debug and info lines are not errors."""
+    for line in output_lines(out, err):
         if re.match(r"ibcm\[\d+\] (debug|info):", line):
             continue
         low = line.lower()
@@ -350,10 +360,13 @@ def cmd_check(table, rundir, pcap, ibcm, outdir, pairing):
         r = {"verdict": "PASS", "reasons": []}
         srv_out = read(os.path.join(rundir, f"{s.name}.srv.out"))
         cli_out = read(os.path.join(rundir, f"{s.name}.cli.out"))
+        srv_err = read(os.path.join(rundir, f"{s.name}.srv.err"))
+        cli_err = read(os.path.join(rundir, f"{s.name}.cli.err"))
         srv_rc = (read(os.path.join(rundir, f"{s.name}.srv.rc")) or "").strip() or None
         cli_rc = (read(os.path.join(rundir, f"{s.name}.cli.rc")) or "").strip() or None
-        for name, text in (("srv", srv_out), ("cli", cli_out)):
-            with open(os.path.join(outdir, f"{s.name}.{name}.out"), "w") as f:
+        for name, text in (("srv.out", srv_out), ("cli.out", cli_out), ("srv.err", srv_err),
+                           ("cli.err", cli_err)):
+            with open(os.path.join(outdir, f"{s.name}.{name}"), "w") as f:
                 f.write(text or "")
         for t in ("srv", "cli"):
             tm = read(os.path.join(rundir, f"{s.name}.{t}.rc.time"))
@@ -363,8 +376,8 @@ def cmd_check(table, rundir, pcap, ibcm, outdir, pairing):
         if bad_icrc.get(s.name):
             r["notes"].append(f"{bad_icrc[s.name]} side-channel frame(s) (UDP {SOFT_PORT}) with an ICRC "
                               "other than a Linux UDP sender's (rewritten to 4791 anyway)")
-        for why in (check_output("server", s.server_expects, srv_out, srv_rc),
-                    check_output("client", s.client_expects, cli_out, cli_rc)):
+        for why in (check_output("server", s.server_expects, srv_out, srv_rc, srv_err),
+                    check_output("client", s.client_expects, cli_out, cli_rc, cli_err)):
             if why:
                 r["reasons"].append(why)
         summary = None
@@ -394,8 +407,8 @@ def cmd_check(table, rundir, pcap, ibcm, outdir, pairing):
                 r["reasons"].append(why)
         else:
             r["reasons"].append("capture: no slice for this scenario (no marks from guest A)")
-        for who, out in (("server", srv_out), ("client", cli_out)):
-            fl = first_line(out)
+        for who, out, err in (("server", srv_out, srv_err), ("client", cli_out, cli_err)):
+            fl = first_line(out, err=err)
             if fl:
                 r[f"{who}_first_error"] = fl
         if r["reasons"]:

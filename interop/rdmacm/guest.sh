@@ -12,8 +12,11 @@
 #                   started on demand from $LAB_DIR/ibcm; 0: in-process, IBCM_SERVICE=off),
 #                   IBCM_ENV (extra environment for preloaded tools), READY_WAIT (seconds)
 #   lib/librdmacm.so.1, ibcm (SERVICE=1)
-# Writes per scenario: NAME.srv.out / NAME.srv.rc (A), NAME.cli.out / NAME.cli.rc (B),
-# NAME.note (what the driver had to do: a readiness wait that ran out, a killed server).
+# Writes per scenario: NAME.srv.out / NAME.srv.err / NAME.srv.rc (A), NAME.cli.out /
+# NAME.cli.err / NAME.cli.rc (B): a tool's stdout (.out) and its stderr, where the preloaded
+# library's log lines go (.err), in two files, so that a line of one stream is never cut by a
+# line of the other (two writers of one file: seen in CI, srq's "srq_lab: end 0" written into the
+# middle of a library debug line); NAME.note (what the driver had to do: a readiness wait that ran out, a killed server).
 # rc files hold the exit status, or "killed" when the driver had to stop the tool.
 # Commands see IP (this guest), PEER (the other one), DEV (rxe0), and what lists this guest's
 # CM ids: CM_IDS (a command: `rdma res show cm_id` for the kernel CM, `$LAB_DIR/ibcm ids` for
@@ -53,7 +56,7 @@ rdmacm_ids() {
   fi
 }
 
-# rdmacm_ready NAME READY OUT: wait until the server writing OUT is ready; fails if it exited
+# rdmacm_ready NAME READY OUT: wait until the server writing OUT (and OUT's .err) is ready; fails if it exited
 # first (its .rc file exists). A readiness wait that runs out is noted; the client runs anyway.
 rdmacm_ready() {
   local name=$1 ready=$2 out=$3 i=0 n=$((READY_WAIT * 10))
@@ -63,7 +66,7 @@ rdmacm_ready() {
       if [ -n "$(rdmacm_env)" ] && [ "${SERVICE:-0}" != 1 ]; then
         # ibcm: nothing in the kernel shows its listener; its log says so (or that it opened
         # its device: the tools listen right after binding, long before a client can start)
-        until grep -qiE "$LISTEN_RE" "$out" 2>/dev/null; do
+        until grep -qiE "$LISTEN_RE" "$out" "${out%.out}.err" 2>/dev/null; do
           [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
           i=$((i + 1))
           if [ $i -ge $n ]; then
@@ -88,7 +91,7 @@ rdmacm_ready() {
       fi
       ;;
     out:*)
-      until grep -qE -- "${ready#out:}" "$out" 2>/dev/null; do
+      until grep -qE -- "${ready#out:}" "$out" "${out%.out}.err" 2>/dev/null; do
         [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
         i=$((i + 1))
         if [ $i -ge $n ]; then
@@ -104,8 +107,9 @@ rdmacm_ready() {
 
 # rdmacm_run OUT RC TIMEOUT COMMAND: run COMMAND with this guest's environment, bounded, in a
 # process group of its own (OUT.pgid) so that the driver can stop it with everything it started;
-# stdout line-buffered (stdbuf) so that a tool that has to be stopped leaves its lines
-# (stdbuf appends its own library to LD_PRELOAD, after ibcm's)
+# stdout to OUT, stderr to OUT's .err (never one file: see above); stdout line-buffered
+# (stdbuf) so that a tool that has to be stopped leaves its lines (stdbuf appends its own
+# library to LD_PRELOAD, after ibcm's)
 rdmacm_run() {
   local out=$1 rc=$2 t=$3 cmd=$4 t0 pending='state CONNECT'
   t0=$(lab_ts)
@@ -113,7 +117,7 @@ rdmacm_run() {
   # shellcheck disable=SC2016,SC2046
   IP=$LAB_IP PEER=$LAB_PEER_IP DEV=rxe0 LAB_DIR=$LAB_DIR CM_IDS="$(rdmacm_ids)" CM_PENDING="$pending" setsid bash -c \
     'echo $$ > "$1"; t=$2; c=$3; shift 3; exec timeout -k 5 "$t" env "$@" stdbuf -oL -eL bash -c "$c"' \
-    rdmacm "$out.pgid" "$t" "$cmd" $(rdmacm_env) < /dev/null > "$out" 2>&1
+    rdmacm "$out.pgid" "$t" "$cmd" $(rdmacm_env) < /dev/null > "$out" 2> "${out%.out}.err"
   echo $? > "$rc"
   awk -v a="$t0" -v b="$(lab_ts)" 'BEGIN{printf "%.2f\n", b-a}' > "$rc.time"
 }

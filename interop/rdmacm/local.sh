@@ -9,7 +9,9 @@
 # pair: starts SERVER (a bash command whose last step is the tool, which bash then execs: ending
 #   the server is a signal to its pid), waits until it is ready, runs CLIENT, then ends the
 #   server and prints every line of the server prefixed "S: ", of the client "C: " (as they
-#   come), and one last line "rc client=C server=S"; exit status 0 iff both are 0.
+#   come), and one last line "rc client=C server=S"; exit status 0 iff both are 0. Each side's
+#   stdout and stderr (the preloaded library's log) go through pipes of their own, so that a
+#   line of one is never cut by a line of the other (one shared file did that in CI).
 #   READY  listen: $CM_IDS shows a listener (the kernel's cm_ids, or the service's `ibcm ids`,
 #          each call bounded to 10 s); out:REGEX: a line of the server's output matches REGEX.
 #          Up to 60 s: a guest's first preloaded tool starts the service, and under TCG with
@@ -31,14 +33,14 @@ local_wait() { # local_wait NAME SECONDS
   done
 }
 
-# local_ready READY SERVER-OUTPUT PID: 0 once the server is ready, 1 if it exited or the wait
+# local_ready READY SERVER-OUTPUT PID (the server's stdout in SERVER-OUTPUT, its stderr in .err): 0 once the server is ready, 1 if it exited or the wait
 # ran out (with a line saying which)
 local_ready() {
   local end=$((SECONDS + 60))
   while :; do
     case $1 in
       listen) timeout 10 $CM_IDS 2>/dev/null | grep -q LISTEN && return 0 ;;
-      out:*) grep -qE -- "${1#out:}" "$2" 2>/dev/null && return 0 ;;
+      out:*) grep -qE -- "${1#out:}" "$2" "$2.err" 2>/dev/null && return 0 ;;
       *) echo "local.sh: unknown readiness $1"; return 1 ;;
     esac
     kill -0 "$3" 2>/dev/null || { echo "local.sh: the server exited before it was ready"; return 1; }
@@ -51,14 +53,17 @@ local_pair() { # local_pair NAME READY END SERVER CLIENT
   local name=$1 ready=$2 end=$3 srv=$4 cli=$5 d so s c=not-run r i
   d=$(mktemp -d)
   so=$d/server.out
-  # the server's lines go to SO (for out:REGEX) and, prefixed, to stdout as they come; through
-  # a FIFO so that $! is the server itself (the guests have no /dev/fd for >(...))
-  mkfifo "$d/server.fifo"
+  # the server's lines go to SO / SO.err (for out:REGEX) and, prefixed, to stdout as they
+  # come (sed -u: one write per whole line); through FIFOs so that $! is the server itself
+  # (the guests have no /dev/fd for >(...)); stdout and stderr each through its own
+  mkfifo "$d/server.fifo" "$d/server.err.fifo" "$d/client.err.fifo"
   tee "$so" < "$d/server.fifo" | sed -u 's/^/S: /' &
-  bash -c "$srv" > "$d/server.fifo" 2>&1 &
+  tee "$so.err" < "$d/server.err.fifo" | sed -u 's/^/S: /' &
+  bash -c "$srv" > "$d/server.fifo" 2> "$d/server.err.fifo" &
   s=$!
   if local_ready "$ready" "$so" "$s"; then
-    bash -c "$cli" 2>&1 | sed -u 's/^/C: /'
+    sed -u 's/^/C: /' < "$d/client.err.fifo" &
+    bash -c "$cli" 2> "$d/client.err.fifo" | sed -u 's/^/C: /'
     c=${PIPESTATUS[0]}
   fi
   if [ "$end" = stop ] && kill -0 "$s" 2>/dev/null; then

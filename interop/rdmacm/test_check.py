@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -284,6 +285,39 @@ class Expectations(unittest.TestCase):
             self.assertIn("DID NOT: ki racy", out.getvalue())
         finally:
             shutil.rmtree(d)
+
+
+class GuestOutput(unittest.TestCase):
+    """guest.sh's rdmacm_run (the guest driver's way of running a tool) on this host, and
+    check.py's verdict on what it wrote: CI's ibcm-ibcm-umad srq failed because the library
+    wrote a debug line to stderr in two pieces and srq_lab's "srq_lab: end 0" (stdout) landed
+    between them in the one file both streams went to."""
+    SRQ_LAB = ("echo 'srq_lab: received 10 messages through the SRQ'; echo 'srq_lab: SRQ destroyed'; "
+               "printf 'ibcm[1891] debug: rxe0: MAD from ::ffff:10.' >&2; sleep 0.2; "
+               "echo 'srq_lab: end 0'; sleep 0.2; "
+               "printf '77.0.1 dropped: unknown_id: DREP for no id\\n' >&2")
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="rdmacm-guest-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def test_a_library_line_cut_by_the_tools_line_does_not_hide_it(self):
+        out = os.path.join(self.dir, "srq.cli.out")
+        script = (f". {os.path.join(HERE, 'guest.sh')}; lab_ts() {{ date +%s.%N; }}; "
+                  f"LAB_NAME=B PRELOAD_B=0 LAB_DIR={self.dir}; "
+                  f'rdmacm_run {out} {self.dir}/srq.cli.rc 20 "$1"')
+        subprocess.run(["bash", "-c", script, "x", self.SRQ_LAB], check=True, timeout=60)
+        text, err = check.read(out), check.read(os.path.join(self.dir, "srq.cli.err"))
+        with open(os.path.join(self.dir, "srq.cli.rc")) as f:
+            rc = f.read().strip()
+        self.assertEqual(rc, "0")
+        srq = [s for s in check.read_table(os.path.join(HERE, "scenarios"))[0] if s.name == "srq"][0]
+        self.assertIsNone(check.check_output("client", srq.client_expects, text, rc, err),
+                          f"stdout {text!r}, stderr {err!r}")
+        self.assertIn("ibcm[1891] debug: rxe0: MAD from ::ffff:10.77.0.1 dropped: unknown_id: "
+                      "DREP for no id", check.output_lines(text, err))
 
 
 if __name__ == "__main__":

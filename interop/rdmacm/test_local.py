@@ -77,6 +77,31 @@ class Local(unittest.TestCase):
         self.assertEqual(rc, 0, out)
         self.assertEqual(out.splitlines()[-1], "rc client=0 server=0")
 
+    def test_a_library_line_cut_by_the_tools_line_leaves_both_whole(self):
+        """CI's ibcm-ibcm-umad srq: the library wrote a debug line to stderr in pieces and the
+        tool's "end 0" went to stdout between them; with one file for both streams the tool's
+        line was glued to the library's half line and `^...end 0$` saw no such line."""
+        cut = ("printf 'ibcm[1891] debug: rxe0: MAD from ::ffff:10.' >&2; sleep 0.2; "
+               "echo '{w} end 0'; sleep 0.2; printf '77.0.1 dropped: DREP for no id\\n' >&2")
+        rc, out = self.run_local("pair", "t", "listen", "wait", cut.format(w="server"),
+                                 cut.format(w="client"))
+        self.assertEqual(rc, 0, out)
+        lines = out.splitlines()
+        for w in ("S", "C"):
+            self.assertIn(f"{w}: {'server' if w == 'S' else 'client'} end 0", lines, out)
+            self.assertIn(f"{w}: ibcm[1891] debug: rxe0: MAD from ::ffff:10.77.0.1 dropped: "
+                          "DREP for no id", lines, out)
+        self.assertIsNone(check.check_output("server", ["=1:^S: server end 0$",
+                                                        "=1:^C: client end 0$"], out, "0"))
+
+    def test_out_readiness_sees_stderr_too(self):
+        rc, out = self.run_local("pair", "t", "out:receiving", "wait",
+                                 "sleep 0.3; echo receiving data >&2; sleep 0.5", "echo sent",
+                                 cm_ids="false")
+        self.assertEqual(rc, 0, out)
+        lines = out.splitlines()
+        self.assertLess(lines.index("S: receiving data"), lines.index("C: sent"))
+
     def test_wait_side(self):
         rc, out = self.run_local("wait", "t", "1")
         self.assertEqual(rc, 1)
