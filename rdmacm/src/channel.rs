@@ -51,6 +51,11 @@ pub struct EventBox {
     pub acct: Arc<IdPriv>,
     /// `ev.id`'s object.
     pub subject: Arc<IdPriv>,
+    /// The multicast join a MULTICAST_JOIN/ERROR event is of (librdmacm's
+    /// `evt->mc`): its retrieval and its ack are counted there too, and
+    /// retrieving a MULTICAST_JOIN attaches the id's QP
+    /// ([`crate::mcast::retrieved`]).
+    pub mc: Option<Arc<crate::mcast::Mc>>,
 }
 
 // The raw pointers point into the box itself or at ids it keeps alive.
@@ -67,6 +72,7 @@ impl EventBox {
             pdata: [0; RDMA_MAX_PRIVATE_DATA],
             acct: acct.clone(),
             subject: subject.clone(),
+            mc: None,
         });
         b.ev.id = subject.public_ptr();
         b.ev.event = kind;
@@ -95,6 +101,17 @@ impl EventBox {
                 self.ev.param.conn.private_data = p;
                 self.ev.param.conn.private_data_len = len as u8;
             }
+        }
+    }
+
+    /// Counts the event as reported (retrieved by the application) on
+    /// its accounting id and its multicast join: under the queue's lock,
+    /// so that a leave that takes the join's queued events sees every
+    /// other one counted.
+    fn note_reported(&self) {
+        self.acct.note_reported();
+        if let Some(mc) = &self.mc {
+            mc.note_reported();
         }
     }
 
@@ -229,13 +246,24 @@ impl Channel {
     }
 
     /// Pops the next event, waiting unless the fd is non-blocking
-    /// (`EAGAIN`).
+    /// (`EAGAIN`): the application retrieves it (`rdma_get_cm_event`, or
+    /// a synchronous call). A MULTICAST_JOIN is completed then, outside
+    /// the queue's lock, as librdmacm's `rdma_get_cm_event` does
+    /// (`ucma_process_join`: the id's QP is attached now).
     pub fn pop(&self) -> Result<Box<EventBox>, Errno> {
+        let mut b = self.pop_queued()?;
+        if b.mc.is_some() {
+            crate::mcast::retrieved(&mut b);
+        }
+        Ok(b)
+    }
+
+    fn pop_queued(&self) -> Result<Box<EventBox>, Errno> {
         loop {
             {
                 let mut q = lock(&self.q);
                 if let Some(b) = q.events.pop_front() {
-                    b.acct.note_reported();
+                    b.note_reported();
                     if q.events.is_empty() {
                         self.drain(&mut q);
                     }
@@ -258,7 +286,7 @@ impl Channel {
                 q.consumed += v;
             }
             if let Some(b) = q.events.pop_front() {
-                b.acct.note_reported();
+                b.note_reported();
                 if q.events.is_empty() {
                     self.drain(&mut q);
                 } else if !self.counted(&q) {
@@ -349,6 +377,11 @@ pub fn hand_out(b: Box<EventBox>) -> *mut RdmaCmEvent {
     p
 }
 
+/// The multicast join of an event handed out and not acked yet.
+pub fn mc_of(p: *mut RdmaCmEvent) -> Option<Arc<crate::mcast::Mc>> {
+    lock(outstanding()).get(&(p as usize))?.mc.clone()
+}
+
 /// `rdma_ack_cm_event`: `EINVAL` for NULL, an event already acked or one
 /// this library never returned.
 pub fn ack(p: *mut RdmaCmEvent) -> Result<(), Errno> {
@@ -363,7 +396,12 @@ pub fn ack(p: *mut RdmaCmEvent) -> Result<(), Errno> {
         return Err(Errno::EINVAL);
     };
     let acct = b.acct.clone();
+    let mc = b.mc.clone();
     drop(b);
+    // librdmacm's ucma_complete_mc_event: the join's count, then the id's.
+    if let Some(mc) = mc {
+        mc.note_completed();
+    }
     acct.note_completed();
     Ok(())
 }

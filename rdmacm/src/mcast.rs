@@ -15,15 +15,22 @@
 //!   not for a send-only join. An IPv6 group on a RoCE v2 port is refused
 //!   as the kernel refuses it (`ENOTSUPP`, 524);
 //! * the id's QP (if any, and not for a send-only join) is attached to
-//!   the MGID (`ibv_attach_mcast`, MLID 0);
+//!   the MGID (`ibv_attach_mcast`, MLID 0) when the application retrieves
+//!   the MULTICAST_JOIN event (librdmacm's `rdma_get_cm_event` →
+//!   `ucma_process_join`; in synchronous mode inside the join call), so
+//!   a QP created between the join and that retrieval is attached;
 //! * MULTICAST_JOIN reports `param.ud`: the address handle (global, DGID
 //!   = MGID, the id's source GID index and port, hop limit 64 for an IPv4
 //!   group on RoCE v2 and 1 otherwise, traffic class 0), QPN 0xFFFFFF,
 //!   Q_Key `RDMA_UDP_QKEY`, `private_data` = the join's context
 //!   (`private_data_len` 0). A failed attach turns it into
 //!   MULTICAST_ERROR with status -1, as librdmacm does;
-//! * `rdma_leave_multicast` and `rdma_destroy_id` detach the id's QP and
-//!   drop the IP-level membership.
+//! * `rdma_leave_multicast` drops the join's events not retrieved yet (as
+//!   the kernel's leave does), waits until the ones retrieved are acked
+//!   (librdmacm's `mc->events_completed < resp.events_reported` wait),
+//!   then detaches the QP if it was attached and drops the IP-level
+//!   membership; `rdma_destroy_id` does the same for every join (its wait
+//!   for acks is the id's).
 //!
 //! Joins are kept per id (by the id's address) in this module; `id`
 //! calls [`forget`] when an id is torn down.
@@ -39,7 +46,7 @@ use ibcm::log::DEBUG;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 /// `enum rdma_cm_join_mc_attr_mask`.
 pub const JOIN_MC_ATTR_ADDRESS: u32 = 1 << 0;
@@ -67,11 +74,58 @@ pub struct RdmaCmJoinMcAttrEx {
     pub addr: *mut libc::sockaddr,
 }
 
+/// One join as its events see it (librdmacm's `struct cma_multicast`):
+/// the MGID, whether it is send-only, whether the QP was attached, and the
+/// counts `rdma_leave_multicast` waits on.
+pub struct Mc {
+    mgid: Gid,
+    send_only: bool,
+    st: Mutex<McState>,
+    acked: Condvar,
+}
+
+#[derive(Default)]
+struct McState {
+    /// Events of the join the application retrieved.
+    reported: u64,
+    /// Of those, acked.
+    completed: u64,
+    /// The id's QP was attached at the MULTICAST_JOIN's retrieval.
+    attached: bool,
+}
+
+impl Mc {
+    fn new(mgid: Gid, send_only: bool) -> Arc<Mc> {
+        Arc::new(Mc {
+            mgid,
+            send_only,
+            st: Mutex::new(McState::default()),
+            acked: Condvar::new(),
+        })
+    }
+
+    pub(crate) fn note_reported(&self) {
+        lock(&self.st).reported += 1;
+    }
+
+    pub(crate) fn note_completed(&self) {
+        lock(&self.st).completed += 1;
+        self.acked.notify_all();
+    }
+
+    /// Waits until every retrieved event of the join is acked.
+    fn wait_acked(&self) {
+        let mut s = lock(&self.st);
+        while s.completed < s.reported {
+            s = self.acked.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
 /// One join of an id.
 struct Membership {
     addr: SocketAddr,
-    mgid: Gid,
-    send_only: bool,
+    mc: Arc<Mc>,
     /// The IP-level membership (IPv4 group, RoCE v2, not send-only).
     _ip: Option<IpMembership>,
 }
@@ -246,69 +300,99 @@ pub fn join(
         }
         _ => None,
     };
-    let qp = id.public().qp;
-    let status = if qp.is_null() || send_only {
-        0
-    } else {
-        // SAFETY: id->qp is the QP rdma_create_qp made (cleared on destroy).
-        match unsafe { verbs::attach_mcast(qp.cast(), &mgid, 0) } {
-            Ok(()) => 0,
-            Err(e) => {
-                log(format_args!(
-                    "rdma_join_multicast: ibv_attach_mcast({mgid}) failed: {e}; reporting \
-                     MULTICAST_ERROR"
-                ));
-                -1
-            }
-        }
-    };
-    lock(members())
-        .entry(key(id))
-        .or_default()
-        .push(Membership {
-            addr: group,
-            mgid,
-            send_only,
-            _ip: ip,
-        });
     log(format_args!(
         "joined {} as MGID {mgid} ({gid_type:?}{}) on {} port {port_num}",
         group.ip(),
         if send_only { ", send-only" } else { "" },
         vdev.name()
     ));
-    let kind = if status == 0 {
-        R::MulticastJoin
-    } else {
-        R::MulticastError
-    };
-    let mut b = EventBox::new(id, id, kind as c_int, status);
-    b.ev.param.ud = join_param(
+    let param = join_param(
         &mgid,
         hop_limit(group.ip(), gid_type),
         port_num,
         gid_index,
         context,
     );
-    id::enqueue(id, b);
+    queue_join(id, group, Mc::new(mgid, send_only), ip, param);
     id::complete(id)
 }
 
-/// Detaches the id's QP (unless the join was send-only) and drops the
-/// IP-level membership.
-fn release(id: &IdPriv, m: Membership) {
-    let qp = id.public().qp;
-    if !m.send_only && !qp.is_null() {
-        // SAFETY: id->qp is live while set.
-        if let Err(e) = unsafe { verbs::detach_mcast(qp.cast(), &m.mgid, 0) } {
-            log(format_args!("ibv_detach_mcast({}): {e}", m.mgid));
+/// Records a join of `id` and queues its MULTICAST_JOIN (the QP is
+/// attached when the application retrieves it: [`retrieved`]).
+fn queue_join(
+    id: &Arc<IdPriv>,
+    group: SocketAddr,
+    mc: Arc<Mc>,
+    ip: Option<IpMembership>,
+    param: RdmaUdParam,
+) {
+    lock(members())
+        .entry(key(id))
+        .or_default()
+        .push(Membership {
+            addr: group,
+            mc: mc.clone(),
+            _ip: ip,
+        });
+    let mut b = EventBox::new(id, id, R::MulticastJoin as c_int, 0);
+    b.ev.param.ud = param;
+    b.mc = Some(mc);
+    id::enqueue(id, b);
+}
+
+/// The application retrieves a multicast event (`rdma_get_cm_event`, or
+/// the synchronous join): a MULTICAST_JOIN attaches the id's QP, if it
+/// has one now and the join is not send-only; a failed attach turns it
+/// into MULTICAST_ERROR with status -1 (librdmacm's `ucma_process_join`).
+pub(crate) fn retrieved(b: &mut EventBox) {
+    let Some(mc) = b.mc.clone() else { return };
+    if b.ev.event != R::MulticastJoin as c_int || mc.send_only {
+        return;
+    }
+    let qp = b.subject.public().qp;
+    if qp.is_null() {
+        return;
+    }
+    // SAFETY: id->qp is the QP rdma_create_qp made (cleared on destroy).
+    match unsafe { verbs::attach_mcast(qp.cast(), &mc.mgid, 0) } {
+        Ok(()) => {
+            lock(&mc.st).attached = true;
+            log(format_args!(
+                "MULTICAST_JOIN retrieved: QP attached to MGID {}",
+                mc.mgid
+            ));
+        }
+        Err(e) => {
+            log(format_args!(
+                "MULTICAST_JOIN retrieved: ibv_attach_mcast({}) failed: {e}; reporting \
+                 MULTICAST_ERROR",
+                mc.mgid
+            ));
+            b.ev.event = R::MulticastError as c_int;
+            b.ev.status = -1;
         }
     }
-    log(format_args!("left {} (MGID {})", m.addr.ip(), m.mgid));
+}
+
+/// Detaches the id's QP (if the join's retrieval attached it) and drops
+/// the IP-level membership.
+fn release(id: &IdPriv, m: Membership) {
+    let qp = id.public().qp;
+    if lock(&m.mc.st).attached && !qp.is_null() {
+        // SAFETY: id->qp is live while set.
+        if let Err(e) = unsafe { verbs::detach_mcast(qp.cast(), &m.mc.mgid, 0) } {
+            log(format_args!("ibv_detach_mcast({}): {e}", m.mc.mgid));
+        }
+    }
+    log(format_args!("left {} (MGID {})", m.addr.ip(), m.mc.mgid));
 }
 
 /// `rdma_leave_multicast`: the latest join of exactly `group`
-/// (`EADDRNOTAVAIL` if none).
+/// (`EADDRNOTAVAIL` if none). Its events not retrieved yet are dropped;
+/// the call returns once the retrieved ones are acked (librdmacm's wait),
+/// then detaches. On a synchronous id the join's MULTICAST_JOIN is the
+/// id's `event` until the next call; it is acked here first (nothing
+/// else could: librdmacm's leave would wait for it forever).
 pub fn leave(id: &Arc<IdPriv>, group: SocketAddr) -> Result<(), Errno> {
     let m = {
         let mut map = lock(members());
@@ -323,6 +407,21 @@ pub fn leave(id: &Arc<IdPriv>, group: SocketAddr) -> Result<(), Errno> {
         }
         m
     };
+    let (ch, sync) = {
+        let s = lock(&id.st);
+        (s.channel.clone(), s.sync)
+    };
+    // Under the channel's lock: every event of the join is now either
+    // dropped here or counted as reported.
+    drop(ch.take_where(|e| e.mc.as_ref().is_some_and(|x| Arc::ptr_eq(x, &m.mc))));
+    if sync {
+        let last = id.public().event;
+        if !last.is_null() && crate::channel::mc_of(last).is_some_and(|x| Arc::ptr_eq(&x, &m.mc)) {
+            id.public_mut().event = std::ptr::null_mut();
+            let _ = crate::channel::ack(last);
+        }
+    }
+    m.mc.wait_acked();
     release(id, m);
     Ok(())
 }
@@ -457,6 +556,87 @@ mod tests {
         assert_eq!(
             (ah.grh.sgid_index, ah.grh.hop_limit, ah.grh.traffic_class),
             (3, 64, 0)
+        );
+    }
+
+    /// A UD id on a channel of its own (`sync`: a synchronous id) with a
+    /// join of 239.1.1.1 queued as `join` queues it: its MULTICAST_JOIN
+    /// waits on the channel, not retrieved.
+    fn joined(sync: bool) -> (Arc<crate::channel::Channel>, Arc<IdPriv>, SocketAddr) {
+        let ch = crate::channel::Channel::new().unwrap();
+        let id = IdPriv::new(ch.clone(), sync, 0x0111, IBV_QPT_UD, std::ptr::null_mut());
+        let group: SocketAddr = "239.1.1.1:0".parse().unwrap();
+        let mgid = verbs::mcast_mgid(group.ip(), GidType::RoceV2);
+        let mut ctx = 0u8;
+        let param = join_param(&mgid, 64, 1, 1, (&raw mut ctx).cast());
+        queue_join(&id, group, Mc::new(mgid, false), None, param);
+        (ch, id, group)
+    }
+
+    /// librdmacm's `rdma_leave_multicast` returns only once the join's
+    /// retrieved events are acked (`mc->events_completed <
+    /// resp.events_reported`): here the ack comes from another thread.
+    #[test]
+    fn leave_waits_until_the_retrieved_join_event_is_acked() {
+        let (ch, id, group) = joined(false);
+        let ev = crate::channel::hand_out(ch.pop().unwrap());
+        // SAFETY: the event just handed out.
+        let e = unsafe { &*ev };
+        assert_eq!(e.event, R::MulticastJoin as c_int);
+        assert_eq!(e.status, 0, "no QP: nothing to attach, no error");
+        let left = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (i, l) = (id.clone(), left.clone());
+        let leaver = std::thread::spawn(move || {
+            let r = leave(&i, group);
+            l.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(
+            !left.load(std::sync::atomic::Ordering::SeqCst),
+            "rdma_leave_multicast returned with the MULTICAST_JOIN not acked"
+        );
+        let ev_addr = ev as usize;
+        crate::channel::ack(ev_addr as *mut RdmaCmEvent).unwrap();
+        assert_eq!(leaver.join().unwrap(), Ok(()));
+        assert_eq!(leave(&id, group), Err(Errno(libc::EADDRNOTAVAIL)));
+    }
+
+    /// The join's MULTICAST_JOIN not retrieved yet when the application
+    /// leaves is dropped (the kernel's leave drops it): the leave does not
+    /// wait and the channel has nothing left; the id's own count agrees
+    /// (its destroy would not wait either).
+    #[test]
+    fn leave_drops_the_join_event_not_retrieved_and_does_not_wait() {
+        let (ch, id, group) = joined(false);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let i = id.clone();
+        std::thread::spawn(move || tx.send(leave(&i, group)).unwrap());
+        let r = rx.recv_timeout(std::time::Duration::from_secs(5));
+        assert_eq!(r, Ok(Ok(())), "leave waited for an event never retrieved");
+        assert!(ch.take_for(&id).is_empty());
+    }
+
+    /// A synchronous id retrieves the MULTICAST_JOIN inside the join (and
+    /// keeps it in `id->event`): the leave acks it and returns.
+    #[test]
+    fn leave_of_a_synchronous_id_acks_its_join_event() {
+        let (_ch, id, group) = joined(true);
+        id::complete(&id).unwrap();
+        let ev = id.public().event;
+        assert!(!ev.is_null());
+        // SAFETY: the id's current event.
+        assert_eq!(unsafe { (*ev).event }, R::MulticastJoin as c_int);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let i = id.clone();
+        std::thread::spawn(move || tx.send(leave(&i, group)).unwrap());
+        let r = rx.recv_timeout(std::time::Duration::from_secs(5));
+        assert_eq!(r, Ok(Ok(())), "the synchronous leave did not return");
+        assert!(id.public().event.is_null());
+        assert_eq!(
+            crate::channel::ack(ev),
+            Err(Errno::EINVAL),
+            "the leave acked it"
         );
     }
 
