@@ -27,7 +27,9 @@
 #
 # Scenario srq runs the lab's own program interop/rdmacm/srq_lab.c (built here against the host's
 # librdmacm, copied into the run directory): an RC connection whose receives go through SRQs made
-# with rdma_create_srq on both sides.
+# with rdma_create_srq on both sides. Scenario mc-attach runs interop/rdmacm/mc_lab.c the same
+# way: a QP created between rdma_join_multicast and the retrieval of MULTICAST_JOIN receives the
+# group's datagrams (mckey -s on guest B) only if the library attaches it at that retrieval.
 #
 # Every scenario is judged on the tools' exit statuses and their own success lines, the data
 # packets on the wire, and the capture of guest A's NIC decoded by `ibcm decode --summary`
@@ -100,6 +102,10 @@ fi
 SRQ_LAB="$WORK/srq_lab"
 gcc -std=gnu11 -O2 -Wall -Wextra -Werror "$HERE/rdmacm/srq_lab.c" -lrdmacm -libverbs \
   -o "$SRQ_LAB" > "$WORK/srq_lab.log" 2>&1 || say "srq_lab did not build: $(head -1 "$WORK/srq_lab.log")"
+# and scenario mc-attach's (interop/rdmacm/mc_lab.c), the same way
+MC_LAB="$WORK/mc_lab"
+gcc -std=gnu11 -O2 -Wall -Wextra -Werror "$HERE/rdmacm/mc_lab.c" -lrdmacm -libverbs \
+  -o "$MC_LAB" > "$WORK/mc_lab.log" 2>&1 || say "mc_lab did not build: $(head -1 "$WORK/mc_lab.log")"
 say "ready in $(( $(date +%s) - t0 )) s"
 
 # --- one pairing: both guests booted once, every scenario in turn -----------------------------
@@ -141,6 +147,7 @@ pairing() { # pairing NAME
   fi
   cp "$HERE/rdmacm/guest.sh" "$run/guest.sh"
   [ ! -x "$SRQ_LAB" ] || cp "$SRQ_LAB" "$run/srq_lab"
+  [ ! -x "$MC_LAB" ] || cp "$MC_LAB" "$run/mc_lab"
   cp "$HERE/rdmacm/local.sh" "$run/local.sh"
   rdmacm_pairing_env "${RDMACM_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-debug}" \
     "${RDMACM_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" "${RDMACM_READY_WAIT:-10}" > "$run/pairing.env"
