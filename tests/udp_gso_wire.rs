@@ -129,7 +129,7 @@ impl Capture {
                 continue;
             }
             idle = Instant::now();
-            if sll.sll_pkttype != libc::PACKET_OUTGOING as u8 {
+            if sll.sll_pkttype != libc::PACKET_OUTGOING {
                 continue;
             }
             let ip = &buf[ETH_HDR_LEN..n as usize];

@@ -11,9 +11,38 @@
 //! (unconnected socket, DF set, IP ID 0 — `IP_PMTUDISC_DO`), so real RoCE
 //! stacks such as Linux rxe accept them. On receive the IP header is not
 //! visible to a UDP socket, so the ICRC is checked against the headers a
-//! Linux UDP sender would have used; a mismatch (expected from kernel
-//! peers, whose IP IDs are not zero) is counted, not fatal — integrity on
-//! this path rests on the UDP checksum and the MAD parser's checks.
+//! Linux UDP sender would have used (IP ID 0, or 0..63 for the segments of
+//! a GSO send, below); a mismatch (expected from kernel peers, whose IP IDs
+//! are not zero) is counted, not fatal — integrity on this path rests on
+//! the UDP checksum and the MAD parser's checks.
+//!
+//! GSO/GRO (issue 15). Every CM frame has the same size, so consecutive
+//! frames of a send batch to one peer (up to `BATCH`) go out as one
+//! `sendmsg` entry with `UDP_SEGMENT` (one `sendmmsg` for the whole batch,
+//! order kept), and the socket sets `UDP_GRO`, so one `recvmmsg` entry may
+//! hold a burst, split here by the segment size the control message gives.
+//! The IP IDs the segments carry were measured on Linux 6.18 (AF_PACKET
+//! capture on `lo`, 3 bursts of 5 × 280 bytes each; `tests/udp_gso_wire.rs`
+//! keeps checking it):
+//!
+//! | socket (IPv4) | whole on `lo` | split (software GSO, `gso_max_segs 1`) |
+//! |---|---|---|
+//! | unconnected, DF (`IP_PMTUDISC_DO`; the fabric) | ID 0 | IDs 0, 1, …, n−1, every burst |
+//! | connected, DF | per-socket counter c | c, c+1, …; c grows by 1 per send, not per segment |
+//! | unconnected, no DF | hashed ID h | h, h+1, …; h unpredictable |
+//!
+//! So for the fabric's sockets segment `i` carries ID `i` (the kernel's
+//! segmentation numbers the copies of the first header consecutively; a
+//! NIC with UDP segmentation offload is expected to do the same — not
+//! checked here), and its ICRC is computed for that ID. IPv6 has no ID:
+//! every segment has the lone datagram's headers. A receiver without
+//! `UDP_GRO` gets the burst split by its own kernel (280-byte datagrams; on
+//! `lo` the burst reaches the receiving socket whole), and sees no IP
+//! header either way. If the kernel refuses `UDP_SEGMENT` (EIO: no checksum
+//! offload on the route; EINVAL/ENOPROTOOPT/EOPNOTSUPP) the device logs it
+//! once, counts it (`gso_counts`) and sends one datagram per message from
+//! then on, the unsent frames re-framed for ID 0. `IBCM_UDP_GSO=off`
+//! forces that path (no GSO, no GRO) for comparison.
 
 use super::{Received, Transport, TransportStats, soft_node_guid};
 use crate::capture::Direction;
