@@ -443,12 +443,16 @@ pub enum IcrcInput {
     /// IPv4 from an **unconnected** UDP socket with
     /// `IP_MTU_DISCOVER = IP_PMTUDISC_DO`: Linux sets DF and IP ID 0
     /// (a connected socket would use a per-socket incrementing ID instead),
-    /// no IP options, protocol 17, total length 20 + 8 + 280.
+    /// no IP options, protocol 17, total length 20 + 8 + 280. `ip_id` is 0
+    /// for a single datagram; segment `i` of a `UDP_SEGMENT` send from such
+    /// a socket carries ID `i` once the kernel (or the NIC) splits it
+    /// ([`IcrcInput::with_ip_id`], measured in `fabric::udp`).
     LinuxIpv4 {
         src: Ipv4Addr,
         dst: Ipv4Addr,
         src_port: u16,
         dst_port: u16,
+        ip_id: u16,
     },
     /// IPv6 from a UDP socket: version 6, next header 17 (no extension
     /// headers), `payload_len` = UDP length (8 + 280 for a GSI datagram).
@@ -469,6 +473,28 @@ impl IcrcInput {
             dst,
             src_port,
             dst_port,
+            ip_id: 0,
+        }
+    }
+
+    /// The same headers with IPv4 identification `id` (IPv6 has none: the
+    /// input is returned unchanged).
+    pub const fn with_ip_id(self, id: u16) -> Self {
+        match self {
+            IcrcInput::LinuxIpv4 {
+                src,
+                dst,
+                src_port,
+                dst_port,
+                ..
+            } => IcrcInput::LinuxIpv4 {
+                src,
+                dst,
+                src_port,
+                dst_port,
+                ip_id: id,
+            },
+            v6 => v6,
         }
     }
 
@@ -485,14 +511,18 @@ impl IcrcInput {
 
     /// The 20-byte IPv4 header Linux sends (`None` for IPv6).
     pub fn ipv4_header(&self) -> Option<[u8; IPV4_HDR_LEN]> {
-        let IcrcInput::LinuxIpv4 { src, dst, .. } = *self else {
+        let IcrcInput::LinuxIpv4 {
+            src, dst, ip_id, ..
+        } = *self
+        else {
             return None;
         };
         let total = (IPV4_HDR_LEN + UDP_HDR_LEN + GSI_PAYLOAD_LEN) as u16;
         let mut h = [0u8; IPV4_HDR_LEN];
         h[0] = 0x45;
         h[2..4].copy_from_slice(&total.to_be_bytes());
-        // identification 0, flags DF, fragment offset 0
+        h[4..6].copy_from_slice(&ip_id.to_be_bytes());
+        // flags DF, fragment offset 0
         h[6] = 0x40;
         h[8] = 64;
         h[9] = 17;
@@ -569,6 +599,17 @@ impl IcrcInput {
             ),
         }
     }
+}
+
+/// How the ICRC of a GSI datagram over IPv4 depends on the IP ID: the
+/// ICRC behind ID `id` is the ICRC behind ID 0 XOR this value, whatever
+/// the addresses, ports and payload (CRC-32 is affine: for inputs of equal
+/// length, crc(a ^ b) = crc(a) ^ crc(b) ^ crc(0), and the two inputs differ
+/// only in the ID bytes).
+pub fn gsi_ipv4_id_delta(id: u16) -> u32 {
+    let base = IcrcInput::linux_ipv4(Ipv4Addr::UNSPECIFIED, Ipv4Addr::UNSPECIFIED, 0, 0);
+    let body = [0u8; GSI_PAYLOAD_LEN - ICRC_LEN];
+    base.with_ip_id(id).icrc(&body) ^ base.icrc(&body)
 }
 
 /// The IPv4 header checksum (one's complement sum, checksum field as given;
@@ -924,6 +965,33 @@ mod tests {
                 other => panic!("byte {i}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn ip_id_is_covered_v4_only() {
+        let mad = test_mad();
+        let base = v4_input();
+        let seg = base.with_ip_id(0x0102);
+        let ip = seg.ipv4_header().unwrap();
+        assert_eq!(&ip[4..6], &[0x01, 0x02]);
+        assert_eq!(ipv4_checksum(&ip), 0, "header checksum must verify");
+        assert_eq!(ip[..4], base.ipv4_header().unwrap()[..4]);
+        assert_eq!(ip[6..10], base.ipv4_header().unwrap()[6..10]);
+        let mut out = [0u8; GSI_PAYLOAD_LEN];
+        emit_udp_payload(&Bth::gsi(9), &Deth::GSI, &mad, seg, &mut out);
+        verify_icrc_ipv4(&ip, &seg.udp_header(), &out).unwrap();
+        let ip0 = base.ipv4_header().unwrap();
+        assert!(verify_icrc_ipv4(&ip0, &base.udp_header(), &out).is_err());
+        assert_eq!(seg.with_ip_id(0), base);
+        // The ID's effect is the same XOR for any headers and payload.
+        let mut out0 = [0u8; GSI_PAYLOAD_LEN];
+        emit_udp_payload(&Bth::gsi(9), &Deth::GSI, &mad, base, &mut out0);
+        let stored = |o: &[u8; GSI_PAYLOAD_LEN]| u32::from_le_bytes(o[276..].try_into().unwrap());
+        assert_eq!(stored(&out0) ^ stored(&out), gsi_ipv4_id_delta(0x0102));
+        assert_eq!(gsi_ipv4_id_delta(0), 0);
+        assert_ne!(gsi_ipv4_id_delta(1), 0);
+        let v6 = IcrcInput::linux_ipv6(Ipv6Addr::LOCALHOST, Ipv6Addr::LOCALHOST, 1, 2);
+        assert_eq!(v6.with_ip_id(7), v6);
     }
 
     #[test]
