@@ -781,7 +781,7 @@ fn a_privileged_udp_port_is_bound_only_for_root() {
 #[test]
 fn a_refused_oneway_call_surfaces_as_req_error_and_is_counted() {
     let d = Daemon::start("refused");
-    let dev = &net::soft(12);
+    let dev = &net::soft(23);
     let got: Arc<Mutex<Vec<(EventType, ibcm::api::EventParam)>>> = Arc::default();
     let g = got.clone();
     let h: RustHandler = Arc::new(move |_, ev| {
@@ -790,7 +790,7 @@ fn a_refused_oneway_call_surfaces_as_req_error_and_is_counted() {
     });
     let a = Device::open_served(dev, &d.socket).unwrap();
     let id = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
-    let mut path = a.init_path(1, net::ip(13).parse().unwrap()).unwrap();
+    let mut path = a.init_path(1, net::ip(24).parse().unwrap()).unwrap();
     path.sgid.0[15] ^= 0x5a;
     let p = ReqParams {
         primary_path: path,
@@ -835,7 +835,7 @@ fn a_refused_oneway_call_surfaces_as_req_error_and_is_counted() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|x| x["device"] == format!("soft:{}:4791", net::addr(12)))
+        .find(|x| x["device"] == format!("soft:{}:4791", net::addr(23)))
         .expect("the device in ibcm stat");
     assert_eq!(served["oneway_refused"], 1, "{v}");
     // A call the process can check is refused by the process itself, as
@@ -960,7 +960,7 @@ fn oneway_calls_and_leased_handles_refuse_forgeries() {
 #[test]
 fn callbacks_make_round_trips_through_the_service() {
     let d = Daemon::start("cb-calls");
-    let (srv_name, cli_name) = (&net::soft(14), &net::soft(15));
+    let (srv_name, cli_name) = (&net::soft(25), &net::soft(26));
     let srv = Device::open_served(srv_name, &d.socket).unwrap();
     let cli = Device::open_served(cli_name, &d.socket).unwrap();
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -1023,7 +1023,7 @@ fn callbacks_make_round_trips_through_the_service() {
     let id = cli
         .create_id(None, std::ptr::null_mut(), Some(client))
         .unwrap();
-    let path = cli.init_path(1, net::ip(14).parse().unwrap()).unwrap();
+    let path = cli.init_path(1, net::ip(25).parse().unwrap()).unwrap();
     id.send_req(&ReqParams {
         primary_path: path,
         service_id: 0x4242,
