@@ -10,8 +10,9 @@
 # (default ${TMPDIR:-/tmp}/ibcm-test-nets), one per slot, holding the
 # owner's pid; a slot whose owner is gone is taken over. The first slot
 # tried is derived from the owner's pid; the same owner always gets the
-# same slot back. A.B stays clear of the 127.0.x.y addresses the Rust tests
-# use (A is 128..254).
+# same slot back. A is 128..254, clear of 127.0.x.y. Each Rust test process
+# claims a slot the same way, under the same lock, for its own pid
+# (tests/common/net.rs), so C and Rust runs never share a network.
 set -eu
 
 owner=${1:?usage: test-net.sh OWNER_PID}

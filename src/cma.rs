@@ -193,49 +193,26 @@ impl RawHeader {
     }
 }
 
-/// `enum rdma_cm_event_type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum RdmaCmEventType {
-    AddrResolved = 0,
-    AddrError = 1,
-    RouteResolved = 2,
-    RouteError = 3,
-    ConnectRequest = 4,
-    ConnectResponse = 5,
-    ConnectError = 6,
-    Unreachable = 7,
-    Rejected = 8,
-    Established = 9,
-    Disconnected = 10,
-    DeviceRemoval = 11,
-    MulticastJoin = 12,
-    MulticastError = 13,
-    AddrChange = 14,
-    TimewaitExit = 15,
-}
-
-impl RdmaCmEventType {
-    /// What `rdma_event_str()` returns for it.
-    pub fn name(self) -> &'static str {
-        match self {
-            RdmaCmEventType::AddrResolved => "RDMA_CM_EVENT_ADDR_RESOLVED",
-            RdmaCmEventType::AddrError => "RDMA_CM_EVENT_ADDR_ERROR",
-            RdmaCmEventType::RouteResolved => "RDMA_CM_EVENT_ROUTE_RESOLVED",
-            RdmaCmEventType::RouteError => "RDMA_CM_EVENT_ROUTE_ERROR",
-            RdmaCmEventType::ConnectRequest => "RDMA_CM_EVENT_CONNECT_REQUEST",
-            RdmaCmEventType::ConnectResponse => "RDMA_CM_EVENT_CONNECT_RESPONSE",
-            RdmaCmEventType::ConnectError => "RDMA_CM_EVENT_CONNECT_ERROR",
-            RdmaCmEventType::Unreachable => "RDMA_CM_EVENT_UNREACHABLE",
-            RdmaCmEventType::Rejected => "RDMA_CM_EVENT_REJECTED",
-            RdmaCmEventType::Established => "RDMA_CM_EVENT_ESTABLISHED",
-            RdmaCmEventType::Disconnected => "RDMA_CM_EVENT_DISCONNECTED",
-            RdmaCmEventType::DeviceRemoval => "RDMA_CM_EVENT_DEVICE_REMOVAL",
-            RdmaCmEventType::MulticastJoin => "RDMA_CM_EVENT_MULTICAST_JOIN",
-            RdmaCmEventType::MulticastError => "RDMA_CM_EVENT_MULTICAST_ERROR",
-            RdmaCmEventType::AddrChange => "RDMA_CM_EVENT_ADDR_CHANGE",
-            RdmaCmEventType::TimewaitExit => "RDMA_CM_EVENT_TIMEWAIT_EXIT",
-        }
+c_enum! {
+    /// `enum rdma_cm_event_type`; `name()` is what `rdma_event_str()`
+    /// returns for it.
+    pub enum RdmaCmEventType: u32 {
+        AddrResolved = 0, "RDMA_CM_EVENT_ADDR_RESOLVED";
+        AddrError = 1, "RDMA_CM_EVENT_ADDR_ERROR";
+        RouteResolved = 2, "RDMA_CM_EVENT_ROUTE_RESOLVED";
+        RouteError = 3, "RDMA_CM_EVENT_ROUTE_ERROR";
+        ConnectRequest = 4, "RDMA_CM_EVENT_CONNECT_REQUEST";
+        ConnectResponse = 5, "RDMA_CM_EVENT_CONNECT_RESPONSE";
+        ConnectError = 6, "RDMA_CM_EVENT_CONNECT_ERROR";
+        Unreachable = 7, "RDMA_CM_EVENT_UNREACHABLE";
+        Rejected = 8, "RDMA_CM_EVENT_REJECTED";
+        Established = 9, "RDMA_CM_EVENT_ESTABLISHED";
+        Disconnected = 10, "RDMA_CM_EVENT_DISCONNECTED";
+        DeviceRemoval = 11, "RDMA_CM_EVENT_DEVICE_REMOVAL";
+        MulticastJoin = 12, "RDMA_CM_EVENT_MULTICAST_JOIN";
+        MulticastError = 13, "RDMA_CM_EVENT_MULTICAST_ERROR";
+        AddrChange = 14, "RDMA_CM_EVENT_ADDR_CHANGE";
+        TimewaitExit = 15, "RDMA_CM_EVENT_TIMEWAIT_EXIT";
     }
 }
 

@@ -1,6 +1,8 @@
 //! ibcm: a userspace InfiniBand / RoCE Communication Manager with the Linux
 //! kernel's `ib_cm` C ABI. See `docs/ARCHITECTURE.md` for the map.
 
+#[macro_use]
+mod c_enum;
 pub mod abi;
 pub mod api;
 pub mod capture;

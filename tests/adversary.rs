@@ -146,13 +146,13 @@ fn half_open_flood_does_not_lock_out_real_clients() {
     const SERVICE: u64 = 0x1700;
     const FLOOD: u32 = 100_000;
     const SOURCES: u32 = 64;
-    let server = "127.0.80.2";
+    let server = &net::ip(2);
     let sdev = open_with(&format!("soft:{server}"), |_| {});
     let reqs = Arc::new(AtomicUsize::new(0));
     let _l = accepting_server(&sdev, SERVICE, reqs.clone());
     let cap = sdev.engine_config().max_half_open;
     let crec = Arc::new(Recorder::default());
-    let cdev = open_with("soft:127.0.80.3", |_| {});
+    let cdev = open_with(&net::soft(3), |_| {});
     let ch = crec.client_handler();
 
     // Normal latency, before the flood.
@@ -164,9 +164,9 @@ fn half_open_flood_does_not_lock_out_real_clients() {
 
     // The flood: the longest timeouts a REQ can ask for, distinct comm
     // IDs, CA GUIDs and QPNs, 64 sources, never an RTU.
-    let tpl = captured_req("127.0.80.9", "127.0.80.10", SERVICE);
+    let tpl = captured_req(&net::ip(9), &net::ip(10), SERVICE);
     let socks: Vec<UdpSocket> = (1..=SOURCES)
-        .map(|i| bind(&format!("127.0.85.{i}")))
+        .map(|i| bind(&net::ip(256 + i as u16)))
         .collect();
     let server_ip = v4(server);
     let sent = Arc::new(AtomicU64::new(0));
@@ -307,12 +307,12 @@ fn half_open_flood_does_not_lock_out_real_clients() {
 #[test]
 fn unanswerable_reqs_are_rejected_back_to_the_requester() {
     const SERVICE: u64 = 0x1701;
-    let server = "127.0.82.2";
+    let server = &net::ip(22);
     let sdev = open_with(&format!("soft:{server}"), |_| {});
     let reqs = Arc::new(AtomicUsize::new(0));
     let _l = accepting_server(&sdev, SERVICE, reqs.clone());
-    let tpl = captured_req("127.0.82.9", "127.0.82.10", SERVICE);
-    let peer = bind("127.0.82.3");
+    let tpl = captured_req(&net::ip(29), &net::ip(30), SERVICE);
+    let peer = bind(&net::ip(23));
     let cases: Vec<(&str, u16, [u8; 256])> = vec![
         (
             "junk alternate path (LID 5, zero GIDs)",
@@ -320,8 +320,8 @@ fn unanswerable_reqs_are_rejected_back_to_the_requester() {
             edit_req(&tpl, |r| {
                 r.local_comm_id = 0x1001;
                 r.local_qpn = 0x1001;
-                r.primary.local_gid = gid("127.0.82.3");
-                r.primary.remote_gid = gid("127.0.82.2");
+                r.primary.local_gid = gid(&net::ip(23));
+                r.primary.remote_gid = gid(&net::ip(22));
                 r.alternate = r.primary;
                 r.alternate.local_lid = 5;
                 r.alternate.local_gid = Gid::ZERO;
@@ -334,8 +334,8 @@ fn unanswerable_reqs_are_rejected_back_to_the_requester() {
             edit_req(&tpl, |r| {
                 r.local_comm_id = 0x1002;
                 r.local_qpn = 0x1002;
-                r.primary.local_gid = gid("127.0.82.3");
-                r.primary.remote_gid = gid("127.0.82.2");
+                r.primary.local_gid = gid(&net::ip(23));
+                r.primary.remote_gid = gid(&net::ip(22));
                 r.alternate = r.primary;
                 r.alternate.local_lid = 9;
                 r.alternate.remote_gid = Gid([0xab; 16]);
@@ -421,9 +421,9 @@ fn unanswerable_reqs_are_rejected_back_to_the_requester() {
 #[test]
 fn rej_with_an_overlong_ari_is_clamped_and_delivered() {
     const SERVICE: u64 = 0x1702;
-    let fake_server = bind("127.0.83.2");
+    let fake_server = bind(&net::ip(42));
     let crec = Arc::new(Recorder::default());
-    let cdev = open_with("soft:127.0.83.3", |_| {});
+    let cdev = open_with(&net::soft(43), |_| {});
     let seen = Arc::new(Mutex::new(None));
     let h = {
         let seen = seen.clone();
@@ -436,7 +436,7 @@ fn rej_with_an_overlong_ari_is_clamped_and_delivered() {
         })
     };
     let id = cdev.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
-    id.send_req(&req(&cdev, "127.0.83.2", SERVICE, 77, 16, 3))
+    id.send_req(&req(&cdev, &net::ip(42), SERVICE, 77, 16, 3))
         .unwrap();
     let got = receive(&fake_server, Duration::from_secs(2));
     let Some(CmMsg::Req(q)) = got.first().map(|m| m.msg.clone()) else {
@@ -455,7 +455,7 @@ fn rej_with_an_overlong_ari_is_clamped_and_delivered() {
     rej.private_data[..5].copy_from_slice(b"go on");
     let mad = CmMad::send(tid, 0, CmMsg::Rej(rej)).to_bytes();
     assert_eq!(mad[33] >> 1, 100, "the length really is on the wire");
-    send(&fake_server, v4("127.0.83.3"), &mad);
+    send(&fake_server, v4(&net::ip(43)), &mad);
     let ev = crec.wait(
         id.local_id(),
         &[E::RejReceived, E::ReqError],
@@ -482,7 +482,7 @@ fn rej_with_an_overlong_ari_is_clamped_and_delivered() {
 #[test]
 fn forged_reqs_cannot_reflect_reps_at_a_bystander() {
     const SERVICE: u64 = 0x1703;
-    let server = "127.0.84.2";
+    let server = &net::ip(52);
     // Short, bounded REP retries so the spoofed case finishes quickly.
     let sdev = open_with(&format!("soft:{server}"), |o| {
         o.rep_max_retries = 2;
@@ -490,9 +490,9 @@ fn forged_reqs_cannot_reflect_reps_at_a_bystander() {
     });
     let reqs = Arc::new(AtomicUsize::new(0));
     let _l = accepting_server(&sdev, SERVICE, reqs.clone());
-    let tpl = captured_req("127.0.84.9", "127.0.84.10", SERVICE);
-    let attacker = bind("127.0.84.66");
-    let bystander = bind("127.0.84.77");
+    let tpl = captured_req(&net::ip(59), &net::ip(60), SERVICE);
+    let attacker = bind(&net::ip(116));
+    let bystander = bind(&net::ip(127));
 
     // (a) Off-path: sent by the attacker, naming the bystander.
     let forged = edit_req(&tpl, |r| {
@@ -500,7 +500,7 @@ fn forged_reqs_cannot_reflect_reps_at_a_bystander() {
         r.local_qpn = 0x2001;
         r.local_cm_response_timeout = 31;
         r.max_cm_retries = 15;
-        r.primary.local_gid = gid("127.0.84.77");
+        r.primary.local_gid = gid(&net::ip(127));
     });
     send(&attacker, v4(server), &forged);
     let to_bystander = receive(&bystander, Duration::from_millis(600));
@@ -525,7 +525,7 @@ fn forged_reqs_cannot_reflect_reps_at_a_bystander() {
         r.local_qpn = 0x2002;
         r.local_cm_response_timeout = 31;
         r.max_cm_retries = 15;
-        r.primary.local_gid = gid("127.0.84.77");
+        r.primary.local_gid = gid(&net::ip(127));
     });
     send(&bystander, v4(server), &spoofed);
     // Long enough for every REP the cap allows even on a loaded machine.

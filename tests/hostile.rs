@@ -31,8 +31,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const SERVER: Ipv4Addr = Ipv4Addr::new(127, 0, 78, 2);
-const CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 78, 3);
+/// The server and client devices: `net::addr(SERVER)`, `net::addr(CLIENT)`.
+const SERVER: u16 = 2;
+const CLIENT: u16 = 3;
 const HALF_OPEN_CAP: u32 = 32;
 /// Real connections' CM response timeout: 4.096 µs × 2^18 ≈ 1.07 s a try,
 /// six tries. At 2^16 (268 ms) a loaded host's scheduling stalls (2 s seen at
@@ -53,10 +54,10 @@ impl Rng {
     }
 }
 
-/// 200 attacker sockets on 127.0.79.1..=200, port 4791.
+/// 200 attacker sockets on `net::addr(257..=456)`, port 4791.
 fn attackers() -> Vec<UdpSocket> {
     (1..=200u8)
-        .map(|i| UdpSocket::bind((Ipv4Addr::new(127, 0, 79, i), 4791)).unwrap())
+        .map(|i| UdpSocket::bind((net::addr(256 + u16::from(i)), 4791)).unwrap())
         .collect()
 }
 
@@ -206,7 +207,7 @@ fn real_connections(
     let mut qpn = 1000;
     while ok < n && Instant::now() < end {
         qpn += 1;
-        let r = req(dev, "127.0.78.2", SERVICE, qpn, REAL_TIMEOUT, 5);
+        let r = req(dev, &net::ip(SERVER), SERVICE, qpn, REAL_TIMEOUT, 5);
         let a = connect_once(dev, rec, &h, &r, Duration::from_secs(10));
         match a.connect {
             Some((_, E::RepReceived, _)) => {
@@ -227,7 +228,7 @@ fn real_connections(
 fn hostile_input() {
     let srec = Arc::new(Recorder::default());
     let sids = Arc::new(Mutex::new(Vec::new()));
-    let sdev = open(&format!("soft:{SERVER}"), HALF_OPEN_CAP);
+    let sdev = open(&net::soft(SERVER), HALF_OPEN_CAP);
     let listener = sdev
         .create_id(
             None,
@@ -237,8 +238,8 @@ fn hostile_input() {
         .unwrap();
     listener.listen(SERVICE).unwrap();
     let crec = Arc::new(Recorder::default());
-    let cdev = open(&format!("soft:{CLIENT}"), 0);
-    let req_tpl = captured_req("127.0.78.9", "127.0.78.10", SERVICE).to_bytes();
+    let cdev = open(&net::soft(CLIENT), 0);
+    let req_tpl = captured_req(&net::ip(9), &net::ip(10), SERVICE).to_bytes();
     let socks = Arc::new(attackers());
     let rss0 = rss_kib();
 
@@ -259,31 +260,31 @@ fn hostile_input() {
                 to_s += 1;
                 let s = &socks[r.below(socks.len() as u64) as usize];
                 let mad = random_cm_mad(&mut r, &req_tpl);
-                let f = frame(s, SERVER, &mad);
+                let f = frame(s, net::addr(SERVER), &mad);
                 match r.below(6) {
                     0 => {
                         let n = r.below(600) as usize;
                         buf[..n].iter_mut().for_each(|b| *b = r.next() as u8);
-                        send(s, SERVER, &buf[..n]);
+                        send(s, net::addr(SERVER), &buf[..n]);
                     }
                     1 => {
                         let n = r.below(GSI_PAYLOAD_LEN as u64) as usize;
-                        send(s, SERVER, &f[..n]); // truncated
+                        send(s, net::addr(SERVER), &f[..n]); // truncated
                     }
                     2 => {
                         let n = GSI_PAYLOAD_LEN + 1 + r.below(1100) as usize;
                         buf[..GSI_PAYLOAD_LEN].copy_from_slice(&f);
-                        send(s, SERVER, &buf[..n]); // oversized
+                        send(s, net::addr(SERVER), &buf[..n]); // oversized
                     }
                     3 => {
                         let mut g = f;
                         let i = r.below(GSI_PAYLOAD_LEN as u64) as usize;
                         g[i] ^= 1 << r.below(8); // one bit flipped
-                        send(s, SERVER, &g);
+                        send(s, net::addr(SERVER), &g);
                     }
                     _ => {
-                        send(s, SERVER, &f); // well-formed, wrong ids
-                        send(s, CLIENT, &f);
+                        send(s, net::addr(SERVER), &f); // well-formed, wrong ids
+                        send(s, net::addr(CLIENT), &f);
                         to_c += 1;
                     }
                 }
@@ -360,7 +361,7 @@ fn hostile_input() {
         let q = u32::from_be_bytes(m[56..60].try_into().unwrap()) & 0xff;
         set_u32(&mut m, 56, ((10_000 + i) << 8) | q); // local QPN
         claim_source(&mut m, s);
-        send(s, SERVER, &frame(s, SERVER, &m));
+        send(s, net::addr(SERVER), &frame(s, net::addr(SERVER), &m));
         if i % 100 == 0 {
             max_live = max_live.max(sdev.live_ids());
             max_half = max_half.max(sdev.half_open());
@@ -456,8 +457,15 @@ fn hostile_input() {
         0
     });
     let cid = cdev.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
-    cid.send_req(&req(&cdev, "127.0.78.2", SERVICE, 4242, REAL_TIMEOUT, 5))
-        .unwrap();
+    cid.send_req(&req(
+        &cdev,
+        &net::ip(SERVER),
+        SERVICE,
+        4242,
+        REAL_TIMEOUT,
+        5,
+    ))
+    .unwrap();
     assert!(
         crec.wait(cid.local_id(), &[E::RepReceived], Duration::from_secs(10))
             .is_some()
@@ -488,21 +496,21 @@ fn hostile_input() {
     let never = AtomicBool::new(false);
     let mut forge = |to: Ipv4Addr, msg: CmMsg, r: &mut Rng| {
         let m = CmMad::send(r.next(), 0, msg).to_bytes();
-        if to == SERVER {
+        if to == net::addr(SERVER) {
             pace(&sdev, t_s0, to_s, &never);
             to_s += 1;
         } else {
             pace(&cdev, t_c0, to_c, &never);
             to_c += 1;
         }
-        send(a, to, &frame(a, SERVER, &m));
+        send(a, to, &frame(a, net::addr(SERVER), &m));
     };
     for i in 0..3000u32 {
         // (local, remote) as the receiver would need them.
         let (to, right_local, right_remote) = if i % 2 == 0 {
-            (SERVER, s_comm, c_comm)
+            (net::addr(SERVER), s_comm, c_comm)
         } else {
-            (CLIENT, c_comm, s_comm)
+            (net::addr(CLIENT), c_comm, s_comm)
         };
         let (l, rm) = match i % 3 {
             0 => (r.next() as u32, r.next() as u32), // both guessed
@@ -547,7 +555,7 @@ fn hostile_input() {
     for _ in 0..100 {
         let qpn = 4242 ^ (1 + r.below(0xff_fffe) as u32);
         forge(
-            SERVER,
+            net::addr(SERVER),
             CmMsg::Dreq(Dreq {
                 local_comm_id: c_comm,
                 remote_comm_id: s_comm,
@@ -614,21 +622,21 @@ fn hostile_input() {
 #[test]
 fn req_then_rej_in_one_batch_goes_to_the_new_id() {
     let srec = Arc::new(Recorder::default());
-    let sdev = open("soft:127.0.78.20", 0);
+    let sdev = open(&net::soft(20), 0);
     let h = srec.handler(|_, ev| match ev.kind {
         E::RejReceived | E::TimewaitExit => 1,
         _ => 0,
     });
     let listener = sdev.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
     listener.listen(SERVICE).unwrap();
-    let cdev = open("soft:127.0.78.21", 0);
+    let cdev = open(&net::soft(21), 0);
     let threads: Vec<_> = (0..4u32)
         .map(|t| {
             let cdev = cdev.clone();
             std::thread::spawn(move || {
                 for i in 0..300u32 {
                     let id = cdev.create_id(None, std::ptr::null_mut(), None).unwrap();
-                    id.send_req(&req(&cdev, "127.0.78.20", SERVICE, t * 1000 + i + 1, 14, 2))
+                    id.send_req(&req(&cdev, &net::ip(20), SERVICE, t * 1000 + i + 1, 14, 2))
                         .unwrap();
                     id.destroy().unwrap(); // REJ right behind the REQ
                 }

@@ -12,7 +12,7 @@ use ibcm::api::{CmId, Device};
 use ibcm::capture::{self, Direction, Reader};
 use ibcm::engine::{Event, EventType as E, RepParams};
 use ibcm::ffi::{ibcm_pcap_start, ibcm_pcap_stop};
-use rel_common::{open, req};
+use rel_common::{net, open, req};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -380,14 +380,19 @@ fn loopback_connection_is_captured_from_both_sides() {
     let began = now_nanos();
     assert_eq!(start(&path, 0), 0);
     close(connection(
-        "loop:127.0.91.1",
-        "loop:127.0.91.2",
-        "127.0.91.1",
+        &format!("loop:{}", net::addr(1)),
+        &format!("loop:{}", net::addr(2)),
+        &net::ip(1),
     ));
     assert_eq!(records(&path).len(), 10, "written when the devices closed");
     assert_eq!(stop(), 0);
     let recs = records(&path);
-    check_connection(&recs, "loop:127.0.91.1", "loop:127.0.91.2", began);
+    check_connection(
+        &recs,
+        &format!("loop:{}", net::addr(1)),
+        &format!("loop:{}", net::addr(2)),
+        began,
+    );
     check_with_tshark(&path, &recs);
 }
 
@@ -420,7 +425,11 @@ fn soft_connection_is_captured_from_both_sides() {
     assert_eq!(start(&path, 0), 0);
     // A non-default UDP port: the frames keep the real source port, go to
     // 4791 (so decoders see RoCEv2) and carry the ICRC for that header.
-    let devs = connection("soft:127.0.91.3:4799", "soft:127.0.91.4:4799", "127.0.91.3");
+    let devs = connection(
+        &format!("soft:{}:4799", net::addr(3)),
+        &format!("soft:{}:4799", net::addr(4)),
+        &net::ip(3),
+    );
     // Written within 100 ms, without a stop or a close.
     assert!(
         rel_common::until(Duration::from_secs(5), || records(&path).len() == 10),
@@ -430,14 +439,17 @@ fn soft_connection_is_captured_from_both_sides() {
     close(devs);
     assert_eq!(stop(), 0);
     let recs = records(&path);
-    check_connection(&recs, "soft:127.0.91.3:4799", "soft:127.0.91.4:4799", began);
+    check_connection(
+        &recs,
+        &format!("soft:{}:4799", net::addr(3)),
+        &format!("soft:{}:4799", net::addr(4)),
+        began,
+    );
     // The real addresses and source port.
     let data = std::fs::read(&path).unwrap();
     for f in capture::read_bytes(&data).unwrap().frames {
-        assert!(matches!(
-            f.src.to_string().as_str(),
-            "127.0.91.3" | "127.0.91.4"
-        ));
+        let src = f.src.to_string();
+        assert!(src == net::ip(3) || src == net::ip(4), "{src}");
         assert_eq!((f.src_port, f.dst_port), (4799, 4791));
     }
     check_with_tshark(&path, &recs);
@@ -449,9 +461,9 @@ fn size_limit_is_honoured() {
     let full = tmp("full.pcapng");
     assert_eq!(start(&full, 0), 0);
     close(connection(
-        "loop:127.0.91.7",
-        "loop:127.0.91.8",
-        "127.0.91.7",
+        &format!("loop:{}", net::addr(7)),
+        &format!("loop:{}", net::addr(8)),
+        &net::ip(7),
     ));
     assert_eq!(stop(), 0);
     let all = records(&full);
@@ -461,9 +473,9 @@ fn size_limit_is_honoured() {
         let path = tmp(&format!("limit-{limit}.pcapng"));
         assert_eq!(start(&path, limit), 0);
         close(connection(
-            "loop:127.0.91.7",
-            "loop:127.0.91.8",
-            "127.0.91.7",
+            &format!("loop:{}", net::addr(7)),
+            &format!("loop:{}", net::addr(8)),
+            &net::ip(7),
         ));
         assert_eq!(stop(), 0, "limit {limit}");
         let size = std::fs::metadata(&path).unwrap().len();
@@ -515,24 +527,25 @@ fn env_capture_child() {
     if std::env::var_os("IBCM_PCAP_TEST_CHILD").is_none() {
         return;
     }
-    let _still_open = connection("soft:127.0.91.5", "soft:127.0.91.6", "127.0.91.5");
+    let _still_open = connection(&net::soft(5), &net::soft(6), &net::ip(5));
 }
 
 /// Runs `env_capture_child` with `IBCM_PCAP=path`; its stderr and PID.
 fn run_child(path: &Path, limit: Option<&str>) -> (String, u32) {
     let mut c = Command::new(std::env::current_exe().unwrap());
-    c.args([
-        "--exact",
-        "env_capture_child",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env("IBCM_PCAP_TEST_CHILD", "1")
-    .env("IBCM_PCAP", path)
-    .env_remove("IBCM_PCAP_LIMIT")
-    .env_remove("IBCM_LOG")
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    net::pass_to(&mut c)
+        .args([
+            "--exact",
+            "env_capture_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("IBCM_PCAP_TEST_CHILD", "1")
+        .env("IBCM_PCAP", path)
+        .env_remove("IBCM_PCAP_LIMIT")
+        .env_remove("IBCM_LOG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if let Some(l) = limit {
         c.env("IBCM_PCAP_LIMIT", l);
     }
@@ -560,7 +573,12 @@ fn environment_variable_starts_a_capture() {
     ));
     assert!(!pattern.exists());
     let recs = records(&path);
-    check_connection(&recs, "soft:127.0.91.5:4791", "soft:127.0.91.6:4791", began);
+    check_connection(
+        &recs,
+        &format!("soft:{}:4791", net::addr(5)),
+        &format!("soft:{}:4791", net::addr(6)),
+        began,
+    );
 
     // With a cap: the file stays under it and one warning says so.
     let path = tmp("env-limit.pcapng");

@@ -10,6 +10,9 @@
 //! names other ports than the open's, or has a nonzero seq or handle is
 //! dropped (a fake service sends them here).
 
+#[path = "common/net.rs"]
+mod net;
+
 use ibcm::api::{Device, Gid, GidEntry, GidType, PortInfo};
 use ibcm::ipc::{self, Header, Opened, Public, Stat, op, sock};
 use ibcm::service::{self, Limits, Options, Service};
@@ -69,7 +72,7 @@ fn with_gid(ports: &[PortInfo], g: Gid) -> Vec<PortInfo> {
 #[test]
 fn a_served_process_gets_the_port_tables_the_service_installs() {
     let (svc, socket) = start_service("push");
-    let name = "soft:127.0.97.1";
+    let name = &net::soft(1);
     let a = Device::open_served(name, &socket).unwrap();
     assert!(a.is_served());
     let sdev = svc.device(name).expect("the service serves the device");
@@ -143,7 +146,7 @@ fn fake_service(
             match h.op {
                 op::OPEN => {
                     let opened = Opened {
-                        name: b"soft:127.0.97.2:4791".to_vec(),
+                        name: format!("{}:4791", net::soft(2)).into_bytes(),
                         node_guid: 7,
                         ports: ports.clone().into_boxed_slice(),
                     };
@@ -187,7 +190,7 @@ fn ports_record(seq: u64, handle: u64, ports: &[PortInfo]) -> Vec<u8> {
 #[test]
 fn a_ports_record_is_checked_like_any_input() {
     let socket = temp_socket("bad");
-    let opened = vec![PortInfo::roce(1, gid("127.0.97.2"))];
+    let opened = vec![PortInfo::roce(1, gid(&net::ip(2)))];
     let good = with_gid(&opened, gid("10.77.2.2"));
     let mut other_port = good.clone();
     other_port[0].port_num = 2;
@@ -211,7 +214,7 @@ fn a_ports_record_is_checked_like_any_input() {
         trailing,
     ];
     let server = fake_service(socket.clone(), opened.clone(), bad, full);
-    let d = Device::open_served("soft:127.0.97.2", &socket).unwrap();
+    let d = Device::open_served(&net::soft(2), &socket).unwrap();
     assert_eq!(*d.ports(), opened);
     // The reply follows the pushed records: they have all been read.
     assert!(d.service_stat().is_some());

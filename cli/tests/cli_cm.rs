@@ -2,6 +2,9 @@
 //! `ibcm listen` + `ibcm connect` exchange private data, and `ibcm bench`
 //! reports a complete, well-formed result (numbers are not asserted).
 
+mod common;
+
+use common::net;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -66,7 +69,7 @@ fn listen_and_connect_exchange_private_data() {
     let r = ListenConnect::run(
         &[
             "--device",
-            "soft:127.0.4.1",
+            &net::soft(1),
             "--count",
             "3",
             "--private-data",
@@ -74,9 +77,9 @@ fn listen_and_connect_exchange_private_data() {
         ],
         &[
             "--device",
-            "soft:127.0.4.2",
+            &net::soft(2),
             "--dest",
-            "127.0.4.1",
+            &net::ip(1),
             "--count",
             "3",
             "--private-data",
@@ -101,7 +104,8 @@ fn listen_and_connect_exchange_private_data() {
     );
     let sout = r.listen_out();
     assert_eq!(
-        sout.matches("REQ_RECEIVED from 127.0.4.2").count(),
+        sout.matches(&format!("REQ_RECEIVED from {}", net::addr(2)))
+            .count(),
         3,
         "{sout}"
     );
@@ -121,13 +125,13 @@ fn listen_reject_is_reported_to_the_client() {
     let r = ListenConnect::run(
         &[
             "--device",
-            "soft:127.0.4.3",
+            &net::soft(3),
             "--reject",
             "28",
             "--private-data",
             "go away",
         ],
-        &["--device", "soft:127.0.4.4", "--dest", "127.0.4.3"],
+        &["--device", &net::soft(4), "--dest", &net::ip(3)],
     );
     let cout = r.connect_out();
     assert!(!r.connected());
@@ -185,9 +189,9 @@ fn bench_over_udp_two_processes_completes() {
     check_bench(
         &[
             "--server",
-            "soft:127.0.4.5",
+            &net::soft(5),
             "--client",
-            "soft:127.0.4.6",
+            &net::soft(6),
             "--baseline",
         ],
         1000,
@@ -309,7 +313,7 @@ fn rdma_cm_header_and_listener_disconnect() {
     let (l, c, ok) = listen_connect(
         &[
             "--device",
-            "soft:127.0.4.7",
+            &net::soft(7),
             "--port",
             "7471",
             "--rdma-cm",
@@ -318,9 +322,9 @@ fn rdma_cm_header_and_listener_disconnect() {
         ],
         &[
             "--device",
-            "soft:127.0.4.8",
+            &net::soft(8),
             "--dest",
-            "127.0.4.7",
+            &net::ip(7),
             "--port",
             "7471",
             "--rdma-cm",
@@ -331,7 +335,11 @@ fn rdma_cm_header_and_listener_disconnect() {
     );
     assert!(ok, "{c}");
     assert!(l.contains("service 0x0000000001061d2f"), "{l}");
-    let hdr = regex_like(&l, "rdma_cm=127.0.4.8:", "->127.0.4.7 private_data=\"hi\"");
+    let hdr = regex_like(
+        &l,
+        &format!("rdma_cm={}:", net::addr(8)),
+        &format!("->{} private_data=\"hi\"", net::addr(7)),
+    );
     assert!(hdr, "{l}");
     assert!(c.contains("DREQ_RECEIVED"), "{c}");
     assert!(l.contains("DREP_RECEIVED"), "{l}");
@@ -351,12 +359,12 @@ fn regex_like(s: &str, a: &str, b: &str) -> bool {
 #[test]
 fn sidr_resolution_and_expected_rejects() {
     let (l, c, ok) = listen_connect(
-        &["--device", "soft:127.0.4.9", "--sidr", "--rdma-cm"],
+        &["--device", &net::soft(9), "--sidr", "--rdma-cm"],
         &[
             "--device",
-            "soft:127.0.4.10",
+            &net::soft(10),
             "--dest",
-            "127.0.4.9",
+            &net::ip(9),
             "--sidr",
             "--rdma-cm",
         ],
@@ -369,12 +377,12 @@ fn sidr_resolution_and_expected_rejects() {
     );
     // SIDR refused with status 1 (--reject gives the SIDR status).
     let (_, c, ok) = listen_connect(
-        &["--device", "soft:127.0.4.9", "--sidr", "--reject", "1"],
+        &["--device", &net::soft(9), "--sidr", "--reject", "1"],
         &[
             "--device",
-            "soft:127.0.4.10",
+            &net::soft(10),
             "--dest",
-            "127.0.4.9",
+            &net::ip(9),
             "--sidr",
             "--expect-reject",
             "1",
@@ -389,7 +397,7 @@ fn sidr_resolution_and_expected_rejects() {
     let (_, c, ok) = listen_connect(
         &[
             "--device",
-            "soft:127.0.4.9",
+            &net::soft(9),
             "--port",
             "1",
             "--count",
@@ -399,9 +407,9 @@ fn sidr_resolution_and_expected_rejects() {
         ],
         &[
             "--device",
-            "soft:127.0.4.10",
+            &net::soft(10),
             "--dest",
-            "127.0.4.9",
+            &net::ip(9),
             "--expect-reject",
             "8",
         ],

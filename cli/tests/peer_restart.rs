@@ -23,8 +23,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-const SERVER: &str = "127.0.77.2";
-const CLIENT: &str = "127.0.77.3";
+/// This process's addresses of the server (`ibcm bench --serve`) and of
+/// the client device.
+const SERVER: u16 = 2;
+const CLIENT: u16 = 3;
 
 fn start_server() -> Child {
     // In-process (one process per address; no service at the host's
@@ -35,7 +37,7 @@ fn start_server() -> Child {
             "bench",
             "--serve",
             "--server",
-            &format!("soft:{SERVER}"),
+            &net::soft(SERVER),
             "--verify",
             "--settle",
             "5",
@@ -64,14 +66,14 @@ fn stop_server(mut c: Child) -> serde_json::Value {
 #[test]
 fn server_killed_and_restarted() {
     let rec = Arc::new(Recorder::default());
-    let dev = open(&format!("soft:{CLIENT}"), 0);
+    let dev = open(&net::soft(CLIENT), 0);
     let h = rec.client_handler();
     let new_id = || {
         dev.create_id(None, std::ptr::null_mut(), Some(h.clone()))
             .unwrap()
     };
     // 0.6 s per try, 3 tries: a dead peer is noticed in about 2 s.
-    let r = |qpn| req(&dev, SERVER, SERVICE, qpn, 14, 2);
+    let r = |qpn| req(&dev, &net::ip(SERVER), SERVICE, qpn, 14, 2);
     let t = Duration::from_secs(10);
 
     // 1. Server up: two connections.

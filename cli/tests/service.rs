@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::TempDir;
+use common::{TempDir, net};
 use ibcm::api::{Device, Errno, EventType, ReqParams, RustHandler, qp_type};
 use ibcm::ipc::{self, Header, op, sock};
 use std::net::UdpSocket;
@@ -144,7 +144,7 @@ impl Listener {
 #[test]
 fn two_processes_share_one_soft_address() {
     let d = Daemon::start("share");
-    let dev = "soft:127.0.9.1";
+    let dev = &net::soft(1);
     let mut l = Listener::spawn(&d, &["--device", dev, "--count", "2", "--timeout", "20"]);
     assert!(wait_for(Duration::from_secs(5), || d
         .log()
@@ -169,7 +169,7 @@ fn two_processes_share_one_soft_address() {
                 "--device",
                 dev,
                 "--dest",
-                "127.0.9.1",
+                &net::ip(1),
                 "--timeout",
                 "10",
             ])
@@ -204,7 +204,7 @@ fn service_ids(probe: &Device) -> u64 {
 #[test]
 fn a_killed_listener_frees_its_service_id() {
     let d = Daemon::start("killed-listener");
-    let dev = "soft:127.0.9.2";
+    let dev = &net::soft(2);
     let probe = Device::open_served(dev, &d.socket).unwrap();
     let base = service_ids(&probe);
     let mut l = Listener::spawn(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
@@ -221,7 +221,7 @@ fn a_killed_listener_frees_its_service_id() {
             "--device",
             dev,
             "--dest",
-            "127.0.9.2",
+            &net::ip(2),
             "--timeout",
             "10",
         ])
@@ -234,7 +234,7 @@ fn a_killed_listener_frees_its_service_id() {
 #[test]
 fn a_client_killed_while_connected_gets_its_peer_a_dreq() {
     let d = Daemon::start("killed-connected");
-    let dev = "soft:127.0.9.3";
+    let dev = &net::soft(3);
     let probe = Device::open_served(dev, &d.socket).unwrap();
     let mut l = Listener::spawn(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
     assert!(wait_for(Duration::from_secs(5), || service_ids(&probe) == 1));
@@ -244,7 +244,7 @@ fn a_client_killed_while_connected_gets_its_peer_a_dreq() {
             "--device",
             dev,
             "--dest",
-            "127.0.9.3",
+            &net::ip(3),
             "--wait-disconnect",
             "--timeout",
             "30",
@@ -272,14 +272,21 @@ fn a_client_killed_while_connected_gets_its_peer_a_dreq() {
     assert_eq!(est.len(), 2, "{v}");
     let pids: Vec<i64> = est.iter().map(|i| i["pid"].as_i64().unwrap()).collect();
     assert!(pids.contains(&(c.id() as i64)) && pids.contains(&(l.child.id() as i64)));
-    assert!(est.iter().all(|i| i["peer"] == "::ffff:127.0.9.3"), "{v}");
+    assert!(
+        est.iter()
+            .all(|i| i["peer"] == format!("::ffff:{}", net::addr(3))),
+        "{v}"
+    );
     assert_eq!(est[0]["local_id"], est[1]["remote_id"]);
     let stat = d
         .ibcm(&["stat", "--json", "--socket", d.socket.to_str().unwrap()])
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&stat.stdout).unwrap();
-    assert_eq!(v["devices"][0]["device"], "soft:127.0.9.3:4791");
+    assert_eq!(
+        v["devices"][0]["device"],
+        format!("soft:{}:4791", net::addr(3))
+    );
     assert_eq!(v["devices"][0]["processes"], 3, "{v}");
     c.kill().unwrap();
     let killed = Instant::now();
@@ -309,18 +316,18 @@ fn a_client_killed_mid_connect_gets_its_peer_a_rej() {
     let d = Daemon::start("killed-connecting");
     // Another process keeps the device open (closing the device would
     // destroy the id too; the REJ must come from the process's death).
-    let probe = Device::open_served("soft:127.0.9.4", &d.socket).unwrap();
+    let probe = Device::open_served(&net::soft(4), &d.socket).unwrap();
     // The peer is a bare UDP socket that never answers the REQ.
-    let peer = UdpSocket::bind("127.0.9.5:4791").unwrap();
+    let peer = UdpSocket::bind((net::addr(5), 4791)).unwrap();
     peer.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let mut c = d
         .ibcm(&[
             "connect",
             "--device",
-            "soft:127.0.9.4",
+            &net::soft(4),
             "--dest",
-            "127.0.9.5",
+            &net::ip(5),
             "--timeout",
             "30",
         ])
@@ -376,7 +383,7 @@ fn record(opc: u16, seq: u64, handle: u64, body: &[u8]) -> Vec<u8> {
 #[test]
 fn a_hostile_client_neither_crashes_the_service_nor_reaches_other_ids() {
     let d = Daemon::start("hostile");
-    let dev = "soft:127.0.9.6";
+    let dev = &net::soft(6);
     // A legitimate process with a listener that rejects every request
     // (reason 28, consumer reject).
     let good = Device::open_served(dev, &d.socket).unwrap();
@@ -454,7 +461,7 @@ fn a_hostile_client_neither_crashes_the_service_nor_reaches_other_ids() {
             "--device",
             dev,
             "--dest",
-            "127.0.9.6",
+            &net::ip(6),
             "--service-id",
             "0x5151",
             "--timeout",
@@ -480,7 +487,7 @@ fn a_hostile_client_neither_crashes_the_service_nor_reaches_other_ids() {
 #[test]
 fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
     let mut d = Daemon::start("restart");
-    let dev = "soft:127.0.9.7";
+    let dev = &net::soft(7);
     let got: Arc<Mutex<Vec<EventType>>> = Arc::default();
     let g = got.clone();
     let h: RustHandler = Arc::new(move |_, ev| {
@@ -493,13 +500,13 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
         .unwrap();
     id.listen(0x7777).unwrap();
     // A connect waiting for an answer from a peer that never gives one.
-    let peer = UdpSocket::bind("127.0.9.11:4791").unwrap();
+    let peer = UdpSocket::bind((net::addr(11), 4791)).unwrap();
     peer.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let pending = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
     pending
         .send_req(&ReqParams {
-            primary_path: a.init_path(1, "127.0.9.11".parse().unwrap()).unwrap(),
+            primary_path: a.init_path(1, net::ip(11).parse().unwrap()).unwrap(),
             service_id: 0x77,
             qp_num: 7,
             qp_type: qp_type::RC,
@@ -515,7 +522,7 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
     d.child.wait().unwrap();
     let t = Instant::now();
     assert!(wait_for(Duration::from_secs(2), || id.state().is_none()));
-    let path = a.init_path(1, "127.0.9.8".parse().unwrap()).unwrap();
+    let path = a.init_path(1, net::ip(8).parse().unwrap()).unwrap();
     let r = id.send_req(&ReqParams {
         primary_path: path,
         service_id: 0x1,
@@ -570,7 +577,7 @@ fn auto_starts_the_service_on_the_first_open() {
             .stderr(Stdio::piped());
         c
     };
-    let dev = "soft:127.0.9.9";
+    let dev = &net::soft(9);
     let l = run(&["listen", "--device", dev, "--count", "1", "--timeout", "20"])
         .spawn()
         .unwrap();
@@ -585,7 +592,7 @@ fn auto_starts_the_service_on_the_first_open() {
         "--device",
         dev,
         "--dest",
-        "127.0.9.9",
+        &net::ip(9),
         "--timeout",
         "10",
     ])
@@ -629,7 +636,7 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
         _dir: dir,
     };
     assert!(wait_for(Duration::from_secs(10), || sock::connect(&socket).is_ok()));
-    let dev = "soft:127.0.9.10";
+    let dev = &net::soft(10);
     let a = Device::open_served(dev, &d.socket).unwrap();
     let ids: Vec<_> = (0..3)
         .map(|_| a.create_id(None, std::ptr::null_mut(), None).unwrap())
@@ -689,9 +696,9 @@ fn bench_with_client_processes_sharing_one_device() {
         "--concurrency",
         "8",
         "--server",
-        "soft:127.0.9.12",
+        &net::soft(12),
         "--client",
-        "soft:127.0.9.13",
+        &net::soft(13),
         "--timeout",
         "30",
         "--json",
@@ -734,14 +741,14 @@ fn a_privileged_udp_port_is_bound_only_for_root() {
             .output()
             .unwrap()
     };
-    let low = as_nobody("soft:127.0.9.40:999");
+    let low = as_nobody(&format!("soft:{}:999", net::addr(40)));
     assert!(
         text(&low.stderr).contains("cannot open"),
         "{}",
         text(&low.stderr)
     );
     assert!(d.log().contains("port 999 needs root"), "{}", d.log());
-    let high = as_nobody("soft:127.0.9.40:4791");
+    let high = as_nobody(&format!("soft:{}:4791", net::addr(40)));
     assert!(
         !text(&high.stderr).contains("cannot open"),
         "{}",
@@ -752,7 +759,7 @@ fn a_privileged_udp_port_is_bound_only_for_root() {
         .ibcm(&[
             "listen",
             "--device",
-            "soft:127.0.9.40:999",
+            &format!("soft:{}:999", net::addr(40)),
             "--timeout",
             "0.3",
         ])
@@ -774,7 +781,7 @@ fn a_privileged_udp_port_is_bound_only_for_root() {
 #[test]
 fn a_refused_oneway_call_surfaces_as_req_error_and_is_counted() {
     let d = Daemon::start("refused");
-    let dev = "soft:127.0.9.12";
+    let dev = &net::soft(23);
     let got: Arc<Mutex<Vec<(EventType, ibcm::api::EventParam)>>> = Arc::default();
     let g = got.clone();
     let h: RustHandler = Arc::new(move |_, ev| {
@@ -783,7 +790,7 @@ fn a_refused_oneway_call_surfaces_as_req_error_and_is_counted() {
     });
     let a = Device::open_served(dev, &d.socket).unwrap();
     let id = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
-    let mut path = a.init_path(1, "127.0.9.13".parse().unwrap()).unwrap();
+    let mut path = a.init_path(1, net::ip(24).parse().unwrap()).unwrap();
     path.sgid.0[15] ^= 0x5a;
     let p = ReqParams {
         primary_path: path,
@@ -828,7 +835,7 @@ fn a_refused_oneway_call_surfaces_as_req_error_and_is_counted() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|x| x["device"] == "soft:127.0.9.12:4791")
+        .find(|x| x["device"] == format!("soft:{}:4791", net::addr(23)))
         .expect("the device in ibcm stat");
     assert_eq!(served["oneway_refused"], 1, "{v}");
     // A call the process can check is refused by the process itself, as
@@ -864,7 +871,7 @@ fn pushed(fd: &std::os::fd::OwnedFd) -> (Header, Vec<u8>) {
 #[test]
 fn oneway_calls_and_leased_handles_refuse_forgeries() {
     let d = Daemon::start("forged");
-    let dev = "soft:127.0.9.14";
+    let dev = &net::soft(14);
     let good = Device::open_served(dev, &d.socket).unwrap();
     let lid = good.create_id(None, std::ptr::null_mut(), None).unwrap();
     lid.listen(0x1414).unwrap();
@@ -953,7 +960,7 @@ fn oneway_calls_and_leased_handles_refuse_forgeries() {
 #[test]
 fn callbacks_make_round_trips_through_the_service() {
     let d = Daemon::start("cb-calls");
-    let (srv_name, cli_name) = ("soft:127.0.9.14", "soft:127.0.9.15");
+    let (srv_name, cli_name) = (&net::soft(25), &net::soft(26));
     let srv = Device::open_served(srv_name, &d.socket).unwrap();
     let cli = Device::open_served(cli_name, &d.socket).unwrap();
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -1016,7 +1023,7 @@ fn callbacks_make_round_trips_through_the_service() {
     let id = cli
         .create_id(None, std::ptr::null_mut(), Some(client))
         .unwrap();
-    let path = cli.init_path(1, "127.0.9.14".parse().unwrap()).unwrap();
+    let path = cli.init_path(1, net::ip(25).parse().unwrap()).unwrap();
     id.send_req(&ReqParams {
         primary_path: path,
         service_id: 0x4242,
@@ -1062,7 +1069,7 @@ fn a_capture_of_the_service_shows_mads_switched_between_its_devices() {
         &d,
         &[
             "--device",
-            "soft:127.0.9.21",
+            &net::soft(21),
             "--count",
             "1",
             "--timeout",
@@ -1077,9 +1084,9 @@ fn a_capture_of_the_service_shows_mads_switched_between_its_devices() {
         .ibcm(&[
             "connect",
             "--device",
-            "soft:127.0.9.22",
+            &net::soft(22),
             "--dest",
-            "127.0.9.21",
+            &net::ip(21),
             "--timeout",
             "10",
         ])

@@ -16,6 +16,9 @@
 //! * a hostile local client (garbage, another connection's owner values)
 //!   is refused and moves nobody's binding.
 
+#[path = "../../tests/common/net.rs"]
+mod net;
+
 use ibcm::cma::{RdmaCmEventType as R, port_space};
 use ibcm::ipc;
 use ibcm::portspace::{self as host, HostPorts};
@@ -135,7 +138,7 @@ impl Drop for Proc {
 #[test]
 fn a_port_is_one_process_s_on_the_host_and_freed_by_its_death() {
     let socket = start_service("kill");
-    let addr: SocketAddr = "127.0.93.2:7471".parse().unwrap();
+    let addr: SocketAddr = SocketAddr::from((net::addr(2), 7471));
     let server = Proc::spawn(&socket, "serve", addr, false);
     server.expect("@listening", Duration::from_secs(10));
 
@@ -168,7 +171,7 @@ fn a_port_is_one_process_s_on_the_host_and_freed_by_its_death() {
 #[test]
 fn privileged_ports_follow_the_peer_s_capability() {
     let socket = start_service("priv");
-    let addr: SocketAddr = "127.0.93.3:80".parse().unwrap();
+    let addr: SocketAddr = SocketAddr::from((net::addr(3), 80));
     let privileged = ibcm_rdmacm::ports::may_bind_privileged();
     let p = Proc::spawn(&socket, "bind-privileged", addr, false);
     p.expect(
@@ -206,7 +209,7 @@ fn raw(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> i32 {
 #[test]
 fn a_hostile_client_cannot_touch_another_s_ports() {
     let socket = start_service("hostile");
-    let ip: IpAddr = "127.0.93.4".parse().unwrap();
+    let ip: IpAddr = net::ip(4).parse().unwrap();
     let b = |owner| host::Binding {
         ip,
         reuse: false,

@@ -7,6 +7,9 @@
 //! header becomes a CONNECT_REQUEST with the addresses from it; one
 //! without the header is rejected.
 
+#[path = "../../tests/common/net.rs"]
+mod net;
+
 use ibcm::api::*;
 use ibcm::cma::{self, IpHeader, RdmaCmEventType as R, port_space};
 use ibcm_rdmacm::abi::*;
@@ -61,8 +64,8 @@ fn setup() {
 #[test]
 fn active_side_on_the_wire() {
     setup();
-    let server: IpAddr = "127.0.91.2".parse().unwrap();
-    let client: IpAddr = "127.0.91.3".parse().unwrap();
+    let server: IpAddr = net::ip(2).parse().unwrap();
+    let client: IpAddr = net::ip(3).parse().unwrap();
     let peer = Device::open(&format!("soft:{server}"), DeviceOptions::default()).unwrap();
     let (tx, rx) = mpsc::channel();
     let tx = Mutex::new(tx);
@@ -152,8 +155,8 @@ fn active_side_on_the_wire() {
 #[test]
 fn passive_side_from_plain_requests() {
     setup();
-    let server: IpAddr = "127.0.92.2".parse().unwrap();
-    let client: IpAddr = "127.0.92.3".parse().unwrap();
+    let server: IpAddr = net::ip(12).parse().unwrap();
+    let client: IpAddr = net::ip(13).parse().unwrap();
     let ch = rdma_create_event_channel();
     let mut l = std::ptr::null_mut();
     assert_eq!(
@@ -245,8 +248,8 @@ fn passive_side_from_plain_requests() {
 #[test]
 fn unanswered_request_is_mraed_on_a_duplicate() {
     setup();
-    let server: IpAddr = "127.0.92.4".parse().unwrap();
-    let client: IpAddr = "127.0.92.5".parse().unwrap();
+    let server: IpAddr = net::ip(14).parse().unwrap();
+    let client: IpAddr = net::ip(15).parse().unwrap();
     let ch = rdma_create_event_channel();
     let mut l = std::ptr::null_mut();
     assert_eq!(

@@ -186,15 +186,7 @@ impl<'a> PcapngReader<'a> {
 
     fn section_header(&mut self, off: usize, body: &[u8]) -> Result<(), CaptureError> {
         // magic(4) major(2) minor(2) section length(8) options
-        if body.len() < 16 {
-            return Err(CaptureError::new(
-                off,
-                format!(
-                    "Section Header Block body is {} bytes, needs at least 16",
-                    body.len()
-                ),
-            ));
-        }
+        need(off, "Section Header Block", body, 16)?;
         let major = self.endian.u16(body, 4).unwrap_or(0);
         if major != 1 {
             return Err(CaptureError::new(
@@ -249,15 +241,7 @@ impl<'a> PcapngReader<'a> {
     fn interface(&mut self, off: usize, body: &'a [u8]) -> Result<(), CaptureError> {
         // link type(2) reserved(2) snaplen(4) options
         let e = self.endian;
-        if body.len() < 8 {
-            return Err(CaptureError::new(
-                off,
-                format!(
-                    "Interface Description Block body is {} bytes, needs at least 8",
-                    body.len()
-                ),
-            ));
-        }
+        need(off, "Interface Description Block", body, 8)?;
         let mut ifc = Interface {
             name: None,
             link_type: e.u16(body, 0).unwrap_or(0) as u32,
@@ -289,93 +273,66 @@ impl<'a> PcapngReader<'a> {
         })
     }
 
-    /// The packet data of an EPB or PB whose fixed part is 20 bytes.
-    fn packet_data(
+    /// An EPB or PB: after the interface ID (read by the caller, whose
+    /// field widths differ), ts high(4) ts low(4) caplen(4) origlen(4) at
+    /// bytes 4..20, then the data; `direction` is left to the caller.
+    fn packet(
+        &self,
         off: usize,
         what: &str,
         body: &'a [u8],
-        caplen: u32,
-    ) -> Result<&'a [u8], CaptureError> {
-        let room = body.len().saturating_sub(20);
+        iface: u32,
+    ) -> Result<RawRecord<'a>, CaptureError> {
+        need(off, what, body, 20)?;
+        let ifc = self.iface(off, what, iface)?;
+        let rd = |o| self.endian.u32(body, o).unwrap_or(0);
+        let ts = ((rd(4) as u64) << 32) | rd(8) as u64;
+        let caplen = rd(12);
+        let room = body.len() - 20;
         if caplen as usize > room {
             return Err(CaptureError::new(
                 off,
                 format!("{what} claims {caplen} captured bytes but the block holds only {room}"),
             ));
         }
-        Ok(&body[20..20 + caplen as usize])
+        Ok(RawRecord {
+            offset: off,
+            link_type: ifc.link_type,
+            ts_nanos: ts_to_nanos(ts, ifc.tsresol, ifc.tsoffset),
+            orig_len: rd(16),
+            data: &body[20..20 + caplen as usize],
+            interface: iface,
+            direction: None,
+        })
     }
 
     fn enhanced_packet(&self, off: usize, body: &'a [u8]) -> Result<RawRecord<'a>, CaptureError> {
         // interface(4) ts high(4) ts low(4) caplen(4) origlen(4) data options
         const WHAT: &str = "Enhanced Packet Block";
-        if body.len() < 20 {
-            return Err(CaptureError::new(
-                off,
-                format!("{WHAT} body is {} bytes, needs at least 20", body.len()),
-            ));
-        }
         let e = self.endian;
-        let rd = |o| e.u32(body, o).unwrap_or(0);
-        let iface = rd(0);
-        let ifc = self.iface(off, WHAT, iface)?;
-        let ts = ((rd(4) as u64) << 32) | rd(8) as u64;
-        let data = Self::packet_data(off, WHAT, body, rd(12))?;
-        let opts = &body[(20 + data.len().div_ceil(4) * 4).min(body.len())..];
+        let mut rec = self.packet(off, WHAT, body, e.u32(body, 0).unwrap_or(0))?;
+        let opts = &body[(20 + rec.data.len().div_ceil(4) * 4).min(body.len())..];
         // Lenient: a malformed option list only loses the direction.
-        let mut direction = None;
         let _ = self.options(off, WHAT, opts, |code, value| {
             if code == OPT_EPB_FLAGS && value.len() >= 4 {
-                direction = Direction::from_epb_flags(e.u32(value, 0).unwrap_or(0));
+                rec.direction = Direction::from_epb_flags(e.u32(value, 0).unwrap_or(0));
             }
         });
-        Ok(RawRecord {
-            offset: off,
-            link_type: ifc.link_type,
-            ts_nanos: ts_to_nanos(ts, ifc.tsresol, ifc.tsoffset),
-            orig_len: rd(16),
-            data,
-            interface: iface,
-            direction,
-        })
+        Ok(rec)
     }
 
     fn obsolete_packet(&self, off: usize, body: &'a [u8]) -> Result<RawRecord<'a>, CaptureError> {
         // interface(2) drops(2) ts high(4) ts low(4) caplen(4) origlen(4) data options
-        const WHAT: &str = "Packet Block";
-        if body.len() < 20 {
-            return Err(CaptureError::new(
-                off,
-                format!("{WHAT} body is {} bytes, needs at least 20", body.len()),
-            ));
-        }
-        let e = self.endian;
-        let rd = |o| e.u32(body, o).unwrap_or(0);
-        let iface = e.u16(body, 0).unwrap_or(0) as u32;
-        let ifc = self.iface(off, WHAT, iface)?;
-        let ts = ((rd(4) as u64) << 32) | rd(8) as u64;
-        let data = Self::packet_data(off, WHAT, body, rd(12))?;
-        Ok(RawRecord {
-            offset: off,
-            link_type: ifc.link_type,
-            ts_nanos: ts_to_nanos(ts, ifc.tsresol, ifc.tsoffset),
-            orig_len: rd(16),
-            data,
-            interface: iface,
-            direction: None,
-        })
+        let iface = self.endian.u16(body, 0).unwrap_or(0) as u32;
+        self.packet(off, "Packet Block", body, iface)
     }
 
     fn simple_packet(&self, off: usize, body: &'a [u8]) -> Result<RawRecord<'a>, CaptureError> {
         // original length(4) data; captured = min(orig, room, snaplen)
         const WHAT: &str = "Simple Packet Block";
         let ifc = self.iface(off, WHAT, 0)?;
-        let Some(orig) = self.endian.u32(body, 0) else {
-            return Err(CaptureError::new(
-                off,
-                format!("{WHAT} body is {} bytes, needs at least 4", body.len()),
-            ));
-        };
+        need(off, WHAT, body, 4)?;
+        let orig = self.endian.u32(body, 0).unwrap_or(0);
         let mut caplen = (orig as usize).min(body.len() - 4);
         if ifc.snaplen != 0 {
             caplen = caplen.min(ifc.snaplen as usize);
@@ -390,6 +347,17 @@ impl<'a> PcapngReader<'a> {
             direction: None,
         })
     }
+}
+
+/// Fails unless a block body of `what` holds its fixed part of `n` bytes.
+fn need(off: usize, what: &str, body: &[u8], n: usize) -> Result<(), CaptureError> {
+    if body.len() < n {
+        return Err(CaptureError::new(
+            off,
+            format!("{what} body is {} bytes, needs at least {n}", body.len()),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -531,6 +531,32 @@ fn malformed_pcapng_files() {
     let e = err_of(&ng.out);
     assert!(e.message.contains("claims 1000 captured bytes"), "{e}");
 
+    // Bodies shorter than their block's fixed part (EPB 20, PB 20, SPB 4).
+    for (ty, body, want) in [
+        (
+            6,
+            &[0u8; 16][..],
+            "Enhanced Packet Block body is 16 bytes, needs at least 20",
+        ),
+        (
+            2,
+            &[0u8; 12][..],
+            "Packet Block body is 12 bytes, needs at least 20",
+        ),
+        (
+            3,
+            &[][..],
+            "Simple Packet Block body is 0 bytes, needs at least 4",
+        ),
+    ] {
+        let mut ng = Ng::new();
+        ng.shb(false);
+        ng.idb(1, 0, None, None);
+        ng.block(ty, body);
+        let e = err_of(&ng.out);
+        assert!(e.message.contains(want), "{e}");
+    }
+
     // IDB option running past the block.
     let mut ng = Ng::new();
     ng.shb(false);

@@ -33,40 +33,40 @@ pub fn attr_index(attr_id: u16) -> usize {
     }
 }
 
-/// Why a received MAD was dropped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(usize)]
-pub enum DropCause {
-    /// Not a well-formed CM MAD (length, header, attribute, reserved value).
-    Malformed = 0,
-    /// Addressed to no known id (and not answered).
-    UnknownId = 1,
-    /// The id exists but its state does not accept the message.
-    WrongState = 2,
-    /// A duplicate that needs no answer.
-    Duplicate = 3,
-    /// A message the transport does not support (LAP/APR on RoCE).
-    Unsupported = 4,
-    /// Over a configured resource limit (half-open connections).
-    Overload = 5,
-    /// A response or method the CM does not act on (e.g. GetResp).
-    Ignored = 6,
-    /// Message fields inconsistent with the connection (e.g. QPN mismatch).
-    Mismatch = 7,
+c_enum! {
+    /// Why a received MAD was dropped; `name()` is its counter's name.
+    pub enum DropCause: usize {
+        /// Not a well-formed CM MAD (length, header, attribute, reserved value).
+        Malformed = 0, "malformed";
+        /// Addressed to no known id (and not answered).
+        UnknownId = 1, "unknown_id";
+        /// The id exists but its state does not accept the message.
+        WrongState = 2, "wrong_state";
+        /// A duplicate that needs no answer.
+        Duplicate = 3, "duplicate";
+        /// A message the transport does not support (LAP/APR on RoCE).
+        Unsupported = 4, "unsupported";
+        /// Over a configured resource limit (half-open connections).
+        Overload = 5, "overload";
+        /// A response or method the CM does not act on (e.g. GetResp).
+        Ignored = 6, "ignored";
+        /// Message fields inconsistent with the connection (e.g. QPN mismatch).
+        Mismatch = 7, "mismatch";
+    }
 }
 
-pub const DROP_CAUSES: usize = 8;
+pub const DROP_CAUSES: usize = DropCause::ALL.len();
 
-pub const DROP_NAMES: [&str; DROP_CAUSES] = [
-    "malformed",
-    "unknown_id",
-    "wrong_state",
-    "duplicate",
-    "unsupported",
-    "overload",
-    "ignored",
-    "mismatch",
-];
+/// The counter names of the drop causes, by value.
+pub const DROP_NAMES: [&str; DROP_CAUSES] = {
+    let mut n = [""; DROP_CAUSES];
+    let mut i = 0;
+    while i < DROP_CAUSES {
+        n[i] = DropCause::ALL[i].name();
+        i += 1;
+    }
+    n
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counters {

@@ -26,66 +26,25 @@ impl Time {
     }
 }
 
-/// `enum ib_cm_state`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum State {
-    Idle = 0,
-    Listen = 1,
-    ReqSent = 2,
-    ReqRcvd = 3,
-    MraReqSent = 4,
-    MraReqRcvd = 5,
-    RepSent = 6,
-    RepRcvd = 7,
-    MraRepSent = 8,
-    MraRepRcvd = 9,
-    Established = 10,
-    DreqSent = 11,
-    DreqRcvd = 12,
-    Timewait = 13,
-    SidrReqSent = 14,
-    SidrReqRcvd = 15,
-}
-
-impl State {
-    pub const ALL: [State; 16] = [
-        State::Idle,
-        State::Listen,
-        State::ReqSent,
-        State::ReqRcvd,
-        State::MraReqSent,
-        State::MraReqRcvd,
-        State::RepSent,
-        State::RepRcvd,
-        State::MraRepSent,
-        State::MraRepRcvd,
-        State::Established,
-        State::DreqSent,
-        State::DreqRcvd,
-        State::Timewait,
-        State::SidrReqSent,
-        State::SidrReqRcvd,
-    ];
-    pub fn name(self) -> &'static str {
-        match self {
-            State::Idle => "IDLE",
-            State::Listen => "LISTEN",
-            State::ReqSent => "REQ_SENT",
-            State::ReqRcvd => "REQ_RCVD",
-            State::MraReqSent => "MRA_REQ_SENT",
-            State::MraReqRcvd => "MRA_REQ_RCVD",
-            State::RepSent => "REP_SENT",
-            State::RepRcvd => "REP_RCVD",
-            State::MraRepSent => "MRA_REP_SENT",
-            State::MraRepRcvd => "MRA_REP_RCVD",
-            State::Established => "ESTABLISHED",
-            State::DreqSent => "DREQ_SENT",
-            State::DreqRcvd => "DREQ_RCVD",
-            State::Timewait => "TIMEWAIT",
-            State::SidrReqSent => "SIDR_REQ_SENT",
-            State::SidrReqRcvd => "SIDR_REQ_RCVD",
-        }
+c_enum! {
+    /// `enum ib_cm_state`.
+    pub enum State: u8 {
+        Idle = 0, "IDLE";
+        Listen = 1, "LISTEN";
+        ReqSent = 2, "REQ_SENT";
+        ReqRcvd = 3, "REQ_RCVD";
+        MraReqSent = 4, "MRA_REQ_SENT";
+        MraReqRcvd = 5, "MRA_REQ_RCVD";
+        RepSent = 6, "REP_SENT";
+        RepRcvd = 7, "REP_RCVD";
+        MraRepSent = 8, "MRA_REP_SENT";
+        MraRepRcvd = 9, "MRA_REP_RCVD";
+        Established = 10, "ESTABLISHED";
+        DreqSent = 11, "DREQ_SENT";
+        DreqRcvd = 12, "DREQ_RCVD";
+        Timewait = 13, "TIMEWAIT";
+        SidrReqSent = 14, "SIDR_REQ_SENT";
+        SidrReqRcvd = 15, "SIDR_REQ_RCVD";
     }
 }
 
@@ -416,53 +375,31 @@ pub struct SidrRepParams {
     pub ece: Ece,
 }
 
-/// `enum ib_cm_event_type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum EventType {
-    ReqError = 0,
-    ReqReceived = 1,
-    RepError = 2,
-    RepReceived = 3,
-    RtuReceived = 4,
-    UserEstablished = 5,
-    DreqError = 6,
-    DreqReceived = 7,
-    DrepReceived = 8,
-    TimewaitExit = 9,
-    MraReceived = 10,
-    RejReceived = 11,
-    LapError = 12,
-    LapReceived = 13,
-    AprReceived = 14,
-    SidrReqError = 15,
-    SidrReqReceived = 16,
-    SidrRepReceived = 17,
+c_enum! {
+    /// `enum ib_cm_event_type`.
+    pub enum EventType: u32 {
+        ReqError = 0, "REQ_ERROR";
+        ReqReceived = 1, "REQ_RECEIVED";
+        RepError = 2, "REP_ERROR";
+        RepReceived = 3, "REP_RECEIVED";
+        RtuReceived = 4, "RTU_RECEIVED";
+        UserEstablished = 5, "USER_ESTABLISHED";
+        DreqError = 6, "DREQ_ERROR";
+        DreqReceived = 7, "DREQ_RECEIVED";
+        DrepReceived = 8, "DREP_RECEIVED";
+        TimewaitExit = 9, "TIMEWAIT_EXIT";
+        MraReceived = 10, "MRA_RECEIVED";
+        RejReceived = 11, "REJ_RECEIVED";
+        LapError = 12, "LAP_ERROR";
+        LapReceived = 13, "LAP_RECEIVED";
+        AprReceived = 14, "APR_RECEIVED";
+        SidrReqError = 15, "SIDR_REQ_ERROR";
+        SidrReqReceived = 16, "SIDR_REQ_RECEIVED";
+        SidrRepReceived = 17, "SIDR_REP_RECEIVED";
+    }
 }
 
 impl EventType {
-    /// Every event type, in value order (`ALL[v]` has the value `v`).
-    pub const ALL: [EventType; 18] = [
-        EventType::ReqError,
-        EventType::ReqReceived,
-        EventType::RepError,
-        EventType::RepReceived,
-        EventType::RtuReceived,
-        EventType::UserEstablished,
-        EventType::DreqError,
-        EventType::DreqReceived,
-        EventType::DrepReceived,
-        EventType::TimewaitExit,
-        EventType::MraReceived,
-        EventType::RejReceived,
-        EventType::LapError,
-        EventType::LapReceived,
-        EventType::AprReceived,
-        EventType::SidrReqError,
-        EventType::SidrReqReceived,
-        EventType::SidrRepReceived,
-    ];
-
     /// The AttributeID of the message whose receipt this event reports
     /// (`None` for errors, `USER_ESTABLISHED` and `TIMEWAIT_EXIT`).
     pub fn received_attr(self) -> Option<u16> {
@@ -487,29 +424,6 @@ impl EventType {
             | EventType::LapError
             | EventType::SidrReqError => return None,
         })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            EventType::ReqError => "REQ_ERROR",
-            EventType::ReqReceived => "REQ_RECEIVED",
-            EventType::RepError => "REP_ERROR",
-            EventType::RepReceived => "REP_RECEIVED",
-            EventType::RtuReceived => "RTU_RECEIVED",
-            EventType::UserEstablished => "USER_ESTABLISHED",
-            EventType::DreqError => "DREQ_ERROR",
-            EventType::DreqReceived => "DREQ_RECEIVED",
-            EventType::DrepReceived => "DREP_RECEIVED",
-            EventType::TimewaitExit => "TIMEWAIT_EXIT",
-            EventType::MraReceived => "MRA_RECEIVED",
-            EventType::RejReceived => "REJ_RECEIVED",
-            EventType::LapError => "LAP_ERROR",
-            EventType::LapReceived => "LAP_RECEIVED",
-            EventType::AprReceived => "APR_RECEIVED",
-            EventType::SidrReqError => "SIDR_REQ_ERROR",
-            EventType::SidrReqReceived => "SIDR_REQ_RECEIVED",
-            EventType::SidrRepReceived => "SIDR_REP_RECEIVED",
-        }
     }
 }
 

@@ -4,6 +4,9 @@
 //! and this process's memory.
 #![allow(dead_code)]
 
+#[path = "../common/net.rs"]
+pub mod net;
+
 use ibcm::api::{
     CmId, Device, DeviceOptions, Event, EventParam, EventType, RepParams, ReqParams, RustHandler,
     qp_type,

@@ -1,6 +1,10 @@
 //! Helpers shared by the CLI's end-to-end tests: running the `ibcm` binary
-//! to completion, and a scratch directory.
+//! to completion, a scratch directory, and this process's own loopback
+//! addresses (`net`, shared with the library's tests).
 #![allow(dead_code)]
+
+#[path = "../../../tests/common/net.rs"]
+pub mod net;
 
 use std::path::PathBuf;
 use std::process::Command;
