@@ -56,7 +56,11 @@ pub fn write(l: u8, args: std::fmt::Arguments<'_>) {
         DEBUG => "debug",
         _ => "trace",
     };
-    eprintln!("ibcm[{}] {tag}: {args}", std::process::id());
+    // One `write` per line: `eprintln!` on the unbuffered stderr makes one
+    // per formatted piece (a dozen for a line with three arguments), and
+    // another process's line could land between them.
+    let line = format!("ibcm[{}] {tag}: {args}\n", std::process::id());
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
 }
 
 /// Writes a line even when `IBCM_LOG` is unset, for failures the caller
