@@ -32,6 +32,54 @@ thread_local! {
     static BATCH_DEV: Cell<*const Device> = const { Cell::new(std::ptr::null()) };
 }
 
+thread_local! {
+    /// Whether this thread is an event loop delivering the callbacks of one
+    /// round (see [`in_delivery_round`]).
+    static DELIVERY_ROUND: Cell<bool> = const { Cell::new(false) };
+}
+
+/// What runs at the end of each delivery round (see
+/// [`set_delivery_round_end`]).
+static ROUND_END: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Whether this thread is an event-loop thread inside one round of
+/// callbacks (the MADs of one receive, or the timers and deferred events
+/// of one wake-up). The hook of [`set_delivery_round_end`] runs on this
+/// thread when the round is over, before the thread waits again: a
+/// consumer can leave work a callback would do per event (waking a reader)
+/// to that hook and do it once per round.
+pub fn in_delivery_round() -> bool {
+    DELIVERY_ROUND.with(|r| r.get())
+}
+
+/// Sets the function every event-loop thread calls at the end of each
+/// delivery round (once per process: false when one is already set to
+/// another function).
+pub fn set_delivery_round_end(f: fn()) -> bool {
+    let set = *ROUND_END.get_or_init(|| f);
+    std::ptr::fn_addr_eq(set, f)
+}
+
+/// Runs `f` as one delivery round of this thread, then the round-end hook
+/// (also when `f` unwinds; a nested round ends with the outermost). The
+/// event loop runs each batch of callbacks so; public for consumers that
+/// test their hook.
+pub fn delivery_round<R>(f: impl FnOnce() -> R) -> R {
+    struct End(bool);
+    impl Drop for End {
+        fn drop(&mut self) {
+            DELIVERY_ROUND.with(|r| r.set(self.0));
+            if !self.0
+                && let Some(h) = ROUND_END.get()
+            {
+                h();
+            }
+        }
+    }
+    let _end = End(DELIVERY_ROUND.with(|r| r.replace(true)));
+    f()
+}
+
 /// Whether this thread is inside `dev`'s `Device::batch`.
 pub(super) fn in_batch(dev: *const Device) -> bool {
     std::ptr::eq(BATCH_DEV.with(|d| d.get()), dev)
@@ -192,26 +240,29 @@ impl Device {
         let mut batch: Vec<Received> = Vec::with_capacity(256);
         BATCH_DEV.with(|d| d.set(Arc::as_ptr(&self)));
         while !self.stop.load(Ordering::SeqCst) {
-            // Callbacks for events that API calls produced.
-            let deferred = std::mem::take(&mut *lock(&self.deferred));
-            for sh in deferred {
-                sh.deliver();
-            }
-            // Timers due.
-            let now = self.now();
-            for (i, s) in self.shards.iter().enumerate() {
-                let mut out = Outputs::default();
-                {
-                    let mut e = lock(s);
-                    if e.poll_timeout().is_some_and(|d| d <= now) {
-                        e.handle_timeout(now);
-                        self.drain(i as u32, &mut e, &mut out);
-                    }
+            delivery_round(|| {
+                // Callbacks for events that API calls produced.
+                let deferred = std::mem::take(&mut *lock(&self.deferred));
+                for sh in deferred {
+                    sh.deliver();
                 }
-                self.finish(out);
-            }
-            // Everything this thread produced goes out before it sleeps.
-            self.flush();
+                // Timers due.
+                let now = self.now();
+                for (i, s) in self.shards.iter().enumerate() {
+                    let mut out = Outputs::default();
+                    {
+                        let mut e = lock(s);
+                        if e.poll_timeout().is_some_and(|d| d <= now) {
+                            e.handle_timeout(now);
+                            self.drain(i as u32, &mut e, &mut out);
+                        }
+                    }
+                    self.finish(out);
+                }
+                // Everything this thread produced goes out before it sleeps
+                // (a switch may deliver on this thread what it hands over).
+                self.flush();
+            });
             // Sleep until the next deadline or a MAD.
             self.sleep_until.store(0, Ordering::SeqCst);
             let gen0 = self.timer_gen.load(Ordering::SeqCst);
@@ -239,7 +290,7 @@ impl Device {
                 break;
             }
             if !batch.is_empty() {
-                self.process(&batch);
+                delivery_round(|| self.process(&batch));
             }
         }
         self.flush();
@@ -324,5 +375,100 @@ impl Device {
             }
             self.finish(out);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{DeviceOptions, EventType, ReqParams, RustHandler};
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::time::{Duration, Instant};
+
+    static ROUNDS_ENDED: AtomicUsize = AtomicUsize::new(0);
+
+    fn count_round() {
+        ROUNDS_ENDED.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn until(what: impl Fn() -> bool) -> bool {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if what() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
+    /// A received MAD's callback runs inside a delivery round of the event
+    /// loop, and the round-end hook runs after it on that thread; an API
+    /// call's thread is in no round.
+    #[test]
+    fn callbacks_of_received_mads_run_in_a_round_that_ends_with_the_hook() {
+        assert!(set_delivery_round_end(count_round));
+        assert!(set_delivery_round_end(count_round), "the same hook again");
+        assert!(!in_delivery_round());
+        let a = Device::open("loop:127.0.93.1", DeviceOptions::default()).unwrap();
+        let b = Device::open("loop:127.0.93.2", DeviceOptions::default()).unwrap();
+        static IN_ROUND: AtomicBool = AtomicBool::new(false);
+        static ENDED_BEFORE: AtomicUsize = AtomicUsize::new(usize::MAX);
+        let h: RustHandler = Arc::new(|_, ev| {
+            if ev.kind == EventType::ReqReceived {
+                IN_ROUND.store(in_delivery_round(), Ordering::SeqCst);
+                ENDED_BEFORE.store(ROUNDS_ENDED.load(Ordering::SeqCst), Ordering::SeqCst);
+            }
+            0
+        });
+        let listener = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+        listener.listen(0x93).unwrap();
+        let path = b.init_path(1, a.query_gid(1, 0).unwrap()).unwrap();
+        let quiet: RustHandler = Arc::new(|_, _| 0);
+        let id = b
+            .create_id(None, std::ptr::null_mut(), Some(quiet))
+            .unwrap();
+        id.send_req(&ReqParams {
+            primary_path: path,
+            service_id: 0x93,
+            qp_num: 0x93,
+            qp_type: crate::api::qp_type::RC,
+            remote_cm_response_timeout: 20,
+            local_cm_response_timeout: 20,
+            max_cm_retries: 3,
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(until(|| ENDED_BEFORE.load(Ordering::SeqCst) != usize::MAX));
+        assert!(
+            IN_ROUND.load(Ordering::SeqCst),
+            "the REQ's callback ran outside a round"
+        );
+        let before = ENDED_BEFORE.load(Ordering::SeqCst);
+        assert!(
+            until(|| ROUNDS_ENDED.load(Ordering::SeqCst) > before),
+            "no round-end hook after the callback"
+        );
+        let _ = id.destroy();
+        let _ = listener.destroy();
+        a.close();
+        b.close();
+    }
+
+    #[test]
+    fn a_round_nests_and_ends_with_the_outermost() {
+        fn other() {}
+        // The hook may be set by the test above first: either way a
+        // different function is refused once one is set.
+        let _ = set_delivery_round_end(count_round);
+        assert!(!set_delivery_round_end(other));
+        let before = ROUNDS_ENDED.load(Ordering::SeqCst);
+        delivery_round(|| {
+            assert!(in_delivery_round());
+            delivery_round(|| assert!(in_delivery_round()));
+            assert!(in_delivery_round(), "the inner round ended the outer");
+        });
+        assert!(!in_delivery_round());
+        assert!(ROUNDS_ENDED.load(Ordering::SeqCst) > before);
     }
 }

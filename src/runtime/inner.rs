@@ -25,6 +25,10 @@ pub type RustHandler = Arc<dyn Fn(&CmId, &Event) -> i32 + Send + Sync>;
 pub(super) struct Delivery {
     pub(super) queue: VecDeque<Item>,
     delivering: bool,
+    /// Threads in `destroy_inner` waiting for `delivering` to clear: the
+    /// deliverer wakes the condition variable only when there is one (a
+    /// futex call per delivered event otherwise).
+    waiters: u32,
     pub(super) destroyed: bool,
 }
 
@@ -113,6 +117,7 @@ impl CmIdInner {
             dq: Mutex::new(Delivery {
                 queue: VecDeque::new(),
                 delivering: false,
+                waiters: 0,
                 destroyed: false,
             }),
             cond: Condvar::new(),
@@ -154,8 +159,11 @@ impl CmIdInner {
                         // Idle ids keep no queue memory (a million
                         // established ids would otherwise each hold one).
                         d.queue = VecDeque::new();
+                        let wake = d.waiters > 0;
                         drop(d);
-                        self.cond.notify_all();
+                        if wake {
+                            self.cond.notify_all();
+                        }
                         return;
                     }
                 }
@@ -187,8 +195,11 @@ impl CmIdInner {
                 let mut d = lock(&self.dq);
                 d.delivering = false;
                 d.queue = VecDeque::new();
+                let wake = d.waiters > 0;
                 drop(d);
-                self.cond.notify_all();
+                if wake {
+                    self.cond.notify_all();
+                }
                 return;
             }
         }
@@ -249,7 +260,9 @@ impl CmIdInner {
             d.queue.clear();
             if !from_deliverer {
                 while d.delivering {
+                    d.waiters += 1;
                     d = self.cond.wait(d).unwrap_or_else(|e| e.into_inner());
+                    d.waiters -= 1;
                 }
             }
         }
