@@ -46,7 +46,7 @@ others=$(objdump -T "$so" | awk 'NF >= 6 && !/\*UND\*/ && / (DF|DO) / && $(NF-1)
 echo "rdmacm exports: SONAME, $(wc -l < "$dir/so.nodes") nodes and $(wc -l < "$dir/so.syms") symbols match $map"
 
 # --- 2. the system librdmacm ------------------------------------------------
-sys=$(ldconfig -p | awk '/librdmacm\.so\.1 .*x86-64|librdmacm\.so\.1 \(libc6/ {print $NF; exit}')
+sys=$(ldconfig -p | awk '!found && /librdmacm\.so\.1 .*x86-64|librdmacm\.so\.1 \(libc6/ {print $NF; found=1}')
 if [ -z "$sys" ] || [ ! -e "$sys" ]; then
     [ -z "${CI:-}" ] || fail "the system librdmacm.so.1 is missing (scripts/deps.sh installs librdmacm1)"
     echo "rdmacm exports: system librdmacm not installed: comparison and load test skipped"
@@ -98,7 +98,8 @@ C
 } > "$dir/importer.c"
 real=$(readlink -f "$so")
 ${CC:-gcc} -O1 -w -DSO_PATH="\"$real\"" "$dir/importer.c" -o "$dir/importer" -Wl,-z,now -Wl,--no-as-needed "$sys"
-readelf -d "$dir/importer" | grep -q 'BIND_NOW\|FLAGS.*NOW' || fail "importer is not BIND_NOW"
+readelf -d "$dir/importer" > "$dir/importer.dyn"
+grep -q 'BIND_NOW\|FLAGS.*NOW' "$dir/importer.dyn" || fail "importer is not BIND_NOW"
 IBCM_LOG=off LD_PRELOAD="$real" "$dir/importer" || fail "LD_PRELOAD run failed ($?)"
 mkdir -p "$dir/libdir"
 ln -sf "$real" "$dir/libdir/librdmacm.so.1"
