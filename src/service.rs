@@ -34,12 +34,48 @@ use crate::ipc::{
 use crate::log::{INFO, WARN};
 use crate::portspace::{self, PortTable};
 use crate::wire::Gid;
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
+
+/// At most this many messages are read from a connection per wake-up
+/// (the first blocking, the rest only if already queued).
+const DRAIN: usize = 64;
+
+/// Runs `f` holding the records pushed to processes on this thread: each
+/// connection's leave together when `f` is done (`Conn::flush_held`)
+/// instead of one send each. Order is kept: held records sit in their
+/// connection's queue, and whatever is pushed meanwhile queues behind
+/// them.
+fn hold<R>(f: impl FnOnce() -> R) -> R {
+    struct Flush(bool);
+    impl Drop for Flush {
+        fn drop(&mut self) {
+            if !self.0 {
+                return;
+            }
+            if let Some(held) = HELD.with(|h| h.borrow_mut().take()) {
+                for c in held {
+                    c.flush_held();
+                }
+            }
+        }
+    }
+    let outer = HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        if h.is_some() {
+            return false;
+        }
+        *h = Some(Vec::new());
+        true
+    });
+    let _flush = Flush(outer);
+    f()
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -139,9 +175,16 @@ impl Entry {
 #[derive(Default)]
 struct Outbox {
     q: VecDeque<Vec<u8>>,
-    /// The writer is sending records it took from `q`: a new event must
-    /// queue behind them.
+    /// A thread (the writer, or one flushing what it held) is sending
+    /// records it took from `q`: a new event must queue behind them.
     busy: bool,
+}
+
+thread_local! {
+    /// Inside `Conn::hold` on this thread: the connections whose records
+    /// this thread queued without waking their writers (flushed at its
+    /// end).
+    static HELD: RefCell<Option<Vec<Arc<Conn>>>> = const { RefCell::new(None) };
 }
 
 /// One process's connection for one device.
@@ -522,7 +565,7 @@ impl Conn {
                 if self.closed.load(Ordering::SeqCst) {
                     break;
                 }
-                let replies = self.message(&buf[..n]);
+                let replies = self.wakeup(&mut buf, n);
                 if ipc::batch(replies)
                     .iter()
                     .any(|m| sock::send(&self.fd, m).is_err())
@@ -550,7 +593,7 @@ impl Conn {
     /// (The device's hook installs `ports()` before it calls `send_ports`,
     /// and both compare under `ports_sent`: each change is sent once,
     /// in order, after the reply.)
-    fn arm_ports(&self) {
+    fn arm_ports(self: &Arc<Self>) {
         let Some(opened) = lock(&self.opened_ports).take() else {
             return;
         };
@@ -563,7 +606,7 @@ impl Conn {
     }
 
     /// Pushes `ports` (a `PORTS` record) unless the process has them.
-    fn send_ports(&self, ports: &Arc<Vec<PortInfo>>) {
+    fn send_ports(self: &Arc<Self>, ports: &Arc<Vec<PortInfo>>) {
         let mut sent = lock(&self.ports_sent);
         match sent.as_ref() {
             Some(prev) if **prev != **ports => {}
@@ -617,8 +660,9 @@ impl Conn {
         loop {
             let batch: Vec<Vec<u8>> = {
                 let mut o = lock(&self.out);
-                o.busy = false;
-                while o.q.is_empty() && !self.closed.load(Ordering::SeqCst) {
+                // Another thread sending what it took wakes this one
+                // when it is done if more is queued.
+                while (o.q.is_empty() || o.busy) && !self.closed.load(Ordering::SeqCst) {
                     o = self.out_cv.wait(o).unwrap_or_else(|e| e.into_inner());
                 }
                 if self.closed.load(Ordering::SeqCst) {
@@ -633,6 +677,50 @@ impl Conn {
                     return;
                 }
             }
+            lock(&self.out).busy = false;
+        }
+    }
+
+    /// The end of a `hold` that queued records here: they leave from this
+    /// thread as `BATCH` messages if the socket has room (no wake-up of
+    /// the writer); what does not fit, and what others queued meanwhile,
+    /// is left to the writer. A writer already sending takes them all.
+    fn flush_held(&self) {
+        let mut o = lock(&self.out);
+        if o.busy || o.q.is_empty() {
+            return;
+        }
+        o.busy = true;
+        let mut recs: Vec<Vec<u8>> = o.q.drain(..).collect();
+        drop(o);
+        let mut sent = 0;
+        let mut failed = false;
+        while sent < recs.len() {
+            let (n, msg) = ipc::batch_one(&recs[sent..]);
+            match sock::try_send(&self.fd, &msg) {
+                Ok(true) => sent += n,
+                Ok(false) => break,
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        if failed {
+            self.disconnect();
+            return;
+        }
+        let mut o = lock(&self.out);
+        // Unsent records go back in front of those queued meanwhile.
+        recs.drain(..sent);
+        for r in recs.into_iter().rev() {
+            o.q.push_front(r);
+        }
+        o.busy = false;
+        let more = !o.q.is_empty();
+        drop(o);
+        if more {
+            self.out_cv.notify_one();
         }
     }
 
@@ -712,13 +800,24 @@ impl Conn {
     }
 
     /// Queues a record pushed to the process (an event, a refusal) behind
-    /// those already queued, in the order they are pushed.
-    fn push(&self, rec: Vec<u8>) {
+    /// those already queued, in the order they are pushed. Inside `hold`
+    /// it stays queued, without waking the writer, until the hold ends.
+    fn push(self: &Arc<Self>, rec: Vec<u8>) {
+        let holding = HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            let Some(held) = h.as_mut() else {
+                return false;
+            };
+            if !held.iter().any(|c| Arc::ptr_eq(c, self)) {
+                held.push(self.clone());
+            }
+            true
+        });
         let mut o = lock(&self.out);
         // Nothing queued before it: sent from this thread without
         // waiting (no hop through the writer thread); a full socket
         // buffer queues it for the writer, which may block.
-        if o.q.is_empty() && !o.busy {
+        if !holding && o.q.is_empty() && !o.busy {
             match sock::try_send(&self.fd, &rec) {
                 Ok(true) => return,
                 Ok(false) => {}
@@ -743,7 +842,9 @@ impl Conn {
         }
         o.q.push_back(rec);
         drop(o);
-        self.out_cv.notify_one();
+        if !holding {
+            self.out_cv.notify_one();
+        }
     }
 
     /// Leased ids not used yet.
@@ -751,16 +852,35 @@ impl Conn {
         lock(&self.ids).values().filter(|e| e.pooled).count() as u64
     }
 
-    /// Runs one message: a record, or a `BATCH` of them; the replies to
-    /// send.
-    fn message(self: &Arc<Self>, msg: &[u8]) -> Vec<Vec<u8>> {
-        // The MADs the records make leave together when all have run (one
-        // `sendmmsg` for a process's batch).
-        let dev = lock(&self.dev).clone();
-        match dev {
-            Some(dev) => dev.batch(|| self.records(msg)),
-            None => self.records(msg),
-        }
+    /// Runs what one wake-up brings: the message read (`buf[..n]`) and
+    /// those already queued behind it (at most `DRAIN` in all, read
+    /// without waiting); the replies to send. The MADs their records make
+    /// leave together when all have run (one `sendmmsg`, one run of a
+    /// switched peer's engine), and so do the events they produce for
+    /// each process (`hold`: one `BATCH` message per connection).
+    fn wakeup(self: &Arc<Self>, buf: &mut [u8], n: usize) -> Vec<Vec<u8>> {
+        hold(|| {
+            let dev = lock(&self.dev).clone();
+            let run = |buf: &mut [u8]| {
+                let mut replies = self.records(&buf[..n]);
+                // An error or the end seen here is seen again by the
+                // next blocking read, after these messages have run.
+                for _ in 1..DRAIN {
+                    if self.closed.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    match sock::try_recv(&self.fd, buf) {
+                        Ok(Some(m)) if m > 0 => replies.extend(self.records(&buf[..m])),
+                        _ => break,
+                    }
+                }
+                replies
+            };
+            match dev {
+                Some(dev) => dev.batch(|| run(buf)),
+                None => run(buf),
+            }
+        })
     }
 
     fn records(self: &Arc<Self>, msg: &[u8]) -> Vec<Vec<u8>> {
@@ -778,7 +898,7 @@ impl Conn {
 
     /// A one-way call the service refused: counted, logged and pushed to
     /// the process behind the events produced before it.
-    fn refuse(&self, h: Header, err: Errno) {
+    fn refuse(self: &Arc<Self>, h: Header, err: Errno) {
         self.oneway_refused.fetch_add(1, Ordering::Relaxed);
         if let Some(d) = lock(&self.dev_refused).as_ref() {
             d.fetch_add(1, Ordering::Relaxed);
