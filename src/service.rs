@@ -34,7 +34,6 @@ use crate::ipc::{
 use crate::log::{INFO, WARN};
 use crate::portspace::{self, PortTable};
 use crate::wire::Gid;
-use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -45,37 +44,6 @@ use std::time::{Duration, Instant};
 /// At most this many messages are read from a connection per wake-up
 /// (the first blocking, the rest only if already queued).
 const DRAIN: usize = 64;
-
-/// Runs `f` holding the records pushed to processes on this thread: each
-/// connection's leave together when `f` is done (`Conn::flush_held`)
-/// instead of one send each. Order is kept: held records sit in their
-/// connection's queue, and whatever is pushed meanwhile queues behind
-/// them.
-fn hold<R>(f: impl FnOnce() -> R) -> R {
-    struct Flush(bool);
-    impl Drop for Flush {
-        fn drop(&mut self) {
-            if !self.0 {
-                return;
-            }
-            if let Some(held) = HELD.with(|h| h.borrow_mut().take()) {
-                for c in held {
-                    c.flush_held();
-                }
-            }
-        }
-    }
-    let outer = HELD.with(|h| {
-        let mut h = h.borrow_mut();
-        if h.is_some() {
-            return false;
-        }
-        *h = Some(Vec::new());
-        true
-    });
-    let _flush = Flush(outer);
-    f()
-}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -141,6 +109,16 @@ pub struct Service {
     ports: Mutex<PortTable>,
     /// The soft devices served, handing each other MADs in memory.
     switch: Arc<LocalSwitch>,
+    /// Connection threads running what a wake-up brought, and the
+    /// connections whose records are held meanwhile (`hold`).
+    holds: Mutex<Holds>,
+}
+
+/// See `Service::hold`.
+#[derive(Default)]
+struct Holds {
+    active: usize,
+    conns: Vec<Arc<Conn>>,
 }
 
 /// One of a connection's ids, with what `ibcm ids` shows beside its
@@ -178,13 +156,6 @@ struct Outbox {
     /// A thread (the writer, or one flushing what it held) is sending
     /// records it took from `q`: a new event must queue behind them.
     busy: bool,
-}
-
-thread_local! {
-    /// Inside `Conn::hold` on this thread: the connections whose records
-    /// this thread queued without waking their writers (flushed at its
-    /// end).
-    static HELD: RefCell<Option<Vec<Arc<Conn>>>> = const { RefCell::new(None) };
 }
 
 /// One process's connection for one device.
@@ -254,6 +225,7 @@ impl Service {
             conns: Mutex::new(HashMap::new()),
             ports: Mutex::new(PortTable::default()),
             switch: LocalSwitch::new(),
+            holds: Mutex::default(),
         })
     }
 
@@ -341,6 +313,36 @@ impl Service {
 
     /// The device served under `name` (as a process names it), if a
     /// process has it open.
+    /// Runs `f` (a connection thread running what one wake-up brought)
+    /// holding the records pushed to processes: a connection's leave
+    /// together, as `BATCH` messages, when a hold ends (`Conn::flush_held`)
+    /// instead of one send each. Whatever thread pushes them — the
+    /// engine that produces an event for a process is run by whichever
+    /// thread gets to the device first: the connection thread that sent
+    /// it a MAD through the switch, or the device's event loop. Order is
+    /// kept: held records sit in their connection's queue and whatever
+    /// is pushed later queues behind them; a hold's end flushes every
+    /// connection held so far, so a record waits at most for the end of
+    /// the holds running when it was pushed.
+    fn hold<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct End<'a>(&'a Service);
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                let conns = {
+                    let mut h = lock(&self.0.holds);
+                    h.active -= 1;
+                    std::mem::take(&mut h.conns)
+                };
+                for c in conns {
+                    c.flush_held();
+                }
+            }
+        }
+        lock(&self.holds).active += 1;
+        let _end = End(self);
+        f()
+    }
+
     pub fn device(&self, name: &str) -> Option<Arc<Device>> {
         lock(&self.devices)
             .get(&canonical(name))
@@ -800,19 +802,23 @@ impl Conn {
     }
 
     /// Queues a record pushed to the process (an event, a refusal) behind
-    /// those already queued, in the order they are pushed. Inside `hold`
-    /// it stays queued, without waking the writer, until the hold ends.
+    /// those already queued, in the order they are pushed. While a
+    /// connection thread runs a `Service::hold`, it stays queued (the
+    /// writer not woken) until a hold ends.
     fn push(self: &Arc<Self>, rec: Vec<u8>) {
-        let holding = HELD.with(|h| {
-            let mut h = h.borrow_mut();
-            let Some(held) = h.as_mut() else {
-                return false;
-            };
-            if !held.iter().any(|c| Arc::ptr_eq(c, self)) {
-                held.push(self.clone());
+        // Held across the queueing: a hold cannot end between the check
+        // and the record entering the queue (it would stay there unsent).
+        let mut holds = lock(&self.svc.holds);
+        let holding = holds.active > 0;
+        let _holds = if holding {
+            if !holds.conns.iter().any(|c| Arc::ptr_eq(c, self)) {
+                holds.conns.push(self.clone());
             }
-            true
-        });
+            Some(holds)
+        } else {
+            drop(holds);
+            None
+        };
         let mut o = lock(&self.out);
         // Nothing queued before it: sent from this thread without
         // waiting (no hop through the writer thread); a full socket
@@ -859,7 +865,7 @@ impl Conn {
     /// switched peer's engine), and so do the events they produce for
     /// each process (`hold`: one `BATCH` message per connection).
     fn wakeup(self: &Arc<Self>, buf: &mut [u8], n: usize) -> Vec<Vec<u8>> {
-        hold(|| {
+        self.svc.hold(|| {
             let dev = lock(&self.dev).clone();
             let run = |buf: &mut [u8]| {
                 let mut replies = self.records(&buf[..n]);
