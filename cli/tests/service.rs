@@ -1194,7 +1194,7 @@ fn a_burst_of_connects_travels_as_one_message_per_step() {
             }
             .record();
             w.put(&ReqParams {
-                primary_path: path.clone(),
+                primary_path: path,
                 service_id: 0x4343,
                 qp_num: 100 + i as u32,
                 qp_type: qp_type::RC,
