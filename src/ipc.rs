@@ -1404,6 +1404,9 @@ mod tests {
         let burst: Vec<Vec<u8>> = (1..=3).map(|n| rec(n, 30_000)).collect();
         let msgs = batch(burst.clone());
         assert_eq!(msgs.len(), 2);
+        // The first message alone, and how many records it took.
+        assert_eq!(batch_one(&burst), (2, msgs[0].clone()));
+        assert_eq!(batch_one(&burst[2..]), (1, burst[2].clone()));
         let mut got = Vec::new();
         for m in &msgs {
             assert!(m.len() <= MAX_RECORD);
