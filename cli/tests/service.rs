@@ -1163,6 +1163,31 @@ fn a_burst_of_connects_travels_as_one_message_per_step() {
         .create_id(None, std::ptr::null_mut(), Some(server))
         .unwrap();
     listener.listen(0x4343).unwrap();
+    // The server device's event loop flushes MADs other threads queued
+    // when it wakes; woken by the REPs' timers (earlier than its sleep
+    // while it has none) it would run the requester's engine itself,
+    // outside any hold, one send per event — a race this test is not
+    // about. A REQ the client side never answers gives it an earlier
+    // timer (2 s), so the REPs' (17 s) do not wake it.
+    let silent: RustHandler = Arc::new(|_, _| 0);
+    let quiet = cli
+        .create_id(None, std::ptr::null_mut(), Some(silent))
+        .unwrap();
+    quiet.listen(0x4344).unwrap();
+    let pending = srv.create_id(None, std::ptr::null_mut(), None).unwrap();
+    pending
+        .send_req(&ReqParams {
+            primary_path: srv.init_path(1, "127.0.9.31".parse().unwrap()).unwrap(),
+            service_id: 0x4344,
+            qp_num: 99,
+            qp_type: qp_type::RC,
+            remote_cm_response_timeout: 19,
+            local_cm_response_timeout: 19,
+            max_cm_retries: 1,
+            ..ReqParams::default()
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
     // The requester: a raw connection to the client device.
     let raw = sock::connect(&d.socket).unwrap();
     let mut name = Vec::new();
@@ -1199,8 +1224,8 @@ fn a_burst_of_connects_travels_as_one_message_per_step() {
                 qp_num: 100 + i as u32,
                 qp_type: qp_type::RC,
                 // The callbacks take 160 ms in all: no retry meanwhile.
-                remote_cm_response_timeout: 20,
-                local_cm_response_timeout: 20,
+                remote_cm_response_timeout: 22,
+                local_cm_response_timeout: 22,
                 max_cm_retries: 3,
                 ..ReqParams::default()
             });
@@ -1235,6 +1260,8 @@ fn a_burst_of_connects_travels_as_one_message_per_step() {
     let stat = srv.service_stat().unwrap();
     assert_eq!(stat.oneway_refused, 0);
     drop(raw);
+    pending.destroy().unwrap();
+    quiet.destroy().unwrap();
     listener.destroy().unwrap();
     cli.close();
     srv.close();
