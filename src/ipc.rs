@@ -119,35 +119,42 @@ pub mod op {
 /// is sent as it is, several as a `BATCH`.
 pub fn batch(records: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
     let mut msgs = Vec::new();
-    let mut cur: Vec<Vec<u8>> = Vec::new();
+    let mut rest = &records[..];
+    while !rest.is_empty() {
+        let (n, msg) = batch_one(rest);
+        msgs.push(msg);
+        rest = &rest[n..];
+    }
+    msgs
+}
+
+/// The first message `batch` makes of `records` (not empty) and how many
+/// of them it holds: as many leading records as fit `MAX_RECORD` (at
+/// least one; a lone record as it is, several as a `BATCH`).
+pub fn batch_one(records: &[Vec<u8>]) -> (usize, Vec<u8>) {
     let mut size = HEADER;
-    let flush = |cur: &mut Vec<Vec<u8>>, msgs: &mut Vec<Vec<u8>>| {
-        if cur.len() == 1 {
-            msgs.push(cur.pop().expect("one record"));
-        } else if !cur.is_empty() {
-            let mut w = Header {
-                op: op::BATCH,
-                seq: 0,
-                handle: 0,
-            }
-            .record();
-            for r in cur.drain(..) {
-                w.0.extend_from_slice(&(r.len() as u32).to_le_bytes());
-                w.0.extend_from_slice(&r);
-            }
-            msgs.push(w.into_bytes());
-        }
-    };
+    let mut n = 0;
     for r in records {
-        if size + 4 + r.len() > MAX_RECORD {
-            flush(&mut cur, &mut msgs);
-            size = HEADER;
+        if n > 0 && size + 4 + r.len() > MAX_RECORD {
+            break;
         }
         size += 4 + r.len();
-        cur.push(r);
+        n += 1;
     }
-    flush(&mut cur, &mut msgs);
-    msgs
+    if n == 1 {
+        return (1, records[0].clone());
+    }
+    let mut w = Header {
+        op: op::BATCH,
+        seq: 0,
+        handle: 0,
+    }
+    .record();
+    for r in &records[..n] {
+        w.0.extend_from_slice(&(r.len() as u32).to_le_bytes());
+        w.0.extend_from_slice(r);
+    }
+    (n, w.into_bytes())
 }
 
 /// The records of a `BATCH` message's body (`-EPROTO` for a short or
@@ -1192,6 +1199,30 @@ pub mod sock {
         }
     }
 
+    /// Receives one record if one is queued now: `Ok(None)` when none is
+    /// (`Ok(Some(0))` when the peer has gone).
+    pub fn try_recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        loop {
+            let n = unsafe {
+                libc::recv(
+                    fd.as_raw_fd(),
+                    buf.as_mut_ptr() as *mut libc::c_void,
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n >= 0 {
+                return Ok(Some(n as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+    }
+
     /// Ends both directions: a thread blocked in `recv` on it returns 0.
     pub fn shutdown(fd: &OwnedFd) {
         unsafe { libc::shutdown(fd.as_raw_fd(), libc::SHUT_RDWR) };
@@ -1373,6 +1404,9 @@ mod tests {
         let burst: Vec<Vec<u8>> = (1..=3).map(|n| rec(n, 30_000)).collect();
         let msgs = batch(burst.clone());
         assert_eq!(msgs.len(), 2);
+        // The first message alone, and how many records it took.
+        assert_eq!(batch_one(&burst), (2, msgs[0].clone()));
+        assert_eq!(batch_one(&burst[2..]), (1, burst[2].clone()));
         let mut got = Vec::new();
         for m in &msgs {
             assert!(m.len() <= MAX_RECORD);

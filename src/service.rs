@@ -41,6 +41,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+/// At most this many messages are read from a connection per wake-up
+/// (the first blocking, the rest only if already queued).
+const DRAIN: usize = 64;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -105,6 +109,16 @@ pub struct Service {
     ports: Mutex<PortTable>,
     /// The soft devices served, handing each other MADs in memory.
     switch: Arc<LocalSwitch>,
+    /// Connection threads running what a wake-up brought, and the
+    /// connections whose records are held meanwhile (`hold`).
+    holds: Mutex<Holds>,
+}
+
+/// See `Service::hold`.
+#[derive(Default)]
+struct Holds {
+    active: usize,
+    conns: Vec<Arc<Conn>>,
 }
 
 /// One of a connection's ids, with what `ibcm ids` shows beside its
@@ -139,8 +153,8 @@ impl Entry {
 #[derive(Default)]
 struct Outbox {
     q: VecDeque<Vec<u8>>,
-    /// The writer is sending records it took from `q`: a new event must
-    /// queue behind them.
+    /// A thread (the writer, or one flushing what it held) is sending
+    /// records it took from `q`: a new event must queue behind them.
     busy: bool,
 }
 
@@ -211,6 +225,7 @@ impl Service {
             conns: Mutex::new(HashMap::new()),
             ports: Mutex::new(PortTable::default()),
             switch: LocalSwitch::new(),
+            holds: Mutex::default(),
         })
     }
 
@@ -298,6 +313,36 @@ impl Service {
 
     /// The device served under `name` (as a process names it), if a
     /// process has it open.
+    /// Runs `f` (a connection thread running what one wake-up brought)
+    /// holding the records pushed to processes: a connection's leave
+    /// together, as `BATCH` messages, when a hold ends (`Conn::flush_held`)
+    /// instead of one send each. Whatever thread pushes them — the
+    /// engine that produces an event for a process is run by whichever
+    /// thread gets to the device first: the connection thread that sent
+    /// it a MAD through the switch, or the device's event loop. Order is
+    /// kept: held records sit in their connection's queue and whatever
+    /// is pushed later queues behind them; a hold's end flushes every
+    /// connection held so far, so a record waits at most for the end of
+    /// the holds running when it was pushed.
+    fn hold<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct End<'a>(&'a Service);
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                let conns = {
+                    let mut h = lock(&self.0.holds);
+                    h.active -= 1;
+                    std::mem::take(&mut h.conns)
+                };
+                for c in conns {
+                    c.flush_held();
+                }
+            }
+        }
+        lock(&self.holds).active += 1;
+        let _end = End(self);
+        f()
+    }
+
     pub fn device(&self, name: &str) -> Option<Arc<Device>> {
         lock(&self.devices)
             .get(&canonical(name))
@@ -522,7 +567,7 @@ impl Conn {
                 if self.closed.load(Ordering::SeqCst) {
                     break;
                 }
-                let replies = self.message(&buf[..n]);
+                let replies = self.wakeup(&mut buf, n);
                 if ipc::batch(replies)
                     .iter()
                     .any(|m| sock::send(&self.fd, m).is_err())
@@ -550,7 +595,7 @@ impl Conn {
     /// (The device's hook installs `ports()` before it calls `send_ports`,
     /// and both compare under `ports_sent`: each change is sent once,
     /// in order, after the reply.)
-    fn arm_ports(&self) {
+    fn arm_ports(self: &Arc<Self>) {
         let Some(opened) = lock(&self.opened_ports).take() else {
             return;
         };
@@ -563,7 +608,7 @@ impl Conn {
     }
 
     /// Pushes `ports` (a `PORTS` record) unless the process has them.
-    fn send_ports(&self, ports: &Arc<Vec<PortInfo>>) {
+    fn send_ports(self: &Arc<Self>, ports: &Arc<Vec<PortInfo>>) {
         let mut sent = lock(&self.ports_sent);
         match sent.as_ref() {
             Some(prev) if **prev != **ports => {}
@@ -617,8 +662,9 @@ impl Conn {
         loop {
             let batch: Vec<Vec<u8>> = {
                 let mut o = lock(&self.out);
-                o.busy = false;
-                while o.q.is_empty() && !self.closed.load(Ordering::SeqCst) {
+                // Another thread sending what it took wakes this one
+                // when it is done if more is queued.
+                while (o.q.is_empty() || o.busy) && !self.closed.load(Ordering::SeqCst) {
                     o = self.out_cv.wait(o).unwrap_or_else(|e| e.into_inner());
                 }
                 if self.closed.load(Ordering::SeqCst) {
@@ -633,6 +679,50 @@ impl Conn {
                     return;
                 }
             }
+            lock(&self.out).busy = false;
+        }
+    }
+
+    /// The end of a `hold` that queued records here: they leave from this
+    /// thread as `BATCH` messages if the socket has room (no wake-up of
+    /// the writer); what does not fit, and what others queued meanwhile,
+    /// is left to the writer. A writer already sending takes them all.
+    fn flush_held(&self) {
+        let mut o = lock(&self.out);
+        if o.busy || o.q.is_empty() {
+            return;
+        }
+        o.busy = true;
+        let mut recs: Vec<Vec<u8>> = o.q.drain(..).collect();
+        drop(o);
+        let mut sent = 0;
+        let mut failed = false;
+        while sent < recs.len() {
+            let (n, msg) = ipc::batch_one(&recs[sent..]);
+            match sock::try_send(&self.fd, &msg) {
+                Ok(true) => sent += n,
+                Ok(false) => break,
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        if failed {
+            self.disconnect();
+            return;
+        }
+        let mut o = lock(&self.out);
+        // Unsent records go back in front of those queued meanwhile.
+        recs.drain(..sent);
+        for r in recs.into_iter().rev() {
+            o.q.push_front(r);
+        }
+        o.busy = false;
+        let more = !o.q.is_empty();
+        drop(o);
+        if more {
+            self.out_cv.notify_one();
         }
     }
 
@@ -712,13 +802,28 @@ impl Conn {
     }
 
     /// Queues a record pushed to the process (an event, a refusal) behind
-    /// those already queued, in the order they are pushed.
-    fn push(&self, rec: Vec<u8>) {
+    /// those already queued, in the order they are pushed. While a
+    /// connection thread runs a `Service::hold`, it stays queued (the
+    /// writer not woken) until a hold ends.
+    fn push(self: &Arc<Self>, rec: Vec<u8>) {
+        // Held across the queueing: a hold cannot end between the check
+        // and the record entering the queue (it would stay there unsent).
+        let mut holds = lock(&self.svc.holds);
+        let holding = holds.active > 0;
+        let _holds = if holding {
+            if !holds.conns.iter().any(|c| Arc::ptr_eq(c, self)) {
+                holds.conns.push(self.clone());
+            }
+            Some(holds)
+        } else {
+            drop(holds);
+            None
+        };
         let mut o = lock(&self.out);
         // Nothing queued before it: sent from this thread without
         // waiting (no hop through the writer thread); a full socket
         // buffer queues it for the writer, which may block.
-        if o.q.is_empty() && !o.busy {
+        if !holding && o.q.is_empty() && !o.busy {
             match sock::try_send(&self.fd, &rec) {
                 Ok(true) => return,
                 Ok(false) => {}
@@ -743,7 +848,9 @@ impl Conn {
         }
         o.q.push_back(rec);
         drop(o);
-        self.out_cv.notify_one();
+        if !holding {
+            self.out_cv.notify_one();
+        }
     }
 
     /// Leased ids not used yet.
@@ -751,16 +858,35 @@ impl Conn {
         lock(&self.ids).values().filter(|e| e.pooled).count() as u64
     }
 
-    /// Runs one message: a record, or a `BATCH` of them; the replies to
-    /// send.
-    fn message(self: &Arc<Self>, msg: &[u8]) -> Vec<Vec<u8>> {
-        // The MADs the records make leave together when all have run (one
-        // `sendmmsg` for a process's batch).
-        let dev = lock(&self.dev).clone();
-        match dev {
-            Some(dev) => dev.batch(|| self.records(msg)),
-            None => self.records(msg),
-        }
+    /// Runs what one wake-up brings: the message read (`buf[..n]`) and
+    /// those already queued behind it (at most `DRAIN` in all, read
+    /// without waiting); the replies to send. The MADs their records make
+    /// leave together when all have run (one `sendmmsg`, one run of a
+    /// switched peer's engine), and so do the events they produce for
+    /// each process (`hold`: one `BATCH` message per connection).
+    fn wakeup(self: &Arc<Self>, buf: &mut [u8], n: usize) -> Vec<Vec<u8>> {
+        self.svc.hold(|| {
+            let dev = lock(&self.dev).clone();
+            let run = |buf: &mut [u8]| {
+                let mut replies = self.records(&buf[..n]);
+                // An error or the end seen here is seen again by the
+                // next blocking read, after these messages have run.
+                for _ in 1..DRAIN {
+                    if self.closed.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    match sock::try_recv(&self.fd, buf) {
+                        Ok(Some(m)) if m > 0 => replies.extend(self.records(&buf[..m])),
+                        _ => break,
+                    }
+                }
+                replies
+            };
+            match dev {
+                Some(dev) => dev.batch(|| run(buf)),
+                None => run(buf),
+            }
+        })
     }
 
     fn records(self: &Arc<Self>, msg: &[u8]) -> Vec<Vec<u8>> {
@@ -778,7 +904,7 @@ impl Conn {
 
     /// A one-way call the service refused: counted, logged and pushed to
     /// the process behind the events produced before it.
-    fn refuse(&self, h: Header, err: Errno) {
+    fn refuse(self: &Arc<Self>, h: Header, err: Errno) {
         self.oneway_refused.fetch_add(1, Ordering::Relaxed);
         if let Some(d) = lock(&self.dev_refused).as_ref() {
             d.fetch_add(1, Ordering::Relaxed);

@@ -1118,3 +1118,158 @@ fn a_capture_of_the_service_shows_mads_switched_between_its_devices() {
     );
     assert!(seen, "capture summary: {summary}\ndaemon log: {}", d.log());
 }
+
+/// The records of one message from a raw connection, a `BATCH` unpacked.
+fn records_of(msg: &[u8]) -> Vec<Vec<u8>> {
+    let (h, r) = Header::parse(msg).expect("a record");
+    if h.op != op::BATCH {
+        return vec![msg.to_vec()];
+    }
+    ipc::unbatch(&msg[msg.len() - r.remaining()..])
+        .expect("a valid batch")
+        .into_iter()
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// What one wake-up brings leaves as one message at each step of a burst
+/// of connects: the service holds the events its engines produce for a
+/// process until the message that caused them has run (the listener's
+/// process gets its eight REQs in one `BATCH`), the process runs the
+/// callbacks of what one read brought inside one `Device::batch` (their
+/// eight one-way `send_rep` leave as one `BATCH`, though each callback
+/// then sleeps: sent one by one they would reach the service apart), and
+/// the requester gets its eight REPs in one message.
+#[test]
+fn a_burst_of_connects_travels_as_one_message_per_step() {
+    const N: usize = 8;
+    let d = Daemon::start("burst");
+    let (srv_name, cli_name) = ("soft:127.0.9.30", "soft:127.0.9.31");
+    let srv = Device::open_served(srv_name, &d.socket).unwrap();
+    let cli = Device::open_served(cli_name, &d.socket).unwrap();
+    let reps: Arc<Mutex<Vec<Result<(), Errno>>>> = Arc::default();
+    let r = reps.clone();
+    let server: RustHandler = Arc::new(move |id, ev| {
+        if ev.kind != EventType::ReqReceived {
+            return 0;
+        }
+        let mut r = r.lock().unwrap();
+        let rep = ibcm::api::RepParams {
+            // One QP per connection (the same one twice is a stale
+            // connection to the requester).
+            qp_num: 200 + r.len() as u32,
+            starting_psn: 1,
+            ..Default::default()
+        };
+        r.push(id.send_rep(&rep));
+        drop(r);
+        std::thread::sleep(Duration::from_millis(20));
+        0
+    });
+    let listener = srv
+        .create_id(None, std::ptr::null_mut(), Some(server))
+        .unwrap();
+    listener.listen(0x4343).unwrap();
+    // The server device's event loop flushes MADs other threads queued
+    // when it wakes; woken by the REPs' timers (earlier than its sleep
+    // while it has none) it would run the requester's engine itself,
+    // outside any hold, one send per event — a race this test is not
+    // about. A REQ the client side never answers gives it an earlier
+    // timer (2 s), so the REPs' (17 s) do not wake it.
+    let silent: RustHandler = Arc::new(|_, _| 0);
+    let quiet = cli
+        .create_id(None, std::ptr::null_mut(), Some(silent))
+        .unwrap();
+    quiet.listen(0x4344).unwrap();
+    let pending = srv.create_id(None, std::ptr::null_mut(), None).unwrap();
+    pending
+        .send_req(&ReqParams {
+            primary_path: srv.init_path(1, "127.0.9.31".parse().unwrap()).unwrap(),
+            service_id: 0x4344,
+            qp_num: 99,
+            qp_type: qp_type::RC,
+            remote_cm_response_timeout: 19,
+            local_cm_response_timeout: 19,
+            max_cm_retries: 1,
+            ..ReqParams::default()
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    // The requester: a raw connection to the client device.
+    let raw = sock::connect(&d.socket).unwrap();
+    let mut name = Vec::new();
+    name.extend_from_slice(&(cli_name.len() as u16).to_le_bytes());
+    name.extend_from_slice(cli_name.as_bytes());
+    assert_eq!(raw_call(&raw, 1, &record(op::OPEN, 1, 0, &name)).1, 0);
+    sock::send(
+        &raw,
+        &record(op::CREATE_IDS, 2, 0, &(N as u32).to_le_bytes()),
+    )
+    .unwrap();
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    let n = sock::recv(&raw, &mut b).unwrap();
+    let (h, mut rd) = Header::parse(&b[..n]).unwrap();
+    assert_eq!(h.op, op::REPLY | op::CREATE_IDS);
+    assert_eq!(rd.get::<i32>().unwrap(), 0);
+    let _: ipc::Public = rd.get().unwrap();
+    let leased: Box<[ipc::Created]> = rd.get().unwrap();
+    assert_eq!(leased.len(), N);
+    let path = cli.init_path(1, "127.0.9.30".parse().unwrap()).unwrap();
+    let reqs: Vec<Vec<u8>> = leased
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut w = Header {
+                op: op::ONEWAY | op::SEND_REQ,
+                seq: 0,
+                handle: c.handle,
+            }
+            .record();
+            w.put(&ReqParams {
+                primary_path: path,
+                service_id: 0x4343,
+                qp_num: 100 + i as u32,
+                qp_type: qp_type::RC,
+                // The callbacks take 160 ms in all: no retry meanwhile.
+                remote_cm_response_timeout: 22,
+                local_cm_response_timeout: 22,
+                max_cm_retries: 3,
+                ..ReqParams::default()
+            });
+            w.into_bytes()
+        })
+        .collect();
+    let batch = ipc::batch(reqs);
+    assert_eq!(batch.len(), 1);
+    sock::send(&raw, &batch[0]).unwrap();
+    // Every message pushed until the N REPs are in: one.
+    let mut messages = 0;
+    let mut rep_events = 0;
+    while rep_events < N {
+        let n = sock::recv(&raw, &mut b).unwrap();
+        assert!(n > 0, "the service closed the connection");
+        messages += 1;
+        for rec in records_of(&b[..n]) {
+            let (h, mut rd) = Header::parse(&rec).unwrap();
+            assert_eq!(h.op, op::EVENT, "only events are pushed here");
+            let we: ipc::WireEvent = rd.get().unwrap();
+            assert_eq!(
+                we.event.kind,
+                EventType::RepReceived,
+                "{:?}",
+                we.event.param
+            );
+            rep_events += 1;
+        }
+    }
+    assert_eq!(messages, 1, "{N} REPs arrived in {messages} messages");
+    assert_eq!(*reps.lock().unwrap(), vec![Ok(()); N]);
+    let stat = srv.service_stat().unwrap();
+    assert_eq!(stat.oneway_refused, 0);
+    drop(raw);
+    pending.destroy().unwrap();
+    quiet.destroy().unwrap();
+    listener.destroy().unwrap();
+    cli.close();
+    srv.close();
+}

@@ -108,9 +108,10 @@ pub struct Remote {
 struct Rx {
     /// A thread holds the token.
     reading: bool,
-    /// Records read but not handled yet, in socket order (the rest of a
-    /// `BATCH` whose first record's callback runs): the next holder of the
-    /// token handles them before it reads the socket again.
+    /// Records read but not handled yet, in socket order (what one read
+    /// brought: the messages queued on the socket, a `BATCH` unpacked):
+    /// the next holder of the token handles them before it reads the
+    /// socket again.
     backlog: VecDeque<Vec<u8>>,
     /// Replies by request number (`None` until it arrives).
     pending: HashMap<u64, Option<Vec<u8>>>,
@@ -132,6 +133,23 @@ enum Run {
 
 /// A `Device::batch` sends its one-way calls once this many are held.
 const BATCH_RECORDS: usize = 128;
+
+/// At most this many messages are read from the service socket per
+/// wake-up (the first blocking, the rest only if already queued).
+const DRAIN: usize = 64;
+
+/// Appends the records of one message from the service to `out`: the
+/// message itself, or the records of a `BATCH`.
+fn unpack(msg: &[u8], out: &mut Vec<Vec<u8>>) {
+    match Header::parse(msg) {
+        Ok((h, r)) if h.op == op::BATCH => match ipc::unbatch(&msg[msg.len() - r.remaining()..]) {
+            Ok(recs) => out.extend(recs.into_iter().map(<[u8]>::to_vec)),
+            Err(_) => ibcm_log!(WARN, "CM service: undecodable batch dropped"),
+        },
+        Ok(_) => out.push(msg.to_vec()),
+        Err(_) => ibcm_log!(WARN, "CM service: undecodable record dropped"),
+    }
+}
 
 unsafe impl Send for Remote {}
 unsafe impl Sync for Remote {}
@@ -752,7 +770,7 @@ impl Remote {
 
     fn reader(self: Arc<Self>) {
         loop {
-            {
+            let backlog = {
                 let mut rx = lock(&self.rx);
                 while rx.reading {
                     rx.waiting += 1;
@@ -760,9 +778,27 @@ impl Remote {
                     rx.waiting -= 1;
                 }
                 rx.reading = true;
+                !rx.backlog.is_empty()
+            };
+            // The blocking read happens outside the batch below (which
+            // holds the device): what one wake-up brings lands in the
+            // backlog.
+            if !backlog {
+                match self.receive() {
+                    Ok(()) => {}
+                    Err(why) => {
+                        self.service_lost(&why);
+                        self.give_back();
+                        break;
+                    }
+                }
             }
-            if !self.read_one(Run::Here) {
-                break;
+            match self.device() {
+                // The callbacks of one wake-up's records run inside one
+                // `Device::batch`: the one-way calls they make leave
+                // together, as one `BATCH` message, when the last is done.
+                Some(dev) => dev.batch(|| self.run_backlog()),
+                None => self.run_backlog(),
             }
         }
         // A dead connection (a failed send) can be seen before the end of
@@ -773,8 +809,34 @@ impl Remote {
         self.ready_cv.notify_all();
     }
 
+    /// The reader thread, holding the reading token: handles the backlog's
+    /// records in order, running their callbacks here, until the backlog
+    /// is empty or a caller has taken the token (it handles the rest).
+    fn run_backlog(&self) {
+        let mut first = true;
+        loop {
+            let rec = {
+                let mut rx = lock(&self.rx);
+                if !first && rx.reading {
+                    return;
+                }
+                let Some(rec) = rx.backlog.pop_front() else {
+                    if first {
+                        drop(rx);
+                        self.give_back();
+                    }
+                    return;
+                };
+                rx.reading = true;
+                rec
+            };
+            first = false;
+            self.handle(rec, Run::Here);
+        }
+    }
+
     /// Handles the next record from the service, reading the socket if
-    /// none is left from the last message. The caller holds the reading
+    /// none is left from the last read. The caller holds the reading
     /// token; it is given back here (before an event's callback runs, for
     /// `Run::Here`). `false`: the socket has ended (the service is lost,
     /// or the device was closed).
@@ -782,19 +844,28 @@ impl Remote {
         let next = lock(&self.rx).backlog.pop_front();
         let rec = match next {
             Some(rec) => rec,
-            None => match self.receive() {
-                Ok(Some(rec)) => rec,
-                Ok(None) => {
-                    self.give_back();
-                    return true;
-                }
-                Err(why) => {
+            None => {
+                if let Err(why) = self.receive() {
                     self.service_lost(&why);
                     self.give_back();
                     return false;
                 }
-            },
+                match lock(&self.rx).backlog.pop_front() {
+                    Some(rec) => rec,
+                    None => {
+                        self.give_back();
+                        return true;
+                    }
+                }
+            }
         };
+        self.handle(rec, run);
+        true
+    }
+
+    /// Hands one record on (`dispatch`) and gives the reading token back,
+    /// before running the id's callbacks for `Run::Here`.
+    fn handle(&self, rec: Vec<u8>, run: Run) {
         match self.dispatch(&rec) {
             Some(sh) if run == Run::Here => {
                 self.give_back();
@@ -807,38 +878,35 @@ impl Remote {
             }
             None => self.give_back(),
         }
-        true
     }
 
-    /// Reads one message: its first record (`None`: nothing usable), the
-    /// rest of a batch left in the backlog. `Err`: the socket has ended.
-    fn receive(&self) -> Result<Option<Vec<u8>>, String> {
+    /// Reads what the service has sent: one message (blocking), then the
+    /// messages already queued behind it without waiting (at most
+    /// `DRAIN` in all), their records appended to the backlog in socket
+    /// order (a `BATCH` unpacked). Records too broken to decode are
+    /// dropped with a log line. `Err`: the socket has ended.
+    fn receive(&self) -> Result<(), String> {
         let mut buf = std::mem::take(&mut lock(&self.rx).buf);
-        let got = sock::recv(&self.fd, &mut buf);
-        let mut first = None;
-        let r = match got {
+        let mut recs = Vec::new();
+        let r = match sock::recv(&self.fd, &mut buf) {
             Ok(0) => Err("the service closed it".to_string()),
             Err(e) => Err(e.to_string()),
             Ok(n) => {
-                let rec = &buf[..n];
-                match Header::parse(rec) {
-                    Ok((h, r)) if h.op == op::BATCH => {
-                        match ipc::unbatch(&rec[rec.len() - r.remaining()..]) {
-                            Ok(recs) => {
-                                let mut recs = recs.into_iter().map(<[u8]>::to_vec);
-                                first = recs.next();
-                                lock(&self.rx).backlog.extend(recs);
-                            }
-                            Err(_) => ibcm_log!(WARN, "CM service: undecodable batch dropped"),
-                        }
+                unpack(&buf[..n], &mut recs);
+                // An error or the end seen here is seen again by the next
+                // blocking read, after these records are handled.
+                for _ in 1..DRAIN {
+                    match sock::try_recv(&self.fd, &mut buf) {
+                        Ok(Some(n)) if n > 0 => unpack(&buf[..n], &mut recs),
+                        _ => break,
                     }
-                    Ok(_) => first = Some(rec.to_vec()),
-                    Err(_) => ibcm_log!(WARN, "CM service: undecodable record dropped"),
                 }
-                Ok(first)
+                Ok(())
             }
         };
-        lock(&self.rx).buf = buf;
+        let mut rx = lock(&self.rx);
+        rx.buf = buf;
+        rx.backlog.extend(recs);
         r
     }
 
