@@ -15,6 +15,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     // The bottom: C mirrors, logging, the codec.
     ("abi", &[]),
     ("log", &[]),
+    // The C-style enum declarer (a macro: variant, value and name once).
+    ("c_enum", &[]),
     ("wire", &["log"]),
     // The protocol engine (sans-IO).
     ("engine", &["wire", "log"]),

@@ -381,7 +381,8 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{DeviceOptions, EventType, ReqParams, RustHandler};
+    use crate::engine::{EventType, ReqParams, qp_type};
+    use crate::runtime::{DeviceOptions, RustHandler};
     use std::sync::atomic::{AtomicBool, AtomicUsize};
     use std::time::{Duration, Instant};
 
@@ -432,7 +433,7 @@ mod tests {
             primary_path: path,
             service_id: 0x93,
             qp_num: 0x93,
-            qp_type: crate::api::qp_type::RC,
+            qp_type: qp_type::RC,
             remote_cm_response_timeout: 20,
             local_cm_response_timeout: 20,
             max_cm_retries: 3,
