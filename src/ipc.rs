@@ -1111,84 +1111,11 @@ pub mod sock {
         Ok(fd)
     }
 
-    /// Accepts a connection (blocking).
-    pub fn accept(fd: &OwnedFd) -> io::Result<OwnedFd> {
+    /// Runs a system call until it is not interrupted (`EINTR`): its
+    /// non-negative result, or the error it set.
+    fn uninterrupted(mut call: impl FnMut() -> isize) -> io::Result<usize> {
         loop {
-            let c = unsafe {
-                libc::accept4(
-                    fd.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_CLOEXEC,
-                )
-            };
-            if c >= 0 {
-                return Ok(unsafe { OwnedFd::from_raw_fd(c) });
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-    }
-
-    /// Sends one record (never raises SIGPIPE).
-    pub fn send(fd: &OwnedFd, rec: &[u8]) -> io::Result<()> {
-        loop {
-            let n = unsafe {
-                libc::send(
-                    fd.as_raw_fd(),
-                    rec.as_ptr() as *const libc::c_void,
-                    rec.len(),
-                    libc::MSG_NOSIGNAL,
-                )
-            };
-            if n >= 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-    }
-
-    /// Sends one record if the socket has room now: `Ok(false)` when it
-    /// would block (never raises SIGPIPE).
-    pub fn try_send(fd: &OwnedFd, rec: &[u8]) -> io::Result<bool> {
-        loop {
-            let n = unsafe {
-                libc::send(
-                    fd.as_raw_fd(),
-                    rec.as_ptr() as *const libc::c_void,
-                    rec.len(),
-                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-                )
-            };
-            if n >= 0 {
-                return Ok(true);
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(false),
-                _ => return Err(e),
-            }
-        }
-    }
-
-    /// Receives one record into `buf`; `Ok(0)` when the peer has gone. A
-    /// record longer than `buf` is cut (and then fails to decode).
-    pub fn recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            let n = unsafe {
-                libc::recv(
-                    fd.as_raw_fd(),
-                    buf.as_mut_ptr() as *mut libc::c_void,
-                    buf.len(),
-                    0,
-                )
-            };
+            let n = call();
             if n >= 0 {
                 return Ok(n as usize);
             }
@@ -1199,28 +1126,73 @@ pub mod sock {
         }
     }
 
+    /// `Ok(None)` for a call that would have blocked (`MSG_DONTWAIT`).
+    fn unless_would_block(r: io::Result<usize>) -> io::Result<Option<usize>> {
+        match r {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            r => r.map(Some),
+        }
+    }
+
+    /// Accepts a connection (blocking).
+    pub fn accept(fd: &OwnedFd) -> io::Result<OwnedFd> {
+        let c = uninterrupted(|| unsafe {
+            libc::accept4(
+                fd.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            ) as isize
+        })?;
+        Ok(unsafe { OwnedFd::from_raw_fd(c as libc::c_int) })
+    }
+
+    /// `send` of one record with `flags` (and `MSG_NOSIGNAL`: never
+    /// raises SIGPIPE).
+    fn send_with(fd: &OwnedFd, rec: &[u8], flags: libc::c_int) -> io::Result<usize> {
+        uninterrupted(|| unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                rec.as_ptr() as *const libc::c_void,
+                rec.len(),
+                flags | libc::MSG_NOSIGNAL,
+            )
+        })
+    }
+
+    /// `recv` of one record into `buf` with `flags`.
+    fn recv_with(fd: &OwnedFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+        uninterrupted(|| unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr() as *mut libc::c_void,
+                buf.len(),
+                flags,
+            )
+        })
+    }
+
+    /// Sends one record (never raises SIGPIPE).
+    pub fn send(fd: &OwnedFd, rec: &[u8]) -> io::Result<()> {
+        send_with(fd, rec, 0).map(|_| ())
+    }
+
+    /// Sends one record if the socket has room now: `Ok(false)` when it
+    /// would block (never raises SIGPIPE).
+    pub fn try_send(fd: &OwnedFd, rec: &[u8]) -> io::Result<bool> {
+        unless_would_block(send_with(fd, rec, libc::MSG_DONTWAIT)).map(|n| n.is_some())
+    }
+
+    /// Receives one record into `buf`; `Ok(0)` when the peer has gone. A
+    /// record longer than `buf` is cut (and then fails to decode).
+    pub fn recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<usize> {
+        recv_with(fd, buf, 0)
+    }
+
     /// Receives one record if one is queued now: `Ok(None)` when none is
     /// (`Ok(Some(0))` when the peer has gone).
     pub fn try_recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
-        loop {
-            let n = unsafe {
-                libc::recv(
-                    fd.as_raw_fd(),
-                    buf.as_mut_ptr() as *mut libc::c_void,
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n >= 0 {
-                return Ok(Some(n as usize));
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(None),
-                _ => return Err(e),
-            }
-        }
+        unless_would_block(recv_with(fd, buf, libc::MSG_DONTWAIT))
     }
 
     /// Ends both directions: a thread blocked in `recv` on it returns 0.

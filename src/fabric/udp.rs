@@ -491,6 +491,27 @@ impl Iterator for GroSplit {
 #[derive(Clone, Copy)]
 struct Ctrl([u8; 32]);
 
+impl Ctrl {
+    /// A control buffer holding one `UDP_SEGMENT` message (segments of
+    /// `seg` bytes), and the length of it to give as `msg_controllen`.
+    fn udp_segment(seg: u16) -> (Ctrl, usize) {
+        let mut c = Ctrl([0; 32]);
+        let space = unsafe { libc::CMSG_SPACE(2) } as usize;
+        debug_assert!(space <= c.0.len());
+        let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
+        h.msg_control = c.0.as_mut_ptr() as *mut libc::c_void;
+        h.msg_controllen = space;
+        unsafe {
+            let cm = libc::CMSG_FIRSTHDR(&h);
+            (*cm).cmsg_level = libc::SOL_UDP;
+            (*cm).cmsg_type = libc::UDP_SEGMENT;
+            (*cm).cmsg_len = libc::CMSG_LEN(2) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cm) as *mut u16, seg);
+        }
+        (c, space)
+    }
+}
+
 /// Reusable per-thread receive buffers (no allocation per receive; the
 /// GRO buffers are touched only as far as data lands in them).
 #[derive(Default)]
@@ -732,25 +753,11 @@ impl UdpTransport {
                 iov_base: sc.frames[run.start].as_mut_ptr() as *mut _,
                 iov_len: run.len() * GSI_PAYLOAD_LEN,
             });
-            let mut c = Ctrl([0; 32]);
-            if run.len() > 1 {
-                let space = unsafe { libc::CMSG_SPACE(2) } as usize;
-                debug_assert!(space <= c.0.len());
-                let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
-                h.msg_control = c.0.as_mut_ptr() as *mut libc::c_void;
-                h.msg_controllen = space;
-                unsafe {
-                    let cm = libc::CMSG_FIRSTHDR(&h);
-                    (*cm).cmsg_level = libc::SOL_UDP;
-                    (*cm).cmsg_type = libc::UDP_SEGMENT;
-                    (*cm).cmsg_len = libc::CMSG_LEN(2) as usize;
-                    std::ptr::write_unaligned(
-                        libc::CMSG_DATA(cm) as *mut u16,
-                        GSI_PAYLOAD_LEN as u16,
-                    );
-                }
-            }
-            sc.ctrl.push(c);
+            sc.ctrl.push(if run.len() > 1 {
+                Ctrl::udp_segment(GSI_PAYLOAD_LEN as u16).0
+            } else {
+                Ctrl([0; 32])
+            });
         }
         for i in 0..n {
             let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
@@ -1080,21 +1087,14 @@ mod tests {
             iov_base: data.as_mut_ptr() as *mut libc::c_void,
             iov_len: data.len(),
         };
-        let mut ctrl = Ctrl([0; 32]);
+        let (mut ctrl, ctrl_len) = Ctrl::udp_segment(GSI_PAYLOAD_LEN as u16);
         let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
         h.msg_name = &mut addr as *mut _ as *mut libc::c_void;
         h.msg_namelen = alen;
         h.msg_iov = &mut iov;
         h.msg_iovlen = 1;
         h.msg_control = ctrl.0.as_mut_ptr() as *mut libc::c_void;
-        h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
-        unsafe {
-            let cm = libc::CMSG_FIRSTHDR(&h);
-            (*cm).cmsg_level = libc::SOL_UDP;
-            (*cm).cmsg_type = libc::UDP_SEGMENT;
-            (*cm).cmsg_len = libc::CMSG_LEN(2) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cm) as *mut u16, GSI_PAYLOAD_LEN as u16);
-        }
+        h.msg_controllen = ctrl_len;
         let r = unsafe { libc::sendmsg(a.sock.as_raw_fd(), &h, 0) };
         assert_eq!(r, data.len() as isize, "{}", io::Error::last_os_error());
         let got = recv_n(&b, 2);
