@@ -1728,6 +1728,16 @@ fn on_event(id: &Arc<IdPriv>, ev: &Event) {
                 s.remote_qpn = r.remote_qpn;
                 s.remote_ece = r.ece;
                 s.st = St::ConnectResponse;
+                // As the kernel's rdma_cm (cma_ib_handler on
+                // IB_CM_REP_RECEIVED): the REP gets its MRA prepared, so that
+                // a duplicate of it that comes before the RTU (one that an
+                // application calling rdma_establish later leaves time for)
+                // is answered with an MRA (service timeout 24, ≈ 69 s)
+                // instead of being dropped: the passive side then waits
+                // instead of running out of REP retries.
+                if let Some(cm) = s.cm.as_ref() {
+                    let _ = cm.prepare_mra();
+                }
                 b.set_private_data(pd, m.private_data_len as usize, false);
                 // SAFETY: writing the conn member of our own event.
                 unsafe {

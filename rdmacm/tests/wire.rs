@@ -307,3 +307,84 @@ fn unanswered_request_is_mraed_on_a_duplicate() {
     assert_eq!(rdma_destroy_id(l), 0);
     rdma_destroy_event_channel(ch);
 }
+
+/// A REP the application has not completed yet (no QP: `rdma_establish`
+/// comes later) is acknowledged with an MRA when it comes again, as the
+/// kernel's rdma_cm prepares it on REP receipt: the passive side waits
+/// instead of running out of REP retries.
+#[test]
+fn uncompleted_reply_is_mraed_on_a_duplicate() {
+    setup();
+    let server: IpAddr = net::ip(16).parse().unwrap();
+    let client: IpAddr = net::ip(17).parse().unwrap();
+    // The plain peer re-sends its REP every 20 ms, 15 times: without an MRA
+    // it gives up (REP_ERROR) well within the 5 s below.
+    let opts = DeviceOptions {
+        rep_timeout_cap_ms: 20,
+        rep_max_retries: 15,
+        ..DeviceOptions::default()
+    };
+    let peer = Device::open(&format!("soft:{server}"), opts).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let tx = Mutex::new(tx);
+    let h: RustHandler = Arc::new(move |id, ev| {
+        if ev.kind == EventType::ReqReceived {
+            let rep = RepParams {
+                qp_num: 0x4322,
+                starting_psn: 9,
+                ..RepParams::default()
+            };
+            return id.send_rep(&rep).map_or(1, |()| 0);
+        }
+        tx.lock().unwrap().send(ev.kind).unwrap();
+        0
+    });
+    let listener = peer.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    listener
+        .listen(cma::service_id(port_space::TCP, 7474))
+        .unwrap();
+
+    let ch = rdma_create_event_channel();
+    let mut id = std::ptr::null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut id, std::ptr::null_mut(), port_space::TCP as i32) },
+        0
+    );
+    let mut src = sockaddr(SocketAddr::new(client, 0));
+    let mut dst = sockaddr(SocketAddr::new(server, 7474));
+    assert_eq!(
+        unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000) },
+        0
+    );
+    rdma_ack_cm_event(expect(ch, R::AddrResolved, 0));
+    assert_eq!(rdma_resolve_route(id, 1000), 0);
+    rdma_ack_cm_event(expect(ch, R::RouteResolved, 0));
+    let mut cp = RdmaConnParam {
+        private_data: std::ptr::null(),
+        private_data_len: 0,
+        responder_resources: 1,
+        initiator_depth: 1,
+        flow_control: 0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: 0,
+        qp_num: 0x1235,
+    };
+    assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+    let ev = expect(ch, R::ConnectResponse, 0);
+    // The application holds the response; the peer re-sends its REP.
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        EventType::MraReceived,
+        "the duplicate REP was not answered with an MRA"
+    );
+    assert_eq!(rdma_ack_cm_event(ev), 0);
+    assert_eq!(rdma_establish(id), 0);
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        EventType::RtuReceived
+    );
+    assert_eq!(rdma_destroy_id(id), 0);
+    rdma_destroy_event_channel(ch);
+    listener.destroy().unwrap();
+}

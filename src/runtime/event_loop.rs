@@ -16,7 +16,7 @@ use crate::log::{DEBUG, ERROR, INFO};
 use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What one engine step produced, handled after the shard lock is released.
 #[derive(Default)]
@@ -45,9 +45,10 @@ static ROUND_END: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
 /// Whether this thread is an event-loop thread inside one round of
 /// callbacks (the MADs of one receive, or the timers and deferred events
 /// of one wake-up). The hook of [`set_delivery_round_end`] runs on this
-/// thread when the round is over, before the thread waits again: a
-/// consumer can leave work a callback would do per event (waking a reader)
-/// to that hook and do it once per round.
+/// thread when the round is over, before the thread waits again, and
+/// between two callbacks of a round that has run [`ROUND_SLICE`] since the
+/// hook last ran: a consumer can leave work a callback would do per event
+/// (waking a reader) to that hook and do it once per round or slice.
 pub fn in_delivery_round() -> bool {
     DELIVERY_ROUND.with(|r| r.get())
 }
@@ -60,23 +61,43 @@ pub fn set_delivery_round_end(f: fn()) -> bool {
     std::ptr::fn_addr_eq(set, f)
 }
 
+/// How long an event-loop thread holds back, inside one delivery round,
+/// the MADs its callbacks queued and the round-end hook. A round of slow
+/// callbacks (each moving a QP through RTR and RTS before sending its RTU,
+/// milliseconds apiece on a loaded host) then sends and wakes as it goes:
+/// a round of 1,000 REPs would otherwise hold every RTU until its last
+/// callback, seconds after the first, past the peer's REP timeout.
+pub const ROUND_SLICE: Duration = Duration::from_millis(2);
+
+thread_local! {
+    /// When the current slice of this thread's delivery round began
+    /// (`None` outside a round).
+    static SLICE_START: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
 /// Runs `f` as one delivery round of this thread, then the round-end hook
 /// (also when `f` unwinds; a nested round ends with the outermost). The
 /// event loop runs each batch of callbacks so; public for consumers that
-/// test their hook.
+/// test their hook. A round longer than [`ROUND_SLICE`] also runs the hook
+/// between its callbacks, at most once per slice.
 pub fn delivery_round<R>(f: impl FnOnce() -> R) -> R {
     struct End(bool);
     impl Drop for End {
         fn drop(&mut self) {
             DELIVERY_ROUND.with(|r| r.set(self.0));
-            if !self.0
-                && let Some(h) = ROUND_END.get()
-            {
-                h();
+            if !self.0 {
+                SLICE_START.with(|s| s.set(None));
+                if let Some(h) = ROUND_END.get() {
+                    h();
+                }
             }
         }
     }
-    let _end = End(DELIVERY_ROUND.with(|r| r.replace(true)));
+    let outer = !DELIVERY_ROUND.with(|r| r.replace(true));
+    let _end = End(!outer);
+    if outer {
+        SLICE_START.with(|s| s.set(Some(Instant::now())));
+    }
     f()
 }
 
@@ -220,9 +241,39 @@ impl Device {
                 self.transport.wake();
             }
         } else {
-            for sh in out.deliver {
-                sh.deliver();
-            }
+            self.deliver_all(out.deliver);
+        }
+    }
+
+    /// Runs the callbacks of `ids`; on this device's event loop, a round
+    /// that has run for [`ROUND_SLICE`] sends the MADs held so far and runs
+    /// the round-end hook between two callbacks (`slice_point`).
+    fn deliver_all(&self, ids: Vec<Arc<CmIdInner>>) {
+        for sh in ids {
+            sh.deliver();
+            self.slice_point();
+        }
+    }
+
+    /// Ends the current slice of this thread's delivery round if it has
+    /// lasted [`ROUND_SLICE`]: what the callbacks so far queued goes out
+    /// (the RTUs of the REPs handled), and the round-end hook wakes the
+    /// readers of the events delivered. Only on this device's event-loop
+    /// thread inside a round; elsewhere MADs leave at the API call's end.
+    fn slice_point(&self) {
+        if !in_batch(self) {
+            return;
+        }
+        let due = SLICE_START.with(|s| s.get().is_some_and(|t| t.elapsed() >= ROUND_SLICE));
+        if !due {
+            return;
+        }
+        // The next slice starts before the flush: a switch may deliver on
+        // this thread what the flush hands over, re-entering here.
+        SLICE_START.with(|s| s.set(Some(Instant::now())));
+        self.flush();
+        if let Some(h) = ROUND_END.get() {
+            h();
         }
     }
 
@@ -243,9 +294,7 @@ impl Device {
             delivery_round(|| {
                 // Callbacks for events that API calls produced.
                 let deferred = std::mem::take(&mut *lock(&self.deferred));
-                for sh in deferred {
-                    sh.deliver();
-                }
+                self.deliver_all(deferred);
                 // Timers due.
                 let now = self.now();
                 for (i, s) in self.shards.iter().enumerate() {
@@ -381,7 +430,7 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{EventType, ReqParams, qp_type};
+    use crate::engine::{EventParam, EventType, RepParams, ReqParams, qp_type};
     use crate::runtime::{DeviceOptions, RustHandler};
     use std::sync::atomic::{AtomicBool, AtomicUsize};
     use std::time::{Duration, Instant};
@@ -451,6 +500,101 @@ mod tests {
             "no round-end hook after the callback"
         );
         let _ = id.destroy();
+        let _ = listener.destroy();
+        a.close();
+        b.close();
+    }
+
+    /// A round of slow callbacks sends what each queued as it goes: the
+    /// active side's REP callbacks (each as slow as moving a QP to RTS on a
+    /// loaded host) send RTUs that reach the passive side while later REPs
+    /// of the same receive are still being handled, not after the last.
+    #[test]
+    fn a_long_round_sends_each_callbacks_rtu_before_the_round_ends() {
+        const N: usize = 8;
+        static RTUS: AtomicUsize = AtomicUsize::new(0);
+        static REPS: AtomicUsize = AtomicUsize::new(0);
+        // RTUs the passive side had when the last REP's callback began
+        // (waiting at most 5 s for the N - 1 sent before it).
+        static SEEN_AT_LAST: AtomicUsize = AtomicUsize::new(usize::MAX);
+        let a = Device::open("loop:127.0.94.1", DeviceOptions::default()).unwrap();
+        let b = Device::open("loop:127.0.94.2", DeviceOptions::default()).unwrap();
+        let passive: RustHandler = Arc::new(|cm, ev| {
+            match ev.kind {
+                EventType::ReqReceived => {
+                    let qpn = match &ev.param {
+                        EventParam::Req(r) => r.remote_qpn + 0x100,
+                        _ => 0,
+                    };
+                    cm.send_rep(&RepParams {
+                        qp_num: qpn,
+                        starting_psn: 1,
+                        ..Default::default()
+                    })
+                    .unwrap();
+                }
+                EventType::RtuReceived => {
+                    RTUS.fetch_add(1, Ordering::SeqCst);
+                }
+                _ => {}
+            }
+            0
+        });
+        let active: RustHandler = Arc::new(|cm, ev| {
+            if ev.kind == EventType::RepReceived {
+                let n = REPS.fetch_add(1, Ordering::SeqCst) + 1;
+                if n == 1 {
+                    // The other REPs arrive meanwhile: the next receive
+                    // takes them in one batch, handled in one round.
+                    std::thread::sleep(Duration::from_millis(300));
+                } else {
+                    std::thread::sleep(ROUND_SLICE * 3);
+                }
+                if n == N {
+                    until(|| RTUS.load(Ordering::SeqCst) >= N - 1);
+                    SEEN_AT_LAST.store(RTUS.load(Ordering::SeqCst), Ordering::SeqCst);
+                }
+                cm.send_rtu(&[]).unwrap();
+            }
+            0
+        });
+        let listener = a
+            .create_id(None, std::ptr::null_mut(), Some(passive))
+            .unwrap();
+        listener.listen(0x94).unwrap();
+        let path = b.init_path(1, a.query_gid(1, 0).unwrap()).unwrap();
+        let ids: Vec<_> = (0..N)
+            .map(|i| {
+                let id = b
+                    .create_id(None, std::ptr::null_mut(), Some(active.clone()))
+                    .unwrap();
+                id.send_req(&ReqParams {
+                    primary_path: path,
+                    service_id: 0x94,
+                    qp_num: 0x940 + i as u32,
+                    qp_type: qp_type::RC,
+                    remote_cm_response_timeout: 20,
+                    local_cm_response_timeout: 20,
+                    max_cm_retries: 3,
+                    ..Default::default()
+                })
+                .unwrap();
+                id
+            })
+            .collect();
+        assert!(
+            until(|| RTUS.load(Ordering::SeqCst) == N),
+            "{} of {N} RTUs received",
+            RTUS.load(Ordering::SeqCst)
+        );
+        assert_eq!(
+            SEEN_AT_LAST.load(Ordering::SeqCst),
+            N - 1,
+            "the RTUs of the round's earlier callbacks were held until its end"
+        );
+        for id in ids {
+            let _ = id.destroy();
+        }
         let _ = listener.destroy();
         a.close();
         b.close();

@@ -72,7 +72,7 @@ mod spec;
 mod switch;
 
 pub use device::{Device, DeviceOptions, PortsHook};
-pub use event_loop::{delivery_round, in_delivery_round, set_delivery_round_end};
+pub use event_loop::{ROUND_SLICE, delivery_round, in_delivery_round, set_delivery_round_end};
 pub use id::CmId;
 pub use inner::{CmIdInner, RustHandler};
 pub use registry::{listen_id, lookup};
