@@ -1438,7 +1438,7 @@ mod tests {
         CmMsg::Rtu(Rtu {
             local_comm_id: local,
             remote_comm_id: remote,
-            private_data: [0; pdata::RTU],
+            ..Rtu::default()
         })
     }
     fn dreq(local: u32, remote: u32) -> CmMsg {
@@ -1446,14 +1446,14 @@ mod tests {
             local_comm_id: local,
             remote_comm_id: remote,
             remote_qpn: 7,
-            private_data: [0; pdata::DREQ],
+            ..Dreq::default()
         })
     }
     fn drep(local: u32, remote: u32) -> CmMsg {
         CmMsg::Drep(Drep {
             local_comm_id: local,
             remote_comm_id: remote,
-            private_data: [0; pdata::DREP],
+            ..Drep::default()
         })
     }
 

@@ -33,6 +33,15 @@ fn sequence(s: &Summary, i: usize) -> Vec<(usize, &'static str, Repeat)> {
         .collect()
 }
 
+/// The kernel capture `file` summarized, checked to be one connection
+/// whose MADs went (sender end, attribute, repeat) as `want`.
+fn one_connection(file: &str, want: &[(usize, &'static str, Repeat)]) -> Summary {
+    let s = ladder::summarize(&vector(file));
+    assert_eq!(s.connections.len(), 1, "{file}: {}", s.to_text());
+    assert_eq!(sequence(&s, 0), want, "{file}");
+    s
+}
+
 /// The CM states end `side` of connection `c` went through, one per
 /// message that changed it.
 fn states(c: &ladder::Connection, side: usize) -> Vec<&'static str> {
@@ -49,17 +58,15 @@ const F: Repeat = Repeat::First;
 
 #[test]
 fn rping_is_one_connection_established_then_disconnected() {
-    let s = ladder::summarize(&vector("rping.pcap"));
-    assert_eq!(s.connections.len(), 1);
-    assert_eq!(
-        sequence(&s, 0),
-        [
+    let s = one_connection(
+        "rping.pcap",
+        &[
             (0, "REQ", F),
             (1, "REP", F),
             (0, "RTU", F),
             (0, "DREQ", F),
-            (1, "DREP", F)
-        ]
+            (1, "DREP", F),
+        ],
     );
     let c = &s.connections[0];
     assert_eq!(c.kind, Kind::Connection);
@@ -100,17 +107,15 @@ fn rping_is_one_connection_established_then_disconnected() {
 
 #[test]
 fn ucmatose_server_disconnects() {
-    let s = ladder::summarize(&vector("ucmatose.pcap"));
-    assert_eq!(s.connections.len(), 1);
-    assert_eq!(
-        sequence(&s, 0),
-        [
+    let s = one_connection(
+        "ucmatose.pcap",
+        &[
             (0, "REQ", F),
             (1, "REP", F),
             (0, "RTU", F),
             (1, "DREQ", F),
-            (0, "DREP", F)
-        ]
+            (0, "DREP", F),
+        ],
     );
     let c = &s.connections[0];
     assert_eq!(c.outcome, Outcome::Disconnected);
@@ -128,9 +133,7 @@ fn ucmatose_server_disconnects() {
 
 #[test]
 fn rej_lands_in_the_connection_of_its_req() {
-    let s = ladder::summarize(&vector("rej.pcap"));
-    assert_eq!(s.connections.len(), 1, "{}", s.to_text());
-    assert_eq!(sequence(&s, 0), [(0, "REQ", F), (1, "REJ", F)]);
+    let s = one_connection("rej.pcap", &[(0, "REQ", F), (1, "REJ", F)]);
     let c = &s.connections[0];
     // The kernel's REJ of a REQ has LocalCommID 0.
     assert_eq!(c.messages[1].local_comm_id, 0);
@@ -153,19 +156,17 @@ fn rej_lands_in_the_connection_of_its_req() {
 
 #[test]
 fn mra_capture_shows_the_wait_and_the_retransmitted_req() {
-    let s = ladder::summarize(&vector("mra.pcap"));
-    assert_eq!(s.connections.len(), 1);
-    assert_eq!(
-        sequence(&s, 0),
-        [
+    let s = one_connection(
+        "mra.pcap",
+        &[
             (0, "REQ", F),
             (0, "REQ", Repeat::Retransmission(1)),
             (1, "MRA", F),
             (1, "REP", F),
             (0, "RTU", F),
             (0, "DREQ", F),
-            (1, "DREP", F)
-        ]
+            (1, "DREP", F),
+        ],
     );
     let c = &s.connections[0];
     assert_eq!(c.outcome, Outcome::Disconnected);
@@ -192,9 +193,7 @@ fn mra_capture_shows_the_wait_and_the_retransmitted_req() {
 
 #[test]
 fn sidr_rej_is_a_refused_sidr_exchange() {
-    let s = ladder::summarize(&vector("sidr-rej.pcap"));
-    assert_eq!(s.connections.len(), 1);
-    assert_eq!(sequence(&s, 0), [(0, "SIDR_REQ", F), (1, "SIDR_REP", F)]);
+    let s = one_connection("sidr-rej.pcap", &[(0, "SIDR_REQ", F), (1, "SIDR_REP", F)]);
     let c = &s.connections[0];
     assert_eq!(c.kind, Kind::Sidr);
     assert_eq!(
@@ -341,27 +340,17 @@ fn rep(local: u32, remote: u32, qpn: u32) -> CmMsg {
     CmMsg::Rep(Rep {
         local_comm_id: local,
         remote_comm_id: remote,
-        local_qkey: 0,
         local_qpn: qpn,
-        vendor_id: 0,
-        local_eecn: 0,
         starting_psn: 5,
-        responder_resources: 0,
-        initiator_depth: 0,
-        target_ack_delay: 0,
-        failover_accepted: 0,
-        end_to_end_flow_control: false,
-        rnr_retry_count: 0,
-        srq: false,
         local_ca_guid: 0xbb,
-        private_data: [0; pdata::REP],
+        ..Rep::default()
     })
 }
 fn rtu(local: u32, remote: u32) -> CmMsg {
     CmMsg::Rtu(Rtu {
         local_comm_id: local,
         remote_comm_id: remote,
-        private_data: [0; pdata::RTU],
+        ..Rtu::default()
     })
 }
 fn dreq(local: u32, remote: u32) -> CmMsg {
@@ -369,14 +358,14 @@ fn dreq(local: u32, remote: u32) -> CmMsg {
         local_comm_id: local,
         remote_comm_id: remote,
         remote_qpn: 0,
-        private_data: [0; pdata::DREQ],
+        ..Dreq::default()
     })
 }
 fn drep(local: u32, remote: u32) -> CmMsg {
     CmMsg::Drep(Drep {
         local_comm_id: local,
         remote_comm_id: remote,
-        private_data: [0; pdata::DREP],
+        ..Drep::default()
     })
 }
 fn rej(local: u32, remote: u32, reason: u16) -> CmMsg {
