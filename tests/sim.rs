@@ -116,6 +116,23 @@ impl History {
     }
 }
 
+/// A client (node 0) and a server (node 1) on one fabric with `faults`.
+fn pair(seed: u64, trace: bool, faults: Faults) -> (Sim, usize, usize) {
+    let mut sim = Sim::new(seed, faults);
+    sim.tracing = trace;
+    let c = sim.add_node(0x1111, |_| {});
+    let s = sim.add_node(0x2222, |_| {});
+    (sim, c, s)
+}
+
+/// The server's plain answer to a REQ: QPN 0x88, everything else default.
+fn plain_rep() -> RepParams {
+    RepParams {
+        qp_num: 0x88,
+        ..RepParams::default()
+    }
+}
+
 /// A listener on `SERVICE` at node `n`.
 fn listen(sim: &mut Sim, n: usize) -> Handle {
     let e = &mut sim.nodes[n].engine;
@@ -145,10 +162,7 @@ fn finish(
 /// Client connects, server accepts, one side (seeded) disconnects, both
 /// leave timewait and destroy everything.
 fn connect_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let client_disconnects = seed % 2 == 0;
     let (req_pd, rep_pd, rtu_pd, dreq_pd, drep_pd) = (
         pd(seed, 1, 92),
@@ -321,10 +335,7 @@ fn connect_disconnect_faulty_fabric() {
 // ------------------------------------------------------------------- reject
 
 fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let ari = pd(seed, 7, 5);
     let rej_pd = pd(seed, 8, 148);
     let hist = RefCell::new(History::default());
@@ -422,10 +433,7 @@ fn unanswered(seed: u64, trace: bool, listener_host_up: bool) -> Result<(), Stri
     } else {
         Faults::NONE
     };
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     sim.nodes[s].up = listener_host_up;
     let hist = RefCell::new(History::default());
     let mut outcome: Vec<(EventType, Time, u32)> = Vec::new();
@@ -491,10 +499,7 @@ fn req_timeout_after_exact_retries() {
 // ---------------------------------------------------------------------- MRA
 
 fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let hist = RefCell::new(History::default());
     let mut errors = Vec::new();
     let (mut mras, mut client_est, mut server_est) = (0, 0, 0);
@@ -584,10 +589,7 @@ fn mra_from_slow_consumer() {
 // --------------------------------------------------------------------- SIDR
 
 fn sidr(seed: u64, trace: bool, faults: Faults, listening: bool) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let info = pd(seed, 9, (seed % 73) as usize);
     let rep_pd = pd(seed, 10, 136);
     let req_pd = pd(seed, 11, 216);
@@ -689,10 +691,7 @@ fn sidr_without_listener_gets_unsupported() {
 // -------------------------------------------------- simultaneous disconnect
 
 fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let hist = RefCell::new(History::default());
     let mut errors = Vec::new();
     let mut conn: HashMap<usize, Handle> = HashMap::new();
@@ -713,11 +712,7 @@ fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(),
         hist.borrow_mut().record(ctx.node, &ev);
         match (ctx.node == s, ev.kind) {
             (true, EventType::ReqReceived) => {
-                let rep = RepParams {
-                    qp_num: 0x88,
-                    ..RepParams::default()
-                };
-                ctx.engine.send_rep(now, ev.id, &rep).unwrap();
+                ctx.engine.send_rep(now, ev.id, &plain_rep()).unwrap();
             }
             (true, EventType::RtuReceived) => {
                 conn.insert(s, ev.id);
@@ -772,10 +767,7 @@ fn both_sides_disconnect_at_once() {
 /// same QPN: the server rejects the new REQ as stale, tears the old
 /// connection down, and the client's retry after timewait succeeds.
 fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let hist = RefCell::new(History::default());
     let mut errors = Vec::new();
     let (stale_rej, server_old_down, client_est, server_est) =
@@ -796,11 +788,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
         hist.borrow_mut().record(ctx.node, &ev);
         match (ctx.node == s, ev.kind) {
             (true, EventType::ReqReceived) => {
-                let rep = RepParams {
-                    qp_num: 0x88,
-                    ..RepParams::default()
-                };
-                ctx.engine.send_rep(now, ev.id, &rep).unwrap();
+                ctx.engine.send_rep(now, ev.id, &plain_rep()).unwrap();
             }
             (true, EventType::RtuReceived) => server_est.set(server_est.get() + 1),
             (true, EventType::DreqReceived) => {
@@ -915,10 +903,7 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
     let mut f = Faults::random(&mut Rng::new(seed));
     f.corrupt = 0.2;
     f.deliver_corrupt = true;
-    let mut sim = Sim::new(seed, f);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, f);
     let mut rng = Rng::new(seed ^ 77);
     let mut rng2 = Rng::new(seed ^ 78);
     let hist = RefCell::new(History::default());
@@ -930,14 +915,7 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
         let e = &mut *ctx.engine;
         let roll = rng.below(10);
         let _ = match ev.kind {
-            EventType::ReqReceived if roll < 8 => e.send_rep(
-                now,
-                ev.id,
-                &RepParams {
-                    qp_num: 0x88,
-                    ..RepParams::default()
-                },
-            ),
+            EventType::ReqReceived if roll < 8 => e.send_rep(now, ev.id, &plain_rep()),
             EventType::ReqReceived => {
                 e.send_rej(now, ev.id, rej_reason::CONSUMER_DEFINED as u32, &[], &[])
             }
