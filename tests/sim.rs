@@ -133,6 +133,13 @@ fn plain_rep() -> RepParams {
     }
 }
 
+/// A new id on the node of `ctx` sends a REQ with `params`.
+fn start_req(ctx: &mut Ctx, params: &ReqParams) -> Handle {
+    let id = ctx.engine.create_id().unwrap();
+    ctx.engine.send_req(ctx.now, id, params).unwrap();
+    id
+}
+
 /// A listener on `SERVICE` at node `n`.
 fn listen(sim: &mut Sim, n: usize) -> Handle {
     let e = &mut sim.nodes[n].engine;
@@ -286,11 +293,7 @@ fn connect_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), Stri
         }
     };
     let params = req_params(&sim, c, s, &req_pd, 0x77, 15);
-    let cid = sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-        id
-    });
+    let cid = sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
     out.cid = Some(cid);
     if !out.errors.is_empty() {
@@ -390,10 +393,7 @@ fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<
         }
     };
     let params = req_params(&sim, c, s, b"hello", 0x77, 15);
-    sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-    });
+    sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
     if !errors.is_empty() {
         return Err(errors.join("; "));
@@ -452,10 +452,7 @@ fn unanswered(seed: u64, trace: bool, listener_host_up: bool) -> Result<(), Stri
     let retries = (seed % 16) as u8;
     let params = req_params(&sim, c, s, b"x", 0x77, retries);
     let start = sim.now;
-    sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-    });
+    sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
     match outcome.as_slice() {
         [(EventType::RejReceived, _, 8)] if listener_host_up => {}
@@ -546,10 +543,7 @@ fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
         }
     };
     let params = req_params(&sim, c, s, b"slow", 0x77, 15);
-    sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-    });
+    sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
     if !errors.is_empty() {
         return Err(errors.join("; "));
@@ -735,8 +729,7 @@ fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(),
     };
     let params = req_params(&sim, c, s, b"", 0x77, 15);
     sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
+        start_req(ctx, &params);
         // Both sides disconnect at the same instant, well after setup.
         ctx.wake_at(ctx.now.plus_millis(200), 0);
     });
@@ -836,10 +829,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
             )),
         }
     };
-    sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-    });
+    sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     // Phase 1: connected.
     let t1 = sim.now.plus_millis(300);
     sim.run(t1, &mut app);
@@ -853,10 +843,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
     // Phase 2: the client restarts and reconnects with the same QPN.
     phase.set(2);
     sim.restart_node(c);
-    sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-    });
+    sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
     if !errors.is_empty() {
         return Err(errors.join("; "));
@@ -1129,11 +1116,7 @@ fn table_pressure(seed: u64, trace: bool, faults: Faults) -> Result<(), String> 
     }
     // A real client while the table is full of flood entries.
     let params = req_params(&sim, c, s, b"", 0x77, 15);
-    let cid = sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-        id
-    });
+    let cid = sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     out.borrow_mut().client_id = Some(cid);
     finish(&mut sim, &hist, &mut app)?;
     let o = out.borrow();
