@@ -410,6 +410,76 @@ fn sidr_rep(id: u32, status: u8) -> CmMsg {
     })
 }
 
+/// A RoCEv2 frame of `msg` at `ms` milliseconds (after 1 s), UDP 49152 to
+/// 4791, with its ICRC taken as correct.
+fn frame(n: u64, ms: u64, src: [u8; 4], dst: [u8; 4], tid: u64, msg: CmMsg) -> RoceFrame {
+    RoceFrame {
+        frame: n,
+        ts_nanos: 1_000_000_000 + ms * 1_000_000,
+        src: IpAddr::V4(Ipv4Addr::from(src)),
+        dst: IpAddr::V4(Ipv4Addr::from(dst)),
+        src_port: 49152,
+        dst_port: 4791,
+        bth: Bth::gsi(0),
+        deth: Deth::GSI,
+        mad: CmMad::send(tid, 0, msg).to_bytes(),
+        icrc: 0,
+        icrc_ok: true,
+    }
+}
+
+#[test]
+fn both_ends_on_one_node_are_told_apart_by_comm_id() {
+    // Two CMs behind one IP address (e.g. two ports of a loopback test).
+    let ip = [127, 0, 0, 1];
+    let frames = [
+        frame(1, 0, ip, ip, 1, req(0x10, 7)),
+        frame(2, 1, ip, ip, 1, rtu(0x20, 0x10)),
+        frame(3, 2, ip, ip, 2, dreq(0x10, 0x20)),
+        frame(4, 3, ip, ip, 2, drep(0x20, 0x10)),
+    ];
+    let s = ladder::summarize(&frames);
+    assert_eq!(s.connections.len(), 1, "{}", s.to_text());
+    let c = &s.connections[0];
+    let from: Vec<usize> = c.messages.iter().map(|m| m.from).collect();
+    assert_eq!(from, [0, 1, 0, 1]);
+    assert_eq!(c.ends[1].comm_id, Some(0x20));
+    assert_eq!(c.outcome, Outcome::Disconnected);
+    assert_eq!(c.latency.dreq_drep, Some(1_000_000));
+    // No REP in the capture: no REQ->REP and no REP->RTU.
+    assert_eq!((c.latency.req_rep, c.latency.rep_rtu), (None, None));
+    assert_eq!(c.latency.connect, Some(1_000_000));
+}
+
+#[test]
+fn late_dreq_for_an_unknown_id_and_unparsable_mads() {
+    let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+    let mut bad = frame(3, 2, a, b, 9, rtu(1, 2));
+    bad.mad[1] = 0x03; // not the CM class
+    let frames = [
+        frame(1, 0, a, b, 5, dreq(0x1, 0x2)),
+        frame(2, 1, b, a, 5, drep(0x2, 0x1)),
+        bad,
+    ];
+    let s = ladder::summarize(&frames);
+    assert_eq!((s.mads, s.malformed, s.connections.len()), (3, 1, 1));
+    let c = &s.connections[0];
+    assert_eq!(c.outcome, Outcome::Incomplete { missing: "REQ" });
+    assert_eq!(c.role(1), "unknown");
+    assert_eq!(
+        c.messages[0].states,
+        [Some(CmState::DreqSent), Some(CmState::DreqRcvd)]
+    );
+    assert_eq!(
+        c.messages[1].states,
+        [Some(CmState::Timewait), Some(CmState::Timewait)]
+    );
+    assert!(
+        s.to_text()
+            .contains("0 retransmission(s), 0 duplicate(s); 3 CM MADs, 1 malformed")
+    );
+}
+
 const MS: u64 = 1_000_000;
 const T0: u64 = 1_800_000_000_000_000_000;
 
