@@ -63,6 +63,8 @@
 //! # Ok::<(), Errno>(())
 //! ```
 
+/// For `ffi::convert`: the members of a [`QpAttr`] one mask bit selects.
+pub(crate) use crate::engine::copy_plain_qp_attrs;
 pub use crate::engine::{
     AhAttr, ApiResult, Counters, Ece, Errno, Event, EventParam, EventType, GidEntry, GidType,
     PathRec, PathRecType, PortInfo, QpAttr, RepParams, ReqParams, SidrRepParams, SidrReqParams,

@@ -738,6 +738,19 @@ fn push_row(out: &mut String, fields: &[Field]) {
     }
 }
 
+/// What the summary line and the text form of a MAD both begin with:
+/// `frame N t=+S.SSSs SRC -> DST  ATTR`.
+fn frame_head(f: &RoceFrame, t0_nanos: u64) -> String {
+    format!(
+        "frame {} t={} {} -> {}  {}",
+        f.frame,
+        relative_time_text(f.ts_nanos, t0_nanos),
+        endpoint(f.src, f.src_port),
+        endpoint(f.dst, f.dst_port),
+        attr_label(header_of(f).attr_id),
+    )
+}
+
 /// The one-line form of a MAD (what `--summary` prints), the format of the
 /// `tests/vectors/*.summary.txt` files:
 ///
@@ -747,14 +760,9 @@ fn push_row(out: &mut String, fields: &[Field]) {
 /// `t` is relative to `t0_nanos` (the caller passes the first CM MAD's
 /// time). A malformed MAD gets `  error: ...` appended.
 pub fn frame_summary_line(f: &RoceFrame, t0_nanos: u64) -> String {
-    let h = header_of(f);
     let mut s = format!(
-        "frame {} t={} {} -> {}  {}  (BTH op={:#04x} dqp={} psn={} pkey={:#06x}; DETH qkey={:#010x} sqp={}; ICRC {})",
-        f.frame,
-        relative_time_text(f.ts_nanos, t0_nanos),
-        endpoint(f.src, f.src_port),
-        endpoint(f.dst, f.dst_port),
-        attr_label(h.attr_id),
+        "{}  (BTH op={:#04x} dqp={} psn={} pkey={:#06x}; DETH qkey={:#010x} sqp={}; ICRC {})",
+        frame_head(f, t0_nanos),
         f.bth.opcode,
         f.bth.dest_qp,
         f.bth.psn,
@@ -774,12 +782,8 @@ pub fn frame_summary_line(f: &RoceFrame, t0_nanos: u64) -> String {
 pub fn frame_text(f: &RoceFrame, t0_nanos: u64) -> String {
     let h = header_of(f);
     let mut out = format!(
-        "frame {} t={} {} -> {}  {}  tid={:#018x}  ICRC {}\n",
-        f.frame,
-        relative_time_text(f.ts_nanos, t0_nanos),
-        endpoint(f.src, f.src_port),
-        endpoint(f.dst, f.dst_port),
-        attr_label(h.attr_id),
+        "{}  tid={:#018x}  ICRC {}\n",
+        frame_head(f, t0_nanos),
         h.tid,
         if f.icrc_ok { "ok" } else { "BAD" },
     );

@@ -1408,54 +1408,7 @@ fn finish(c: &mut Connection) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::roce::{Bth, Deth};
-    use crate::wire::{Drep, Dreq, Req, Rtu, pdata};
-    use std::net::Ipv4Addr;
-
-    fn frame(n: u64, ms: u64, src: [u8; 4], dst: [u8; 4], tid: u64, msg: CmMsg) -> RoceFrame {
-        RoceFrame {
-            frame: n,
-            ts_nanos: 1_000_000_000 + ms * 1_000_000,
-            src: IpAddr::V4(Ipv4Addr::from(src)),
-            dst: IpAddr::V4(Ipv4Addr::from(dst)),
-            src_port: 49152,
-            dst_port: 4791,
-            bth: Bth::gsi(0),
-            deth: Deth::GSI,
-            mad: CmMad::send(tid, 0, msg).to_bytes(),
-            icrc: 0,
-            icrc_ok: true,
-        }
-    }
-    fn req(local: u32) -> CmMsg {
-        CmMsg::Req(Req {
-            local_comm_id: local,
-            local_qpn: 7,
-            ..Req::default()
-        })
-    }
-    fn rtu(local: u32, remote: u32) -> CmMsg {
-        CmMsg::Rtu(Rtu {
-            local_comm_id: local,
-            remote_comm_id: remote,
-            private_data: [0; pdata::RTU],
-        })
-    }
-    fn dreq(local: u32, remote: u32) -> CmMsg {
-        CmMsg::Dreq(Dreq {
-            local_comm_id: local,
-            remote_comm_id: remote,
-            remote_qpn: 7,
-            private_data: [0; pdata::DREQ],
-        })
-    }
-    fn drep(local: u32, remote: u32) -> CmMsg {
-        CmMsg::Drep(Drep {
-            local_comm_id: local,
-            remote_comm_id: remote,
-            private_data: [0; pdata::DREP],
-        })
-    }
+    use crate::wire::pdata;
 
     #[test]
     fn nearest_rank_percentiles() {
@@ -1477,58 +1430,6 @@ mod tests {
         assert_eq!(duration_text(12_345), "12.3us");
         assert_eq!(duration_text(4_567_890), "4.568ms");
         assert_eq!(duration_text(8_760_000_000), "8.760s");
-    }
-
-    #[test]
-    fn both_ends_on_one_node_are_told_apart_by_comm_id() {
-        // Two CMs behind one IP address (e.g. two ports of a loopback test).
-        let ip = [127, 0, 0, 1];
-        let frames = [
-            frame(1, 0, ip, ip, 1, req(0x10)),
-            frame(2, 1, ip, ip, 1, rtu(0x20, 0x10)),
-            frame(3, 2, ip, ip, 2, dreq(0x10, 0x20)),
-            frame(4, 3, ip, ip, 2, drep(0x20, 0x10)),
-        ];
-        let s = summarize(&frames);
-        assert_eq!(s.connections.len(), 1, "{}", s.to_text());
-        let c = &s.connections[0];
-        let from: Vec<usize> = c.messages.iter().map(|m| m.from).collect();
-        assert_eq!(from, [0, 1, 0, 1]);
-        assert_eq!(c.ends[1].comm_id, Some(0x20));
-        assert_eq!(c.outcome, Outcome::Disconnected);
-        assert_eq!(c.latency.dreq_drep, Some(1_000_000));
-        // No REP in the capture: no REQ->REP and no REP->RTU.
-        assert_eq!((c.latency.req_rep, c.latency.rep_rtu), (None, None));
-        assert_eq!(c.latency.connect, Some(1_000_000));
-    }
-
-    #[test]
-    fn late_dreq_for_an_unknown_id_and_unparsable_mads() {
-        let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
-        let mut bad = frame(3, 2, a, b, 9, rtu(1, 2));
-        bad.mad[1] = 0x03; // not the CM class
-        let frames = [
-            frame(1, 0, a, b, 5, dreq(0x1, 0x2)),
-            frame(2, 1, b, a, 5, drep(0x2, 0x1)),
-            bad,
-        ];
-        let s = summarize(&frames);
-        assert_eq!((s.mads, s.malformed, s.connections.len()), (3, 1, 1));
-        let c = &s.connections[0];
-        assert_eq!(c.outcome, Outcome::Incomplete { missing: "REQ" });
-        assert_eq!(c.role(1), "unknown");
-        assert_eq!(
-            c.messages[0].states,
-            [Some(CmState::DreqSent), Some(CmState::DreqRcvd)]
-        );
-        assert_eq!(
-            c.messages[1].states,
-            [Some(CmState::Timewait), Some(CmState::Timewait)]
-        );
-        assert!(
-            s.to_text()
-                .contains("0 retransmission(s), 0 duplicate(s); 3 CM MADs, 1 malformed")
-        );
     }
 
     #[test]

@@ -82,6 +82,85 @@ fn text(out: &mut String, x: f64, y: f64, anchor: &str, attrs: &str, s: &str) {
     );
 }
 
+/// The frame of a chart: the plot area (left `l`, top `t`, width `pw`,
+/// height `ph`) inside a `w` × `h` picture. One place draws the title,
+/// grid lines with their tick labels, the border and the axis titles, for
+/// every chart.
+struct Plot {
+    h: f64,
+    l: f64,
+    t: f64,
+    pw: f64,
+    ph: f64,
+}
+
+impl Plot {
+    /// `w` × `h`, with margins left, right, top and bottom.
+    fn new((w, h): (f64, f64), (l, r, t, b): (f64, f64, f64, f64)) -> Plot {
+        Plot {
+            h,
+            l,
+            t,
+            pw: w - l - r,
+            ph: h - t - b,
+        }
+    }
+
+    fn title(&self, out: &mut String, title: &str) {
+        text(
+            out,
+            self.l + self.pw / 2.0,
+            24.0,
+            "middle",
+            "font-size=\"15\" font-weight=\"bold\"",
+            title,
+        );
+    }
+
+    /// A vertical grid line at `x`, labelled `label` under the plot (no
+    /// label when empty).
+    fn x_grid(&self, out: &mut String, x: f64, stroke: &str, label: &str) {
+        let (t, ph) = (self.t, self.ph);
+        let _ = writeln!(
+            out,
+            "<line x1=\"{x:.1}\" y1=\"{t:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"{stroke}\"/>",
+            t + ph
+        );
+        if !label.is_empty() {
+            text(out, x, t + ph + 18.0, "middle", "", label);
+        }
+    }
+
+    /// A horizontal grid line at `y`, labelled `label` left of the plot.
+    fn y_grid(&self, out: &mut String, y: f64, stroke: &str, label: &str) {
+        let (l, pw) = (self.l, self.pw);
+        let _ = writeln!(
+            out,
+            "<line x1=\"{l:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"{stroke}\"/>",
+            l + pw
+        );
+        text(out, l - 8.0, y + 4.0, "end", "", label);
+    }
+
+    /// The border, the x axis title under it and the y axis title turned
+    /// up its left side.
+    fn frame(&self, out: &mut String, x_title: &str, y_title: &str) {
+        let (l, t, pw, ph) = (self.l, self.t, self.pw, self.ph);
+        let _ = writeln!(
+            out,
+            "<rect x=\"{l:.1}\" y=\"{t:.1}\" width=\"{pw:.1}\" height=\"{ph:.1}\" fill=\"none\" stroke=\"#333333\"/>"
+        );
+        text(out, l + pw / 2.0, self.h - 16.0, "middle", "", x_title);
+        let _ = writeln!(
+            out,
+            "<text x=\"18\" y=\"{:.1}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {:.1})\">{}</text>",
+            t + ph / 2.0,
+            t + ph / 2.0,
+            xml_escape(y_title)
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Ladder
 
@@ -421,8 +500,8 @@ const CDF_MAX_POINTS: usize = 2000;
 /// and no curve.
 pub fn latency_cdf_svg(series: &[(&str, Vec<f64>)]) -> String {
     let (w, h) = (900.0, 480.0);
-    let (l, r, t, b) = (70.0, 290.0, 40.0, 60.0);
-    let (pw, ph) = (w - l - r, h - t - b);
+    let plot = Plot::new((w, h), (70.0, 290.0, 40.0, 60.0));
+    let (l, t, pw, ph) = (plot.l, plot.t, plot.pw, plot.ph);
     let clean: Vec<Vec<f64>> = series
         .iter()
         .map(|(_, v)| {
@@ -460,63 +539,22 @@ pub fn latency_cdf_svg(series: &[(&str, Vec<f64>)]) -> String {
 
     let mut out = String::new();
     open_svg(&mut out, w, h, "Latency CDF");
-    text(
-        &mut out,
-        l + pw / 2.0,
-        24.0,
-        "middle",
-        "font-size=\"15\" font-weight=\"bold\"",
-        "Latency CDF",
-    );
+    plot.title(&mut out, "Latency CDF");
     // Grid and x ticks.
     for d in d0..=d1 {
         let v = 10f64.powi(d);
-        let x = x_of(v);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{x:.1}\" y1=\"{t:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#cccccc\"/>",
-            t + ph
-        );
-        text(&mut out, x, t + ph + 18.0, "middle", "", &us_label(v));
+        plot.x_grid(&mut out, x_of(v), "#cccccc", &us_label(v));
         if d < d1 {
             for m in 2..10 {
-                let x = x_of(v * m as f64);
-                let _ = writeln!(
-                    out,
-                    "<line x1=\"{x:.1}\" y1=\"{t:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#eeeeee\"/>",
-                    t + ph
-                );
+                plot.x_grid(&mut out, x_of(v * m as f64), "#eeeeee", "");
             }
         }
     }
     for i in 0..=4 {
         let p = i as f64 / 4.0;
-        let y = y_of(p);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{l:.1}\" y1=\"{y:.1}\" x2=\"{:.1}\" y2=\"{y:.1}\" stroke=\"#dddddd\"/>",
-            l + pw
-        );
-        text(&mut out, l - 8.0, y + 4.0, "end", "", &trim_num(p));
+        plot.y_grid(&mut out, y_of(p), "#dddddd", &trim_num(p));
     }
-    let _ = writeln!(
-        out,
-        "<rect x=\"{l:.1}\" y=\"{t:.1}\" width=\"{pw:.1}\" height=\"{ph:.1}\" fill=\"none\" stroke=\"#333333\"/>"
-    );
-    text(
-        &mut out,
-        l + pw / 2.0,
-        h - 16.0,
-        "middle",
-        "",
-        "latency (log scale)",
-    );
-    let _ = writeln!(
-        out,
-        "<text x=\"18\" y=\"{:.1}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {:.1})\">fraction of connections</text>",
-        t + ph / 2.0,
-        t + ph / 2.0
-    );
+    plot.frame(&mut out, "latency (log scale)", "fraction of connections");
     // Curves and legend.
     for (i, ((label, _), v)) in series.iter().zip(&clean).enumerate() {
         let colour = PALETTE[i % PALETTE.len()];
@@ -643,8 +681,8 @@ fn nice_step(raw: f64) -> f64 {
 /// that are not finite are left out.
 pub fn rate_svg(points: &[(f64, f64)], label: &str) -> String {
     let (w, h) = (900.0, 420.0);
-    let (l, r, t, b) = (80.0, 30.0, 40.0, 60.0);
-    let (pw, ph) = (w - l - r, h - t - b);
+    let plot = Plot::new((w, h), (80.0, 30.0, 40.0, 60.0));
+    let (l, t, pw, ph) = (plot.l, plot.t, plot.pw, plot.ph);
     let mut pts: Vec<(f64, f64)> = points
         .iter()
         .copied()
@@ -664,47 +702,18 @@ pub fn rate_svg(points: &[(f64, f64)], label: &str) -> String {
 
     let mut out = String::new();
     open_svg(&mut out, w, h, label);
-    text(
-        &mut out,
-        l + pw / 2.0,
-        24.0,
-        "middle",
-        "font-size=\"15\" font-weight=\"bold\"",
-        label,
-    );
+    plot.title(&mut out, label);
     let mut x = x0;
     while x <= x1 + xs / 2.0 {
-        let px = x_of(x);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{px:.1}\" y1=\"{t:.1}\" x2=\"{px:.1}\" y2=\"{:.1}\" stroke=\"#eeeeee\"/>",
-            t + ph
-        );
-        text(&mut out, px, t + ph + 18.0, "middle", "", &trim_num(x));
+        plot.x_grid(&mut out, x_of(x), "#eeeeee", &trim_num(x));
         x += xs;
     }
     let mut y = y0;
     while y <= y1 + ys / 2.0 {
-        let py = y_of(y);
-        let _ = writeln!(
-            out,
-            "<line x1=\"{l:.1}\" y1=\"{py:.1}\" x2=\"{:.1}\" y2=\"{py:.1}\" stroke=\"#eeeeee\"/>",
-            l + pw
-        );
-        text(&mut out, l - 8.0, py + 4.0, "end", "", &trim_num(y));
+        plot.y_grid(&mut out, y_of(y), "#eeeeee", &trim_num(y));
         y += ys;
     }
-    let _ = writeln!(
-        out,
-        "<rect x=\"{l:.1}\" y=\"{t:.1}\" width=\"{pw:.1}\" height=\"{ph:.1}\" fill=\"none\" stroke=\"#333333\"/>"
-    );
-    text(&mut out, l + pw / 2.0, h - 16.0, "middle", "", "time (s)");
-    let _ = writeln!(
-        out,
-        "<text x=\"18\" y=\"{:.1}\" text-anchor=\"middle\" transform=\"rotate(-90 18 {:.1})\">per second</text>",
-        t + ph / 2.0,
-        t + ph / 2.0
-    );
+    plot.frame(&mut out, "time (s)", "per second");
     if !pts.is_empty() {
         let mut d = String::new();
         for (i, (x, y)) in pts.iter().enumerate() {

@@ -244,6 +244,19 @@ fn attr_name(a: u16) -> &'static str {
     attr::name(a).unwrap_or("?")
 }
 
+/// What one step sent, against what the table wants: nothing (`None`) or
+/// exactly one MAD of attribute `want`, which is returned for its checks.
+fn expect_sent<'a>(sent: &'a [[u8; 256]], want: Option<u16>, label: &str) -> Option<&'a [u8; 256]> {
+    let names: Vec<_> = sent.iter().map(|m| attr_name(mad_attr(m))).collect();
+    let Some(a) = want else {
+        assert!(sent.is_empty(), "{label}: sent {names:?}");
+        return None;
+    };
+    assert_eq!(names, [attr_name(a)], "{label}: one MAD");
+    assert_eq!(mad_attr(&sent[0]), a, "{label}");
+    Some(&sent[0])
+}
+
 fn kinds(evs: &[Event]) -> Vec<EventType> {
     evs.iter().map(|e| e.kind).collect()
 }
@@ -821,19 +834,8 @@ fn api_calls_in_every_state() {
             assert_eq!(fx.state(), Some(want_state), "{label}: state afterwards");
             let sent = fx.take_own();
             assert!(fx.w.take(fx.peer_side()).is_empty(), "{label}");
-            match want_attr {
-                None => assert!(
-                    sent.is_empty(),
-                    "{label}: sent {:?}",
-                    sent.iter()
-                        .map(|m| attr_name(mad_attr(m)))
-                        .collect::<Vec<_>>()
-                ),
-                Some(a) => {
-                    assert_eq!(sent.len(), 1, "{label}: one MAD");
-                    assert_eq!(attr_name(mad_attr(&sent[0])), attr_name(a), "{label}");
-                    check_sent(&fx, api, s, remote_before, &sent[0], &label);
-                }
+            if let Some(m) = expect_sent(&sent, want_attr, &label) {
+                check_sent(&fx, api, s, remote_before, m, &label);
             }
             let evs = fx.w.events(fx.side);
             if api == Api::CommEst && want.is_ok() {
@@ -1144,19 +1146,8 @@ fn received_messages_in_every_state() {
                 }
             }
             let sent = fx.take_own();
-            match want_reply {
-                None => assert!(
-                    sent.is_empty(),
-                    "{label}: sent {:?}",
-                    sent.iter()
-                        .map(|m| attr_name(mad_attr(m)))
-                        .collect::<Vec<_>>()
-                ),
-                Some(a) => {
-                    assert_eq!(sent.len(), 1, "{label}");
-                    assert_eq!(mad_attr(&sent[0]), a, "{label}");
-                    check_reply(&fx, rx, &sent[0], &label);
-                }
+            if let Some(m) = expect_sent(&sent, want_reply, &label) {
+                check_reply(&fx, rx, m, &label);
             }
             cases += 1;
         }
@@ -1339,20 +1330,35 @@ fn dreq_for_unknown_id_gets_drep_built_from_it() {
     assert_eq!(w.e[P].id_count(), 0);
 }
 
-#[test]
-fn req_without_listener_gets_rej_invalid_service_id() {
+/// A request from a fresh id on A (what `send` sends) reaches P, where no
+/// listener waits: P refuses it with an error and answers A with exactly
+/// one MAD that reuses the request's TID, keeping no id or table entry.
+/// Returns the wire, A's id and the answer.
+fn refused_without_listener(
+    send: impl FnOnce(&mut Engine, Time, Handle),
+) -> (Wire, Handle, [u8; 256]) {
     let mut w = Wire::new(&Opts::default());
     let a = w.e[A].create_id().unwrap();
     let now = w.now;
-    w.e[A]
-        .send_req(now, a, &req_params(A, &Opts::default()))
-        .unwrap();
+    send(&mut w.e[A], now, a);
     let req = w.take(A)[0];
     assert!(w.inject(P, &req).is_err());
     let out = w.take_t(P);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].dest.dgid, gid(A));
-    let CmMsg::Rej(r) = parse(&out[0].mad) else {
+    assert_eq!(mad_tid(&out[0].mad), mad_tid(&req));
+    assert_eq!(w.e[P].id_count(), 0, "no id left behind");
+    assert_eq!(w.e[P].table_sizes(), (0, 0));
+    (w, a, out[0].mad)
+}
+
+#[test]
+fn req_without_listener_gets_rej_invalid_service_id() {
+    let (mut w, a, answer) = refused_without_listener(|e, now, a| {
+        e.send_req(now, a, &req_params(A, &Opts::default()))
+            .unwrap();
+    });
+    let CmMsg::Rej(r) = parse(&answer) else {
         panic!()
     };
     assert_eq!(r.local_comm_id, 0);
@@ -1362,12 +1368,9 @@ fn req_without_listener_gets_rej_invalid_service_id() {
         (r.reason, r.ari_length),
         (rej_reason::INVALID_SERVICE_ID, 0)
     );
-    assert_eq!(mad_tid(&out[0].mad), mad_tid(&req));
-    assert_eq!(w.e[P].id_count(), 0, "no id left behind");
-    assert_eq!(w.e[P].table_sizes(), (0, 0));
     assert_eq!(w.e[P].shared().qp_count(), 0);
     // The active side takes it (Acquire(RemoteCommID, 0)).
-    w.inject(A, &out[0].mad).unwrap();
+    w.inject(A, &answer).unwrap();
     let ev = one_event(&mut w, A, EventType::RejReceived);
     assert!(
         matches!(ev.param, EventParam::Rej { reason, .. } if reason == rej_reason::INVALID_SERVICE_ID as u32)
@@ -1377,18 +1380,11 @@ fn req_without_listener_gets_rej_invalid_service_id() {
 
 #[test]
 fn sidr_req_without_listener_gets_sidr_rep_unsupported() {
-    let mut w = Wire::new(&Opts::default());
-    let a = w.e[A].create_id().unwrap();
-    let now = w.now;
-    w.e[A]
-        .send_sidr_req(now, a, &sidr_params(A, &Opts::default()))
-        .unwrap();
-    let req = w.take(A)[0];
-    assert!(w.inject(P, &req).is_err());
-    let out = w.take_t(P);
-    assert_eq!(out.len(), 1);
-    assert_eq!(out[0].dest.dgid, gid(A));
-    let CmMsg::SidrRep(s) = parse(&out[0].mad) else {
+    let (mut w, a, answer) = refused_without_listener(|e, now, a| {
+        e.send_sidr_req(now, a, &sidr_params(A, &Opts::default()))
+            .unwrap();
+    });
+    let CmMsg::SidrRep(s) = parse(&answer) else {
         panic!()
     };
     assert_eq!(
@@ -1396,10 +1392,7 @@ fn sidr_req_without_listener_gets_sidr_rep_unsupported() {
         (lid_of(a), sidr_status::UNSUPPORTED, 0, 0)
     );
     assert_eq!(s.service_id, SERVICE);
-    assert_eq!(mad_tid(&out[0].mad), mad_tid(&req));
-    assert_eq!(w.e[P].id_count(), 0);
-    assert_eq!(w.e[P].table_sizes(), (0, 0));
-    w.inject(A, &out[0].mad).unwrap();
+    w.inject(A, &answer).unwrap();
     let ev = one_event(&mut w, A, EventType::SidrRepReceived);
     assert!(
         matches!(ev.param, EventParam::SidrRep(p) if p.status == sidr_status::UNSUPPORTED as u32)

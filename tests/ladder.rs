@@ -33,6 +33,15 @@ fn sequence(s: &Summary, i: usize) -> Vec<(usize, &'static str, Repeat)> {
         .collect()
 }
 
+/// The kernel capture `file` summarized, checked to be one connection
+/// whose MADs went (sender end, attribute, repeat) as `want`.
+fn one_connection(file: &str, want: &[(usize, &'static str, Repeat)]) -> Summary {
+    let s = ladder::summarize(&vector(file));
+    assert_eq!(s.connections.len(), 1, "{file}: {}", s.to_text());
+    assert_eq!(sequence(&s, 0), want, "{file}");
+    s
+}
+
 /// The CM states end `side` of connection `c` went through, one per
 /// message that changed it.
 fn states(c: &ladder::Connection, side: usize) -> Vec<&'static str> {
@@ -49,17 +58,15 @@ const F: Repeat = Repeat::First;
 
 #[test]
 fn rping_is_one_connection_established_then_disconnected() {
-    let s = ladder::summarize(&vector("rping.pcap"));
-    assert_eq!(s.connections.len(), 1);
-    assert_eq!(
-        sequence(&s, 0),
-        [
+    let s = one_connection(
+        "rping.pcap",
+        &[
             (0, "REQ", F),
             (1, "REP", F),
             (0, "RTU", F),
             (0, "DREQ", F),
-            (1, "DREP", F)
-        ]
+            (1, "DREP", F),
+        ],
     );
     let c = &s.connections[0];
     assert_eq!(c.kind, Kind::Connection);
@@ -100,17 +107,15 @@ fn rping_is_one_connection_established_then_disconnected() {
 
 #[test]
 fn ucmatose_server_disconnects() {
-    let s = ladder::summarize(&vector("ucmatose.pcap"));
-    assert_eq!(s.connections.len(), 1);
-    assert_eq!(
-        sequence(&s, 0),
-        [
+    let s = one_connection(
+        "ucmatose.pcap",
+        &[
             (0, "REQ", F),
             (1, "REP", F),
             (0, "RTU", F),
             (1, "DREQ", F),
-            (0, "DREP", F)
-        ]
+            (0, "DREP", F),
+        ],
     );
     let c = &s.connections[0];
     assert_eq!(c.outcome, Outcome::Disconnected);
@@ -128,9 +133,7 @@ fn ucmatose_server_disconnects() {
 
 #[test]
 fn rej_lands_in_the_connection_of_its_req() {
-    let s = ladder::summarize(&vector("rej.pcap"));
-    assert_eq!(s.connections.len(), 1, "{}", s.to_text());
-    assert_eq!(sequence(&s, 0), [(0, "REQ", F), (1, "REJ", F)]);
+    let s = one_connection("rej.pcap", &[(0, "REQ", F), (1, "REJ", F)]);
     let c = &s.connections[0];
     // The kernel's REJ of a REQ has LocalCommID 0.
     assert_eq!(c.messages[1].local_comm_id, 0);
@@ -153,19 +156,17 @@ fn rej_lands_in_the_connection_of_its_req() {
 
 #[test]
 fn mra_capture_shows_the_wait_and_the_retransmitted_req() {
-    let s = ladder::summarize(&vector("mra.pcap"));
-    assert_eq!(s.connections.len(), 1);
-    assert_eq!(
-        sequence(&s, 0),
-        [
+    let s = one_connection(
+        "mra.pcap",
+        &[
             (0, "REQ", F),
             (0, "REQ", Repeat::Retransmission(1)),
             (1, "MRA", F),
             (1, "REP", F),
             (0, "RTU", F),
             (0, "DREQ", F),
-            (1, "DREP", F)
-        ]
+            (1, "DREP", F),
+        ],
     );
     let c = &s.connections[0];
     assert_eq!(c.outcome, Outcome::Disconnected);
@@ -192,9 +193,7 @@ fn mra_capture_shows_the_wait_and_the_retransmitted_req() {
 
 #[test]
 fn sidr_rej_is_a_refused_sidr_exchange() {
-    let s = ladder::summarize(&vector("sidr-rej.pcap"));
-    assert_eq!(s.connections.len(), 1);
-    assert_eq!(sequence(&s, 0), [(0, "SIDR_REQ", F), (1, "SIDR_REP", F)]);
+    let s = one_connection("sidr-rej.pcap", &[(0, "SIDR_REQ", F), (1, "SIDR_REP", F)]);
     let c = &s.connections[0];
     assert_eq!(c.kind, Kind::Sidr);
     assert_eq!(
@@ -341,27 +340,17 @@ fn rep(local: u32, remote: u32, qpn: u32) -> CmMsg {
     CmMsg::Rep(Rep {
         local_comm_id: local,
         remote_comm_id: remote,
-        local_qkey: 0,
         local_qpn: qpn,
-        vendor_id: 0,
-        local_eecn: 0,
         starting_psn: 5,
-        responder_resources: 0,
-        initiator_depth: 0,
-        target_ack_delay: 0,
-        failover_accepted: 0,
-        end_to_end_flow_control: false,
-        rnr_retry_count: 0,
-        srq: false,
         local_ca_guid: 0xbb,
-        private_data: [0; pdata::REP],
+        ..Rep::default()
     })
 }
 fn rtu(local: u32, remote: u32) -> CmMsg {
     CmMsg::Rtu(Rtu {
         local_comm_id: local,
         remote_comm_id: remote,
-        private_data: [0; pdata::RTU],
+        ..Rtu::default()
     })
 }
 fn dreq(local: u32, remote: u32) -> CmMsg {
@@ -369,14 +358,14 @@ fn dreq(local: u32, remote: u32) -> CmMsg {
         local_comm_id: local,
         remote_comm_id: remote,
         remote_qpn: 0,
-        private_data: [0; pdata::DREQ],
+        ..Dreq::default()
     })
 }
 fn drep(local: u32, remote: u32) -> CmMsg {
     CmMsg::Drep(Drep {
         local_comm_id: local,
         remote_comm_id: remote,
-        private_data: [0; pdata::DREP],
+        ..Drep::default()
     })
 }
 fn rej(local: u32, remote: u32, reason: u16) -> CmMsg {
@@ -419,6 +408,76 @@ fn sidr_rep(id: u32, status: u8) -> CmMsg {
         info: [0; pdata::SIDR_REP_INFO],
         private_data: [0; pdata::SIDR_REP],
     })
+}
+
+/// A RoCEv2 frame of `msg` at `ms` milliseconds (after 1 s), UDP 49152 to
+/// 4791, with its ICRC taken as correct.
+fn frame(n: u64, ms: u64, src: [u8; 4], dst: [u8; 4], tid: u64, msg: CmMsg) -> RoceFrame {
+    RoceFrame {
+        frame: n,
+        ts_nanos: 1_000_000_000 + ms * 1_000_000,
+        src: IpAddr::V4(Ipv4Addr::from(src)),
+        dst: IpAddr::V4(Ipv4Addr::from(dst)),
+        src_port: 49152,
+        dst_port: 4791,
+        bth: Bth::gsi(0),
+        deth: Deth::GSI,
+        mad: CmMad::send(tid, 0, msg).to_bytes(),
+        icrc: 0,
+        icrc_ok: true,
+    }
+}
+
+#[test]
+fn both_ends_on_one_node_are_told_apart_by_comm_id() {
+    // Two CMs behind one IP address (e.g. two ports of a loopback test).
+    let ip = [127, 0, 0, 1];
+    let frames = [
+        frame(1, 0, ip, ip, 1, req(0x10, 7)),
+        frame(2, 1, ip, ip, 1, rtu(0x20, 0x10)),
+        frame(3, 2, ip, ip, 2, dreq(0x10, 0x20)),
+        frame(4, 3, ip, ip, 2, drep(0x20, 0x10)),
+    ];
+    let s = ladder::summarize(&frames);
+    assert_eq!(s.connections.len(), 1, "{}", s.to_text());
+    let c = &s.connections[0];
+    let from: Vec<usize> = c.messages.iter().map(|m| m.from).collect();
+    assert_eq!(from, [0, 1, 0, 1]);
+    assert_eq!(c.ends[1].comm_id, Some(0x20));
+    assert_eq!(c.outcome, Outcome::Disconnected);
+    assert_eq!(c.latency.dreq_drep, Some(1_000_000));
+    // No REP in the capture: no REQ->REP and no REP->RTU.
+    assert_eq!((c.latency.req_rep, c.latency.rep_rtu), (None, None));
+    assert_eq!(c.latency.connect, Some(1_000_000));
+}
+
+#[test]
+fn late_dreq_for_an_unknown_id_and_unparsable_mads() {
+    let (a, b) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+    let mut bad = frame(3, 2, a, b, 9, rtu(1, 2));
+    bad.mad[1] = 0x03; // not the CM class
+    let frames = [
+        frame(1, 0, a, b, 5, dreq(0x1, 0x2)),
+        frame(2, 1, b, a, 5, drep(0x2, 0x1)),
+        bad,
+    ];
+    let s = ladder::summarize(&frames);
+    assert_eq!((s.mads, s.malformed, s.connections.len()), (3, 1, 1));
+    let c = &s.connections[0];
+    assert_eq!(c.outcome, Outcome::Incomplete { missing: "REQ" });
+    assert_eq!(c.role(1), "unknown");
+    assert_eq!(
+        c.messages[0].states,
+        [Some(CmState::DreqSent), Some(CmState::DreqRcvd)]
+    );
+    assert_eq!(
+        c.messages[1].states,
+        [Some(CmState::Timewait), Some(CmState::Timewait)]
+    );
+    assert!(
+        s.to_text()
+            .contains("0 retransmission(s), 0 duplicate(s); 3 CM MADs, 1 malformed")
+    );
 }
 
 const MS: u64 = 1_000_000;

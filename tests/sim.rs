@@ -116,6 +116,38 @@ impl History {
     }
 }
 
+/// A client (node 0) and a server (node 1) on one fabric with `faults`.
+fn pair(seed: u64, trace: bool, faults: Faults) -> (Sim, usize, usize) {
+    let mut sim = Sim::new(seed, faults);
+    sim.tracing = trace;
+    let c = sim.add_node(0x1111, |_| {});
+    let s = sim.add_node(0x2222, |_| {});
+    (sim, c, s)
+}
+
+/// The server's plain answer to a REQ: QPN 0x88, everything else default.
+fn plain_rep() -> RepParams {
+    RepParams {
+        qp_num: 0x88,
+        ..RepParams::default()
+    }
+}
+
+/// A new id on the node of `ctx` sends a REQ with `params`.
+fn start_req(ctx: &mut Ctx, params: &ReqParams) -> Handle {
+    let id = ctx.engine.create_id().unwrap();
+    ctx.engine.send_req(ctx.now, id, params).unwrap();
+    id
+}
+
+/// Destroys the server's listener `l` (its last id when nothing leaked),
+/// then checks that neither node kept an id, timer or table entry.
+fn close_listener(sim: &mut Sim, c: usize, s: usize, l: Handle) -> Result<(), String> {
+    sim.nodes[s].engine.destroy(l, 0);
+    sim.check_clean(c)?;
+    sim.check_clean(s)
+}
+
 /// A listener on `SERVICE` at node `n`.
 fn listen(sim: &mut Sim, n: usize) -> Handle {
     let e = &mut sim.nodes[n].engine;
@@ -145,10 +177,7 @@ fn finish(
 /// Client connects, server accepts, one side (seeded) disconnects, both
 /// leave timewait and destroy everything.
 fn connect_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let client_disconnects = seed % 2 == 0;
     let (req_pd, rep_pd, rtu_pd, dreq_pd, drep_pd) = (
         pd(seed, 1, 92),
@@ -272,11 +301,7 @@ fn connect_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), Stri
         }
     };
     let params = req_params(&sim, c, s, &req_pd, 0x77, 15);
-    let cid = sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-        id
-    });
+    let cid = sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
     out.cid = Some(cid);
     if !out.errors.is_empty() {
@@ -297,9 +322,7 @@ fn connect_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), Stri
         ));
     }
     let l = out.listener.unwrap();
-    sim.nodes[s].engine.destroy(l, 0);
-    sim.check_clean(c)?;
-    sim.check_clean(s)
+    close_listener(&mut sim, c, s, l)
 }
 
 #[test]
@@ -321,10 +344,7 @@ fn connect_disconnect_faulty_fabric() {
 // ------------------------------------------------------------------- reject
 
 fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let ari = pd(seed, 7, 5);
     let rej_pd = pd(seed, 8, 148);
     let hist = RefCell::new(History::default());
@@ -379,10 +399,7 @@ fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<
         }
     };
     let params = req_params(&sim, c, s, b"hello", 0x77, 15);
-    sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-    });
+    sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
     if !errors.is_empty() {
         return Err(errors.join("; "));
@@ -393,9 +410,7 @@ fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<
         ));
     }
     let l = sim.nodes[s].engine.handles()[0];
-    sim.nodes[s].engine.destroy(l, 0);
-    sim.check_clean(c)?;
-    sim.check_clean(s)
+    close_listener(&mut sim, c, s, l)
 }
 
 #[test]
@@ -422,10 +437,7 @@ fn unanswered(seed: u64, trace: bool, listener_host_up: bool) -> Result<(), Stri
     } else {
         Faults::NONE
     };
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     sim.nodes[s].up = listener_host_up;
     let hist = RefCell::new(History::default());
     let mut outcome: Vec<(EventType, Time, u32)> = Vec::new();
@@ -444,10 +456,7 @@ fn unanswered(seed: u64, trace: bool, listener_host_up: bool) -> Result<(), Stri
     let retries = (seed % 16) as u8;
     let params = req_params(&sim, c, s, b"x", 0x77, retries);
     let start = sim.now;
-    sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-    });
+    sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
     match outcome.as_slice() {
         [(EventType::RejReceived, _, 8)] if listener_host_up => {}
@@ -491,10 +500,7 @@ fn req_timeout_after_exact_retries() {
 // ---------------------------------------------------------------------- MRA
 
 fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let hist = RefCell::new(History::default());
     let mut errors = Vec::new();
     let (mut mras, mut client_est, mut server_est) = (0, 0, 0);
@@ -541,10 +547,7 @@ fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
         }
     };
     let params = req_params(&sim, c, s, b"slow", 0x77, 15);
-    sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-    });
+    sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
     if !errors.is_empty() {
         return Err(errors.join("; "));
@@ -584,10 +587,7 @@ fn mra_from_slow_consumer() {
 // --------------------------------------------------------------------- SIDR
 
 fn sidr(seed: u64, trace: bool, faults: Faults, listening: bool) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let info = pd(seed, 9, (seed % 73) as usize);
     let rep_pd = pd(seed, 10, 136);
     let req_pd = pd(seed, 11, 216);
@@ -689,10 +689,7 @@ fn sidr_without_listener_gets_unsupported() {
 // -------------------------------------------------- simultaneous disconnect
 
 fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let hist = RefCell::new(History::default());
     let mut errors = Vec::new();
     let mut conn: HashMap<usize, Handle> = HashMap::new();
@@ -713,11 +710,7 @@ fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(),
         hist.borrow_mut().record(ctx.node, &ev);
         match (ctx.node == s, ev.kind) {
             (true, EventType::ReqReceived) => {
-                let rep = RepParams {
-                    qp_num: 0x88,
-                    ..RepParams::default()
-                };
-                ctx.engine.send_rep(now, ev.id, &rep).unwrap();
+                ctx.engine.send_rep(now, ev.id, &plain_rep()).unwrap();
             }
             (true, EventType::RtuReceived) => {
                 conn.insert(s, ev.id);
@@ -740,8 +733,7 @@ fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(),
     };
     let params = req_params(&sim, c, s, b"", 0x77, 15);
     sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
+        start_req(ctx, &params);
         // Both sides disconnect at the same instant, well after setup.
         ctx.wake_at(ctx.now.plus_millis(200), 0);
     });
@@ -754,9 +746,7 @@ fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(),
         return Err(format!("{tw} timewait exits"));
     }
     let l = sim.nodes[s].engine.handles()[0];
-    sim.nodes[s].engine.destroy(l, 0);
-    sim.check_clean(c)?;
-    sim.check_clean(s)
+    close_listener(&mut sim, c, s, l)
 }
 
 #[test]
@@ -772,10 +762,7 @@ fn both_sides_disconnect_at_once() {
 /// same QPN: the server rejects the new REQ as stale, tears the old
 /// connection down, and the client's retry after timewait succeeds.
 fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
-    let mut sim = Sim::new(seed, faults);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, faults);
     let hist = RefCell::new(History::default());
     let mut errors = Vec::new();
     let (stale_rej, server_old_down, client_est, server_est) =
@@ -796,11 +783,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
         hist.borrow_mut().record(ctx.node, &ev);
         match (ctx.node == s, ev.kind) {
             (true, EventType::ReqReceived) => {
-                let rep = RepParams {
-                    qp_num: 0x88,
-                    ..RepParams::default()
-                };
-                ctx.engine.send_rep(now, ev.id, &rep).unwrap();
+                ctx.engine.send_rep(now, ev.id, &plain_rep()).unwrap();
             }
             (true, EventType::RtuReceived) => server_est.set(server_est.get() + 1),
             (true, EventType::DreqReceived) => {
@@ -848,10 +831,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
             )),
         }
     };
-    sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-    });
+    sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     // Phase 1: connected.
     let t1 = sim.now.plus_millis(300);
     sim.run(t1, &mut app);
@@ -865,10 +845,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
     // Phase 2: the client restarts and reconnects with the same QPN.
     phase.set(2);
     sim.restart_node(c);
-    sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-    });
+    sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
     if !errors.is_empty() {
         return Err(errors.join("; "));
@@ -915,10 +892,7 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
     let mut f = Faults::random(&mut Rng::new(seed));
     f.corrupt = 0.2;
     f.deliver_corrupt = true;
-    let mut sim = Sim::new(seed, f);
-    sim.tracing = trace;
-    let c = sim.add_node(0x1111, |_| {});
-    let s = sim.add_node(0x2222, |_| {});
+    let (mut sim, c, s) = pair(seed, trace, f);
     let mut rng = Rng::new(seed ^ 77);
     let mut rng2 = Rng::new(seed ^ 78);
     let hist = RefCell::new(History::default());
@@ -930,14 +904,7 @@ fn chaos(seed: u64, trace: bool) -> Result<(), String> {
         let e = &mut *ctx.engine;
         let roll = rng.below(10);
         let _ = match ev.kind {
-            EventType::ReqReceived if roll < 8 => e.send_rep(
-                now,
-                ev.id,
-                &RepParams {
-                    qp_num: 0x88,
-                    ..RepParams::default()
-                },
-            ),
+            EventType::ReqReceived if roll < 8 => e.send_rep(now, ev.id, &plain_rep()),
             EventType::ReqReceived => {
                 e.send_rej(now, ev.id, rej_reason::CONSUMER_DEFINED as u32, &[], &[])
             }
@@ -1151,11 +1118,7 @@ fn table_pressure(seed: u64, trace: bool, faults: Faults) -> Result<(), String> 
     }
     // A real client while the table is full of flood entries.
     let params = req_params(&sim, c, s, b"", 0x77, 15);
-    let cid = sim.with_node(c, &mut app, |ctx| {
-        let id = ctx.engine.create_id().unwrap();
-        ctx.engine.send_req(ctx.now, id, &params).unwrap();
-        id
-    });
+    let cid = sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     out.borrow_mut().client_id = Some(cid);
     finish(&mut sim, &hist, &mut app)?;
     let o = out.borrow();

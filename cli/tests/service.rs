@@ -83,6 +83,13 @@ impl Daemon {
         c
     }
 
+    /// `ibcm connect --device DEV --dest DEST MORE…` through this daemon.
+    fn connect(&self, dev: &str, dest: &str, more: &[&str]) -> Command {
+        let mut args = vec!["connect", "--device", dev, "--dest", dest];
+        args.extend_from_slice(more);
+        self.ibcm(&args)
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self._dir.0.join("daemon.log")).unwrap_or_default()
     }
@@ -164,17 +171,9 @@ fn two_processes_share_one_soft_address() {
     // Two other processes on the same address connect to it, at once.
     let c: Vec<Child> = (0..2)
         .map(|_| {
-            d.ibcm(&[
-                "connect",
-                "--device",
-                dev,
-                "--dest",
-                &net::ip(1),
-                "--timeout",
-                "10",
-            ])
-            .spawn()
-            .unwrap()
+            d.connect(dev, &net::ip(1), &["--timeout", "10"])
+                .spawn()
+                .unwrap()
         })
         .collect();
     for c in c {
@@ -216,15 +215,7 @@ fn a_killed_listener_frees_its_service_id() {
     let mut l2 = Listener::spawn(&d, &["--device", dev, "--count", "1", "--timeout", "20"]);
     assert!(wait_for(Duration::from_secs(5), || service_ids(&probe) == base + 1));
     let c = d
-        .ibcm(&[
-            "connect",
-            "--device",
-            dev,
-            "--dest",
-            &net::ip(2),
-            "--timeout",
-            "10",
-        ])
+        .connect(dev, &net::ip(2), &["--timeout", "10"])
         .output()
         .unwrap();
     assert!(c.status.success(), "{}", text(&c.stderr));
@@ -239,16 +230,7 @@ fn a_client_killed_while_connected_gets_its_peer_a_dreq() {
     let mut l = Listener::spawn(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
     assert!(wait_for(Duration::from_secs(5), || service_ids(&probe) == 1));
     let mut c = d
-        .ibcm(&[
-            "connect",
-            "--device",
-            dev,
-            "--dest",
-            &net::ip(3),
-            "--wait-disconnect",
-            "--timeout",
-            "30",
-        ])
+        .connect(dev, &net::ip(3), &["--wait-disconnect", "--timeout", "30"])
         .spawn()
         .unwrap();
     assert!(
@@ -322,15 +304,7 @@ fn a_client_killed_mid_connect_gets_its_peer_a_rej() {
     peer.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
     let mut c = d
-        .ibcm(&[
-            "connect",
-            "--device",
-            &net::soft(4),
-            "--dest",
-            &net::ip(5),
-            "--timeout",
-            "30",
-        ])
+        .connect(&net::soft(4), &net::ip(5), &["--timeout", "30"])
         .spawn()
         .unwrap();
     let mut b = [0u8; 512];
@@ -456,19 +430,18 @@ fn a_hostile_client_neither_crashes_the_service_nor_reaches_other_ids() {
     // The listener is intact and another process still connects to it.
     assert_eq!(lid.state(), Some(ibcm::api::State::Listen));
     let c = d
-        .ibcm(&[
-            "connect",
-            "--device",
+        .connect(
             dev,
-            "--dest",
             &net::ip(6),
-            "--service-id",
-            "0x5151",
-            "--timeout",
-            "10",
-            "--expect-reject",
-            "28",
-        ])
+            &[
+                "--service-id",
+                "0x5151",
+                "--timeout",
+                "10",
+                "--expect-reject",
+                "28",
+            ],
+        )
         .output()
         .unwrap();
     assert!(c.status.success(), "{}{}", text(&c.stdout), text(&c.stderr));
@@ -1081,15 +1054,7 @@ fn a_capture_of_the_service_shows_mads_switched_between_its_devices() {
         .contains("serving")));
     std::thread::sleep(Duration::from_millis(200));
     let o = d
-        .ibcm(&[
-            "connect",
-            "--device",
-            &net::soft(22),
-            "--dest",
-            &net::ip(21),
-            "--timeout",
-            "10",
-        ])
+        .connect(&net::soft(22), &net::ip(21), &["--timeout", "10"])
         .output()
         .unwrap();
     assert!(

@@ -55,6 +55,37 @@ fn expect(ch: *mut RdmaEventChannel, kind: R, status: i32) -> *mut RdmaCmEvent {
     ev
 }
 
+/// A new event channel and an id on it listening (backlog 1) on
+/// `server:port` in the TCP port space.
+fn listener(server: IpAddr, port: u16) -> (*mut RdmaEventChannel, *mut RdmaCmId) {
+    let ch = rdma_create_event_channel();
+    let mut l = std::ptr::null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut l, std::ptr::null_mut(), port_space::TCP as i32) },
+        0
+    );
+    let mut a = sockaddr(SocketAddr::new(server, port));
+    assert_eq!(unsafe { rdma_bind_addr(l, (&raw mut a).cast()) }, 0);
+    assert_eq!(rdma_listen(l, 1), 0);
+    (ch, l)
+}
+
+/// A plain IB CM REQ (RC, QPN `qp_num`, 3 retries, both CM response
+/// timeouts `timeout`) for what listens on TCP port `port`.
+fn plain_req(path: PathRec, port: u16, qp_num: u32, timeout: u8, pd: Vec<u8>) -> ReqParams {
+    ReqParams {
+        primary_path: path,
+        service_id: cma::service_id(port_space::TCP, port),
+        qp_num,
+        qp_type: qp_type::RC,
+        private_data: pd,
+        remote_cm_response_timeout: timeout,
+        local_cm_response_timeout: timeout,
+        max_cm_retries: 3,
+        ..ReqParams::default()
+    }
+}
+
 fn setup() {
     // SAFETY: set before any thread of this test reads the environment
     // through the library; every test sets the same value.
@@ -157,15 +188,7 @@ fn passive_side_from_plain_requests() {
     setup();
     let server: IpAddr = net::ip(12).parse().unwrap();
     let client: IpAddr = net::ip(13).parse().unwrap();
-    let ch = rdma_create_event_channel();
-    let mut l = std::ptr::null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut l, std::ptr::null_mut(), port_space::TCP as i32) },
-        0
-    );
-    let mut a = sockaddr(SocketAddr::new(server, 7472));
-    assert_eq!(unsafe { rdma_bind_addr(l, (&raw mut a).cast()) }, 0);
-    assert_eq!(rdma_listen(l, 1), 0);
+    let (ch, l) = listener(server, 7472);
 
     let peer = Device::open(&format!("soft:{client}"), DeviceOptions::default()).unwrap();
     let (tx, rx) = mpsc::channel();
@@ -179,17 +202,7 @@ fn passive_side_from_plain_requests() {
         0
     });
     let path = peer.init_path(1, Gid::from(server)).unwrap();
-    let req = |pd: Vec<u8>| ReqParams {
-        primary_path: path,
-        service_id: cma::service_id(port_space::TCP, 7472),
-        qp_num: 0x77,
-        qp_type: qp_type::RC,
-        private_data: pd,
-        remote_cm_response_timeout: 20,
-        local_cm_response_timeout: 20,
-        max_cm_retries: 3,
-        ..ReqParams::default()
-    };
+    let req = |pd: Vec<u8>| plain_req(path, 7472, 0x77, 20, pd);
     // With the header: a CONNECT_REQUEST whose child has the addresses.
     let hdr = IpHeader {
         src_port: 40000,
@@ -250,15 +263,7 @@ fn unanswered_request_is_mraed_on_a_duplicate() {
     setup();
     let server: IpAddr = net::ip(14).parse().unwrap();
     let client: IpAddr = net::ip(15).parse().unwrap();
-    let ch = rdma_create_event_channel();
-    let mut l = std::ptr::null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut l, std::ptr::null_mut(), port_space::TCP as i32) },
-        0
-    );
-    let mut a = sockaddr(SocketAddr::new(server, 7473));
-    assert_eq!(unsafe { rdma_bind_addr(l, (&raw mut a).cast()) }, 0);
-    assert_eq!(rdma_listen(l, 1), 0);
+    let (ch, l) = listener(server, 7473);
 
     let peer = Device::open(&format!("soft:{client}"), DeviceOptions::default()).unwrap();
     let (tx, rx) = mpsc::channel();
@@ -277,17 +282,13 @@ fn unanswered_request_is_mraed_on_a_duplicate() {
     let id = peer.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
     // 4.096 µs × 2^12 ≈ 17 ms per try, 3 retries: without an MRA the
     // request times out (REQ_ERROR) well within the 5 s below.
-    id.send_req(&ReqParams {
-        primary_path: path,
-        service_id: cma::service_id(port_space::TCP, 7473),
-        qp_num: 0x78,
-        qp_type: qp_type::RC,
-        private_data: hdr.with_user_data(b"").unwrap(),
-        remote_cm_response_timeout: 12,
-        local_cm_response_timeout: 12,
-        max_cm_retries: 3,
-        ..ReqParams::default()
-    })
+    id.send_req(&plain_req(
+        path,
+        7473,
+        0x78,
+        12,
+        hdr.with_user_data(b"").unwrap(),
+    ))
     .unwrap();
     let ev = expect(ch, R::ConnectRequest, 0);
     let child = unsafe { (*ev).id };

@@ -629,6 +629,46 @@ pub mod qp_mask {
     pub const DEST_QPN: u32 = 1 << 20;
 }
 
+/// Copies into `$dst` each member of the [`QpAttr`] `$src` that one bit of
+/// `$mask` selects on its own (pairs of the bit and the member, listed once
+/// here): the same names in the kernel's `struct ib_qp_attr` and in
+/// libibverbs' `struct ibv_qp_attr`, so the conversions to either C struct
+/// (`ffi::convert::qp_attr_to_c`, `fabric::verbs::qp_attr_from_cm`) share
+/// the list and write only the members that need more (state, port,
+/// address vectors, alternate path) themselves. Values convert with `as`
+/// to the C member's type.
+macro_rules! copy_plain_qp_attrs {
+    ($mask:expr, $src:expr, $dst:expr) => {{
+        let (mask, src, dst) = ($mask, $src, $dst);
+        $crate::engine::copy_plain_qp_attrs!(@pairs mask, src, dst;
+            ACCESS_FLAGS => qp_access_flags,
+            PKEY_INDEX => pkey_index,
+            PATH_MTU => path_mtu,
+            DEST_QPN => dest_qp_num,
+            RQ_PSN => rq_psn,
+            MAX_DEST_RD_ATOMIC => max_dest_rd_atomic,
+            MIN_RNR_TIMER => min_rnr_timer,
+            SQ_PSN => sq_psn,
+            RETRY_CNT => retry_cnt,
+            RNR_RETRY => rnr_retry,
+            MAX_QP_RD_ATOMIC => max_rd_atomic,
+            TIMEOUT => timeout,
+            PATH_MIG_STATE => path_mig_state,
+        );
+    }};
+    (@pairs $mask:ident, $src:ident, $dst:ident; $($bit:ident => $f:ident,)*) => {
+        $(
+            if $mask & $crate::engine::qp_mask::$bit != 0 {
+                #[allow(clippy::unnecessary_cast)]
+                {
+                    $dst.$f = $src.$f as _;
+                }
+            }
+        )*
+    };
+}
+pub(crate) use copy_plain_qp_attrs;
+
 /// `enum ib_qp_state` values accepted by `ib_cm_init_qp_attr`.
 pub mod qp_state {
     pub const INIT: u32 = 1;

@@ -755,17 +755,80 @@ pub struct IbvQpAttr {
     pub _pad1: u32,
 }
 
-/// `struct ibv_qp_init_attr`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct IbvQpInitAttr {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut IbvCq,
-    pub recv_cq: *mut IbvCq,
-    pub srq: *mut IbvSrq,
-    pub cap: IbvQpCap,
-    pub qp_type: u32,
-    pub sq_sig_all: c_int,
+/// Declares `struct ibv_qp_init_attr` and `struct ibv_qp_init_attr_ex`
+/// from one list of the members they share (the extended struct repeats
+/// them first, then adds its own), with the conversions between the two.
+/// The extended struct cannot embed the basic one: C lays its first
+/// extension member (`comp_mask`) right after `sq_sig_all`, inside what
+/// would be the embedded struct's tail padding.
+macro_rules! qp_init_attr {
+    (
+        [$($f:ident: $t:ty,)*]
+        $(#[$xm:meta])*
+        extended [$($(#[$xfm:meta])* $xf:ident: $xt:ty,)*]
+    ) => {
+        /// `struct ibv_qp_init_attr`.
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy)]
+        pub struct IbvQpInitAttr {
+            $(pub $f: $t,)*
+        }
+
+        $(#[$xm])*
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy)]
+        pub struct IbvQpInitAttrEx {
+            $(pub $f: $t,)*
+            $($(#[$xfm])* pub $xf: $xt,)*
+        }
+
+        impl IbvQpInitAttrEx {
+            /// The extended form of a plain `ibv_qp_init_attr` on `pd`, as
+            /// librdmacm's `rdma_create_qp` builds it (`comp_mask = PD`).
+            pub fn from_basic(a: &IbvQpInitAttr, pd: *mut IbvPd) -> IbvQpInitAttrEx {
+                IbvQpInitAttrEx {
+                    $($f: a.$f,)*
+                    comp_mask: QP_INIT_ATTR_PD,
+                    pd,
+                    ..IbvQpInitAttrEx::default()
+                }
+            }
+
+            /// The `ibv_qp_init_attr` part (what `rdma_create_qp` copies
+            /// back to its caller: the CQs chosen and the capabilities
+            /// granted).
+            pub fn basic(&self) -> IbvQpInitAttr {
+                IbvQpInitAttr {
+                    $($f: self.$f,)*
+                }
+            }
+        }
+    };
+}
+
+qp_init_attr! {
+    [
+        qp_context: *mut c_void,
+        send_cq: *mut IbvCq,
+        recv_cq: *mut IbvCq,
+        srq: *mut IbvSrq,
+        cap: IbvQpCap,
+        qp_type: u32,
+        sq_sig_all: c_int,
+    ]
+    /// `struct ibv_qp_init_attr_ex`: `struct ibv_qp_init_attr` followed by
+    /// the extended members selected by `comp_mask`.
+    extended [
+        comp_mask: u32,
+        pd: *mut IbvPd,
+        xrcd: *mut IbvXrcd,
+        create_flags: u32,
+        max_tso_header: u16,
+        rwq_ind_tbl: *mut IbvRwqIndTable,
+        rx_hash_conf: IbvRxHashConf,
+        source_qpn: u32,
+        send_ops_flags: u64,
+    ]
 }
 
 /// `struct ibv_rx_hash_conf`.
@@ -776,29 +839,6 @@ pub struct IbvRxHashConf {
     pub rx_hash_key_len: u8,
     pub rx_hash_key: *mut u8,
     pub rx_hash_fields_mask: u64,
-}
-
-/// `struct ibv_qp_init_attr_ex`: `struct ibv_qp_init_attr` followed by the
-/// extended members selected by `comp_mask`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct IbvQpInitAttrEx {
-    pub qp_context: *mut c_void,
-    pub send_cq: *mut IbvCq,
-    pub recv_cq: *mut IbvCq,
-    pub srq: *mut IbvSrq,
-    pub cap: IbvQpCap,
-    pub qp_type: u32,
-    pub sq_sig_all: c_int,
-    pub comp_mask: u32,
-    pub pd: *mut IbvPd,
-    pub xrcd: *mut IbvXrcd,
-    pub create_flags: u32,
-    pub max_tso_header: u16,
-    pub rwq_ind_tbl: *mut IbvRwqIndTable,
-    pub rx_hash_conf: IbvRxHashConf,
-    pub source_qpn: u32,
-    pub send_ops_flags: u64,
 }
 
 impl Default for IbvQpInitAttr {
@@ -813,39 +853,6 @@ impl Default for IbvQpInitAttrEx {
     fn default() -> Self {
         // SAFETY: as for `IbvQpInitAttr`.
         unsafe { std::mem::zeroed() }
-    }
-}
-
-impl IbvQpInitAttrEx {
-    /// The extended form of a plain `ibv_qp_init_attr` on `pd`, as
-    /// librdmacm's `rdma_create_qp` builds it (`comp_mask = PD`).
-    pub fn from_basic(a: &IbvQpInitAttr, pd: *mut IbvPd) -> IbvQpInitAttrEx {
-        IbvQpInitAttrEx {
-            qp_context: a.qp_context,
-            send_cq: a.send_cq,
-            recv_cq: a.recv_cq,
-            srq: a.srq,
-            cap: a.cap,
-            qp_type: a.qp_type,
-            sq_sig_all: a.sq_sig_all,
-            comp_mask: QP_INIT_ATTR_PD,
-            pd,
-            ..IbvQpInitAttrEx::default()
-        }
-    }
-
-    /// The `ibv_qp_init_attr` part (what `rdma_create_qp` copies back to
-    /// its caller: the CQs chosen and the capabilities granted).
-    pub fn basic(&self) -> IbvQpInitAttr {
-        IbvQpInitAttr {
-            qp_context: self.qp_context,
-            send_cq: self.send_cq,
-            recv_cq: self.recv_cq,
-            srq: self.srq,
-            cap: self.cap,
-            qp_type: self.qp_type,
-            sq_sig_all: self.sq_sig_all,
-        }
     }
 }
 
@@ -1561,14 +1568,9 @@ pub fn qp_attr_from_cm(a: &QpAttr) -> Result<(IbvQpAttr, c_int), Errno> {
     let mask = a.mask & known;
     let has = |bit: u32| mask & bit != 0;
     let mut o = IbvQpAttr::default();
+    crate::engine::copy_plain_qp_attrs!(mask, a, &mut o);
     if has(m::STATE) {
         o.qp_state = a.qp_state;
-    }
-    if has(m::ACCESS_FLAGS) {
-        o.qp_access_flags = a.qp_access_flags;
-    }
-    if has(m::PKEY_INDEX) {
-        o.pkey_index = a.pkey_index;
     }
     if has(m::PORT) {
         o.port_num = a.port_num;
@@ -1576,44 +1578,11 @@ pub fn qp_attr_from_cm(a: &QpAttr) -> Result<(IbvQpAttr, c_int), Errno> {
     if has(m::AV) {
         o.ah_attr = ah_from_cm(&a.ah_attr, a.port_num)?;
     }
-    if has(m::PATH_MTU) {
-        o.path_mtu = a.path_mtu as u32;
-    }
-    if has(m::TIMEOUT) {
-        o.timeout = a.timeout;
-    }
-    if has(m::RETRY_CNT) {
-        o.retry_cnt = a.retry_cnt;
-    }
-    if has(m::RNR_RETRY) {
-        o.rnr_retry = a.rnr_retry;
-    }
-    if has(m::RQ_PSN) {
-        o.rq_psn = a.rq_psn;
-    }
-    if has(m::MAX_QP_RD_ATOMIC) {
-        o.max_rd_atomic = a.max_rd_atomic;
-    }
     if has(m::ALT_PATH) {
         o.alt_ah_attr = ah_from_cm(&a.alt_ah_attr, a.alt_port_num)?;
         o.alt_port_num = a.alt_port_num;
         o.alt_pkey_index = a.alt_pkey_index;
         o.alt_timeout = a.alt_timeout;
-    }
-    if has(m::MIN_RNR_TIMER) {
-        o.min_rnr_timer = a.min_rnr_timer;
-    }
-    if has(m::SQ_PSN) {
-        o.sq_psn = a.sq_psn;
-    }
-    if has(m::MAX_DEST_RD_ATOMIC) {
-        o.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    }
-    if has(m::PATH_MIG_STATE) {
-        o.path_mig_state = a.path_mig_state;
-    }
-    if has(m::DEST_QPN) {
-        o.dest_qp_num = a.dest_qp_num;
     }
     Ok((o, mask as c_int))
 }

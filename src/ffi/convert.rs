@@ -3,7 +3,8 @@
 
 use crate::abi::*;
 use crate::api::{
-    AhAttr, Device, Ece, Event, EventParam, Gid, PathRec, PathRecType, QpAttr, qp_mask,
+    AhAttr, Device, Ece, Event, EventParam, Gid, PathRec, PathRecType, QpAttr, copy_plain_qp_attrs,
+    qp_mask,
 };
 use std::ffi::c_void;
 
@@ -147,32 +148,12 @@ pub fn ah_to_c(dev: &Device, a: &AhAttr) -> RdmaAhAttr {
 pub fn qp_attr_to_c(dev: &Device, a: &QpAttr, c: &mut IbQpAttr) {
     let m = a.mask;
     c.qp_state = a.qp_state;
-    if m & qp_mask::ACCESS_FLAGS != 0 {
-        c.qp_access_flags = a.qp_access_flags as i32;
-    }
-    if m & qp_mask::PKEY_INDEX != 0 {
-        c.pkey_index = a.pkey_index;
-    }
+    copy_plain_qp_attrs!(m, a, &mut *c);
     if m & qp_mask::PORT != 0 && a.port_num != 0 {
         c.port_num = a.port_num as u32;
     }
     if m & qp_mask::AV != 0 {
         c.ah_attr = ah_to_c(dev, &a.ah_attr);
-    }
-    if m & qp_mask::PATH_MTU != 0 {
-        c.path_mtu = a.path_mtu as u32;
-    }
-    if m & qp_mask::DEST_QPN != 0 {
-        c.dest_qp_num = a.dest_qp_num;
-    }
-    if m & qp_mask::RQ_PSN != 0 {
-        c.rq_psn = a.rq_psn;
-    }
-    if m & qp_mask::MAX_DEST_RD_ATOMIC != 0 {
-        c.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    }
-    if m & qp_mask::MIN_RNR_TIMER != 0 {
-        c.min_rnr_timer = a.min_rnr_timer;
     }
     if m & qp_mask::ALT_PATH != 0 {
         if a.alt_port_num != 0 {
@@ -181,24 +162,6 @@ pub fn qp_attr_to_c(dev: &Device, a: &QpAttr, c: &mut IbQpAttr) {
         c.alt_pkey_index = a.alt_pkey_index;
         c.alt_timeout = a.alt_timeout;
         c.alt_ah_attr = ah_to_c(dev, &a.alt_ah_attr);
-    }
-    if m & qp_mask::SQ_PSN != 0 {
-        c.sq_psn = a.sq_psn;
-    }
-    if m & qp_mask::RETRY_CNT != 0 {
-        c.retry_cnt = a.retry_cnt;
-    }
-    if m & qp_mask::RNR_RETRY != 0 {
-        c.rnr_retry = a.rnr_retry;
-    }
-    if m & qp_mask::MAX_QP_RD_ATOMIC != 0 {
-        c.max_rd_atomic = a.max_rd_atomic;
-    }
-    if m & qp_mask::TIMEOUT != 0 {
-        c.timeout = a.timeout;
-    }
-    if m & qp_mask::PATH_MIG_STATE != 0 {
-        c.path_mig_state = a.path_mig_state;
     }
 }
 

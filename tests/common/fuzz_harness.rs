@@ -441,6 +441,25 @@ impl<'t> World<'t> {
         eng.destroyed.retain(|d| *d != h);
     }
 
+    /// Logs an API call on id `h` of engine `ei` (`e1 send_rep h -> Ok(..)`)
+    /// and counts its result as [`Self::api`] does.
+    fn api_on<T: std::fmt::Debug>(
+        &mut self,
+        ei: usize,
+        h: Handle,
+        call: &str,
+        r: ApiResult<T>,
+    ) -> Option<T> {
+        self.log(|| format!("e{ei} {call} {h:?} -> {r:?}"));
+        self.api(r)
+    }
+
+    /// An engine, then one of its ids (or a stale or foreign handle).
+    fn pick_id(&self, c: &mut Chooser) -> (usize, Handle) {
+        let ei = self.pick_engine(c);
+        (ei, self.pick_handle(c, ei))
+    }
+
     fn api<T>(&mut self, r: ApiResult<T>) -> Option<T> {
         match r {
             Ok(v) => {
@@ -752,8 +771,7 @@ impl<'t> World<'t> {
                 }
             }
             9 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let sid = self.pick_service(c);
                 let key = c.chance(32).then(|| c.u8() as u64);
                 let r = self.engs[ei].e.listen_keyed(h, sid, key);
@@ -763,48 +781,37 @@ impl<'t> World<'t> {
                 }
             }
             10 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let p = self.req_params(c, ei);
                 let r = self.engs[ei].e.send_req(now, h, &p);
-                self.log(|| format!("e{ei} send_req {h:?} -> {r:?}"));
-                self.api(r);
+                self.api_on(ei, h, "send_req", r);
             }
             11 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let p = self.rep_params(c, ei);
                 let r = self.engs[ei].e.send_rep(now, h, &p);
-                self.log(|| format!("e{ei} send_rep {h:?} -> {r:?}"));
-                self.api(r);
+                self.api_on(ei, h, "send_rep", r);
             }
             12 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let pd = self.pick_pdata(c, pdata::RTU);
                 let r = self.engs[ei].e.send_rtu(h, &pd);
-                self.log(|| format!("e{ei} send_rtu {h:?} -> {r:?}"));
-                self.api(r);
+                self.api_on(ei, h, "send_rtu", r);
             }
             13 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let pd = self.pick_pdata(c, pdata::DREQ);
                 let r = self.engs[ei].e.send_dreq(now, h, &pd);
-                self.log(|| format!("e{ei} send_dreq {h:?} -> {r:?}"));
-                self.api(r);
+                self.api_on(ei, h, "send_dreq", r);
             }
             14 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let pd = self.pick_pdata(c, pdata::DREP);
                 let r = self.engs[ei].e.send_drep(now, h, &pd);
-                self.log(|| format!("e{ei} send_drep {h:?} -> {r:?}"));
-                self.api(r);
+                self.api_on(ei, h, "send_drep", r);
             }
             15 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let reason = self.pick_reason(c);
                 let ari = self.pick_pdata(c, pdata::REJ_ARI);
                 let pd = self.pick_pdata(c, pdata::REJ);
@@ -813,15 +820,12 @@ impl<'t> World<'t> {
                 self.api(r);
             }
             16 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let r = self.engs[ei].e.prepare_mra(h);
-                self.log(|| format!("e{ei} prepare_mra {h:?} -> {r:?}"));
-                self.api(r);
+                self.api_on(ei, h, "prepare_mra", r);
             }
             17 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let ev = match c.u8() {
                     0..120 => ib_event::COMM_EST,
                     120..240 => ib_event::PATH_MIG,
@@ -832,8 +836,7 @@ impl<'t> World<'t> {
                 self.api(r);
             }
             18 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let st = match c.u8() {
                     0..80 => qp_state::INIT,
                     80..160 => qp_state::RTR,
@@ -845,24 +848,19 @@ impl<'t> World<'t> {
                 self.api(r);
             }
             19 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let p = self.sidr_req_params(c, ei);
                 let r = self.engs[ei].e.send_sidr_req(now, h, &p);
-                self.log(|| format!("e{ei} send_sidr_req {h:?} -> {r:?}"));
-                self.api(r);
+                self.api_on(ei, h, "send_sidr_req", r);
             }
             20 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let p = self.sidr_rep_params(c, ei);
                 let r = self.engs[ei].e.send_sidr_rep(h, &p);
-                self.log(|| format!("e{ei} send_sidr_rep {h:?} -> {r:?}"));
-                self.api(r);
+                self.api_on(ei, h, "send_sidr_rep", r);
             }
             21 => {
-                let ei = self.pick_engine(c);
-                let h = self.pick_handle(c, ei);
+                let (ei, h) = self.pick_id(c);
                 let err = match c.u8() {
                     0..200 => 0,
                     200..240 => -errno::ENOMEM,
@@ -1386,19 +1384,7 @@ impl<'t> World<'t> {
         if c.chance(48) {
             self.mutate(c, &mut mad);
         }
-        let from = self.other_dev(dev);
-        let pi = self.devs[dev].ports.len() - 1;
-        let src = MadSource {
-            port: self.devs[dev].ports[pi].0,
-            sgid: self.devs[from].ports[pi].1,
-            dgid: self.devs[dev].ports[pi].1,
-            has_grh: true,
-            slid: self.devs[from].ports[pi].2,
-            src_qp: 1,
-            pkey: 0xffff,
-            hop_limit: 64,
-            ..MadSource::default()
-        };
+        let src = self.peer_source(dev, self.devs[dev].ports.len() - 1);
         self.receive(dev, &src, &mad)
     }
 
@@ -1457,23 +1443,29 @@ impl<'t> World<'t> {
         }
     }
 
-    /// Where an injected MAD claims to come from (usually the other device).
-    fn inject_source(&self, c: &mut Chooser, dev: usize) -> MadSource {
+    /// What a MAD from the other device to port index `pi` of `dev` comes
+    /// with: the peer's GID and LID on the same index, the GSI, a GRH.
+    fn peer_source(&self, dev: usize, pi: usize) -> MadSource {
         let from = self.other_dev(dev);
-        let pi = c.below(self.devs[dev].ports.len());
-        let (port, gid, _) = self.devs[dev].ports[pi];
-        let sgid = self.devs[from].ports[pi].1;
-        let mut src = MadSource {
+        let (port, dgid, _) = self.devs[dev].ports[pi];
+        let (_, sgid, slid) = self.devs[from].ports[pi];
+        MadSource {
             port,
             sgid,
-            dgid: gid,
+            dgid,
             has_grh: true,
-            slid: self.devs[from].ports[pi].2,
+            slid,
             src_qp: 1,
             pkey: 0xffff,
             hop_limit: 64,
             ..MadSource::default()
-        };
+        }
+    }
+
+    /// Where an injected MAD claims to come from (usually the other device).
+    fn inject_source(&self, c: &mut Chooser, dev: usize) -> MadSource {
+        let pi = c.below(self.devs[dev].ports.len());
+        let mut src = self.peer_source(dev, pi);
         if c.chance(24) {
             let m = c.u8();
             match m % 6 {
