@@ -27,6 +27,9 @@ use std::sync::{Arc, Condvar, Mutex};
 pub const EADDRINUSE: Errno = Errno(libc::EADDRINUSE);
 pub const EACCES: Errno = Errno(libc::EACCES);
 
+/// A service without `PORT_LEASE` answers it so.
+pub const EOPNOTSUPP: Errno = Errno(crate::engine::errno::EOPNOTSUPP);
+
 /// `CAP_NET_BIND_SERVICE` (linux/capability.h).
 const CAP_NET_BIND_SERVICE: u32 = 10;
 
@@ -551,6 +554,8 @@ pub struct HostPorts {
     path: PathBuf,
     mode: ServiceMode,
     link: Arc<Mutex<Option<Link>>>,
+    /// The service answered `PORT_LEASE` `-EOPNOTSUPP`.
+    no_leases: std::sync::atomic::AtomicBool,
 }
 
 impl HostPorts {
@@ -567,6 +572,7 @@ impl HostPorts {
             path: ipc::socket_path(),
             mode,
             link: Arc::new(Mutex::new(None)),
+            no_leases: Default::default(),
         };
         let opened = {
             let mut l = lock(&hp.link);
@@ -627,6 +633,7 @@ impl HostPorts {
             path: path.into(),
             mode: ServiceMode::Required,
             link: Arc::new(Mutex::new(None)),
+            no_leases: Default::default(),
         };
         hp.open_link(&mut lock(&hp.link))
             .map_err(|_| Errno::ENODEV)?;
@@ -777,7 +784,14 @@ impl HostPorts {
     /// has filled since, or when the service is lost (`ENODEV`). While
     /// earlier pipelined binds are unanswered the request is held and
     /// leaves with the others held when the last answer comes.
+    ///
+    /// `-EOPNOTSUPP`: the service has no leases (older than them; asked
+    /// once), the caller binds with `bind`.
     pub fn bind_pipelined(&self, ps: u16, b: Binding, done: Done) -> Result<(), Errno> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.no_leases.load(Relaxed) {
+            return Err(EOPNOTSUPP);
+        }
         let mut l = lock(&self.link);
         for _ in 0..2 {
             let link = self.ensure(&mut l)?;
@@ -793,8 +807,16 @@ impl HostPorts {
                     w.put(&ps).put(&want);
                 },
                 true,
-            )?;
-            let got = ipc::Reader::new(&body)
+            );
+            if body == Err(EOPNOTSUPP) {
+                ibcm_log!(
+                    INFO,
+                    "rdma_cm ports: the CM service at {} leases no ports: rdma_resolve_addr waits for its port",
+                    self.path.display()
+                );
+                self.no_leases.store(true, Relaxed);
+            }
+            let got = ipc::Reader::new(&body?)
                 .get::<Box<[u16]>>()
                 .map_err(|_| Errno(crate::engine::errno::EPROTO))?
                 .len() as u32;

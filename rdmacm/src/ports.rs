@@ -123,7 +123,11 @@ impl PortSpace for ServicePorts {
     }
 
     fn bind_pipelined(&self, ps: u16, b: Binding, done: host::Done) -> Option<Result<(), Errno>> {
-        Some(self.0.bind_pipelined(ps, b.into(), done))
+        match self.0.bind_pipelined(ps, b.into(), done) {
+            // A service without leases: the caller binds and waits.
+            Err(host::EOPNOTSUPP) => None,
+            r => Some(r),
+        }
     }
 }
 
