@@ -677,8 +677,18 @@ impl HostPorts {
     fn ensure<'a>(&self, l: &'a mut Option<Link>) -> Result<&'a mut Link, Errno> {
         if l.as_ref().is_some_and(|k| k.pid != std::process::id()) {
             // A forked child: the parent's connection (and its reader
-            // thread, its waiters, its leases) are the parent's.
-            *l = None;
+            // thread, its waiters, its leases) are the parent's. The
+            // parent's reader thread does not exist here and never drops
+            // its reference to the socket: closed by hand, or the child
+            // would keep the parent's connection (and its ports) open
+            // after the parent is gone.
+            if let Some(k) = l.take() {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&*k.fd);
+                drop(k);
+                // SAFETY: this process's copy of the socket; the only
+                // other reference is the absent thread's, never dropped.
+                unsafe { libc::close(fd) };
+            }
         }
         if l.is_none()
             && let Err(e) = self.open_link(l)
@@ -886,7 +896,9 @@ impl Drop for HostPorts {
     /// service releases its bindings and leases.
     fn drop(&mut self) {
         let mut l = lock(&self.link);
-        if let Some(k) = l.take() {
+        // (Not in a forked child: the socket is the parent's too, and a
+        // shutdown would end the parent's connection.)
+        if let Some(k) = l.take().filter(|k| k.pid == std::process::id()) {
             // SAFETY: shutdown of a socket this value owns a reference to.
             unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&*k.fd), libc::SHUT_RDWR) };
         }
