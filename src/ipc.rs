@@ -71,6 +71,10 @@ pub mod op {
     pub const PORT_LISTEN: u16 = 0x101;
     /// Port space, port, owner: the binding goes (usually sent with seq 0).
     pub const PORT_RELEASE: u16 = 0x102;
+    /// rdma_cm ports: reserve ephemeral ports of a port space for this
+    /// connection's next ephemeral binds (port space, count ≤
+    /// `portspace::MAX_LEASE` → the ports, at least one).
+    pub const PORT_LEASE: u16 = 0x103;
 
     /// Set in a reply's op.
     pub const REPLY: u16 = 0x8000;
@@ -103,7 +107,7 @@ pub mod op {
     /// Whether `op` (the `ONEWAY` flag taken off) is a request the
     /// service knows.
     pub fn known(op: u16) -> bool {
-        (1..=LAST).contains(&op) || op == CREATE_IDS || (PORT_BIND..=PORT_RELEASE).contains(&op)
+        (1..=LAST).contains(&op) || op == CREATE_IDS || (PORT_BIND..=PORT_LEASE).contains(&op)
     }
 
     /// The requests that may be sent `ONEWAY`.

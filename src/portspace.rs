@@ -20,12 +20,15 @@ use crate::log::{ERROR, INFO, WARN};
 use crate::runtime::{ServiceMode, service_mode};
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
 
 pub const EADDRINUSE: Errno = Errno(libc::EADDRINUSE);
 pub const EACCES: Errno = Errno(libc::EACCES);
+
+/// A service without `PORT_LEASE` answers it so.
+pub const EOPNOTSUPP: Errno = Errno(crate::engine::errno::EOPNOTSUPP);
 
 /// `CAP_NET_BIND_SERVICE` (linux/capability.h).
 const CAP_NET_BIND_SERVICE: u32 = 10;
@@ -127,14 +130,23 @@ fn random() -> u32 {
 struct Held {
     holder: u64,
     b: Binding,
+    /// An ephemeral port reserved for the holder's next ephemeral bind
+    /// (`PortTable::lease`), not bound yet: alone on its port, taken by
+    /// the holder's next port-0 bind, revoked by anyone's explicit bind.
+    lease: bool,
 }
+
+/// Most ports one `PORT_LEASE` reserves.
+pub const MAX_LEASE: u32 = 64;
 
 /// The port spaces: bindings by (port space, port).
 #[derive(Default)]
 pub struct PortTable {
     map: HashMap<(u16, u16), Vec<Held>>,
-    /// Bindings per holder.
+    /// Bindings and leased ports per holder.
     counts: HashMap<u64, usize>,
+    /// Leased ports per (holder, port space).
+    leases: HashMap<(u64, u16), Vec<u16>>,
 }
 
 impl PortTable {
@@ -152,33 +164,133 @@ impl PortTable {
             if port < 1024 && !privileged {
                 return Err(EACCES);
             }
+            self.revoke(ps, port);
             let list = self.map.entry((ps, port)).or_default();
             if list.iter().any(|o| !compatible(&o.b, &b)) {
                 return Err(EADDRINUSE);
             }
-            list.push(Held { holder, b });
+            list.push(Held {
+                holder,
+                b,
+                lease: false,
+            });
             *self.counts.entry(holder).or_default() += 1;
             return Ok(port);
         }
+        // The holder's own leased ports first (already counted).
+        if let Some(p) = self.take_lease(holder, ps) {
+            self.map.insert(
+                (ps, p),
+                vec![Held {
+                    holder,
+                    b,
+                    lease: false,
+                }],
+            );
+            return Ok(p);
+        }
+        let p = self.vacant(ps).ok_or(EADDRINUSE)?;
+        self.map.insert(
+            (ps, p),
+            vec![Held {
+                holder,
+                b,
+                lease: false,
+            }],
+        );
+        *self.counts.entry(holder).or_default() += 1;
+        Ok(p)
+    }
+
+    /// A port of `ps` nobody binds or leases, from a random start in the
+    /// ephemeral range.
+    fn vacant(&self, ps: u16) -> Option<u16> {
         let (lo, hi) = ephemeral_range();
         let n = (hi - lo) as u32 + 1;
         let start = random() % n;
-        for k in 0..n {
-            let p = lo + ((start + k) % n) as u16;
-            if let std::collections::hash_map::Entry::Vacant(v) = self.map.entry((ps, p)) {
-                v.insert(vec![Held { holder, b }]);
-                *self.counts.entry(holder).or_default() += 1;
-                return Ok(p);
+        (0..n)
+            .map(|k| lo + ((start + k) % n) as u16)
+            .find(|p| !self.map.contains_key(&(ps, *p)))
+    }
+
+    /// Reserves up to `want` vacant ephemeral ports of `ps` for `holder`'s
+    /// next ephemeral binds (`PORT_LEASE`: the process then binds them
+    /// without waiting for the service); the ports. `EADDRINUSE` when the
+    /// range has no vacant port (the error an ephemeral bind gives).
+    pub fn lease(&mut self, holder: u64, ps: u16, want: u32) -> Result<Vec<u16>, Errno> {
+        let mut got = Vec::new();
+        while (got.len() as u32) < want {
+            let Some(p) = self.vacant(ps) else { break };
+            self.map.insert(
+                (ps, p),
+                vec![Held {
+                    holder,
+                    b: Binding {
+                        ip: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                        reuse: false,
+                        afonly: false,
+                        listening: false,
+                        owner: 0,
+                    },
+                    lease: true,
+                }],
+            );
+            self.leases.entry((holder, ps)).or_default().push(p);
+            *self.counts.entry(holder).or_default() += 1;
+            got.push(p);
+        }
+        if got.is_empty() {
+            return Err(EADDRINUSE);
+        }
+        Ok(got)
+    }
+
+    /// Leased ports not bound yet, of every holder.
+    pub fn leased_total(&self) -> usize {
+        self.leases.values().map(Vec::len).sum()
+    }
+
+    /// Ports of `ps` leased to `holder` and not bound yet.
+    pub fn leased(&self, holder: u64, ps: u16) -> usize {
+        self.leases.get(&(holder, ps)).map_or(0, Vec::len)
+    }
+
+    /// The next port leased to `holder` in `ps`, its lease ended (the
+    /// caller binds it; it stays counted).
+    fn take_lease(&mut self, holder: u64, ps: u16) -> Option<u16> {
+        let v = self.leases.get_mut(&(holder, ps))?;
+        let p = v.pop()?;
+        if v.is_empty() {
+            self.leases.remove(&(holder, ps));
+        }
+        self.map.remove(&(ps, p));
+        Some(p)
+    }
+
+    /// An explicit bind of `port`: a lease on it ends (the port is free to
+    /// the kernel's rules; the holder's next ephemeral bind takes another).
+    fn revoke(&mut self, ps: u16, port: u16) {
+        let Some(list) = self.map.get(&(ps, port)) else {
+            return;
+        };
+        let Some(h) = list.iter().find(|h| h.lease).map(|h| h.holder) else {
+            return;
+        };
+        self.map.remove(&(ps, port));
+        if let Some(v) = self.leases.get_mut(&(h, ps)) {
+            v.retain(|p| *p != port);
+            if v.is_empty() {
+                self.leases.remove(&(h, ps));
             }
         }
-        Err(EADDRINUSE)
+        self.uncount(h, 1);
     }
 
     /// Marks `owner`'s binding as listening; `EADDRINUSE` when another
     /// binding overlapping it listens or does not share it (REUSEADDR).
     pub fn listen(&mut self, holder: u64, ps: u16, port: u16, owner: u64) -> Result<(), Errno> {
         let list = self.map.get_mut(&(ps, port)).ok_or(Errno::EINVAL)?;
-        let mine = |h: &Held| h.holder == holder && h.b.owner == owner;
+        let mine = |h: &Held| h.holder == holder && !h.lease && h.b.owner == owner;
         let me = list.iter().find(|h| mine(h)).ok_or(Errno::EINVAL)?.b;
         if list
             .iter()
@@ -196,7 +308,7 @@ impl PortTable {
     pub fn release(&mut self, holder: u64, ps: u16, port: u16, owner: u64) {
         if let Some(list) = self.map.get_mut(&(ps, port)) {
             let before = list.len();
-            list.retain(|h| !(h.holder == holder && h.b.owner == owner));
+            list.retain(|h| !(h.holder == holder && !h.lease && h.b.owner == owner));
             let gone = before - list.len();
             if list.is_empty() {
                 self.map.remove(&(ps, port));
@@ -219,6 +331,7 @@ impl PortTable {
             !list.is_empty()
         });
         self.counts.remove(&holder);
+        self.leases.retain(|(h, _), _| *h != holder);
         gone
     }
 
@@ -303,23 +416,146 @@ pub fn get_owner(r: &mut ipc::Reader<'_>) -> Result<(u16, u16, u64), Errno> {
     Ok(v)
 }
 
+/// Decodes a `PORT_LEASE` body: port space, count (1..=`MAX_LEASE`).
+pub fn get_lease(r: &mut ipc::Reader<'_>) -> Result<(u16, u32), Errno> {
+    let ps: u16 = r.get()?;
+    let want: u32 = r.get()?;
+    r.end()?;
+    if !(1..=MAX_LEASE).contains(&want) {
+        return Err(Errno::EINVAL);
+    }
+    Ok((ps, want))
+}
+
 /// How long a port request waits for the service before giving up on it
 /// (the connection is then dropped: its bindings go with it).
-const REPLY_TIMEOUT_MS: i64 = 10_000;
+const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// This process's connection to the host CM service's port table.
+/// What a pipelined bind runs when its port is known (on the link's reader
+/// thread): the port, or the bind's error.
+pub type Done = Box<dyn FnOnce(Result<u16, Errno>) + Send>;
+
+/// A caller's wait for its reply.
+#[derive(Default)]
+struct Slot {
+    v: Mutex<Option<Result<Vec<u8>, Errno>>>,
+    cv: Condvar,
+}
+
+/// Who waits for a reply.
+enum Waiter {
+    /// A caller blocked in `HostPorts::call`.
+    Sync(Arc<Slot>),
+    /// A pipelined bind (`HostPorts::bind_pipelined`).
+    Async(Done),
+}
+
+impl Waiter {
+    /// Hands `r` (a reply's body, or the error) over.
+    fn finish(self, r: Result<Vec<u8>, Errno>) {
+        match self {
+            Waiter::Sync(slot) => {
+                *lock(&slot.v) = Some(r);
+                slot.cv.notify_all();
+            }
+            Waiter::Async(done) => done(r.and_then(|body| {
+                ipc::Reader::new(&body)
+                    .get::<u16>()
+                    .map_err(|_| Errno(crate::engine::errno::EPROTO))
+            })),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// This process's connection to the host CM service's port table. One
+/// reader thread per connection takes the replies: a caller of a round
+/// trip waits for its own, a pipelined bind's runs its `Done`.
 struct Link {
-    fd: OwnedFd,
+    fd: Arc<OwnedFd>,
     /// The process that connected (a forked child opens its own link).
     pid: u32,
+    /// Which connection this is (the reader thread serves only its own).
+    generation: u64,
     seq: u64,
+    pending: HashMap<u64, Waiter>,
+    /// Records not sent yet: pipelined binds made while earlier ones are
+    /// unanswered, and the one-way records made after them (kept in
+    /// order). They leave as one message when the last answer comes, or
+    /// before the next round trip.
+    held: Vec<Vec<u8>>,
+    /// Pipelined binds among `held`.
+    held_binds: usize,
+    /// Pipelined binds sent and not answered yet.
+    inflight: usize,
+    /// Ports leased per port space and not bound yet, as far as this
+    /// process counts (the service's count can be lower: another
+    /// process's explicit bind revokes a leased port).
+    credits: HashMap<u16, u32>,
+    /// Ephemeral binds made so far: the next lease asks for as many.
+    used: u32,
+}
+
+impl Link {
+    /// Sends `recs` (several as one `BATCH` message).
+    fn send(&self, recs: Vec<Vec<u8>>) -> std::io::Result<()> {
+        ipc::batch(recs)
+            .iter()
+            .try_for_each(|m| sock::send(&self.fd, m))
+    }
+
+    /// The held records and `rec`, sent now.
+    fn send_all(&mut self, rec: Option<Vec<u8>>) -> std::io::Result<()> {
+        let mut recs = std::mem::take(&mut self.held);
+        self.inflight += std::mem::take(&mut self.held_binds);
+        recs.extend(rec);
+        if recs.is_empty() {
+            return Ok(());
+        }
+        self.send(recs)
+    }
+}
+
+/// The link is gone: it goes from `l` and its waiters are returned (to be
+/// told `ENODEV` outside the lock).
+fn drop_link(l: &mut Option<Link>, why: &str) -> Vec<Waiter> {
+    ibcm_log!(
+        WARN,
+        "rdma_cm ports: the CM service connection failed: {why}"
+    );
+    l.take()
+        .map(|k| k.pending.into_values().collect())
+        .unwrap_or_default()
+}
+
+fn fail(waiters: Vec<Waiter>) {
+    for w in waiters {
+        w.finish(Err(Errno::ENODEV));
+    }
+}
+
+/// A record: header (`seq` 0: nobody waits for its reply) and body.
+fn record(opc: u16, seq: u64, body: impl FnOnce(&mut ipc::Writer)) -> Vec<u8> {
+    let mut w = Header {
+        op: opc,
+        seq,
+        handle: 0,
+    }
+    .record();
+    body(&mut w);
+    w.into_bytes()
 }
 
 /// A process's client of the host-wide port table in the CM service.
 pub struct HostPorts {
     path: PathBuf,
     mode: ServiceMode,
-    link: Mutex<Option<Link>>,
+    link: Arc<Mutex<Option<Link>>>,
+    /// The service answered `PORT_LEASE` `-EOPNOTSUPP`.
+    no_leases: std::sync::atomic::AtomicBool,
 }
 
 impl HostPorts {
@@ -335,11 +571,15 @@ impl HostPorts {
         let hp = HostPorts {
             path: ipc::socket_path(),
             mode,
-            link: Mutex::new(None),
+            link: Arc::new(Mutex::new(None)),
+            no_leases: Default::default(),
         };
-        let mut l = hp.link.lock().unwrap_or_else(|p| p.into_inner());
-        match hp.open_link() {
-            Ok(link) => *l = Some(link),
+        let opened = {
+            let mut l = lock(&hp.link);
+            hp.open_link(&mut l)
+        };
+        match opened {
+            Ok(()) => {}
             Err(e) if mode == ServiceMode::Auto => {
                 ibcm_log!(
                     INFO,
@@ -359,7 +599,6 @@ impl HostPorts {
                 return Err(Errno::ENODEV);
             }
         }
-        drop(l);
         // A service older than the port ops answers -EOPNOTSUPP; a
         // listen of nothing is -EINVAL from one that has them.
         match hp.listen(0, 0, 0) {
@@ -393,14 +632,17 @@ impl HostPorts {
         let hp = HostPorts {
             path: path.into(),
             mode: ServiceMode::Required,
-            link: Mutex::new(None),
+            link: Arc::new(Mutex::new(None)),
+            no_leases: Default::default(),
         };
-        let link = hp.open_link().map_err(|_| Errno::ENODEV)?;
-        *hp.link.lock().unwrap_or_else(|p| p.into_inner()) = Some(link);
+        hp.open_link(&mut lock(&hp.link))
+            .map_err(|_| Errno::ENODEV)?;
         Ok(hp)
     }
 
-    fn open_link(&self) -> std::io::Result<Link> {
+    /// Opens the link and starts its reader thread.
+    fn open_link(&self, l: &mut Option<Link>) -> std::io::Result<()> {
+        static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let fd = match sock::connect(&self.path) {
             Ok(fd) => fd,
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => return Err(e),
@@ -410,108 +652,218 @@ impl HostPorts {
                 sock::connect(&self.path)?
             }
         };
-        let tv = libc::timeval {
-            tv_sec: REPLY_TIMEOUT_MS / 1000,
-            tv_usec: 0,
-        };
-        // SAFETY: a valid socket and a timeval of the size given.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&raw const tv).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        Ok(Link {
+        let fd = Arc::new(fd);
+        let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (shared, rfd) = (self.link.clone(), fd.clone());
+        std::thread::Builder::new()
+            .name("ibcm-ports".into())
+            .spawn(move || reader(&shared, &rfd, generation))?;
+        *l = Some(Link {
             fd,
             pid: std::process::id(),
+            generation,
             seq: 1,
-        })
+            pending: HashMap::new(),
+            held: Vec::new(),
+            held_binds: 0,
+            inflight: 0,
+            credits: HashMap::new(),
+            used: 0,
+        });
+        Ok(())
+    }
+
+    /// The link, (re)opened if needed.
+    fn ensure<'a>(&self, l: &'a mut Option<Link>) -> Result<&'a mut Link, Errno> {
+        if l.as_ref().is_some_and(|k| k.pid != std::process::id()) {
+            // A forked child: the parent's connection (and its reader
+            // thread, its waiters, its leases) are the parent's. The
+            // parent's reader thread does not exist here and never drops
+            // its reference to the socket: closed by hand, or the child
+            // would keep the parent's connection (and its ports) open
+            // after the parent is gone.
+            if let Some(k) = l.take() {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(&*k.fd);
+                drop(k);
+                // SAFETY: this process's copy of the socket; the only
+                // other reference is the absent thread's, never dropped.
+                unsafe { libc::close(fd) };
+            }
+        }
+        if l.is_none()
+            && let Err(e) = self.open_link(l)
+        {
+            ibcm_log!(
+                WARN,
+                "rdma_cm ports: no CM service at {}: {e}",
+                self.path.display()
+            );
+            return Err(Errno::ENODEV);
+        }
+        Ok(l.as_mut().expect("a link"))
     }
 
     /// One request; its reply's body (`wait`: false sends it without a
-    /// reply, as a release nobody waits for).
+    /// reply, as a release nobody waits for — behind any held records).
     fn call(
         &self,
         opc: u16,
-        body: impl Fn(&mut ipc::Writer),
+        body: impl FnOnce(&mut ipc::Writer),
         wait: bool,
     ) -> Result<Vec<u8>, Errno> {
-        let mut l = self.link.lock().unwrap_or_else(|p| p.into_inner());
-        if l.as_ref().is_some_and(|k| k.pid != std::process::id()) {
-            // A forked child: the parent's connection is the parent's.
-            *l = None;
-        }
-        if l.is_none() {
-            match self.open_link() {
-                Ok(k) => *l = Some(k),
-                Err(e) => {
-                    ibcm_log!(
-                        WARN,
-                        "rdma_cm ports: no CM service at {}: {e}",
-                        self.path.display()
-                    );
-                    return Err(Errno::ENODEV);
-                }
-            }
-        }
-        let link = l.as_mut().expect("a link");
-        let seq = if wait {
-            link.seq += 1;
-            link.seq
-        } else {
-            0
-        };
-        let mut w = Header {
-            op: opc,
-            seq,
-            handle: 0,
-        }
-        .record();
-        body(&mut w);
-        let lost = |l: &mut Option<Link>, why: &str| {
-            ibcm_log!(
-                WARN,
-                "rdma_cm ports: the CM service connection failed: {why}"
-            );
-            *l = None;
-            Errno::ENODEV
-        };
-        if let Err(e) = sock::send(&link.fd, &w.into_bytes()) {
-            return Err(lost(&mut l, &e.to_string()));
-        }
+        let mut l = lock(&self.link);
+        let link = self.ensure(&mut l)?;
         if !wait {
+            let rec = record(opc, 0, body);
+            if !link.held.is_empty() {
+                link.held.push(rec);
+                return Ok(Vec::new());
+            }
+            if let Err(e) = link.send(vec![rec]) {
+                let w = drop_link(&mut l, &e.to_string());
+                drop(l);
+                fail(w);
+                return Err(Errno::ENODEV);
+            }
             return Ok(Vec::new());
         }
-        let mut buf = vec![0u8; 512];
-        let n = match sock::recv(&link.fd, &mut buf) {
-            Ok(0) => return Err(lost(&mut l, "closed by the service")),
-            Ok(n) => n,
-            Err(e) => return Err(lost(&mut l, &e.to_string())),
-        };
-        let parsed = Header::parse(&buf[..n]).and_then(|(h, mut r)| {
-            if h.op != op::REPLY | opc || h.seq != seq {
-                return Err(Errno(crate::engine::errno::EPROTO));
-            }
-            let err: i32 = r.get()?;
-            let _: Public = r.get()?;
-            Ok((err, buf[n - r.remaining()..n].to_vec()))
-        });
-        match parsed {
-            Ok((0, body)) => Ok(body),
-            Ok((err, _)) => Err(Errno(-err)),
-            Err(_) => Err(lost(&mut l, "a reply that does not decode")),
+        link.seq += 1;
+        let seq = link.seq;
+        let generation = link.generation;
+        let slot = Arc::new(Slot::default());
+        link.pending.insert(seq, Waiter::Sync(slot.clone()));
+        if let Err(e) = link.send_all(Some(record(opc, seq, body))) {
+            let w = drop_link(&mut l, &e.to_string());
+            drop(l);
+            fail(w);
+            return Err(Errno::ENODEV);
         }
+        drop(l);
+        let deadline = std::time::Instant::now() + REPLY_TIMEOUT;
+        let mut v = lock(&slot.v);
+        loop {
+            if let Some(r) = v.take() {
+                return r;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            v = slot
+                .cv
+                .wait_timeout(v, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(v);
+        let mut l = lock(&self.link);
+        if l.as_ref().is_some_and(|k| k.generation == generation) {
+            let w = drop_link(&mut l, "no reply in time");
+            drop(l);
+            fail(w);
+        }
+        let r = lock(&slot.v).take();
+        r.unwrap_or(Err(Errno::ENODEV))
     }
 
     /// Binds `b` to `port` of `ps` (0: ephemeral) in the host's table.
     pub fn bind(&self, ps: u16, port: u16, b: Binding) -> Result<u16, Errno> {
+        if port == 0 {
+            // The service binds a leased port first.
+            let mut l = lock(&self.link);
+            if let Ok(link) = self.ensure(&mut l) {
+                link.used = link.used.saturating_add(1);
+                if let Some(c) = link.credits.get_mut(&ps) {
+                    *c = c.saturating_sub(1);
+                }
+            }
+        }
         let body = self.call(op::PORT_BIND, |w| put_bind(w, ps, port, &b), true)?;
         ipc::Reader::new(&body)
             .get::<u16>()
             .map_err(|_| Errno(crate::engine::errno::EPROTO))
+    }
+
+    /// An ephemeral bind of `b` in `ps` without waiting for the service:
+    /// the port comes to `done` on the link's reader thread. It binds a
+    /// port leased to this connection (`PORT_LEASE`, a round trip when
+    /// none is left, sized by the ephemeral binds made so far): the
+    /// lease's errors (`EADDRINUSE` when the range is full, `ENOMEM` at
+    /// the service's limit) are returned here, as a bind's would be, so
+    /// `done` sees an error only when the lease was revoked and the range
+    /// has filled since, or when the service is lost (`ENODEV`). While
+    /// earlier pipelined binds are unanswered the request is held and
+    /// leaves with the others held when the last answer comes.
+    ///
+    /// `-EOPNOTSUPP`: the service has no leases (older than them; asked
+    /// once), the caller binds with `bind`.
+    pub fn bind_pipelined(&self, ps: u16, b: Binding, done: Done) -> Result<(), Errno> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.no_leases.load(Relaxed) {
+            return Err(EOPNOTSUPP);
+        }
+        let mut l = lock(&self.link);
+        for _ in 0..2 {
+            let link = self.ensure(&mut l)?;
+            if link.credits.get(&ps).copied().unwrap_or(0) > 0 {
+                break;
+            }
+            let want = link.used.clamp(1, MAX_LEASE);
+            let generation = link.generation;
+            drop(l);
+            let body = self.call(
+                op::PORT_LEASE,
+                |w| {
+                    w.put(&ps).put(&want);
+                },
+                true,
+            );
+            if body == Err(EOPNOTSUPP) {
+                ibcm_log!(
+                    INFO,
+                    "rdma_cm ports: the CM service at {} leases no ports: rdma_resolve_addr waits for its port",
+                    self.path.display()
+                );
+                self.no_leases.store(true, Relaxed);
+            }
+            let got = ipc::Reader::new(&body?)
+                .get::<Box<[u16]>>()
+                .map_err(|_| Errno(crate::engine::errno::EPROTO))?
+                .len() as u32;
+            if got == 0 || got > want {
+                return Err(Errno(crate::engine::errno::EPROTO));
+            }
+            l = lock(&self.link);
+            // A link lost meanwhile took the lease with it: lease again.
+            if let Some(k) = l.as_mut().filter(|k| k.generation == generation) {
+                *k.credits.entry(ps).or_default() += got;
+            }
+        }
+        let link = self.ensure(&mut l)?;
+        let Some(c) = link.credits.get_mut(&ps).filter(|c| **c > 0) else {
+            return Err(Errno::ENODEV);
+        };
+        *c -= 1;
+        link.used = link.used.saturating_add(1);
+        link.seq += 1;
+        let seq = link.seq;
+        link.pending.insert(seq, Waiter::Async(done));
+        let rec = record(op::PORT_BIND, seq, |w| put_bind(w, ps, 0, &b));
+        if link.inflight > 0 || !link.held.is_empty() {
+            link.held.push(rec);
+            link.held_binds += 1;
+            return Ok(());
+        }
+        link.inflight += 1;
+        if let Err(e) = link.send(vec![rec]) {
+            // Nothing was bound: the caller gets the error, not `done`.
+            link.pending.remove(&seq);
+            let w = drop_link(&mut l, &e.to_string());
+            drop(l);
+            fail(w);
+            return Err(Errno::ENODEV);
+        }
+        Ok(())
     }
 
     /// Marks `owner`'s binding as listening.
@@ -537,6 +889,100 @@ impl HostPorts {
             false,
         );
     }
+}
+
+impl Drop for HostPorts {
+    /// The connection ends (its reader thread holds the socket too): the
+    /// service releases its bindings and leases.
+    fn drop(&mut self) {
+        let mut l = lock(&self.link);
+        // (Not in a forked child: the socket is the parent's too, and a
+        // shutdown would end the parent's connection.)
+        if let Some(k) = l.take().filter(|k| k.pid == std::process::id()) {
+            // SAFETY: shutdown of a socket this value owns a reference to.
+            unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&*k.fd), libc::SHUT_RDWR) };
+        }
+    }
+}
+
+/// The reader thread of link `generation`: replies to their waiters; when
+/// the last pipelined bind is answered, the held records leave.
+fn reader(shared: &Mutex<Option<Link>>, fd: &OwnedFd, generation: u64) {
+    let mut buf = vec![0u8; ipc::MAX_RECORD];
+    loop {
+        let why = match sock::recv(fd, &mut buf) {
+            Ok(0) => Some("closed by the service".to_string()),
+            Ok(n) => {
+                let msg = &buf[..n];
+                let recs: Result<Vec<&[u8]>, Errno> = match Header::parse(msg) {
+                    Ok((h, r)) if h.op == op::BATCH => ipc::unbatch(&msg[n - r.remaining()..]),
+                    Ok(_) => Ok(vec![msg]),
+                    Err(e) => Err(e),
+                };
+                let mut done = Vec::new();
+                let mut l = lock(shared);
+                let Some(link) = l.as_mut().filter(|k| k.generation == generation) else {
+                    return;
+                };
+                let mut bad = recs.is_err();
+                for rec in recs.unwrap_or_default() {
+                    match reply(rec).map(|(seq, r)| (link.pending.remove(&seq), r)) {
+                        Ok((Some(w), r)) => {
+                            if matches!(w, Waiter::Async(_)) {
+                                link.inflight = link.inflight.saturating_sub(1);
+                            }
+                            done.push((w, r));
+                        }
+                        _ => bad = true,
+                    }
+                }
+                let mut lost = Vec::new();
+                if bad {
+                    lost = drop_link(&mut l, "a reply that does not decode");
+                } else if link.inflight == 0
+                    && !link.held.is_empty()
+                    && let Err(e) = link.send_all(None)
+                {
+                    lost = drop_link(&mut l, &e.to_string());
+                }
+                drop(l);
+                for (w, r) in done {
+                    w.finish(r);
+                }
+                if !lost.is_empty() || bad {
+                    fail(lost);
+                    return;
+                }
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = why {
+            let mut l = lock(shared);
+            if l.as_ref().is_some_and(|k| k.generation == generation) {
+                let w = drop_link(&mut l, &why);
+                drop(l);
+                fail(w);
+            }
+            return;
+        }
+    }
+}
+
+/// A reply record's seq and result (its body, or the errno it carries).
+fn reply(rec: &[u8]) -> Result<(u64, Result<Vec<u8>, Errno>), Errno> {
+    let (h, mut r) = Header::parse(rec)?;
+    if h.op & op::REPLY == 0 {
+        return Err(Errno(crate::engine::errno::EPROTO));
+    }
+    let err: i32 = r.get()?;
+    let _: Public = r.get()?;
+    let res = if err == 0 {
+        Ok(rec[rec.len() - r.remaining()..].to_vec())
+    } else {
+        Err(Errno(-err))
+    };
+    Ok((h.seq, res))
 }
 
 #[cfg(test)]
@@ -622,6 +1068,72 @@ mod tests {
         assert_eq!(t.release_holder(4), 0);
         assert_eq!(t.release_holder(3), 2);
         assert_eq!(t.len(), 2);
+    }
+
+    /// Leased ports: taken by the holder's ephemeral binds (first), never
+    /// by another's, revoked by anyone's explicit bind, counted, and gone
+    /// with the holder.
+    #[test]
+    fn leases_are_the_holder_s_next_ephemeral_ports_until_bound_explicitly() {
+        let mut t = PortTable::default();
+        let (lo, hi) = ephemeral_range();
+        let leased = t.lease(1, 0x106, 3).unwrap();
+        assert_eq!(leased.len(), 3);
+        assert!(leased.iter().all(|p| (lo..=hi).contains(p)));
+        assert_eq!(
+            (t.leased(1, 0x106), t.leased(1, 0x111), t.held_by(1)),
+            (3, 0, 3)
+        );
+        // Another holder's explicit bind of a leased port succeeds (the
+        // kernel has nobody on it) and ends that lease.
+        let a = leased[0];
+        assert_eq!(t.bind(2, 0x106, a, b("10.0.0.1", false, 9), false), Ok(a));
+        assert_eq!((t.leased(1, 0x106), t.held_by(1)), (2, 2));
+        // The holder's ephemeral binds take its other leased ports, adding
+        // none to its count; then fresh ones.
+        let mut got: Vec<u16> = (0..2)
+            .map(|o| t.bind(1, 0x106, 0, b("0.0.0.0", false, o), false).unwrap())
+            .collect();
+        got.sort_unstable();
+        let mut rest = leased[1..].to_vec();
+        rest.sort_unstable();
+        assert_eq!(got, rest);
+        assert_eq!((t.leased(1, 0x106), t.held_by(1)), (0, 2));
+        let fresh = t.bind(1, 0x106, 0, b("0.0.0.0", false, 3), false).unwrap();
+        assert!(!leased.contains(&fresh));
+        assert_eq!(t.held_by(1), 3);
+        // A leased port is bound, so an explicit bind over it is refused now.
+        assert_eq!(
+            t.bind(2, 0x106, leased[1], b("10.0.0.1", false, 9), false),
+            Err(EADDRINUSE)
+        );
+        // A release by owner never touches a lease; the holder's end does.
+        t.lease(1, 0x106, 2).unwrap();
+        t.release(1, 0x106, leased[1], 1);
+        t.release(1, 0x106, leased[1], 0);
+        assert_eq!(t.leased(1, 0x106), 2);
+        assert_eq!(t.leased_total(), 2);
+        assert_eq!(t.release_holder(1), 4);
+        assert_eq!((t.leased(1, 0x106), t.leased_total(), t.len()), (0, 0, 1));
+        // Leases fill the range: others' ephemeral binds find no port, the
+        // holder's still do, and an explicit bind still gets its port.
+        let n = (hi - lo) as usize;
+        let mut all = Vec::new();
+        while let Ok(v) = t.lease(3, 0x106, MAX_LEASE) {
+            all.extend(v);
+        }
+        assert_eq!(all.len(), n, "every vacant port leased (one is bound)");
+        assert_eq!(t.lease(4, 0x106, 1), Err(EADDRINUSE));
+        assert_eq!(
+            t.bind(4, 0x106, 0, b("10.0.0.1", false, 1), false),
+            Err(EADDRINUSE)
+        );
+        assert!(t.bind(3, 0x106, 0, b("10.0.0.1", false, 1), false).is_ok());
+        assert_eq!(
+            t.bind(4, 0x106, all[5], b("10.0.0.1", false, 1), false),
+            Ok(all[5])
+        );
+        assert_eq!(t.leased(3, 0x106), n - 2);
     }
 
     #[test]

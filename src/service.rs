@@ -231,6 +231,13 @@ impl Service {
 
     /// Accepts connections on `listener` (from `bind`) until the idle
     /// limit, if any, runs out.
+    /// rdma_cm ports in the host's table: bindings and leased ports of
+    /// every process, and the leased ones among them.
+    pub fn rdma_ports(&self) -> (usize, usize) {
+        let t = lock(&self.ports);
+        (t.len(), t.leased_total())
+    }
+
     pub fn run(self: &Arc<Self>, listener: OwnedFd) -> std::io::Result<()> {
         ibcm_log!(
             INFO,
@@ -1046,7 +1053,7 @@ impl Conn {
                 out.put(&self.svc.device_stats().into_boxed_slice());
                 return Ok((Public::default(), out.0));
             }
-            op::PORT_BIND | op::PORT_LISTEN | op::PORT_RELEASE => {
+            op::PORT_BIND | op::PORT_LISTEN | op::PORT_RELEASE | op::PORT_LEASE => {
                 return self.port_op(h.op, r).map(|body| (Public::default(), body));
             }
             _ => {}
@@ -1220,13 +1227,19 @@ impl Conn {
 }
 
 impl Conn {
-    /// `PORT_BIND`, `PORT_LISTEN`, `PORT_RELEASE` on the host's table.
+    /// `PORT_BIND`, `PORT_LISTEN`, `PORT_RELEASE`, `PORT_LEASE` on the
+    /// host's table.
     fn port_op(&self, opc: u16, r: &mut Reader<'_>) -> Result<Vec<u8>, Errno> {
         let mut out = ipc::Writer(Vec::new());
         match opc {
             op::PORT_BIND => {
                 let (ps, port, b) = portspace::get_bind(r)?;
-                if lock(&self.svc.ports).held_by(self.id) >= self.svc.opts.limits.max_ports {
+                let t = lock(&self.svc.ports);
+                // An ephemeral bind taking a leased port adds no port.
+                let full = t.held_by(self.id) >= self.svc.opts.limits.max_ports
+                    && (port != 0 || t.leased(self.id, ps) == 0);
+                drop(t);
+                if full {
                     self.refusals.fetch_add(1, Ordering::Relaxed);
                     ibcm_log!(
                         WARN,
@@ -1241,6 +1254,23 @@ impl Conn {
                     port != 0 && port < 1024 && portspace::may_bind_privileged(Some(self.pid));
                 let got = lock(&self.svc.ports).bind(self.id, ps, port, b, privileged)?;
                 out.put(&got);
+            }
+            op::PORT_LEASE => {
+                let (ps, want) = portspace::get_lease(r)?;
+                let mut t = lock(&self.svc.ports);
+                let room = self
+                    .svc
+                    .opts
+                    .limits
+                    .max_ports
+                    .saturating_sub(t.held_by(self.id));
+                if room == 0 {
+                    drop(t);
+                    self.refusals.fetch_add(1, Ordering::Relaxed);
+                    return Err(Errno(errno::ENOMEM));
+                }
+                let got = t.lease(self.id, ps, want.min(room as u32))?;
+                out.put(&got.into_boxed_slice());
             }
             op::PORT_LISTEN => {
                 let (ps, port, owner) = portspace::get_owner(r)?;

@@ -44,6 +44,9 @@ pub const MAX_DREQ_PDATA: usize = 220;
 pub enum St {
     Idle,
     AddrBound,
+    /// `rdma_resolve_addr` through the host CM service: its ephemeral port
+    /// is on the way (`ADDR_RESOLVED` or `ADDR_ERROR` when it comes).
+    AddrQuery,
     AddrResolved,
     RouteResolved,
     /// REQ / SIDR_REQ sent.
@@ -758,17 +761,31 @@ fn bind_locked(id: &Arc<IdPriv>, s: &mut IdState, addr: SocketAddr) -> Result<()
         let (d, b) = select::device_for(Some(ip))?;
         (Some(d), b)
     };
-    let port = ports().bind(
-        s.ps,
-        addr.port(),
-        Binding {
-            ip,
-            reuse: s.reuseaddr,
-            afonly: s.afonly,
-            listening: false,
-            owner: id.public_ptr() as usize,
-        },
-    )?;
+    let port = ports().bind(s.ps, addr.port(), binding(id, s, ip))?;
+    bound_locked(id, s, ip, port, dev, vb)
+}
+
+/// The binding an id asks for at `ip`.
+fn binding(id: &IdPriv, s: &IdState, ip: IpAddr) -> Binding {
+    Binding {
+        ip,
+        reuse: s.reuseaddr,
+        afonly: s.afonly,
+        listening: false,
+        owner: id.public_ptr() as usize,
+    }
+}
+
+/// The id holds `port` at `ip` (on the device serving `ip` when given):
+/// ADDR_BOUND. On an error the port is released.
+fn bound_locked(
+    id: &Arc<IdPriv>,
+    s: &mut IdState,
+    ip: IpAddr,
+    port: u16,
+    dev: Option<Arc<Device>>,
+    vb: Option<verbs::Binding>,
+) -> Result<(), Errno> {
     if dev.is_some() {
         if let Err(e) = set_verbs(id, s, vb.as_ref()) {
             ports().release(s.ps, port, id.public_ptr() as usize);
@@ -789,7 +806,9 @@ fn bind_locked(id: &Arc<IdPriv>, s: &mut IdState, addr: SocketAddr) -> Result<()
 }
 
 /// `rdma_resolve_addr`: binds (ephemeral port, routing-table source) if
-/// needed and reports ADDR_RESOLVED or ADDR_ERROR.
+/// needed and reports ADDR_RESOLVED or ADDR_ERROR. Through the host CM
+/// service an implicit ephemeral bind does not wait for the service
+/// (`resolve_pipelined`).
 pub fn resolve_addr(
     id: &Arc<IdPriv>,
     src: Option<SocketAddr>,
@@ -815,45 +834,119 @@ pub fn resolve_addr(
             if src.is_ipv4() != dst.is_ipv4() {
                 return Err(Errno::EINVAL);
             }
+            if src.port() == 0 && resolve_pipelined(id, &mut s, src.ip(), dst)? {
+                drop(s);
+                return complete(id);
+            }
             bind_locked(id, &mut s, src)?;
         }
-        let bound = s.src.ok_or(Errno::EINVAL)?;
-        // A wildcard binding takes the routing table's source for dst.
-        let src_ip = if bound.ip().is_unspecified() {
-            match select::mode() {
-                select::Mode::Fixed(ref n) => {
-                    fixed_device_ip(n).or_else(|| select::route_source(dst.ip()))
-                }
-                _ => select::route_source(dst.ip()),
-            }
-        } else {
-            Some(bound.ip())
-        };
-        match src_ip {
-            None => Err(Errno(libc::ENETUNREACH)),
-            Some(ip) => match select::device_for(Some(ip))
-                .and_then(|(dev, vb)| set_verbs(id, &mut s, vb.as_ref()).map(|()| (dev, vb)))
-            {
-                Ok((dev, vb)) => {
-                    s.src = Some(SocketAddr::new(ip, bound.port()));
-                    s.dst = Some(dst);
-                    s.dev = Some(dev);
-                    if vb.is_none() {
-                        s.port_num = 1;
-                    }
-                    s.st = St::AddrResolved;
-                    id.sync_public(&s);
-                    Ok(())
-                }
-                Err(e) => Err(e),
-            },
-        }
+        route_locked(id, &mut s, dst)
     };
     match result {
         Ok(()) => post(id, R::AddrResolved as c_int, 0),
         Err(e) => post(id, R::AddrError as c_int, -e.0),
     };
     complete(id)
+}
+
+/// `rdma_resolve_addr`'s implicit ephemeral bind at `ip` through the host
+/// CM service: sent without waiting (the port space's
+/// `bind_pipelined`; its synchronous errors are a bind's), the id in
+/// ADDR_QUERY until the port comes, then bound and resolved as the
+/// synchronous path does (`addr_bound`). False: this port space binds at
+/// once (the caller does).
+fn resolve_pipelined(
+    id: &Arc<IdPriv>,
+    s: &mut IdState,
+    ip: IpAddr,
+    dst: SocketAddr,
+) -> Result<bool, Errno> {
+    // The checks of a bind to a specific address come first, as there.
+    if !ip.is_unspecified() {
+        select::device_for(Some(ip))?;
+    }
+    let me = id.clone();
+    let done: ibcm::portspace::Done = Box::new(move |r| addr_bound(&me, r, ip, dst));
+    match ports().bind_pipelined(s.ps, binding(id, s, ip), done) {
+        None => Ok(false),
+        Some(Err(e)) => Err(e),
+        Some(Ok(())) => {
+            // `done` cannot run before this: it takes the id's lock.
+            s.st = St::AddrQuery;
+            Ok(true)
+        }
+    }
+}
+
+/// The port of a pipelined `rdma_resolve_addr` came (on the port link's
+/// reader thread): bind, resolve, report.
+fn addr_bound(id: &Arc<IdPriv>, r: Result<u16, Errno>, ip: IpAddr, dst: SocketAddr) {
+    let mut s = lock(&id.st);
+    let owner = id.public_ptr() as usize;
+    if id.is_destroyed() || s.st != St::AddrQuery {
+        // Destroyed meanwhile: the port goes (the id's teardown saw no
+        // lease to release).
+        if let Ok(port) = r {
+            ports().release(s.ps, port, owner);
+        }
+        return;
+    }
+    let result = r.and_then(|port| {
+        let (dev, vb) = if ip.is_unspecified() {
+            (None, None)
+        } else {
+            match select::device_for(Some(ip)) {
+                Ok((d, b)) => (Some(d), b),
+                Err(e) => {
+                    ports().release(s.ps, port, owner);
+                    return Err(e);
+                }
+            }
+        };
+        bound_locked(id, &mut s, ip, port, dev, vb)
+    });
+    let result = match result {
+        Ok(()) => route_locked(id, &mut s, dst),
+        Err(e) => {
+            // No port: back to IDLE, as a failed bind leaves it.
+            s.st = St::Idle;
+            Err(e)
+        }
+    };
+    drop(s);
+    match result {
+        Ok(()) => post(id, R::AddrResolved as c_int, 0),
+        Err(e) => post(id, R::AddrError as c_int, -e.0),
+    };
+}
+
+/// The resolution of a bound id towards `dst` (ADDR_RESOLVED); an error
+/// is the ADDR_ERROR event's.
+fn route_locked(id: &Arc<IdPriv>, s: &mut IdState, dst: SocketAddr) -> Result<(), Errno> {
+    let bound = s.src.ok_or(Errno::EINVAL)?;
+    // A wildcard binding takes the routing table's source for dst.
+    let src_ip = if bound.ip().is_unspecified() {
+        match select::mode() {
+            select::Mode::Fixed(ref n) => {
+                fixed_device_ip(n).or_else(|| select::route_source(dst.ip()))
+            }
+            _ => select::route_source(dst.ip()),
+        }
+    } else {
+        Some(bound.ip())
+    };
+    let ip = src_ip.ok_or(Errno(libc::ENETUNREACH))?;
+    let (dev, vb) = select::device_for(Some(ip))?;
+    set_verbs(id, s, vb.as_ref())?;
+    s.src = Some(SocketAddr::new(ip, bound.port()));
+    s.dst = Some(dst);
+    s.dev = Some(dev);
+    if vb.is_none() {
+        s.port_num = 1;
+    }
+    s.st = St::AddrResolved;
+    id.sync_public(s);
+    Ok(())
 }
 
 /// The IP of a fixed `soft:<ip>[...]` device name.

@@ -57,6 +57,17 @@ pub trait PortSpace: Send + Sync {
     fn listen(&self, ps: u16, port: u16, owner: usize) -> Result<(), Errno>;
     /// Drops `owner`'s binding of `port`.
     fn release(&self, ps: u16, port: u16, owner: usize);
+    /// An ephemeral bind whose port comes later, to `done` on another
+    /// thread (`rdma_resolve_addr`'s implicit bind through the service):
+    /// `None` when this space binds at once (the caller uses `bind`).
+    fn bind_pipelined(
+        &self,
+        _ps: u16,
+        _b: Binding,
+        _done: host::Done,
+    ) -> Option<Result<(), Errno>> {
+        None
+    }
 }
 
 pub const EADDRINUSE: Errno = host::EADDRINUSE;
@@ -109,6 +120,14 @@ impl PortSpace for ServicePorts {
 
     fn release(&self, ps: u16, port: u16, owner: usize) {
         self.0.release(ps, port, owner as u64)
+    }
+
+    fn bind_pipelined(&self, ps: u16, b: Binding, done: host::Done) -> Option<Result<(), Errno>> {
+        match self.0.bind_pipelined(ps, b.into(), done) {
+            // A service without leases: the caller binds and waits.
+            Err(host::EOPNOTSUPP) => None,
+            r => Some(r),
+        }
     }
 }
 

@@ -14,7 +14,13 @@
 //! * below 1024 only with CAP_NET_BIND_SERVICE, checked by the service on
 //!   the peer process;
 //! * a hostile local client (garbage, another connection's owner values)
-//!   is refused and moves nobody's binding.
+//!   is refused and moves nobody's binding;
+//! * `rdma_resolve_addr`'s implicit bind, pipelined through leased ports:
+//!   two processes' bursts never share a port, a destroyed id's port is
+//!   free for another process at once, an id destroyed before its port
+//!   came leaves none behind, and a process killed right after its
+//!   destroys leaves nothing; a leased port is another process's for an
+//!   explicit bind (the lease is revoked), never for its ephemeral one.
 
 #[path = "../../tests/common/net.rs"]
 mod net;
@@ -35,11 +41,18 @@ use std::time::{Duration, Instant};
 
 const ROLE: &str = "HOST_PORTS_ROLE";
 const ADDR: &str = "HOST_PORTS_ADDR";
+/// A file whose creation lets a `resolve-burst` process go on.
+const GO: &str = "HOST_PORTS_GO";
 const CAP_NET_BIND_SERVICE: libc::c_ulong = 10;
 
 /// A CM service on a socket of its own, in this process (its threads end
 /// with the test binary).
 fn start_service(test: &str) -> PathBuf {
+    start_service_with(test).0
+}
+
+/// `start_service`, and the service (to read its port table).
+fn start_service_with(test: &str) -> (PathBuf, std::sync::Arc<Service>) {
     let dir = std::env::temp_dir().join(format!("ibcm-host-ports-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -50,8 +63,9 @@ fn start_service(test: &str) -> PathBuf {
         idle_exit: None,
         limits: Limits::default(),
     });
-    std::thread::spawn(move || svc.run(listener));
-    socket
+    let run = svc.clone();
+    std::thread::spawn(move || run.run(listener));
+    (socket, svc)
 }
 
 /// A process of this binary in `role`, a client of the service at `socket`,
@@ -85,6 +99,7 @@ impl Proc {
             ])
             .env(ROLE, role)
             .env(ADDR, addr.to_string())
+            .env(GO, socket.with_extension("go"))
             .env("IBCM_SERVICE", "required")
             .env("IBCM_SERVICE_SOCKET", socket)
             .env("IBCM_RDMACM_DEVICE", "soft")
@@ -106,6 +121,19 @@ impl Proc {
 
     /// The next report (`@...`; the test harness prints its own lines
     /// too, and "test child ... " before the first), within `limit`.
+    fn next(&self, limit: Duration) -> String {
+        let end = Instant::now() + limit;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains('@') => return l[l.find('@').unwrap_or(0)..].to_string(),
+                Ok(_) => continue,
+                Err(e) => panic!("no report within {limit:?}: {e}"),
+            }
+        }
+    }
+
+    /// The next report, which must be `want`.
     fn expect(&self, want: &str, limit: Duration) {
         let end = Instant::now() + limit;
         loop {
@@ -250,6 +278,171 @@ fn a_hostile_client_cannot_touch_another_s_ports() {
         std::thread::sleep(Duration::from_millis(5));
         seq += 1;
     }
+}
+
+/// Polls `f` for up to `limit`; whether it became true.
+fn within(limit: Duration, f: impl Fn() -> bool) -> bool {
+    let t = Instant::now();
+    while !f() {
+        if t.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
+/// Bindings (not leases) in the service's table.
+fn bound(svc: &Service) -> usize {
+    let (all, leased) = svc.rdma_ports();
+    all - leased
+}
+
+/// Two processes resolve 200 ids each at once (implicit ephemeral binds,
+/// pipelined through their leases): 400 distinct ports; after their
+/// destroys every port is free for another process at once, and killed
+/// they leave not even a lease.
+#[test]
+fn implicit_binds_of_two_processes_never_collide_and_destroy_frees_them() {
+    let (socket, svc) = start_service_with("burst");
+    let addr: SocketAddr = SocketAddr::from((net::addr(5), 7471));
+    let a = Proc::spawn(&socket, "resolve-burst", addr, false);
+    let b = Proc::spawn(&socket, "resolve-burst", addr, false);
+    let ports = |p: &Proc| -> Vec<u16> {
+        let l = p.next(Duration::from_secs(30));
+        let list = l.strip_prefix("@ports ").unwrap_or_else(|| panic!("{l}"));
+        list.split(',').map(|v| v.parse().unwrap()).collect()
+    };
+    let mut all = ports(&a);
+    all.extend(ports(&b));
+    // Both hold their ports now; then they destroy their ids.
+    std::fs::write(socket.with_extension("go"), b"").unwrap();
+    assert_eq!(all.len(), 400);
+    assert!(all.iter().all(|p| *p != 0));
+    let mut u = all.clone();
+    u.sort_unstable();
+    u.dedup();
+    assert_eq!(u.len(), all.len(), "a port was handed out twice");
+    a.expect("@destroyed", Duration::from_secs(10));
+    b.expect("@destroyed", Duration::from_secs(10));
+    // The releases (one-way, on each process's own connection) have run...
+    assert!(
+        within(Duration::from_secs(2), || bound(&svc) == 0),
+        "bindings left: {:?}",
+        svc.rdma_ports()
+    );
+    // ...and another process binds each freed port explicitly.
+    let other = HostPorts::connect_at(&socket).unwrap();
+    let ip: IpAddr = net::ip(5).parse().unwrap();
+    for (k, p) in all.iter().enumerate() {
+        let bd = host::Binding {
+            ip,
+            reuse: false,
+            afonly: false,
+            listening: false,
+            owner: k as u64,
+        };
+        assert_eq!(other.bind(port_space::TCP, *p, bd), Ok(*p), "port {p}");
+    }
+    drop(other);
+    // Killed (still holding their unused leases): nothing left.
+    drop(a);
+    drop(b);
+    assert!(
+        within(Duration::from_secs(2), || svc.rdma_ports() == (0, 0)),
+        "left behind: {:?}",
+        svc.rdma_ports()
+    );
+}
+
+/// Ids destroyed right after `rdma_resolve_addr` returned, before their
+/// ports came: the ports are released when they come.
+#[test]
+fn an_id_destroyed_before_its_port_came_leaves_no_port() {
+    let (socket, svc) = start_service_with("early");
+    let addr: SocketAddr = SocketAddr::from((net::addr(6), 7471));
+    let p = Proc::spawn(&socket, "resolve-destroy", addr, false);
+    p.expect("@done", Duration::from_secs(30));
+    assert!(
+        within(Duration::from_secs(2), || bound(&svc) == 0),
+        "bindings left: {:?}",
+        svc.rdma_ports()
+    );
+    p.finish();
+}
+
+/// `PORT_LEASE` through a raw connection: bad counts refused; a leased
+/// port is bound by another process's explicit bind (the lease revoked),
+/// and the holder's ephemeral binds take its other leased ports.
+#[test]
+fn leased_ports_yield_to_explicit_binds() {
+    let (socket, svc) = start_service_with("lease");
+    let ip: IpAddr = net::ip(7).parse().unwrap();
+    let bd = |owner| host::Binding {
+        ip,
+        reuse: false,
+        afonly: false,
+        listening: false,
+        owner,
+    };
+    let raw_fd = ipc::sock::connect(&socket).unwrap();
+    let lease = |n: u32, extra: &[u8], seq| {
+        let mut w = ipc::Writer(Vec::new());
+        w.put(&port_space::TCP).put(&n);
+        w.0.extend_from_slice(extra);
+        raw_reply(&raw_fd, ipc::op::PORT_LEASE, seq, &w.0)
+    };
+    assert_eq!(lease(0, &[], 2).0, -libc::EINVAL);
+    assert_eq!(lease(host::MAX_LEASE + 1, &[], 3).0, -libc::EINVAL);
+    assert_eq!(lease(3, &[0], 4).0, -libc::EPROTO);
+    assert_eq!(svc.rdma_ports(), (0, 0));
+    let (err, body) = lease(3, &[], 5);
+    assert_eq!(err, 0);
+    let leased: Box<[u16]> = ipc::Reader::new(&body).get().unwrap();
+    assert_eq!(leased.len(), 3);
+    assert_eq!(svc.rdma_ports(), (3, 3));
+    // Another process's explicit bind of a leased port: bound.
+    let other = HostPorts::connect_at(&socket).unwrap();
+    assert_eq!(other.bind(port_space::TCP, leased[0], bd(1)), Ok(leased[0]));
+    assert_eq!(svc.rdma_ports(), (3, 2));
+    // The holder's ephemeral binds: its two other leased ports.
+    let mut bind0 = ipc::Writer(Vec::new());
+    host::put_bind(&mut bind0, port_space::TCP, 0, &bd(2));
+    let mut got = Vec::new();
+    for seq in 6..8 {
+        let (err, body) = raw_reply(&raw_fd, ipc::op::PORT_BIND, seq, &bind0.0);
+        assert_eq!(err, 0);
+        got.push(ipc::Reader::new(&body).get::<u16>().unwrap());
+    }
+    got.sort_unstable();
+    let mut rest = leased[1..].to_vec();
+    rest.sort_unstable();
+    assert_eq!(got, rest);
+    assert_eq!(svc.rdma_ports(), (3, 0));
+    // Bound now: another process's explicit bind is refused.
+    assert_eq!(
+        other.bind(port_space::TCP, leased[1], bd(3)),
+        Err(host::EADDRINUSE)
+    );
+}
+
+/// One raw request on `fd`: the errno of its reply and the reply's body.
+fn raw_reply(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> (i32, Vec<u8>) {
+    let mut w = ipc::Header {
+        op: opc,
+        seq,
+        handle: 0,
+    }
+    .record();
+    w.0.extend_from_slice(body);
+    ipc::sock::send(fd, &w.into_bytes()).unwrap();
+    let mut buf = vec![0u8; ipc::MAX_RECORD];
+    let n = ipc::sock::recv(fd, &mut buf).unwrap();
+    let (h, mut r) = ipc::Header::parse(&buf[..n]).unwrap();
+    assert_eq!((h.op, h.seq), (ipc::op::REPLY | opc, seq));
+    let err = r.get::<i32>().unwrap();
+    let _: ipc::Public = r.get().unwrap();
+    (err, buf[n - r.remaining()..n].to_vec())
 }
 
 // ---------------------------------------------------------------------------
@@ -415,6 +608,56 @@ fn bind_privileged(addr: SocketAddr) {
     report(if want.is_ok() { "bound" } else { "refused" });
 }
 
+/// 200 ids resolved at once (implicit ephemeral binds at the address:
+/// the wildcard's routing-table source, 127.0.0.1, would be a device the
+/// other tests' services open too): their ports
+/// reported, then (when the test says so) destroyed; then a while alive.
+fn resolve_burst(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let (mut src, mut dst) = (sockaddr(SocketAddr::new(addr.ip(), 0)), sockaddr(addr));
+    let ids: Vec<*mut RdmaCmId> = (0..200).map(|_| new_id(ch, port_space::TCP)).collect();
+    for id in &ids {
+        let r =
+            unsafe { rdma_resolve_addr(*id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000) };
+        assert_eq!(r, 0, "errno {}", errno());
+    }
+    for _ in &ids {
+        assert_eq!(rdma_ack_cm_event(expect(ch, R::AddrResolved)), 0);
+    }
+    let ports: Vec<String> = ids
+        .iter()
+        .map(|id| rdma_get_src_port(*id).to_string())
+        .collect();
+    report(&format!("ports {}", ports.join(",")));
+    let go = std::env::var(GO).unwrap();
+    let t = Instant::now();
+    while !Path::new(&go).exists() {
+        assert!(t.elapsed() < Duration::from_secs(60), "never told to go on");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for id in ids {
+        assert_eq!(rdma_destroy_id(id), 0);
+    }
+    report("destroyed");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// 200 times: an id resolved and destroyed at once, before its port can
+/// have come; then a while alive.
+fn resolve_destroy(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let (mut src, mut dst) = (sockaddr(SocketAddr::new(addr.ip(), 0)), sockaddr(addr));
+    for _ in 0..200 {
+        let id = new_id(ch, port_space::TCP);
+        let r =
+            unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000) };
+        assert_eq!(r, 0, "errno {}", errno());
+        assert_eq!(rdma_destroy_id(id), 0);
+    }
+    report("done");
+    std::thread::sleep(Duration::from_secs(3));
+}
+
 /// The entry of the child processes (`HOST_PORTS_ROLE`); not a test of
 /// its own.
 #[test]
@@ -428,6 +671,8 @@ fn child() {
         "connect" => connect(addr),
         "bind-retry" => bind_retry(addr),
         "bind-privileged" => bind_privileged(addr),
+        "resolve-burst" => resolve_burst(addr),
+        "resolve-destroy" => resolve_destroy(addr),
         r => panic!("unknown role {r}"),
     }
 }
