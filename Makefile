@@ -182,7 +182,7 @@ $(BUILD)/c/rdmacm_api.tsan: c-tests/rdmacm_api.c
 	@mkdir -p $(BUILD)/c
 	$(CC) $(CFLAGS_T) -fsanitize=thread $< -o $@ -lrdmacm -lpthread
 
-test-rdmacm: rdmacm $(BUILD)/c/rdmacm_api $(BUILD)/c/rdmacm_api.asan $(BUILD)/c/rdmacm_api.tsan
+test-rdmacm: rdmacm $(BUILD)/c/rdmacm_api $(BUILD)/c/rdmacm_api.asan $(BUILD)/c/rdmacm_api.tsan $(BUILD)/c/teardown
 	$(CARGO) test --release -p ibcm-rdmacm
 	bash rdmacm/tests/exports.sh $(RDMACM_SO) $(BUILD)/rdmacm
 	@echo "== rdma_* surface (c-tests/rdmacm_api.c) on librdmacm.so.1"
@@ -190,6 +190,23 @@ test-rdmacm: rdmacm $(BUILD)/c/rdmacm_api $(BUILD)/c/rdmacm_api.asan $(BUILD)/c/
 	ASAN_OPTIONS=detect_leaks=1 $(RDMACM_RUN) $(BUILD)/c/rdmacm_api.asan $(TEST_NET).32 $(TEST_NET).33
 	TSAN_OPTIONS="halt_on_error=1 die_after_fork=0 suppressions=$(CURDIR)/c-tests/rdmacm_tsan.supp" $(RDMACM_RUN) \
 		setarch $$(uname -m) -R $(BUILD)/c/rdmacm_api.tsan $(TEST_NET).34 $(TEST_NET).35
+	@echo "== cmtime's teardown, 50 connections (the bench-teardown program still runs)"
+	IBCM_SERVICE=off $(RDMACM_RUN) sh c-tests/bench/teardown.sh $(BUILD)/c/teardown $(TEST_NET).36 $(TEST_NET).37 50
+
+# The disconnect step of cmtime on the host, QP-less (c-tests/bench/teardown.c,
+# docs/PERFORMANCE.md §5 "Disconnect: the server's DREP path"): a
+# measurement, not part of `make test` (test-rdmacm runs it once, small).
+# TEARDOWN_N connections (1000); TEARDOWN_GAP_US (the client's pause after
+# each disconnect), TEARDOWN_TRACE=DIR (perf: system calls and context
+# switches per connection) and IBCM_SERVICE (off unless set) pass through.
+TEARDOWN_N ?= 1000
+$(BUILD)/c/teardown: c-tests/bench/teardown.c
+	@mkdir -p $(BUILD)/c
+	$(CC) $(CFLAGS_T) $< -o $@ -lrdmacm -lpthread
+.PHONY: bench-teardown
+bench-teardown: rdmacm $(BUILD)/c/teardown
+	IBCM_SERVICE=$${IBCM_SERVICE:-off} $(RDMACM_RUN) \
+		sh c-tests/bench/teardown.sh $(BUILD)/c/teardown $(TEST_NET).38 $(TEST_NET).39 $(TEARDOWN_N)
 
 # Live interoperability with the Linux kernel CM (docs/INTEROP.md): a qemu
 # guest with Soft-RoCE in a private network namespace. Needs root,

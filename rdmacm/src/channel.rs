@@ -329,7 +329,7 @@ impl Channel {
     fn pop_queued(&self) -> Result<Box<EventBox>, Errno> {
         loop {
             {
-                let mut q = lock(&self.q);
+                let mut q = lock_woken(&self.q);
                 if let Some(b) = q.events.pop_front() {
                     b.note_reported();
                     if q.events.is_empty() {
@@ -348,7 +348,7 @@ impl Channel {
             // SAFETY: 8-byte read of our eventfd.
             let r = unsafe { libc::read(self.fd(), (&raw mut v).cast(), 8) };
             let err = if r < 0 { errno() } else { 0 };
-            let mut q = lock(&self.q);
+            let mut q = lock_woken(&self.q);
             q.readers -= 1;
             if r == 8 {
                 q.consumed += v;
@@ -380,6 +380,32 @@ impl Channel {
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
+}
+
+/// Takes the queue's lock in a consumer that a producer's `write` may just
+/// have woken (`rdma_get_cm_event` after its blocking read, or after the
+/// application's `poll`). On a single CPU (the lab's one-vCPU guests,
+/// `taskset -c 0`) the woken consumer runs at once while the producer
+/// still holds the lock the write is made under: waiting for it costs a
+/// futex wait, the producer's futex wake and two more context switches
+/// per round of events. Yielding the CPU once instead lets the producer
+/// release the lock uncontended. With more CPUs the producer releases it
+/// on its own CPU meanwhile, and the lock is taken as everywhere else.
+fn lock_woken(m: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    static ONE_CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let one_cpu =
+        *ONE_CPU.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() == 1));
+    if one_cpu {
+        match m.try_lock() {
+            Ok(q) => return q,
+            Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner(),
+            // SAFETY: plain syscall.
+            Err(std::sync::TryLockError::WouldBlock) => unsafe {
+                libc::sched_yield();
+            },
+        }
+    }
+    lock(m)
 }
 
 /// Reads an eventfd's counter without waiting; the value read (0 when

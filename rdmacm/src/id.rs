@@ -1461,21 +1461,30 @@ pub fn reject(id: &Arc<IdPriv>, data: &[u8], reason: u32) -> Result<(), Errno> {
 /// never comes).
 pub fn disconnect(id: &Arc<IdPriv>) -> Result<(), Errno> {
     let sent = {
-        let s = lock(&id.st);
-        let cm = s.cm.clone().ok_or(Errno::EINVAL)?;
-        if s.st == St::Listen {
-            return match s.src {
-                Some(a) if !a.ip().is_unspecified() => Ok(()),
-                _ => Err(Errno::EINVAL),
-            };
-        }
-        if let Some(r) = s.qpres {
-            // SAFETY: the id's live QP.
-            if let Err(e) = unsafe { verbs::to_error(r.qp) } {
-                ibcm_log!(DEBUG, "librdmacm (ibcm): rdma_disconnect: QP to ERR: {e}");
+        let (cm, dreq_received) = {
+            let s = lock(&id.st);
+            let cm = s.cm.clone().ok_or(Errno::EINVAL)?;
+            if s.st == St::Listen {
+                return match s.src {
+                    Some(a) if !a.ip().is_unspecified() => Ok(()),
+                    _ => Err(Errno::EINVAL),
+                };
             }
-        }
-        let r = if s.dreq_received {
+            if let Some(r) = s.qpres {
+                // SAFETY: the id's live QP (destroy_qp takes it under
+                // this lock).
+                if let Err(e) = unsafe { verbs::to_error(r.qp) } {
+                    ibcm_log!(DEBUG, "librdmacm (ibcm): rdma_disconnect: QP to ERR: {e}");
+                }
+            }
+            (cm, s.dreq_received)
+        };
+        // The DREQ or DREP leaves without the id's lock: the CM id's own
+        // state decides (a DREQ that arrives meanwhile makes send_dreq
+        // fail and the DREP go), and the event-loop thread, which takes
+        // this lock to queue the id's events, never waits for a sender
+        // that a wake-up preempted in the middle of its send (one CPU).
+        let r = if dreq_received {
             cm.send_drep(&[])
         } else {
             cm.send_dreq(&[]).or_else(|_| cm.send_drep(&[]))

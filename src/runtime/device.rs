@@ -108,6 +108,9 @@ pub struct Device {
     /// When the event loop sleeps until (ns since epoch), for wake-ups.
     pub(super) sleep_until: AtomicU64,
     pub(super) timer_gen: AtomicU64,
+    /// Wake-ups of the event loop by threads that armed a timer earlier
+    /// than its sleep (`note_deadline`); a diagnostic the tests read.
+    pub(super) timer_wakes: AtomicU64,
     /// Serialises listen/insert_listen/listener destroy (not on the
     /// message path).
     pub(super) listen_lock: Mutex<()>,
@@ -219,6 +222,7 @@ impl Device {
             threads: Mutex::new(Vec::new()),
             sleep_until: AtomicU64::new(0),
             timer_gen: AtomicU64::new(0),
+            timer_wakes: AtomicU64::new(0),
             listen_lock: Mutex::new(()),
             live_ids,
             deferred: Mutex::new(Vec::new()),

@@ -106,6 +106,33 @@ pub(super) fn in_batch(dev: *const Device) -> bool {
     std::ptr::eq(BATCH_DEV.with(|d| d.get()), dev)
 }
 
+/// The longest the event loop sleeps while it is busy (it had timers or
+/// received MADs within `BUSY_LINGER`): a thread that arms a timer
+/// farther away than that — a timewait (≥ 1 s on RoCE's default packet
+/// life time), a REQ's or DREQ's response timeout — then needs no wake-up
+/// of the loop, which wakes by itself in time and sees it. Without the
+/// bound every `rdma_disconnect` of a server that destroys its ids at once
+/// (cmtime's: the DREP arms the timewait, the destroy cancels it, so no
+/// timer is left when the next DREQ comes) woke the sleeping loop for a
+/// timer already gone: an eventfd write, a `poll` and a `recvmmsg` and two
+/// context switches per connection on one CPU. An idle device (nothing for
+/// `BUSY_LINGER`) sleeps without a bound, as before.
+const SLEEP_CAP: Duration = Duration::from_millis(250);
+/// How long after its last timer or received MAD the loop keeps its sleep
+/// bounded by `SLEEP_CAP` (at most `BUSY_LINGER / SLEEP_CAP` = 20 extra
+/// wake-ups once the work stops).
+const BUSY_LINGER: Duration = Duration::from_secs(5);
+
+/// What the loop sleeps until: its next timer, bounded by `SLEEP_CAP`
+/// from `now` while `now` is before `busy_until`; `None`: no bound.
+fn sleep_bound(next: Option<Time>, now: Time, busy_until: Time) -> Option<Time> {
+    if now >= busy_until {
+        return next;
+    }
+    let cap = Time(now.0.saturating_add(SLEEP_CAP.as_nanos() as u64));
+    Some(next.map_or(cap, |t| t.min(cap)))
+}
+
 impl Device {
     /// Takes everything an engine produced. Runs under the shard lock.
     pub(super) fn drain(&self, shard: u32, e: &mut Shard, out: &mut Outputs) {
@@ -227,11 +254,16 @@ impl Device {
             let Foreign::SendDreq { shard, local_id } = f;
             let mut o = Outputs::default();
             if let Some(s) = self.shards.get(shard as usize) {
-                let mut e = lock(s);
-                let now = self.now();
-                e.dreq_stale_local(now, local_id);
-                self.drain(shard, &mut e, &mut o);
-                self.note_deadline(&e);
+                let wake = {
+                    let mut e = lock(s);
+                    let now = self.now();
+                    e.dreq_stale_local(now, local_id);
+                    self.drain(shard, &mut e, &mut o);
+                    self.note_deadline(&e)
+                };
+                if wake {
+                    self.wake_for_timer();
+                }
             }
             self.finish_with(o, defer);
         }
@@ -277,18 +309,33 @@ impl Device {
         }
     }
 
-    /// Wakes the event loop if `e` now has a timer earlier than its sleep.
-    pub(super) fn note_deadline(&self, e: &Engine) {
-        if let Some(d) = e.poll_timeout() {
-            self.timer_gen.fetch_add(1, Ordering::SeqCst);
-            if d.0 < self.sleep_until.load(Ordering::SeqCst) {
-                self.transport.wake();
+    /// Whether the event loop must be woken because `e` now has a timer
+    /// earlier than its sleep; the caller wakes it ([`Self::wake_for_timer`])
+    /// once the shard lock is released — on one CPU the woken loop thread
+    /// runs at once and would block on that lock, two more context switches
+    /// and a futex pair per call.
+    #[must_use]
+    pub(super) fn note_deadline(&self, e: &Engine) -> bool {
+        match e.poll_timeout() {
+            Some(d) => {
+                self.timer_gen.fetch_add(1, Ordering::SeqCst);
+                d.0 < self.sleep_until.load(Ordering::SeqCst)
             }
+            None => false,
         }
+    }
+
+    /// Wakes the event loop for a timer `note_deadline` found earlier than
+    /// its sleep.
+    pub(super) fn wake_for_timer(&self) {
+        self.timer_wakes.fetch_add(1, Ordering::Relaxed);
+        self.transport.wake();
     }
 
     pub(super) fn event_loop(self: Arc<Self>) {
         let mut batch: Vec<Received> = Vec::with_capacity(256);
+        // Until when the loop counts as busy (see `SLEEP_CAP`).
+        let mut busy_until = Time::ZERO;
         BATCH_DEV.with(|d| d.set(Arc::as_ptr(&self)));
         while !self.stop.load(Ordering::SeqCst) {
             delivery_round(|| {
@@ -320,6 +367,11 @@ impl Device {
                 .iter()
                 .filter_map(|s| lock(s).poll_timeout())
                 .min();
+            let now = self.now();
+            if next.is_some() || !batch.is_empty() {
+                busy_until = Time(now.0.saturating_add(BUSY_LINGER.as_nanos() as u64));
+            }
+            let next = sleep_bound(next, now, busy_until);
             self.sleep_until
                 .store(next.map_or(u64::MAX, |t| t.0), Ordering::SeqCst);
             let timeout = if self.timer_gen.load(Ordering::SeqCst) != gen0
@@ -431,7 +483,7 @@ impl Device {
 mod tests {
     use super::*;
     use crate::engine::{EventParam, EventType, RepParams, ReqParams, qp_type};
-    use crate::runtime::{DeviceOptions, RustHandler};
+    use crate::runtime::{CmId, DeviceOptions, RustHandler};
     use std::sync::atomic::{AtomicBool, AtomicUsize};
     use std::time::{Duration, Instant};
 
@@ -595,6 +647,90 @@ mod tests {
         for id in ids {
             let _ = id.destroy();
         }
+        let _ = listener.destroy();
+        a.close();
+        b.close();
+    }
+
+    #[test]
+    fn the_sleep_is_bounded_only_while_busy() {
+        let ms = Time::from_millis;
+        let cap = SLEEP_CAP.as_millis() as u64;
+        // Busy: the bound, or the timer when it comes first.
+        assert_eq!(sleep_bound(None, ms(10), ms(100)), Some(ms(10 + cap)));
+        assert_eq!(
+            sleep_bound(Some(ms(10_000)), ms(10), ms(100)),
+            Some(ms(10 + cap))
+        );
+        assert_eq!(sleep_bound(Some(ms(20)), ms(10), ms(100)), Some(ms(20)));
+        // Idle: the timer, or no bound at all.
+        assert_eq!(sleep_bound(None, ms(100), ms(100)), None);
+        assert_eq!(
+            sleep_bound(Some(ms(10_000)), ms(200), ms(100)),
+            Some(ms(10_000))
+        );
+    }
+
+    /// An API call that arms a timer farther away than the bounded sleep
+    /// of a busy loop does not wake it (the DREP's timewait, the DREQ's
+    /// timeout of a disconnect), and the timer still fires.
+    #[test]
+    fn a_far_timer_armed_while_busy_wakes_no_loop_and_still_fires() {
+        static REJECTED: AtomicUsize = AtomicUsize::new(0);
+        static REQ_ERRORS: AtomicUsize = AtomicUsize::new(0);
+        let a = Device::open_local("loop:127.0.95.1", DeviceOptions::default()).unwrap();
+        let b = Device::open_local("loop:127.0.95.2", DeviceOptions::default()).unwrap();
+        // A listener that never answers its REQs.
+        let silent: RustHandler = Arc::new(|_, _| 0);
+        let listener = a
+            .create_id(None, std::ptr::null_mut(), Some(silent))
+            .unwrap();
+        listener.listen(0x94).unwrap();
+        let path = b.init_path(1, a.query_gid(1, 0).unwrap()).unwrap();
+        let h: RustHandler = Arc::new(|_, ev| {
+            match ev.kind {
+                EventType::RejReceived => REJECTED.fetch_add(1, Ordering::SeqCst),
+                EventType::ReqError => REQ_ERRORS.fetch_add(1, Ordering::SeqCst),
+                _ => 0,
+            };
+            0
+        });
+        let req = |id: &CmId, service_id: u64| {
+            id.send_req(&ReqParams {
+                primary_path: path,
+                service_id,
+                qp_num: 0x94 + service_id as u32,
+                qp_type: qp_type::RC,
+                // About 1 s, four times the bound.
+                remote_cm_response_timeout: 18,
+                local_cm_response_timeout: 18,
+                max_cm_retries: 0,
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        // A REQ nobody listens for: rejected, which leaves b's loop busy
+        // with no timer.
+        let first = b
+            .create_id(None, std::ptr::null_mut(), Some(h.clone()))
+            .unwrap();
+        req(&first, 0x95);
+        assert!(until(|| REJECTED.load(Ordering::SeqCst) == 1));
+        std::thread::sleep(Duration::from_millis(30));
+        let wakes = b.timer_wakes.load(Ordering::SeqCst);
+        let second = b.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+        req(&second, 0x94);
+        assert_eq!(
+            b.timer_wakes.load(Ordering::SeqCst),
+            wakes,
+            "a REQ timer 1 s away woke the busy loop"
+        );
+        assert!(
+            until(|| REQ_ERRORS.load(Ordering::SeqCst) == 1),
+            "the REQ's timer never fired"
+        );
+        let _ = first.destroy();
+        let _ = second.destroy();
         let _ = listener.destroy();
         a.close();
         b.close();

@@ -214,15 +214,19 @@ impl CmId {
             return Err(Errno::ENODEV);
         }
         let mut out = Outputs::default();
-        let r = {
+        let (r, wake) = {
             let mut e = lock(dev.shard_of(&self.0));
             let now = dev.now();
             let r = f(&mut e, now, self.0.handle());
             dev.drain(self.0.shard, &mut e, &mut out);
-            dev.note_deadline(&e);
-            r
+            (r, dev.note_deadline(&e))
         };
         dev.finish_with(out, true);
+        // The wake-up after the shard lock is released (and the MADs are
+        // sent): a loop thread woken under it would only block on it.
+        if wake {
+            dev.wake_for_timer();
+        }
         r
     }
 

@@ -139,7 +139,10 @@ impl Device {
             // A timer the MADs set may be earlier than the one the event
             // loop sleeps for.
             for s in &self.shards {
-                self.note_deadline(&lock(s));
+                let wake = self.note_deadline(&lock(s));
+                if wake {
+                    self.wake_for_timer();
+                }
             }
         }
     }
