@@ -1523,6 +1523,51 @@ mod tests {
         assert_eq!(at, recs.len());
     }
 
+    /// `try_recv_many` reads what is queued, in order, one record per
+    /// buffer and at most as many as it has buffers; nothing queued is
+    /// `0`; a peer gone is a zero length.
+    #[test]
+    fn queued_records_are_read_many_per_call_in_order() {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let mut fds = [0; 2];
+        // SAFETY: a valid array of two descriptors.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0);
+        // SAFETY: both were just opened and are owned here only.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let rec = |i: usize| vec![i as u8; 10 + i * 700];
+        for i in 0..11 {
+            sock::send(&a, &rec(i)).unwrap();
+        }
+        let mut bufs: Vec<Vec<u8>> = (0..4).map(|_| vec![0u8; MAX_RECORD]).collect();
+        let mut lens = [0usize; 4];
+        let mut got = Vec::new();
+        loop {
+            let n = sock::try_recv_many(&b, &mut bufs, &mut lens).unwrap();
+            assert!(n <= 4);
+            if n == 0 {
+                break;
+            }
+            for (buf, &l) in bufs.iter().zip(&lens[..n]) {
+                got.push(buf[..l].to_vec());
+            }
+        }
+        assert_eq!(got, (0..11).map(rec).collect::<Vec<_>>());
+        drop(a);
+        let n = sock::try_recv_many(&b, &mut bufs, &mut lens).unwrap();
+        assert!(
+            n >= 1 && lens[0] == 0,
+            "the peer's end is not a zero length"
+        );
+    }
+
     /// The socket file appears at its path only listening and with its
     /// final mode: during `prepare` it is not there (and its temporary
     /// name refuses connections), afterwards it answers with that mode.
