@@ -135,12 +135,11 @@ struct Entry {
     peer: Option<Gid>,
     /// Leased by `CREATE_IDS` and not used yet: the process has not
     /// created it as far as its user knows (not listed, not counted).
+    /// The one-way calls run on it (sent with its events, so the process
+    /// knows which of its own calls a snapshot has seen) are counted on
+    /// the id itself (`CmId::with_oneway_calls`): an event needs no
+    /// look-up here.
     pooled: bool,
-    /// One-way calls on it run so far (sent with its events, so the
-    /// process knows which of its own calls a snapshot has seen). Held
-    /// while one runs and while a snapshot is read, so a snapshot is
-    /// either before a call or after it and counts it.
-    oneway: Arc<Mutex<u64>>,
 }
 
 impl Entry {
@@ -150,7 +149,6 @@ impl Entry {
             born: Instant::now(),
             peer,
             pooled: false,
-            oneway: Arc::new(Mutex::new(0)),
         }
     }
 }
@@ -617,15 +615,11 @@ fn send_batches(fd: &OwnedFd, recs: &[Vec<u8>]) -> std::io::Result<usize> {
     })
 }
 
-/// `Conn::snapshot` with the id's call count already looked up.
-fn snapshot_with(calls: Option<&Mutex<u64>>, id: &CmId) -> (u64, Public) {
-    match calls {
-        Some(c) => {
-            let n = lock(c);
-            (*n, public(id))
-        }
-        None => (0, public(id)),
-    }
+/// The id's public fields and how many one-way calls on it had run when
+/// they were read (read under the id's call lock: never while a call
+/// runs).
+fn snapshot(id: &CmId) -> (u64, Public) {
+    id.with_oneway_calls(|n| (*n, public(id)))
 }
 
 impl Conn {
@@ -820,7 +814,6 @@ impl Conn {
             if c.closed.load(Ordering::SeqCst) {
                 return gone;
             }
-            let mut calls = None;
             if listener.is_some() {
                 let mut ids = lock(&c.ids);
                 if ids.len() >= c.svc.opts.limits.max_ids {
@@ -835,13 +828,9 @@ impl Conn {
                     EventParam::Req(p) => Some(p.primary_path.dgid),
                     _ => None,
                 };
-                let e = Entry::new(id.clone(), peer);
-                calls = Some(e.oneway.clone());
-                ids.insert(id.handle(), e);
+                ids.insert(id.handle(), Entry::new(id.clone(), peer));
             }
-            // The new id's call count is at hand: no second look-up.
-            let calls = calls.or_else(|| lock(&c.ids).get(&id.handle()).map(|e| e.oneway.clone()));
-            let (calls, public) = snapshot_with(calls.as_deref(), id);
+            let (calls, public) = snapshot(id);
             let mut w = Header {
                 op: op::EVENT,
                 seq: calls,
@@ -852,14 +841,6 @@ impl Conn {
             c.push(w.into_bytes());
             0
         })
-    }
-
-    /// The id's public fields and how many one-way calls on it had run
-    /// when they were read (read under the id's call lock: never while a
-    /// call runs).
-    fn snapshot(&self, id: &CmId) -> (u64, Public) {
-        let calls = lock(&self.ids).get(&id.handle()).map(|e| e.oneway.clone());
-        snapshot_with(calls.as_deref(), id)
     }
 
     /// Queues a record pushed to the process (an event, a refusal) behind
@@ -995,7 +976,7 @@ impl Conn {
         }
         let id = lock(&self.ids).get(&h.handle).map(|e| e.id.clone());
         let (calls, public) = match &id {
-            Some(id) => self.snapshot(id),
+            Some(id) => snapshot(id),
             None => (0, Public::default()),
         };
         ibcm_log!(
@@ -1037,21 +1018,19 @@ impl Conn {
         }
         if oneway {
             let h = Header { op: base, ..h };
-            // One look-up: the id (in use from now on, if leased) and its
-            // call count.
+            // One look-up: the id (in use from now on, if leased).
             let found = lock(&self.ids).get_mut(&h.handle).map(|e| {
                 e.pooled = false;
-                (e.id.clone(), e.oneway.clone())
+                e.id.clone()
             });
             let res = match found {
                 // Counted as run whatever the result (the process counts
                 // what it sent), under the lock snapshots take.
-                Some((id, c)) => {
-                    let mut n = lock(&c);
+                Some(id) => id.clone().with_oneway_calls(|n| {
                     let res = self.run(h, &mut r, Some(id));
                     *n += 1;
                     res
-                }
+                }),
                 None => self.run(h, &mut r, None),
             };
             if let Err(e) = res {
