@@ -136,6 +136,19 @@ pub fn batch(records: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
 /// of them it holds: as many leading records as fit `MAX_RECORD` (at
 /// least one; a lone record as it is, several as a `BATCH`).
 pub fn batch_one(records: &[Vec<u8>]) -> (usize, Vec<u8>) {
+    let mut msg = Vec::new();
+    let n = batch_into(records, &mut msg);
+    if n == 1 {
+        return (1, records[0].clone());
+    }
+    (n, msg)
+}
+
+/// `batch_one` written into `msg` (cleared first), so a sender reuses one
+/// buffer: how many leading records it holds. When that is one, `msg` is
+/// left empty and the record is sent as it is.
+pub fn batch_into(records: &[Vec<u8>], msg: &mut Vec<u8>) -> usize {
+    msg.clear();
     let mut size = HEADER;
     let mut n = 0;
     for r in records {
@@ -146,26 +159,30 @@ pub fn batch_one(records: &[Vec<u8>]) -> (usize, Vec<u8>) {
         n += 1;
     }
     if n == 1 {
-        return (1, records[0].clone());
+        return 1;
     }
-    let mut w = Header {
+    msg.reserve(size);
+    let mut w = Writer(std::mem::take(msg));
+    Header {
         op: op::BATCH,
         seq: 0,
         handle: 0,
     }
-    .record();
+    .put_into(&mut w);
     for r in &records[..n] {
         w.0.extend_from_slice(&(r.len() as u32).to_le_bytes());
         w.0.extend_from_slice(r);
     }
-    (n, w.into_bytes())
+    *msg = w.0;
+    n
 }
 
 /// The records of a `BATCH` message's body (`-EPROTO` for a short or
 /// nested one: no record is returned then).
 pub fn unbatch(mut body: &[u8]) -> Result<Vec<&[u8]>, Errno> {
     let bad = Errno(errno::EPROTO);
-    let mut out = Vec::new();
+    // Room for a burst of small records without growing.
+    let mut out = Vec::with_capacity((body.len() / 64).clamp(1, 64));
     while !body.is_empty() {
         let (len, rest) = body.split_first_chunk::<4>().ok_or(bad)?;
         let len = u32::from_le_bytes(*len) as usize;
@@ -193,12 +210,29 @@ pub struct Header {
 impl Header {
     /// A record with this header and nothing after it yet.
     pub fn record(self) -> Writer {
-        let mut w = Writer(Vec::with_capacity(128));
-        self.op.put(&mut w);
-        0u16.put(&mut w);
-        self.seq.put(&mut w);
-        self.handle.put(&mut w);
+        self.record_for(128)
+    }
+
+    /// `record` with room for `size` bytes in all (header included), so
+    /// a record of a known bound is written without growing its buffer.
+    pub fn record_for(self, size: usize) -> Writer {
+        self.record_in(Vec::with_capacity(size.max(HEADER)))
+    }
+
+    /// `record` written into `buf` (cleared first): a sender reuses the
+    /// buffers of records it has sent.
+    pub fn record_in(self, mut buf: Vec<u8>) -> Writer {
+        buf.clear();
+        let mut w = Writer(buf);
+        self.put_into(&mut w);
         w
+    }
+
+    fn put_into(self, w: &mut Writer) {
+        self.op.put(w);
+        0u16.put(w);
+        self.seq.put(w);
+        self.handle.put(w);
     }
 
     /// Splits a record into its header and body.
@@ -805,74 +839,84 @@ pub struct WireEvent {
     pub event: Event,
 }
 
+/// The most an event record takes (header, fields, a REQ's parameters
+/// and the 256-byte MAD): `Header::record_for` reserves it, so encoding
+/// an event never grows its buffer.
+pub const EVENT_RECORD: usize = 1024;
+
+/// Encodes an event as `WireEvent` does, from references: the service's
+/// handler writes the engine's event without cloning it.
+pub fn put_event(w: &mut Writer, public: &Public, listener: u64, ev: &Event) {
+    public.put(w);
+    listener.put(w);
+    (ev.kind as u32 as u8).put(w);
+    ev.local_id.put(w);
+    match &ev.param {
+        EventParam::None => 0u8.put(w),
+        EventParam::SendStatus(s) => {
+            1u8.put(w);
+            s.put(w)
+        }
+        EventParam::Req(p) => {
+            2u8.put(w);
+            w.put(&p.bth_pkey)
+                .put(&p.port)
+                .put(&p.primary_path)
+                .put(&p.alternate_path)
+                .put(&p.sgid_attr)
+                .put(&p.remote_ca_guid)
+                .put(&p.remote_qkey)
+                .put(&p.remote_qpn)
+                .put(&p.qp_type)
+                .put(&p.starting_psn)
+                .put(&p.responder_resources)
+                .put(&p.initiator_depth)
+                .put(&p.local_cm_response_timeout)
+                .put(&p.flow_control)
+                .put(&p.remote_cm_response_timeout)
+                .put(&p.retry_count)
+                .put(&p.rnr_retry_count)
+                .put(&p.srq)
+                .put(&p.ece);
+        }
+        EventParam::Rep(p) => {
+            3u8.put(w);
+            p.put(w)
+        }
+        EventParam::Rej { reason, ari_length } => {
+            w.put(&4u8).put(reason).put(ari_length);
+        }
+        EventParam::Mra { service_timeout } => {
+            w.put(&5u8).put(service_timeout);
+        }
+        EventParam::Lap { alternate_path } => {
+            w.put(&6u8).put(&**alternate_path);
+        }
+        EventParam::Apr {
+            ap_status,
+            info_len,
+        } => {
+            w.put(&7u8).put(ap_status).put(info_len);
+        }
+        EventParam::SidrReq(p) => {
+            w.put(&8u8)
+                .put(&p.service_id)
+                .put(&p.sgid_attr)
+                .put(&p.bth_pkey)
+                .put(&p.port)
+                .put(&p.pkey);
+        }
+        EventParam::SidrRep(p) => {
+            9u8.put(w);
+            p.put(w)
+        }
+    }
+    ev.mad.as_deref().copied().put(w);
+}
+
 impl Field for WireEvent {
     fn put(&self, w: &mut Writer) {
-        let ev = &self.event;
-        self.public.put(w);
-        self.listener.put(w);
-        (ev.kind as u32 as u8).put(w);
-        ev.local_id.put(w);
-        match &ev.param {
-            EventParam::None => 0u8.put(w),
-            EventParam::SendStatus(s) => {
-                1u8.put(w);
-                s.put(w)
-            }
-            EventParam::Req(p) => {
-                2u8.put(w);
-                w.put(&p.bth_pkey)
-                    .put(&p.port)
-                    .put(&p.primary_path)
-                    .put(&p.alternate_path)
-                    .put(&p.sgid_attr)
-                    .put(&p.remote_ca_guid)
-                    .put(&p.remote_qkey)
-                    .put(&p.remote_qpn)
-                    .put(&p.qp_type)
-                    .put(&p.starting_psn)
-                    .put(&p.responder_resources)
-                    .put(&p.initiator_depth)
-                    .put(&p.local_cm_response_timeout)
-                    .put(&p.flow_control)
-                    .put(&p.remote_cm_response_timeout)
-                    .put(&p.retry_count)
-                    .put(&p.rnr_retry_count)
-                    .put(&p.srq)
-                    .put(&p.ece);
-            }
-            EventParam::Rep(p) => {
-                3u8.put(w);
-                p.put(w)
-            }
-            EventParam::Rej { reason, ari_length } => {
-                w.put(&4u8).put(reason).put(ari_length);
-            }
-            EventParam::Mra { service_timeout } => {
-                w.put(&5u8).put(service_timeout);
-            }
-            EventParam::Lap { alternate_path } => {
-                w.put(&6u8).put(&**alternate_path);
-            }
-            EventParam::Apr {
-                ap_status,
-                info_len,
-            } => {
-                w.put(&7u8).put(ap_status).put(info_len);
-            }
-            EventParam::SidrReq(p) => {
-                w.put(&8u8)
-                    .put(&p.service_id)
-                    .put(&p.sgid_attr)
-                    .put(&p.bth_pkey)
-                    .put(&p.port)
-                    .put(&p.pkey);
-            }
-            EventParam::SidrRep(p) => {
-                9u8.put(w);
-                p.put(w)
-            }
-        }
-        ev.mad.as_deref().copied().put(w);
+        put_event(w, &self.public, self.listener, &self.event);
     }
 
     fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
@@ -1193,6 +1237,45 @@ pub mod sock {
         recv_with(fd, buf, 0)
     }
 
+    /// Receives the records queued now, one per buffer of `bufs` (at most
+    /// that many), in one `recvmmsg`: their lengths in `lens`, how many
+    /// came (`0` when none was queued). A zero length is the peer gone; a
+    /// record longer than its buffer is cut (and then fails to decode).
+    pub fn try_recv_many(
+        fd: &OwnedFd,
+        bufs: &mut [Vec<u8>],
+        lens: &mut [usize],
+    ) -> io::Result<usize> {
+        let k = bufs.len().min(lens.len());
+        let mut iov: Vec<libc::iovec> = bufs[..k]
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: an all-zero mmsghdr is a valid empty header.
+        let mut hdrs: Vec<libc::mmsghdr> = (0..k).map(|_| unsafe { std::mem::zeroed() }).collect();
+        for (h, v) in hdrs.iter_mut().zip(iov.iter_mut()) {
+            h.msg_hdr.msg_iov = v;
+            h.msg_hdr.msg_iovlen = 1;
+        }
+        let got = unless_would_block(uninterrupted(|| unsafe {
+            libc::recvmmsg(
+                fd.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                k as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            ) as isize
+        }))?
+        .unwrap_or(0);
+        for (l, h) in lens.iter_mut().zip(&hdrs[..got]) {
+            *l = h.msg_len as usize;
+        }
+        Ok(got)
+    }
+
     /// Receives one record if one is queued now: `Ok(None)` when none is
     /// (`Ok(Some(0))` when the peer has gone).
     pub fn try_recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
@@ -1328,6 +1411,165 @@ mod tests {
             let _ = Reader::new(&junk).get::<ReqParams>();
             let _ = Header::parse(&junk);
         }
+    }
+
+    /// The service encodes events from references (`put_event`) into
+    /// buffers of `EVENT_RECORD` bytes it reuses: the bytes are those of
+    /// `WireEvent`, and the largest event (a REQ with both paths, its
+    /// MAD) fits without growing the buffer.
+    #[test]
+    fn an_event_encoded_from_references_fits_its_reused_buffer() {
+        let path = PathRec {
+            dgid: Gid([0xfe; 16]),
+            sgid: Gid([0xfd; 16]),
+            rec_type: PathRecType::RoceV2,
+            dmac: [1, 2, 3, 4, 5, 6],
+            route_resolved: true,
+            ..PathRec::default()
+        };
+        let req = ReqEvent {
+            listen_id: Handle(u64::MAX),
+            bth_pkey: 0xffff,
+            port: 1,
+            primary_path: path,
+            alternate_path: Some(path),
+            sgid_attr: (1, u16::MAX),
+            remote_ca_guid: u64::MAX,
+            remote_qkey: u32::MAX,
+            remote_qpn: 0xff_ffff,
+            qp_type: 2,
+            starting_psn: 0xff_ffff,
+            responder_resources: 255,
+            initiator_depth: 255,
+            local_cm_response_timeout: 31,
+            flow_control: 1,
+            remote_cm_response_timeout: 31,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: 1,
+            ece: Ece {
+                vendor_id: u32::MAX,
+                attr_mod: u32::MAX,
+            },
+        };
+        let ev = WireEvent {
+            public: Public {
+                state: 5,
+                version: u64::MAX,
+                ..Public::default()
+            },
+            listener: u64::MAX,
+            event: Event {
+                id: Handle(0),
+                kind: EventType::ReqReceived,
+                param: EventParam::Req(Box::new(req)),
+                local_id: u32::MAX,
+                mad: Some(Box::new([0xab; 256])),
+            },
+        };
+        let h = Header {
+            op: op::EVENT,
+            seq: u64::MAX,
+            handle: u64::MAX,
+        };
+        let mut whole = h.record();
+        whole.put(&ev);
+        // A reused buffer holding an older, longer record.
+        let mut old = Vec::with_capacity(EVENT_RECORD);
+        old.resize(EVENT_RECORD, 0x55);
+        let ptr = old.as_ptr();
+        let mut w = h.record_in(old);
+        put_event(&mut w, &ev.public, ev.listener, &ev.event);
+        assert_eq!(w.0, whole.0, "put_event differs from WireEvent");
+        assert!(w.0.len() <= EVENT_RECORD, "{} bytes", w.0.len());
+        assert_eq!(w.0.as_ptr(), ptr, "the buffer grew");
+        let (_, mut r) = Header::parse(&w.0).unwrap();
+        let got: WireEvent = r.get().unwrap();
+        assert_eq!(got.listener, u64::MAX);
+        assert!(matches!(got.event.param, EventParam::Req(ref p) if p.alternate_path.is_some()));
+    }
+
+    /// `batch_into` reuses one buffer across messages and makes what
+    /// `batch_one` makes; a lone record leaves it empty.
+    #[test]
+    fn a_batch_assembled_in_a_reused_buffer_is_the_batch() {
+        let rec = |n: u64, len: usize| {
+            let mut w = Header {
+                op: op::EVENT,
+                seq: n,
+                handle: n,
+            }
+            .record();
+            w.0.resize(len, n as u8);
+            w.into_bytes()
+        };
+        let recs: Vec<Vec<u8>> = (1..=5).map(|n| rec(n, 20_000)).collect();
+        let mut msg = vec![9u8; 100];
+        let mut at = 0;
+        while at < recs.len() {
+            let (n, want) = batch_one(&recs[at..]);
+            assert_eq!(batch_into(&recs[at..], &mut msg), n);
+            if n == 1 {
+                assert!(msg.is_empty());
+                assert_eq!(want, recs[at]);
+            } else {
+                assert_eq!(msg, want);
+                let (h, r) = Header::parse(&msg).unwrap();
+                assert_eq!(h.op, op::BATCH);
+                let got = unbatch(&msg[msg.len() - r.remaining()..]).unwrap();
+                assert_eq!(
+                    got,
+                    recs[at..at + n].iter().map(|r| &r[..]).collect::<Vec<_>>()
+                );
+            }
+            at += n;
+        }
+        assert_eq!(at, recs.len());
+    }
+
+    /// `try_recv_many` reads what is queued, in order, one record per
+    /// buffer and at most as many as it has buffers; nothing queued is
+    /// `0`; a peer gone is a zero length.
+    #[test]
+    fn queued_records_are_read_many_per_call_in_order() {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let mut fds = [0; 2];
+        // SAFETY: a valid array of two descriptors.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0);
+        // SAFETY: both were just opened and are owned here only.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let rec = |i: usize| vec![i as u8; 10 + i * 700];
+        for i in 0..11 {
+            sock::send(&a, &rec(i)).unwrap();
+        }
+        let mut bufs: Vec<Vec<u8>> = (0..4).map(|_| vec![0u8; MAX_RECORD]).collect();
+        let mut lens = [0usize; 4];
+        let mut got = Vec::new();
+        loop {
+            let n = sock::try_recv_many(&b, &mut bufs, &mut lens).unwrap();
+            assert!(n <= 4);
+            if n == 0 {
+                break;
+            }
+            for (buf, &l) in bufs.iter().zip(&lens[..n]) {
+                got.push(buf[..l].to_vec());
+            }
+        }
+        assert_eq!(got, (0..11).map(rec).collect::<Vec<_>>());
+        drop(a);
+        let n = sock::try_recv_many(&b, &mut bufs, &mut lens).unwrap();
+        assert!(
+            n >= 1 && lens[0] == 0,
+            "the peer's end is not a zero length"
+        );
     }
 
     /// The socket file appears at its path only listening and with its

@@ -26,10 +26,11 @@
 //!   connection's ports are released when it ends.
 
 use crate::api::{CmId, Device, DeviceOptions, EventParam, LocalSwitch, PortInfo, RustHandler};
+use crate::engine::ids::{FastMap, FastState};
 use crate::engine::{Errno, errno};
 use crate::ipc::{
-    self, Created, DeviceStat, Header, IdInfo, IdList, Opened, Public, Reader, Refused, Stat,
-    WireEvent, op, sock,
+    self, Created, DeviceStat, Header, IdInfo, IdList, Opened, Public, Reader, Refused, Stat, op,
+    sock,
 };
 use crate::log::{INFO, WARN};
 use crate::portspace::{self, PortTable};
@@ -44,6 +45,11 @@ use std::time::{Duration, Instant};
 /// At most this many messages are read from a connection per wake-up
 /// (the first blocking, the rest only if already queued).
 const DRAIN: usize = 64;
+
+/// Messages one `recvmmsg` reads while a wake-up drains (each into a
+/// buffer of `ipc::MAX_RECORD`, allocated at a connection's first drain;
+/// their zeroed pages are mapped only as records fill them).
+const RECV_MANY: usize = 8;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -129,12 +135,11 @@ struct Entry {
     peer: Option<Gid>,
     /// Leased by `CREATE_IDS` and not used yet: the process has not
     /// created it as far as its user knows (not listed, not counted).
+    /// The one-way calls run on it (sent with its events, so the process
+    /// knows which of its own calls a snapshot has seen) are counted on
+    /// the id itself (`CmId::with_oneway_calls`): an event needs no
+    /// look-up here.
     pooled: bool,
-    /// One-way calls on it run so far (sent with its events, so the
-    /// process knows which of its own calls a snapshot has seen). Held
-    /// while one runs and while a snapshot is read, so a snapshot is
-    /// either before a call or after it and counts it.
-    oneway: Arc<Mutex<u64>>,
 }
 
 impl Entry {
@@ -144,7 +149,6 @@ impl Entry {
             born: Instant::now(),
             peer,
             pooled: false,
-            oneway: Arc::new(Mutex::new(0)),
         }
     }
 }
@@ -177,7 +181,9 @@ struct Conn {
     ports_sent: Mutex<Option<Arc<Vec<PortInfo>>>>,
     /// `ports_sent` is set: nothing to check after each message.
     ports_armed: AtomicBool,
-    ids: Mutex<HashMap<u64, Entry>>,
+    /// Keyed by handle; the keys are the service's own (a process only
+    /// looks up what it names), so a fast hash is safe here.
+    ids: Mutex<FastMap<u64, Entry>>,
     listeners: Mutex<HashSet<u64>>,
     out: Mutex<Outbox>,
     out_cv: Condvar,
@@ -296,7 +302,7 @@ impl Service {
                 opened_ports: Mutex::new(None),
                 ports_sent: Mutex::new(None),
                 ports_armed: AtomicBool::new(false),
-                ids: Mutex::new(HashMap::new()),
+                ids: Mutex::new(FastMap::with_hasher(FastState::new(conn_seed()))),
                 listeners: Mutex::new(HashSet::new()),
                 out: Mutex::new(Outbox::default()),
                 out_cv: Condvar::new(),
@@ -558,6 +564,71 @@ fn public(id: &CmId) -> Public {
     }
 }
 
+/// Event records' buffers a thread keeps for reuse (at most this many).
+const SPARE_MAX: usize = 256;
+
+thread_local! {
+    /// Buffers of records this thread has sent, reused for the records
+    /// it encodes next: an event costs no `malloc`/`free` in the steady
+    /// state (the thread that runs an engine is the one whose hold sends
+    /// the events it produced).
+    static SPARE: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The `BATCH` message this thread assembles (`ipc::batch_into`).
+    static BATCH_MSG: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A buffer for an event record (room for `ipc::EVENT_RECORD`).
+fn event_buf() -> Vec<u8> {
+    SPARE
+        .with(|s| s.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(ipc::EVENT_RECORD))
+}
+
+/// Keeps sent records' buffers for `event_buf` (those of an event's size).
+fn recycle(recs: impl IntoIterator<Item = Vec<u8>>) {
+    SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        for r in recs {
+            if s.len() >= SPARE_MAX {
+                break;
+            }
+            if (ipc::EVENT_RECORD..=2 * ipc::EVENT_RECORD).contains(&r.capacity()) {
+                s.push(r);
+            }
+        }
+    });
+}
+
+/// Sends `recs` as `BATCH` messages (a lone record as it is) while the
+/// socket has room, assembling each in this thread's reused buffer: how
+/// many were sent (`Err` when the socket failed).
+fn send_batches(fd: &OwnedFd, recs: &[Vec<u8>]) -> std::io::Result<usize> {
+    BATCH_MSG.with(|m| {
+        let mut msg = m.borrow_mut();
+        let mut sent = 0;
+        while sent < recs.len() {
+            let n = ipc::batch_into(&recs[sent..], &mut msg);
+            let out = if n == 1 { &recs[sent][..] } else { &msg[..] };
+            if !sock::try_send(fd, out)? {
+                break;
+            }
+            sent += n;
+        }
+        // A burst far above the usual is not kept.
+        if msg.capacity() > ipc::MAX_RECORD + ipc::HEADER {
+            *msg = Vec::new();
+        }
+        Ok(sent)
+    })
+}
+
+/// The id's public fields and how many one-way calls on it had run when
+/// they were read (read under the id's call lock: never while a call
+/// runs).
+fn snapshot(id: &CmId) -> (u64, Public) {
+    id.with_oneway_calls(|n| (*n, public(id)))
+}
+
 impl Conn {
     fn serve(self: Arc<Self>) {
         let w = self.clone();
@@ -565,6 +636,8 @@ impl Conn {
             .name(format!("ibcmd-w{}", self.id))
             .spawn(move || w.writer());
         let mut buf = vec![0u8; ipc::MAX_RECORD];
+        // The wake-ups' drain buffers (`RECV_MANY`).
+        let mut slots = Vec::new();
         if writer.is_ok() {
             loop {
                 let n = match sock::recv(&self.fd, &mut buf) {
@@ -574,7 +647,7 @@ impl Conn {
                 if self.closed.load(Ordering::SeqCst) {
                     break;
                 }
-                let replies = self.wakeup(&mut buf, n);
+                let replies = self.wakeup(&mut buf, n, &mut slots);
                 if ipc::batch(replies)
                     .iter()
                     .any(|m| sock::send(&self.fd, m).is_err())
@@ -702,26 +775,13 @@ impl Conn {
         o.busy = true;
         let mut recs: Vec<Vec<u8>> = o.q.drain(..).collect();
         drop(o);
-        let mut sent = 0;
-        let mut failed = false;
-        while sent < recs.len() {
-            let (n, msg) = ipc::batch_one(&recs[sent..]);
-            match sock::try_send(&self.fd, &msg) {
-                Ok(true) => sent += n,
-                Ok(false) => break,
-                Err(_) => {
-                    failed = true;
-                    break;
-                }
-            }
-        }
-        if failed {
+        let Ok(sent) = send_batches(&self.fd, &recs) else {
             self.disconnect();
             return;
-        }
+        };
         let mut o = lock(&self.out);
         // Unsent records go back in front of those queued meanwhile.
-        recs.drain(..sent);
+        recycle(recs.drain(..sent));
         for r in recs.into_iter().rev() {
             o.q.push_front(r);
         }
@@ -777,35 +837,17 @@ impl Conn {
                 };
                 ids.insert(id.handle(), Entry::new(id.clone(), peer));
             }
-            let (calls, public) = c.snapshot(id);
+            let (calls, public) = snapshot(id);
             let mut w = Header {
                 op: op::EVENT,
                 seq: calls,
                 handle: ev.id.0,
             }
-            .record();
-            w.put(&WireEvent {
-                public,
-                listener: listener.unwrap_or(0),
-                event: ev.clone(),
-            });
+            .record_in(event_buf());
+            ipc::put_event(&mut w, &public, listener.unwrap_or(0), ev);
             c.push(w.into_bytes());
             0
         })
-    }
-
-    /// The id's public fields and how many one-way calls on it had run
-    /// when they were read (read under the id's call lock: never while a
-    /// call runs).
-    fn snapshot(&self, id: &CmId) -> (u64, Public) {
-        let calls = lock(&self.ids).get(&id.handle()).map(|e| e.oneway.clone());
-        match calls {
-            Some(c) => {
-                let n = lock(&c);
-                (*n, public(id))
-            }
-            None => (0, public(id)),
-        }
     }
 
     /// Queues a record pushed to the process (an event, a refusal) behind
@@ -832,7 +874,11 @@ impl Conn {
         // buffer queues it for the writer, which may block.
         if !holding && o.q.is_empty() && !o.busy {
             match sock::try_send(&self.fd, &rec) {
-                Ok(true) => return,
+                Ok(true) => {
+                    drop(o);
+                    recycle([rec]);
+                    return;
+                }
                 Ok(false) => {}
                 Err(_) => {
                     drop(o);
@@ -871,20 +917,39 @@ impl Conn {
     /// leave together when all have run (one `sendmmsg`, one run of a
     /// switched peer's engine), and so do the events they produce for
     /// each process (`hold`: one `BATCH` message per connection).
-    fn wakeup(self: &Arc<Self>, buf: &mut [u8], n: usize) -> Vec<Vec<u8>> {
+    fn wakeup(
+        self: &Arc<Self>,
+        buf: &mut [u8],
+        n: usize,
+        slots: &mut Vec<Vec<u8>>,
+    ) -> Vec<Vec<u8>> {
         self.svc.hold(|| {
             let dev = lock(&self.dev).clone();
-            let run = |buf: &mut [u8]| {
+            let mut run = |buf: &mut [u8]| {
                 let mut replies = self.records(&buf[..n]);
-                // An error or the end seen here is seen again by the
-                // next blocking read, after these messages have run.
-                for _ in 1..DRAIN {
-                    if self.closed.load(Ordering::SeqCst) {
-                        break;
+                // What is queued behind it, `RECV_MANY` messages per
+                // `recvmmsg`. An error or the end seen here is seen again
+                // by the next blocking read, after these messages have run.
+                let mut read = 1;
+                let mut lens = [0usize; RECV_MANY];
+                'drain: while read < DRAIN && !self.closed.load(Ordering::SeqCst) {
+                    if slots.is_empty() {
+                        slots.resize_with(RECV_MANY, || vec![0u8; ipc::MAX_RECORD]);
                     }
-                    match sock::try_recv(&self.fd, buf) {
-                        Ok(Some(m)) if m > 0 => replies.extend(self.records(&buf[..m])),
+                    let want = RECV_MANY.min(DRAIN - read);
+                    let got = match sock::try_recv_many(&self.fd, &mut slots[..want], &mut lens) {
+                        Ok(g) if g > 0 => g,
                         _ => break,
+                    };
+                    read += got;
+                    for (slot, &m) in slots.iter().zip(&lens[..got]) {
+                        if m == 0 {
+                            break 'drain;
+                        }
+                        replies.extend(self.records(&slot[..m]));
+                    }
+                    if got < want {
+                        break;
                     }
                 }
                 replies
@@ -918,7 +983,7 @@ impl Conn {
         }
         let id = lock(&self.ids).get(&h.handle).map(|e| e.id.clone());
         let (calls, public) = match &id {
-            Some(id) => self.snapshot(id),
+            Some(id) => snapshot(id),
             None => (0, Public::default()),
         };
         ibcm_log!(
@@ -960,17 +1025,20 @@ impl Conn {
         }
         if oneway {
             let h = Header { op: base, ..h };
-            let calls = lock(&self.ids).get(&h.handle).map(|e| e.oneway.clone());
-            let res = match calls {
+            // One look-up: the id (in use from now on, if leased).
+            let found = lock(&self.ids).get_mut(&h.handle).map(|e| {
+                e.pooled = false;
+                e.id.clone()
+            });
+            let res = match found {
                 // Counted as run whatever the result (the process counts
                 // what it sent), under the lock snapshots take.
-                Some(c) => {
-                    let mut n = lock(&c);
-                    let res = self.run(h, &mut r);
+                Some(id) => id.clone().with_oneway_calls(|n| {
+                    let res = self.run(h, &mut r, Some(id));
                     *n += 1;
                     res
-                }
-                None => self.run(h, &mut r),
+                }),
+                None => self.run(h, &mut r, None),
             };
             if let Err(e) = res {
                 if e == Errno(errno::EPROTO) {
@@ -980,7 +1048,7 @@ impl Conn {
             }
             return None;
         }
-        let res = self.run(h, &mut r);
+        let res = self.run(h, &mut r, None);
         if h.seq == 0 {
             // Nobody waits for it (a refusal is counted like any other).
             return None;
@@ -997,7 +1065,14 @@ impl Conn {
         Some(ipc::reply(h, err, public, |w| w.0.extend_from_slice(&body)))
     }
 
-    fn run(self: &Arc<Self>, h: Header, r: &mut Reader<'_>) -> Result<(Public, Vec<u8>), Errno> {
+    /// Runs one request; `found` is its id when the caller has looked it
+    /// up already (a one-way call).
+    fn run(
+        self: &Arc<Self>,
+        h: Header,
+        r: &mut Reader<'_>,
+        found: Option<CmId>,
+    ) -> Result<(Public, Vec<u8>), Errno> {
         let proto = Errno(errno::EPROTO);
         let mut out = ipc::Writer(Vec::new());
         if h.op == op::OPEN {
@@ -1133,13 +1208,16 @@ impl Conn {
         }
         // Calls on one of this connection's ids (a leased one is in use
         // from its first call on).
-        let id = lock(&self.ids)
-            .get_mut(&h.handle)
-            .map(|e| {
-                e.pooled = false;
-                e.id.clone()
-            })
-            .ok_or(Errno::EINVAL)?;
+        let id = match found {
+            Some(id) => id,
+            None => lock(&self.ids)
+                .get_mut(&h.handle)
+                .map(|e| {
+                    e.pooled = false;
+                    e.id.clone()
+                })
+                .ok_or(Errno::EINVAL)?,
+        };
         match h.op {
             op::LISTEN => {
                 let sid: u64 = r.get()?;
@@ -1309,6 +1387,18 @@ fn op_name(opc: u16) -> &'static str {
         op::SEND_REJ => "send_rej",
         _ => "request",
     }
+}
+
+/// A seed for a connection's tables: the clock and a counter, so two
+/// connections (and two runs) hash differently.
+fn conn_seed() -> u64 {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ N
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// An errno as the protocol carries it (negative).

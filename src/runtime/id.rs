@@ -187,6 +187,20 @@ impl CmId {
         self.0.handle().0 as u32
     }
 
+    /// Runs `f` on the count of one-way calls the host CM service has run
+    /// on this id, under the id's lock for it: the service holds it while
+    /// such a call runs and while it reads a snapshot of the public fields
+    /// (so a snapshot is either before a call or after it and counts it).
+    /// The id of a served device is local: the slot that counts the calls
+    /// a process sends on a remote id is free for it.
+    pub fn with_oneway_calls<R>(&self, f: impl FnOnce(&mut u64) -> R) -> R {
+        debug_assert!(
+            self.0.dev.remote.is_none(),
+            "a remote id counts its own calls"
+        );
+        f(&mut lock(&self.0.remote_version).oneway_sent)
+    }
+
     /// The public `ib_cm_id` fields as last synchronised.
     pub fn public(&self) -> IbCmId {
         unsafe { std::ptr::read_volatile(self.0.c.get()) }

@@ -47,7 +47,8 @@ pub(super) struct RemoteSync {
     pub(super) version: u64,
     /// One-way calls on the id sent to the service: a pushed snapshot that
     /// counts fewer was read before the service ran the last of them and
-    /// would undo its state change here.
+    /// would undo its state change here. On a local device served by the
+    /// service: the one-way calls the service ran (`CmId::with_oneway_calls`).
     pub(super) oneway_sent: u64,
 }
 
