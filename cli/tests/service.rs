@@ -118,6 +118,24 @@ fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// The child's stdout, collected as it comes by a thread of its own.
+fn collect_stdout(child: &mut Child) -> Arc<Mutex<String>> {
+    let mut so = child.stdout.take().unwrap();
+    let out = Arc::new(Mutex::new(String::new()));
+    let o = out.clone();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut b = [0u8; 4096];
+        while let Ok(n) = so.read(&mut b) {
+            if n == 0 {
+                break;
+            }
+            o.lock().unwrap().push_str(&text(&b[..n]));
+        }
+    });
+    out
+}
+
 /// A listener process whose stdout is collected as it comes.
 struct Listener {
     child: Child,
@@ -127,20 +145,16 @@ struct Listener {
 impl Listener {
     fn spawn(d: &Daemon, args: &[&str]) -> Listener {
         let mut child = d.ibcm(&[&["listen"], args].concat()).spawn().unwrap();
-        let mut so = child.stdout.take().unwrap();
-        let out = Arc::new(Mutex::new(String::new()));
-        let o = out.clone();
-        std::thread::spawn(move || {
-            use std::io::Read;
-            let mut b = [0u8; 4096];
-            while let Ok(n) = so.read(&mut b) {
-                if n == 0 {
-                    break;
-                }
-                o.lock().unwrap().push_str(&text(&b[..n]));
-            }
-        });
+        let out = collect_stdout(&mut child);
         Listener { child, out }
+    }
+
+    /// Waits until the listener has said it listens (its `listen` returned:
+    /// through the service, the listen is registered there).
+    fn wait_listening(&self) -> bool {
+        wait_for(Duration::from_secs(10), || {
+            self.out().contains("listening on")
+        })
     }
 
     fn out(&self) -> String {
@@ -153,10 +167,7 @@ fn two_processes_share_one_soft_address() {
     let d = Daemon::start("share");
     let dev = &net::soft(1);
     let mut l = Listener::spawn(&d, &["--device", dev, "--count", "2", "--timeout", "20"]);
-    assert!(wait_for(Duration::from_secs(5), || d
-        .log()
-        .contains("serving")));
-    std::thread::sleep(Duration::from_millis(200));
+    assert!(l.wait_listening(), "{}", l.out());
     // The service ID is the first listener's, host-wide.
     let second = d
         .ibcm(&["listen", "--device", dev, "--timeout", "2"])
@@ -551,15 +562,25 @@ fn auto_starts_the_service_on_the_first_open() {
         c
     };
     let dev = &net::soft(9);
-    let l = run(&["listen", "--device", dev, "--count", "1", "--timeout", "20"])
+    let mut l = run(&["listen", "--device", dev, "--count", "1", "--timeout", "20"])
         .spawn()
         .unwrap();
+    let said = collect_stdout(&mut l);
     assert!(wait_for(Duration::from_secs(10), || sock::connect(&socket).is_ok()));
     // The service is another process (started by the listener), which
     // the listener's device is served by: the address is shared.
     let service_pid = sock::peer(&sock::connect(&socket).unwrap()).0;
     assert!(service_pid > 0 && service_pid as u32 != l.id());
-    std::thread::sleep(Duration::from_millis(200));
+    // Connect only once the listener's listen has returned (under load the
+    // socket appears long before the listener's listen is registered).
+    assert!(
+        wait_for(Duration::from_secs(10), || said
+            .lock()
+            .unwrap()
+            .contains("listening on")),
+        "{}",
+        said.lock().unwrap()
+    );
     let c = run(&[
         "connect",
         "--device",
@@ -1049,10 +1070,7 @@ fn a_capture_of_the_service_shows_mads_switched_between_its_devices() {
             "20",
         ],
     );
-    assert!(wait_for(Duration::from_secs(5), || d
-        .log()
-        .contains("serving")));
-    std::thread::sleep(Duration::from_millis(200));
+    assert!(l.wait_listening(), "{}", l.out());
     let o = d
         .connect(&net::soft(22), &net::ip(21), &["--timeout", "10"])
         .output()
