@@ -502,7 +502,12 @@ impl Service {
     /// ports are released only after its listeners, as the kernel releases
     /// an id's port in its destroy (a process binding the port at once
     /// would otherwise find the service ID still listened on: `EBUSY`).
-    /// The connections of a live process are not waited for.
+    /// The connections of a live process are not waited for. A process
+    /// that is exiting closes its sockets one after the other, so its
+    /// other connections count as dying while it exits (`exiting`), even
+    /// before their peer is seen gone: the port connection's end may come
+    /// first, while the device connection that holds the listeners is
+    /// still open.
     fn wait_dying(&self, me: u64, pid: i32) {
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(2) {
@@ -510,7 +515,10 @@ impl Service {
                 .iter()
                 .filter(|(k, _)| **k != me)
                 .filter_map(|(_, w)| w.upgrade())
-                .any(|c| c.pid == pid && (c.closed.load(Ordering::SeqCst) || peer_gone(&c.fd)));
+                .any(|c| {
+                    c.pid == pid
+                        && (c.closed.load(Ordering::SeqCst) || peer_gone(&c.fd) || exiting(pid))
+                });
             if !dying {
                 return;
             }
@@ -1376,6 +1384,30 @@ fn peer_gone(fd: &OwnedFd) -> bool {
     n == 1 && p.revents & (libc::POLLHUP | libc::POLLRDHUP | libc::POLLERR) != 0
 }
 
+/// Process `pid` is exiting or gone (`/proc/PID/stat`: no such process, a
+/// zombie, or `PF_EXITING` in its flags — set when the kernel starts
+/// tearing it down, before it closes its files).
+fn exiting(pid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    if pid <= 0 {
+        // A peer outside the service's PID namespace: nothing to read.
+        return false;
+    }
+    let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // After the command's ") ": state (field 3), ..., flags (field 9).
+    let f: Vec<&str> = st
+        .rsplit_once(") ")
+        .map_or("", |(_, r)| r)
+        .split_whitespace()
+        .collect();
+    match (f.first(), f.get(6).and_then(|x| x.parse::<u64>().ok())) {
+        (Some(&s), Some(flags)) => s == "Z" || s == "X" || flags & PF_EXITING != 0,
+        _ => false,
+    }
+}
+
 /// A request op's name, for logs.
 fn op_name(opc: u16) -> &'static str {
     match opc {
@@ -1457,4 +1489,28 @@ pub fn query_stat(socket: &Path) -> std::io::Result<Vec<DeviceStat>> {
         .get()
         .map_err(|e| std::io::Error::other(format!("bad device list: {e}")))?;
     Ok(v.into_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exiting;
+
+    /// A live process is not exiting; an exited one not yet reaped (a
+    /// zombie) and one gone altogether are.
+    #[test]
+    fn exiting_tells_a_dead_process_from_a_live_one() {
+        assert!(!exiting(std::process::id() as i32));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let t = std::time::Instant::now();
+        while !exiting(pid) && t.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(
+            exiting(pid),
+            "the exited child (a zombie) is not seen exiting"
+        );
+        child.wait().unwrap();
+        assert!(exiting(pid), "a reaped child is not seen gone");
+    }
 }
