@@ -1489,20 +1489,23 @@ mod tests {
         assert!(matches!(got.event.param, EventParam::Req(ref p) if p.alternate_path.is_some()));
     }
 
+    /// An EVENT record `n` (sequence and handle `n`) padded to `len` bytes
+    /// of `n`.
+    fn rec(n: u64, len: usize) -> Vec<u8> {
+        let mut w = Header {
+            op: op::EVENT,
+            seq: n,
+            handle: n,
+        }
+        .record();
+        w.0.resize(len, n as u8);
+        w.into_bytes()
+    }
+
     /// `batch_into` reuses one buffer across messages and makes what
     /// `batch_one` makes; a lone record leaves it empty.
     #[test]
     fn a_batch_assembled_in_a_reused_buffer_is_the_batch() {
-        let rec = |n: u64, len: usize| {
-            let mut w = Header {
-                op: op::EVENT,
-                seq: n,
-                handle: n,
-            }
-            .record();
-            w.0.resize(len, n as u8);
-            w.into_bytes()
-        };
         let recs: Vec<Vec<u8>> = (1..=5).map(|n| rec(n, 20_000)).collect();
         let mut msg = vec![9u8; 100];
         let mut at = 0;
@@ -1606,16 +1609,6 @@ mod tests {
 
     #[test]
     fn a_burst_is_batched_and_unbatched_in_order() {
-        let rec = |n: u64, len: usize| {
-            let mut w = Header {
-                op: op::EVENT,
-                seq: n,
-                handle: n,
-            }
-            .record();
-            w.0.resize(len, n as u8);
-            w.into_bytes()
-        };
         let one = batch(vec![rec(1, 40)]);
         assert_eq!(one, vec![rec(1, 40)]);
         // 3 records of 30,000 bytes: two fit a message, the third does not.
