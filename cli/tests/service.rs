@@ -922,7 +922,35 @@ fn oneway_calls_and_leased_handles_refuse_forgeries() {
     let (h, body) = pushed(&bad);
     let f: ipc::Refused = ipc::Reader::new(&body).get().unwrap();
     assert_eq!((h.op, h.handle, f.err), (op::REFUSED, mine, -22));
-    // Only the six calls may go one-way.
+    // MRA_ON_REPORT: a flag of 0/1 on its own id runs (nothing pushed),
+    // any other byte is malformed (-EPROTO), another process's id is not
+    // reached; the refusals count the calls run on the id.
+    let other = leased[1].handle;
+    sock::send(
+        &bad,
+        &record(op::ONEWAY | op::MRA_ON_REPORT, 0, other, &[1]),
+    )
+    .unwrap();
+    sock::send(
+        &bad,
+        &record(op::ONEWAY | op::MRA_ON_REPORT, 0, other, &[2]),
+    )
+    .unwrap();
+    let (h, body) = pushed(&bad);
+    let f: ipc::Refused = ipc::Reader::new(&body).get().unwrap();
+    assert_eq!((h.op, h.handle, h.seq), (op::REFUSED, other, 2));
+    assert_eq!((f.op, f.err), (op::MRA_ON_REPORT, -71));
+    sock::send(&bad, &record(op::ONEWAY | op::MRA_ON_REPORT, 0, other, &[])).unwrap();
+    let (h, body) = pushed(&bad);
+    let f: ipc::Refused = ipc::Reader::new(&body).get().unwrap();
+    assert_eq!((h.op, h.handle, f.err), (op::REFUSED, other, -71));
+    let hd = lid.handle();
+    sock::send(&bad, &record(op::ONEWAY | op::MRA_ON_REPORT, 0, hd, &[1])).unwrap();
+    let (h, body) = pushed(&bad);
+    let f: ipc::Refused = ipc::Reader::new(&body).get().unwrap();
+    assert_eq!((h.op, h.handle, f.err), (op::REFUSED, hd, -22));
+    assert_eq!(f.public, ipc::Public::default());
+    // Only the seven calls may go one-way.
     let (_, e) = raw_call(
         &bad,
         9,
