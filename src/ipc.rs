@@ -62,8 +62,11 @@ pub mod op {
     pub const IDS: u16 = 18;
     /// Every served device's counters (no OPEN needed) → `Box<[DeviceStat]>`.
     pub const HOST_STAT: u16 = 19;
+    /// `bool`: the id's `set_prepare_mra_on_report` flag (usually sent
+    /// one-way; a value other than 0/1 is `-EPROTO`).
+    pub const MRA_ON_REPORT: u16 = 20;
     /// The highest request op of the CM calls.
-    pub const LAST: u16 = HOST_STAT;
+    pub const LAST: u16 = MRA_ON_REPORT;
     /// rdma_cm's host-wide port table (`portspace`; no OPEN needed):
     /// port space, port, address, REUSEADDR, AFONLY, owner → `u16` port.
     pub const PORT_BIND: u16 = 0x100;
@@ -84,7 +87,8 @@ pub mod op {
     /// one-way calls of a `Device::batch` as one).
     pub const BATCH: u16 = 0x2000;
     /// Set in a request's op: a one-way call (`SEND_REQ`, `SEND_REP`,
-    /// `SEND_RTU`, `SEND_DREQ`, `SEND_DREP`, `SEND_REJ`) whose errno the
+    /// `SEND_RTU`, `SEND_DREQ`, `SEND_DREP`, `SEND_REJ`, `MRA_ON_REPORT`)
+    /// whose errno the
     /// process decided itself. No reply; if the service refuses it
     /// nevertheless, it pushes a `REFUSED` record.
     pub const ONEWAY: u16 = 0x1000;
@@ -114,7 +118,7 @@ pub mod op {
     pub fn oneway(op: u16) -> bool {
         matches!(
             op,
-            SEND_REQ | SEND_REP | SEND_RTU | SEND_DREQ | SEND_DREP | SEND_REJ
+            SEND_REQ | SEND_REP | SEND_RTU | SEND_DREQ | SEND_DREP | SEND_REJ | MRA_ON_REPORT
         )
     }
 }

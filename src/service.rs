@@ -1270,6 +1270,11 @@ impl Conn {
                 r.end()?;
                 id.prepare_mra()?
             }
+            op::MRA_ON_REPORT => {
+                let on: bool = r.get()?;
+                r.end()?;
+                id.set_prepare_mra_on_report(on)?
+            }
             op::NOTIFY => {
                 let ev: u32 = r.get()?;
                 r.end()?;

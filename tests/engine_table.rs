@@ -1265,6 +1265,143 @@ fn dup_rep_in_mra_rep_sent_gets_mra_rep() {
     assert_eq!(fx.w.e[P].state(ev.id), Some(State::MraRepRcvd));
 }
 
+/// `set_prepare_mra_on_report` (rdma_cm's MRA, prepared by the engine):
+/// a flagged listener's REQ and a flagged active id's REP are left
+/// MRA_REQ_SENT / MRA_REP_SENT as they are reported, so a duplicate that
+/// arrives before any answer gets an MRA(24); unflagged, it is dropped.
+/// The application's answers still work from those states.
+#[test]
+fn mra_on_report_answers_duplicates_before_the_application() {
+    use State::*;
+    // 0: never set; 1: set before listen/send_req; 2: the listener's set
+    // after listen (applies to its later REQs).
+    for mode in 0..3 {
+        let on = mode != 0;
+        let o = Opts::default();
+        let mut w = Wire::new(&o);
+        let l = w.e[P].create_id().unwrap();
+        if mode == 1 {
+            w.e[P].set_prepare_mra_on_report(l, true).unwrap();
+        }
+        w.e[P].listen(l, SERVICE).unwrap();
+        if mode == 2 {
+            w.e[P].set_prepare_mra_on_report(l, true).unwrap();
+        }
+        let a = w.e[A].create_id().unwrap();
+        w.e[A].set_prepare_mra_on_report(a, on).unwrap();
+        let now = w.now;
+        w.e[A].send_req(now, a, &req_params(A, &o)).unwrap();
+        let req = w.take(A)[0];
+        w.inject(P, &req).unwrap();
+        let p = one_event(&mut w, P, EventType::ReqReceived).id;
+        assert_eq!(w.e[P].state(p), Some(if on { MraReqSent } else { ReqRcvd }));
+        // A duplicate REQ before the application answers.
+        let r = w.inject(P, &req);
+        let out = w.take(P);
+        if on {
+            r.unwrap();
+            assert_eq!(out.len(), 1, "mode {mode}");
+            let CmMsg::Mra(m) = parse(&out[0]) else {
+                panic!("mode {mode}: not an MRA")
+            };
+            assert_eq!(
+                (m.message_mraed, m.service_timeout),
+                (MsgCode::Req, MRA_SETTING)
+            );
+            assert_eq!(MRA_SETTING, 24);
+            w.inject(A, &out[0]).unwrap();
+            one_event(&mut w, A, EventType::MraReceived);
+            assert_eq!(w.e[A].state(a), Some(MraReqRcvd));
+        } else {
+            assert!(r.is_err(), "mode {mode}: dropped");
+            assert!(out.is_empty(), "mode {mode}");
+        }
+        assert!(w.events(P).is_empty());
+        // The application accepts from MRA_REQ_SENT.
+        w.e[P].send_rep(now, p, &rep_params(&o)).unwrap();
+        let rep = w.take(P)[0];
+        w.inject(A, &rep).unwrap();
+        one_event(&mut w, A, EventType::RepReceived);
+        assert_eq!(w.e[A].state(a), Some(if on { MraRepSent } else { RepRcvd }));
+        // A duplicate REP before the RTU.
+        let r = w.inject(A, &rep);
+        let out = w.take(A);
+        if on {
+            r.unwrap();
+            assert_eq!(out.len(), 1, "mode {mode}");
+            let CmMsg::Mra(m) = parse(&out[0]) else {
+                panic!("mode {mode}: not an MRA")
+            };
+            assert_eq!(
+                (m.message_mraed, m.service_timeout),
+                (MsgCode::Rep, MRA_SETTING)
+            );
+            w.inject(P, &out[0]).unwrap();
+            one_event(&mut w, P, EventType::MraReceived);
+            assert_eq!(w.e[P].state(p), Some(MraRepRcvd));
+        } else {
+            assert!(r.is_err(), "mode {mode}: dropped");
+            assert!(out.is_empty(), "mode {mode}");
+        }
+        // The RTU from MRA_REP_SENT completes the connection.
+        w.e[A].send_rtu(a, b"").unwrap();
+        w.flush(A);
+        one_event(&mut w, P, EventType::RtuReceived);
+        assert_eq!(w.e[A].state(a), Some(Established));
+        assert_eq!(w.e[P].state(p), Some(Established));
+    }
+}
+
+/// A flagged id's reported REQ/REP can still be rejected, and a flagged
+/// listener's SIDR REQs are left alone.
+#[test]
+fn mra_on_report_keeps_reject_and_leaves_sidr_alone() {
+    use State::*;
+    let o = Opts::default();
+    let mut w = Wire::new(&o);
+    let l = w.e[P].create_id().unwrap();
+    w.e[P].set_prepare_mra_on_report(l, true).unwrap();
+    w.e[P].listen(l, SERVICE).unwrap();
+    let now = w.now;
+    // Passive reject from MRA_REQ_SENT.
+    let a = w.e[A].create_id().unwrap();
+    w.e[A].send_req(now, a, &req_params(A, &o)).unwrap();
+    let req = w.take(A)[0];
+    w.inject(P, &req).unwrap();
+    let p = one_event(&mut w, P, EventType::ReqReceived).id;
+    assert_eq!(w.e[P].state(p), Some(MraReqSent));
+    w.e[P].send_rej(now, p, 28, &[], &[]).unwrap();
+    w.flush(P);
+    one_event(&mut w, A, EventType::RejReceived);
+    // Active reject from MRA_REP_SENT.
+    let a = w.e[A].create_id().unwrap();
+    w.e[A].set_prepare_mra_on_report(a, true).unwrap();
+    w.e[A].send_req(now, a, &req_params(A, &o)).unwrap();
+    let req = w.take(A)[0];
+    w.inject(P, &req).unwrap();
+    let p = one_event(&mut w, P, EventType::ReqReceived).id;
+    w.e[P].send_rep(now, p, &rep_params(&o)).unwrap();
+    w.flush(P);
+    one_event(&mut w, A, EventType::RepReceived);
+    assert_eq!(w.e[A].state(a), Some(MraRepSent));
+    w.e[A].send_rej(now, a, 28, &[], &[]).unwrap();
+    w.flush(A);
+    one_event(&mut w, P, EventType::RejReceived);
+    // SIDR: the reported SIDR REQ stays SIDR_REQ_RCVD.
+    let a = w.e[A].create_id().unwrap();
+    w.e[A].send_sidr_req(now, a, &sidr_params(A, &o)).unwrap();
+    let m = w.take(A)[0];
+    w.inject(P, &m).unwrap();
+    let p = one_event(&mut w, P, EventType::SidrReqReceived).id;
+    assert_eq!(w.e[P].state(p), Some(SidrReqRcvd));
+    // Unknown handles are refused.
+    assert!(
+        w.e[P]
+            .set_prepare_mra_on_report(Handle(0xdead), true)
+            .is_err()
+    );
+}
+
 #[test]
 fn dup_dreq_in_timewait_resends_drep() {
     let mut fx = reach(State::Timewait, P);

@@ -1075,7 +1075,13 @@ pub fn listen(id: &Arc<IdPriv>) -> Result<(), Errno> {
             .create_id(None, std::ptr::null_mut(), Some(handler()))
             .and_then(|cm| {
                 register_cm(id, &cm);
-                match cm.listen(sid) {
+                // The engine prepares the MRA of every connection REQ this
+                // listener reports (SIDR REQs are left alone): see
+                // `on_req`.
+                match cm
+                    .set_prepare_mra_on_report(true)
+                    .and_then(|()| cm.listen(sid))
+                {
                     Ok(()) => Ok(cm),
                     Err(e) => {
                         lock(by_cm()).remove(&(cm.c_ptr() as usize));
@@ -1200,24 +1206,28 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
             // The REQ's SRQ bit: whether the id's QP has an SRQ
             // (librdmacm), else what the application says.
             let srq = crate::qp::srq_bit(id.public().qp, p.srq);
-            cm.send_req(&ReqParams {
-                primary_path: path,
-                service_id: sid,
-                qp_num: qp_num & 0x00ff_ffff,
-                qp_type: crate::qp::req_qp_type(s.ps, id.public().qp_type),
-                starting_psn: s.psn,
-                private_data: pd,
-                responder_resources: resp,
-                initiator_depth: init,
-                remote_cm_response_timeout: CM_RESPONSE_TIMEOUT,
-                local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
-                flow_control: p.flow_control,
-                retry_count: p.retry_count.min(7),
-                rnr_retry_count: p.rnr_retry_count.min(7),
-                max_cm_retries: MAX_CM_RETRIES,
-                srq,
-                ece: s.local_ece.unwrap_or_default(),
-                ..ReqParams::default()
+            // The engine prepares the REP's MRA when it reports it: see
+            // `on_event`.
+            cm.set_prepare_mra_on_report(true).and_then(|()| {
+                cm.send_req(&ReqParams {
+                    primary_path: path,
+                    service_id: sid,
+                    qp_num: qp_num & 0x00ff_ffff,
+                    qp_type: crate::qp::req_qp_type(s.ps, id.public().qp_type),
+                    starting_psn: s.psn,
+                    private_data: pd,
+                    responder_resources: resp,
+                    initiator_depth: init,
+                    remote_cm_response_timeout: CM_RESPONSE_TIMEOUT,
+                    local_cm_response_timeout: CM_RESPONSE_TIMEOUT,
+                    flow_control: p.flow_control,
+                    retry_count: p.retry_count.min(7),
+                    rnr_retry_count: p.rnr_retry_count.min(7),
+                    max_cm_retries: MAX_CM_RETRIES,
+                    srq,
+                    ece: s.local_ece.unwrap_or_default(),
+                    ..ReqParams::default()
+                })
             })
         };
         if let Err(e) = r {
@@ -1797,15 +1807,15 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
         }
     }
     if enqueue(&listener, b) {
-        // As the kernel's rdma_cm (cma_ib_req_handler): a REQ the
-        // application has not answered yet gets its MRA prepared, so that a
-        // duplicate of it is answered with an MRA (service timeout 24,
-        // ≈ 69 s) instead of being dropped — the active side then stops
-        // retransmitting while the server works through a burst of
-        // requests. -EINVAL once the application has already answered.
-        if !ud {
-            let _ = cm.prepare_mra();
-        }
+        // As the kernel's rdma_cm (cma_ib_req_handler), a connection REQ
+        // the application has not answered yet has its MRA prepared, so
+        // that a duplicate of it is answered with an MRA (service timeout
+        // 24, ≈ 69 s) instead of being dropped — the active side then
+        // stops retransmitting while the server works through a burst of
+        // requests. The engine did it when it reported the REQ (the
+        // listener's `set_prepare_mra_on_report`), before this callback
+        // ran: a duplicate in the same receive, or one reaching the host
+        // CM service before this event reaches the process, is covered.
         0
     } else {
         // The listener is going away: the child goes with the request.
@@ -1831,15 +1841,13 @@ fn on_event(id: &Arc<IdPriv>, ev: &Event) {
                 s.remote_ece = r.ece;
                 s.st = St::ConnectResponse;
                 // As the kernel's rdma_cm (cma_ib_handler on
-                // IB_CM_REP_RECEIVED): the REP gets its MRA prepared, so that
-                // a duplicate of it that comes before the RTU (one that an
-                // application calling rdma_establish later leaves time for)
-                // is answered with an MRA (service timeout 24, ≈ 69 s)
-                // instead of being dropped: the passive side then waits
-                // instead of running out of REP retries.
-                if let Some(cm) = s.cm.as_ref() {
-                    let _ = cm.prepare_mra();
-                }
+                // IB_CM_REP_RECEIVED), the REP has its MRA prepared — by the
+                // engine as it reported it (`set_prepare_mra_on_report` in
+                // connect) — so that a duplicate of it that comes before the
+                // RTU (one that an application calling rdma_establish later
+                // leaves time for) is answered with an MRA (service timeout
+                // 24, ≈ 69 s) instead of being dropped: the passive side
+                // then waits instead of running out of REP retries.
                 b.set_private_data(pd, m.private_data_len as usize, false);
                 // SAFETY: writing the conn member of our own event.
                 unsafe {

@@ -138,6 +138,7 @@ impl Engine {
             shard: self.cfg.shard,
             local_id: id,
             share_key: key,
+            mra_on_report: self.rec(h)?.mra_on_report,
         };
         self.shared.listen_insert(service_id, entry).map_err(|_| {
             if key.is_some() {
@@ -439,6 +440,27 @@ impl Engine {
             _ => return Err(Errno::EINVAL),
         }
         self.ids.get_mut(id).unwrap().saved_pdata = None;
+        Ok(())
+    }
+
+    /// rdma_cm's own MRA preparation, done where the kernel's rdma_cm
+    /// does it but without waiting for the consumer: with `on`, a
+    /// REQ_RECEIVED (RC/UC/XRC, not SIDR) on an id this listener creates,
+    /// or a REP_RECEIVED on this id, leaves the id MRA_REQ_SENT /
+    /// MRA_REP_SENT at the moment the event is queued — exactly the state
+    /// `prepare_mra` sets — so a duplicate arriving before the consumer
+    /// answers is answered with an MRA (service timeout 24) instead of
+    /// being dropped. The ids a listener creates inherit the flag; set on
+    /// a listening id it applies to its later REQs. Any state.
+    pub fn set_prepare_mra_on_report(&mut self, h: Handle, on: bool) -> ApiResult {
+        let id = h.0 as u32;
+        let r = self.rec(h)?;
+        let (state, service_id) = (r.state, r.service_id);
+        self.ids.get_mut(id).unwrap().mra_on_report = on;
+        if state == State::Listen {
+            self.shared
+                .listen_set_mra(service_id, self.cfg.shard, id, on);
+        }
         Ok(())
     }
 

@@ -61,6 +61,10 @@ pub(crate) struct IdRec {
     pub(super) listen_shares: u32,
     /// SIDR responder: key in the duplicate table.
     pub(super) sidr_key: Option<(Gid, u32)>,
+    /// `Engine::set_prepare_mra_on_report`: a REQ_RECEIVED (on the ids a
+    /// listener creates) or REP_RECEIVED reported for this id leaves it
+    /// MRA_REQ_SENT / MRA_REP_SENT, as `ib_prepare_cm_mra` would.
+    pub(super) mra_on_report: bool,
 }
 
 impl IdRec {
@@ -100,6 +104,7 @@ impl IdRec {
             saved_pdata: None,
             listen_shares: 0,
             sidr_key: None,
+            mra_on_report: false,
         }
     }
 }

@@ -532,6 +532,10 @@ impl Engine {
             EventParam::Req(Box::new(ev)),
             Some(raw),
         );
+        if listener.mra_on_report {
+            self.ids.get_mut(id).unwrap().mra_on_report = true;
+            self.prepare_mra_on_report(id);
+        }
         Ok(())
     }
 
@@ -767,7 +771,16 @@ impl Engine {
             },
         };
         self.event(id, EventType::RepReceived, EventParam::Rep(ev), Some(raw));
+        self.prepare_mra_on_report(id);
         Ok(())
+    }
+
+    /// `set_prepare_mra_on_report`: a flagged id just reported as
+    /// REQ_RCVD / REP_RCVD moves on as `prepare_mra` moves it.
+    fn prepare_mra_on_report(&mut self, id: u32) {
+        if self.ids.get(id).is_some_and(|r| r.mra_on_report) {
+            let _ = self.prepare_mra(Handle(id as u64));
+        }
     }
 
     /// `cm_dup_rep_handler`.

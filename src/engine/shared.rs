@@ -31,6 +31,9 @@ pub struct ListenEntry {
     /// listeners must match; `None` for plain `ib_cm_listen` listeners,
     /// which are never shared.
     pub share_key: Option<u64>,
+    /// The listener's `set_prepare_mra_on_report` flag, which the ids its
+    /// REQs create inherit.
+    pub mra_on_report: bool,
 }
 
 const QP_LOCKS: usize = 16;
@@ -79,6 +82,18 @@ impl Shared {
     pub fn listen_lookup(&self, service_id: u64) -> Option<ListenEntry> {
         let listen = self.listen.read().unwrap_or_else(|e| e.into_inner());
         listen.get(&service_id).copied()
+    }
+
+    /// Sets the inherited MRA flag of the listener `(shard, local_id)` on
+    /// `service_id` (nothing when another id holds the service ID).
+    pub fn listen_set_mra(&self, service_id: u64, shard: u32, local_id: u32, on: bool) {
+        let mut listen = self.listen.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = listen.get_mut(&service_id)
+            && e.shard == shard
+            && e.local_id == local_id
+        {
+            e.mra_on_report = on;
+        }
     }
 
     /// Registers a listener; `Err(existing)` when the service ID is taken.

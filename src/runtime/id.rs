@@ -328,6 +328,22 @@ impl CmId {
         self.with_engine(|e, _, h| e.prepare_mra(h))
     }
 
+    /// Whether a REQ_RECEIVED on the ids this listener creates, or a
+    /// REP_RECEIVED on this id, leaves the id with its MRA prepared (as
+    /// `prepare_mra`) the moment the engine reports it — what rdma_cm's
+    /// kernel side does for RC/UC connections, without waiting for the
+    /// event to reach the process. Set it on a listener before `listen`
+    /// (or later: it applies to the REQs after), on an active id before
+    /// `send_req`. Through the service it is a one-way call.
+    pub fn set_prepare_mra_on_report(&self, on: bool) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.oneway_unchecked(&self.0, op::MRA_ON_REPORT, |w| {
+                w.put(&on);
+            });
+        }
+        self.with_engine(|e, _, h| e.set_prepare_mra_on_report(h, on))
+    }
+
     pub fn notify(&self, event: u32) -> ApiResult {
         if let Some(r) = self.remote() {
             return r.call_unit(&self.0, op::NOTIFY, |w| {

@@ -485,6 +485,32 @@ impl Remote {
             }
             s.oneway_sent += 1;
         }
+        self.send_oneway(sh, opc, body)
+    }
+
+    /// A one-way call that changes no state the process mirrors (so
+    /// nothing to check here; the service still validates it and pushes
+    /// `REFUSED` if it refuses).
+    pub(super) fn oneway_unchecked(
+        &self,
+        sh: &CmIdInner,
+        opc: u16,
+        body: impl FnOnce(&mut Writer),
+    ) -> ApiResult {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(Errno::ENODEV);
+        }
+        if lock(&sh.dq).destroyed {
+            return Err(Errno::EINVAL);
+        }
+        let _order = lock(&sh.remote_call);
+        lock(&sh.remote_version).oneway_sent += 1;
+        self.send_oneway(sh, opc, body)
+    }
+
+    /// Sends (or holds, inside a batch) one one-way record; the caller
+    /// holds `sh.remote_call` and has counted it.
+    fn send_oneway(&self, sh: &CmIdInner, opc: u16, body: impl FnOnce(&mut Writer)) -> ApiResult {
         let mut w = Header {
             op: opc | op::ONEWAY,
             seq: 0,
