@@ -463,12 +463,7 @@ impl Remote {
         call: Call<'_>,
         body: impl FnOnce(&mut Writer),
     ) -> ApiResult {
-        if self.dead.load(Ordering::SeqCst) {
-            return Err(Errno::ENODEV);
-        }
-        if lock(&sh.dq).destroyed {
-            return Err(Errno::EINVAL);
-        }
+        self.oneway_allowed(sh)?;
         let _order = lock(&sh.remote_call);
         {
             let mut s = lock(&sh.remote_version);
@@ -488,6 +483,18 @@ impl Remote {
         self.send_oneway(sh, opc, body)
     }
 
+    /// A one-way call may leave: the service is alive and the id is not
+    /// destroyed.
+    fn oneway_allowed(&self, sh: &CmIdInner) -> ApiResult {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(Errno::ENODEV);
+        }
+        if lock(&sh.dq).destroyed {
+            return Err(Errno::EINVAL);
+        }
+        Ok(())
+    }
+
     /// A one-way call that changes no state the process mirrors (so
     /// nothing to check here; the service still validates it and pushes
     /// `REFUSED` if it refuses).
@@ -497,12 +504,7 @@ impl Remote {
         opc: u16,
         body: impl FnOnce(&mut Writer),
     ) -> ApiResult {
-        if self.dead.load(Ordering::SeqCst) {
-            return Err(Errno::ENODEV);
-        }
-        if lock(&sh.dq).destroyed {
-            return Err(Errno::EINVAL);
-        }
+        self.oneway_allowed(sh)?;
         let _order = lock(&sh.remote_call);
         lock(&sh.remote_version).oneway_sent += 1;
         self.send_oneway(sh, opc, body)
