@@ -196,7 +196,8 @@ def wire_summaries(run, names):
             out[name] = {"error": (r.stderr.strip().splitlines() or ["no output"])[-1][:200]}
             continue
         t = d.get("totals", {})
-        lat = d.get("latency", {}).get("connect", {})
+        lats = d.get("latency", {})
+        lat = lats.get("connect", {})
         out[name] = {
             "mads": d.get("mads"),
             "connections": t.get("connections"),
@@ -208,6 +209,9 @@ def wire_summaries(run, names):
             "connect_p50_ms": lat.get("p50_ns", 0) / 1e6 if lat.get("count") else None,
             "connect_p99_ms": lat.get("p99_ns", 0) / 1e6 if lat.get("count") else None,
         }
+        for st in ("req_rep", "rep_rtu"):  # the server's and the client's share of the connect
+            sl = lats.get(st, {})
+            out[name][st + "_p50_ms"] = sl.get("p50_ns", 0) / 1e6 if sl.get("count") else None
     return out
 
 
@@ -440,15 +444,23 @@ def lib_tables(pairing, scen):
         base = median(done[labels[0]])
         md += ["", f"## cmtime -c {n} in one boot of {pairing}: libraries alternating (µs per connection; "
                f"× = connect over {labels[0]}'s median)", ""]
-        md.append("| run | library | host load at start (max during) | connect | disconnect | failed | client exit |")
-        md.append("|---|---|---|---|---|---|---|")
+        wire = any(s.get("wire") for s in rows)
+        md.append("| run | library | host load at start (max during) | connect | disconnect | failed | client exit |"
+                  + (" wire: REQ→REP / REP→RTU p50 ms, re-sent |" if wire else ""))
+        md.append("|---|---|---|---|---|---|---|" + ("---|" if wire else ""))
         for s in rows:
             at, peak = s.get("host_load_start"), s.get("host_load_max")
             load = "—" if at is None else f"{at:.2f} ({peak:.2f})"
             c, d = step(s, "connect"), step(s, "disconnect")
             failed = ", ".join(f"{v} {e}" for e, v in sorted(s.get("failed", {}).items())) or "0"
-            md.append(f"| {s['round']} | {s['lib']} | {load} | {fmt(c, ratio(c, base))} | {fmt(d, None)} | "
-                      f"{failed} | {s['client_rc']}{': ' + s['error'] if s.get('error') else ''} |")
+            row = (f"| {s['round']} | {s['lib']} | {load} | {fmt(c, ratio(c, base))} | {fmt(d, None)} | "
+                   f"{failed} | {s['client_rc']}{': ' + s['error'] if s.get('error') else ''} |")
+            if wire:
+                w = s.get("wire") or {}
+                row += (" — |" if not w or "error" in w else
+                        f" {fmt(w.get('req_rep_p50_ms'), None)} / {fmt(w.get('rep_rtu_p50_ms'), None)}, "
+                        f"{w['retransmissions']} |")
+            md.append(row)
         md += ["", "| library | runs (connect completed) | connect median | min – max |", "|---|---|---|---|"]
         for lb in labels:
             vs, med = done[lb], median(done[lb])

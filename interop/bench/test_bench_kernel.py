@@ -245,8 +245,20 @@ class Libraries(unittest.TestCase):
         self.assertIn("| new | 2 (2) | 2000.0 (×1.00) | 1500.0 – 2500.0 |", md)
         # the labelled runs make no column of the per-pairing cmtime table
         self.assertNotIn("## cmtime -c 100: ", md)
+        self.assertNotIn("wire:", md)
         sc = data["results"]["kernel-ibcm"]["scenarios"]["cmtime-100-new-1"]
         self.assertEqual((sc["lib"], sc["round"], sc["host_load_start"]), ("new", 1, 3.0))
+
+    def test_wire_column(self):
+        scen = {"cmtime-100-old-1": {"n": 100, "lib": "old", "round": 1, "client_rc": "0", "failed": {},
+                                     "steps": {"connect": {"completed": True, "us_per_conn": 10.0}},
+                                     "wire": {"req_rep_p50_ms": 1.5, "rep_rtu_p50_ms": 80.25, "retransmissions": 7}},
+                "cmtime-100-new-1": {"n": 100, "lib": "new", "round": 1, "client_rc": "0", "failed": {},
+                                     "steps": {}, "wire": {"error": "truncated"}}}
+        md = bench_kernel.lib_tables("kernel-ibcm", scen)
+        self.assertIn("| 1 | old | — | 10.0 (×1.00) | — | 0 | 0 | 1.5 / 80.2, 7 |", md)
+        self.assertIn("| 1 | new | — | — | — | 0 | 0 | — |", md)
+        self.assertIn("| new | 1 (0) | — | — |", md)
 
     def test_load_without_samples(self):
         self.assertEqual(bench_kernel.load_during([], 5.0, 9.0), (None, None))
