@@ -371,7 +371,7 @@ def render(data):
         md += wire_rows(pairs, res, name)
     for p in pairs:
         md += same_boot_tables(p, res[p].get("scenarios", {}))
-        md += lib_tables(p, res[p].get("scenarios", {}))
+        md += lib_tables(p, res[p].get("scenarios", {}), ref if p != REF else {})
     pars = sorted({n for r in res.values() for n, s in r.get("scenarios", {}).items()
                    if "par" in s and not n.startswith("kcm-")},
                   key=lambda n: [int(x) for x in PAR.match(n).groups()])
@@ -425,8 +425,10 @@ def median(vs):
     return vs[h] if len(vs) % 2 else (vs[h - 1] + vs[h]) / 2
 
 
-def lib_tables(pairing, scen):
-    """BENCH_LIBS: the runs of each library in one boot, in the order they ran."""
+def lib_tables(pairing, scen, ref=None):
+    """BENCH_LIBS: the runs of each library in one boot, in the order they ran; with the
+    kernel-kernel scenarios of the same invocation (`ref`, another boot), each library's median
+    against its connect step too."""
     md = []
     runs = {}
     for name, s in scen.items():
@@ -461,12 +463,16 @@ def lib_tables(pairing, scen):
                         f" {fmt(w.get('req_rep_p50_ms'), None)} / {fmt(w.get('rep_rtu_p50_ms'), None)}, "
                         f"{w['retransmissions']} |")
             md.append(row)
-        md += ["", "| library | runs (connect completed) | connect median | min – max |", "|---|---|---|---|"]
+        kk = step((ref or {}).get(f"cmtime-{n}", {}), "connect")
+        md += ["", "| library | runs (connect completed) | connect median | min – max |"
+               + (f" × {REF} ({kk:.1f}, its own boot) |" if kk else ""),
+               "|---|---|---|---|" + ("---|" if kk else "")]
         for lb in labels:
             vs, med = done[lb], median(done[lb])
             total = sum(1 for s in rows if s["lib"] == lb)
             spread = f"{min(vs):.1f} – {max(vs):.1f}" if vs else "—"
-            md.append(f"| {lb} | {total} ({len(vs)}) | {fmt(med, ratio(med, base))} | {spread} |")
+            md.append(f"| {lb} | {total} ({len(vs)}) | {fmt(med, ratio(med, base))} | {spread} |"
+                      + (f" {fmt(ratio(med, kk), None, 2)} |" if kk else ""))
     return md
 
 

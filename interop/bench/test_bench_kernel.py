@@ -259,6 +259,13 @@ class Libraries(unittest.TestCase):
         self.assertIn("| 1 | old | — | 10.0 (×1.00) | — | 0 | 0 | 1.5 / 80.2, 7 |", md)
         self.assertIn("| 1 | new | — | — | — | 0 | 0 | — |", md)
         self.assertIn("| new | 1 (0) | — | — |", md)
+        # kernel-kernel's connect (another boot of the same invocation): one more column
+        ref = {"cmtime-100": {"steps": {"connect": {"completed": True, "us_per_conn": 8.0}}}}
+        md = bench_kernel.lib_tables("kernel-ibcm", scen, ref)
+        self.assertIn("| library | runs (connect completed) | connect median | min – max |"
+                      " × kernel-kernel (8.0, its own boot) |", md)
+        self.assertIn("| old | 1 (1) | 10.0 (×1.00) | 10.0 – 10.0 | 1.25 |", md)
+        self.assertIn("| new | 1 (0) | — | — | — |", md)
 
     def test_load_without_samples(self):
         self.assertEqual(bench_kernel.load_during([], 5.0, 9.0), (None, None))
