@@ -42,7 +42,8 @@
 #                    (runs/PAIRING/host.load); the tables add, per pairing and N, one row per run
 #                    with the host's load at its start and its connect step against the first
 #                    label's median (and kernel-kernel's, when it is one of the pairings: a
-#                    pairing that preloads nothing runs its plain scenarios once).
+#                    pairing that preloads nothing runs its plain scenarios once). The
+#                    BENCH_SAME_BOOT kcm-cmtime-N runs are left out.
 #   BENCH_IBCM_ENV   extra environment of the preloaded tools (IBCM_RDMACM_* switches)
 #   IBCM_LOG_LEVEL   IBCM_LOG of the preloaded tools (default info: the server's readiness line,
 #                    BENCH_LISTEN_RE, default "listen|opened device", is looked for in its log)
