@@ -34,6 +34,16 @@
 #   BENCH_BOUND      seconds one cmtime run may take (default 60 + N / 10)
 #   BENCH_LIB        the library under test (default target/rdmacm/librdmacm.so.1; `make rdmacm`
 #                    when absent)
+#   BENCH_LIBS       "LABEL=PATH ..." (labels [a-z][a-z0-9]*, at least two): libraries against each
+#                    other in one boot. Every cmtime-N runs BENCH_ROUNDS times (default 3) per library,
+#                    alternating (cmtime-N-LABEL1-1, cmtime-N-LABEL2-1, cmtime-N-LABEL1-2, ...),
+#                    each preloading guest on that run's library (BENCH_LIB is unused: the other
+#                    scenarios run on the first label's). The host samples its load every 5 s
+#                    (runs/PAIRING/host.load); the tables add, per pairing and N, one row per run
+#                    with the host's load at its start and its connect step against the first
+#                    label's median (and kernel-kernel's, when it is one of the pairings: a
+#                    pairing that preloads nothing runs its plain scenarios once). The
+#                    BENCH_SAME_BOOT kcm-cmtime-N runs are left out.
 #   BENCH_IBCM_ENV   extra environment of the preloaded tools (IBCM_RDMACM_* switches)
 #   IBCM_LOG_LEVEL   IBCM_LOG of the preloaded tools (default info: the server's readiness line,
 #                    BENCH_LISTEN_RE, default "listen|opened device", is looked for in its log)
@@ -53,6 +63,7 @@ CACHE="$ROOT/build/interop-verbs/cache"
 . "$ROOT/interop/rdmacm/pairings.sh"
 read -r -a NS <<< "${BENCH_N-100 1000}"
 read -r -a PARS <<< "${BENCH_PAR:-}"
+read -r -a LIBS <<< "${BENCH_LIBS:-}"
 say() { echo "[bench-kernel] $*"; }
 
 PAIRS=("$@"); [ ${#PAIRS[@]} -gt 0 ] || read -r -a PAIRS <<< "$RDMACM_PAIRINGS"
@@ -63,6 +74,19 @@ done
 for kn in "${PARS[@]}"; do
   [[ $kn =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || { echo "BENCH_PAR: $kn is not KxN (clients x connections)" >&2; exit 2; }
 done
+LABELS=()
+if [ ${#LIBS[@]} -gt 0 ]; then
+  [ ${#LIBS[@]} -ge 2 ] || { echo "BENCH_LIBS: two libraries or more (LABEL=PATH ...)" >&2; exit 2; }
+  for l in "${LIBS[@]}"; do
+    [[ $l =~ ^([a-z][a-z0-9]*)=(.+)$ ]] || { echo "BENCH_LIBS: $l is not LABEL=PATH" >&2; exit 2; }
+    [ -f "${BASH_REMATCH[2]}" ] || { echo "BENCH_LIBS: no library at ${BASH_REMATCH[2]}" >&2; exit 2; }
+    for x in "${LABELS[@]}"; do
+      [ "$x" != "${BASH_REMATCH[1]}" ] || { echo "BENCH_LIBS: label $x twice" >&2; exit 2; }
+    done
+    LABELS+=("${BASH_REMATCH[1]}")
+  done
+  [[ ${BENCH_ROUNDS:-3} =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS: ${BENCH_ROUNDS} is not a count" >&2; exit 2; }
+fi
 if [ "$(id -u)" != 0 ]; then echo "bench-kernel: needs root (qemu guests, apt)" >&2; exit 2; fi
 mkdir -p "$OUT/runs"
 
@@ -71,6 +95,7 @@ if [ "${BENCH_PCAP:-0}${BENCH_PAR_SERVICE:-0}" != 00 ] && [ ! -x "$ROOT/target/r
   (cd "$ROOT" && cargo build --release --bins -q)   # the decoder of the captures, the service
 fi
 LIB="${BENCH_LIB:-$ROOT/target/rdmacm/librdmacm.so.1}"
+[ ${#LIBS[@]} -eq 0 ] || LIB=${LIBS[0]#*=}
 if [ ! -f "$LIB" ] && [ -z "${BENCH_LIB:-}" ]; then
   for p in "${PAIRS[@]}"; do
     if [ "$p" != kernel-kernel ]; then make -s -C "$ROOT" rdmacm; break; fi
@@ -86,9 +111,29 @@ kernel_server() {
   printf '%s' "env -u LD_PRELOAD $1 & p=\$!; i=0; until rdma res show cm_id 2>/dev/null | grep -q LISTEN || [ \$i -ge 100 ]; do sleep 0.1; i=\$((i + 1)); done; echo $KREADY; wait \$p"
 }
 
+# lib_prefix LABEL SIDE(A|B): the command prefix that makes a preloading guest's tool load
+# BENCH_LIBS's library LABEL instead of lib/librdmacm.so.1 (stdbuf's library, appended by
+# guest.sh's rdmacm_run, kept); nothing for a guest that does not preload
+lib_prefix() {
+  local pre=$PAIR_PRELOAD_A
+  [ "$2" = A ] || pre=$PAIR_PRELOAD_B
+  [ "$pre" = 1 ] || return 0
+  printf 'export LD_PRELOAD=$LAB_DIR/lib/%s/librdmacm.so.1${LD_PRELOAD#*librdmacm.so.1}; ' "$1"
+}
+
 scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
-  local n st='bash $LAB_DIR/stamp.sh $LAB_DIR'
+  local n r l st='bash $LAB_DIR/stamp.sh $LAB_DIR'
   for n in "${NS[@]}"; do
+    if [ ${#LABELS[@]} -gt 0 ] && [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" != 00 ]; then
+      for ((r = 1; r <= ${BENCH_ROUNDS:-3}; r++)); do
+        for l in "${LABELS[@]}"; do
+          printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-$n-$l-$r" "${BENCH_BOUND:-$((60 + n / 10))}" \
+            "$(lib_prefix "$l" A)${BENCH_SERVER_WRAP:+$BENCH_SERVER_WRAP }cmtime -b \$IP -c $n" \
+            "$(lib_prefix "$l" B)$st/cmtime-$n-$l-$r.ts ${BENCH_CLIENT_WRAP:+$BENCH_CLIENT_WRAP }cmtime -s \$PEER -c $n"
+        done
+      done
+      continue
+    fi
     if [ "$1" = 1 ]; then
       # the kernel CM in the same guests: the tools without ibcm's preload; its listener shows
       # in `rdma res`, not in ibcm's log, so the server command says when it is there
@@ -123,7 +168,7 @@ scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
 }
 
 pairing() { # pairing NAME
-  local p=$1 run="$OUT/runs/$1" total t1 ma mb pcap= same
+  local p=$1 run="$OUT/runs/$1" total t1 ma mb pcap= same sampler l
   rdmacm_pairing "$p"
   # in-process, as measured so far (the matrix runs ibcm-kernel and ibcm-ibcm-udp through the
   # service): the service only in ibcm-svc, or for BENCH_PAR's clients with BENCH_PAR_SERVICE
@@ -139,6 +184,7 @@ pairing() { # pairing NAME
   if [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" != 00 ]; then
     if [ ! -f "$LIB" ]; then echo "no library at $LIB" > "$run/skipped"; say "$p: skipped (no $LIB)"; return 0; fi
     cp -L "$LIB" "$run/lib/librdmacm.so.1"
+    for l in "${LIBS[@]}"; do mkdir -p "$run/lib/${l%%=*}"; cp -L "${l#*=}" "$run/lib/${l%%=*}/librdmacm.so.1"; done
   fi
   cp "$ROOT/interop/rdmacm/guest.sh" "$ROOT/interop/bench/stamp.sh" "$ROOT/interop/bench/par.sh" "$run/"
   [ "${BENCH_PAR_SERVICE:-0}" != 1 ] && [ "$PAIR_SERVICE" != 1 ] || cp "$ROOT/target/release/ibcm" "$run/ibcm"
@@ -147,9 +193,13 @@ pairing() { # pairing NAME
   say "=== $p: guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B); bound $total s"
   t1=$(date +%s)
   { uptime; grep -m1 'model name' /proc/cpuinfo; } > "$run/host.before"
+  # the host's load through the run (epoch seconds, 1/5/15-min averages): the A/B rows' load
+  while :; do echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 5; done > "$run/host.load" &
+  sampler=$!
   LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/run-pair.sh" -q -t "$total" -a "$ma" -b "$mb" \
     -o "$run" ${pcap:+-p "$pcap"} "$(rdmacm_guest_cmd "$ma" server)" "$(rdmacm_guest_cmd "$mb" client)" \
     > "$run/pair.log" 2>&1 || true
+  kill "$sampler"; wait "$sampler" 2>/dev/null || true
   uptime > "$run/host.after"
   grep -E '^(guest [AB]: rc|wall:|qemu timed out)' "$run/pair.log" | sed 's/^/  /' || true
   say "$p: $(( $(date +%s) - t1 )) s"

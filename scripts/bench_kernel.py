@@ -14,7 +14,10 @@ and writes OUT/bench-kernel.md (also printed) and OUT/bench-kernel.json:
     retry counters where it runs;
   * with a capture of guest A's NIC (BENCH_PCAP=1, OUT/runs/PAIRING/A.pcap): per scenario what
     `ibcm decode --summary` counts on the wire (connections, retransmissions, duplicates, timed
-    out), cut at guest.sh's marks as interop/rdmacm/check.py cuts it.
+    out), cut at guest.sh's marks as interop/rdmacm/check.py cuts it;
+  * libraries against each other in one boot (BENCH_LIBS, cmtime-N-LABEL-ROUND): one row per run
+    with the host's load at its start (OUT/runs/PAIRING/host.load, sampled by the host) and its
+    connect step against the first label's median, then each library's median.
 """
 import json
 import os
@@ -28,8 +31,9 @@ REF = "kernel-kernel"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IBCM = os.environ.get("BENCH_DECODER", os.path.join(ROOT, "target", "release", "ibcm"))
 PAR = re.compile(r"^(?:kcm-)?cmtime-par-(\d+)x(\d+)$")
-# cmtime-N; kcm-cmtime-N: the same in an ibcm-ibcm-udp boot with the kernel's librdmacm
-CMTIME_NAME = re.compile(r"^(kcm-)?cmtime-(\d+)$")
+# cmtime-N; kcm-cmtime-N: the same in an ibcm-ibcm-udp boot with the kernel's librdmacm;
+# cmtime-N-LABEL-ROUND: BENCH_LIBS's library LABEL, its ROUNDth run of the boot
+CMTIME_NAME = re.compile(r"^(kcm-)?cmtime-(\d+)(?:-([a-z][a-z0-9]*)-(\d+))?$")
 # cmtime v44: printf("%-13s: %11.2f%11.2f%11.2f%11.2f\n", step, total ms, max ms, min us, us/conn)
 # (fields can run together: a step no connection finished prints min 1000000000.00)
 CMTIME_ROW = re.compile(r"^([a-z][a-z ]*?)\s*:((?:\s*-?\d+\.\d\d){4})\s*$")
@@ -146,6 +150,30 @@ def parse_par(run, name, k, n):
     return res
 
 
+def host_loads(run):
+    """[(epoch seconds, 1-min load)] of the host's samples during the run (host.load)."""
+    samples = []
+    for line in read(os.path.join(run, "host.load")).splitlines():
+        w = line.split()
+        try:
+            samples.append((float(w[0]), float(w[1])))
+        except (IndexError, ValueError):
+            continue
+    return samples
+
+
+def load_during(samples, start, end):
+    """(the host's 1-min load at `start`: the last sample before it, the highest of that and the
+    samples up to `end`); None for what no sample covers. The guests' clocks are the host's."""
+    if start is None or not samples:
+        return None, None
+    before = [v for t, v in samples if t <= start]
+    during = [v for t, v in samples if start < t <= (start if end is None else end)]
+    at = before[-1] if before else None
+    seen = ([at] if at is not None else []) + during
+    return at, (max(seen) if seen else None)
+
+
 def wire_summaries(run, names):
     """{scenario: totals of `ibcm decode --summary`} of guest A's capture, cut at the marks."""
     pcap = os.path.join(run, "A.pcap")
@@ -168,7 +196,8 @@ def wire_summaries(run, names):
             out[name] = {"error": (r.stderr.strip().splitlines() or ["no output"])[-1][:200]}
             continue
         t = d.get("totals", {})
-        lat = d.get("latency", {}).get("connect", {})
+        lats = d.get("latency", {})
+        lat = lats.get("connect", {})
         out[name] = {
             "mads": d.get("mads"),
             "connections": t.get("connections"),
@@ -180,6 +209,9 @@ def wire_summaries(run, names):
             "connect_p50_ms": lat.get("p50_ns", 0) / 1e6 if lat.get("count") else None,
             "connect_p99_ms": lat.get("p99_ns", 0) / 1e6 if lat.get("count") else None,
         }
+        for st in ("req_rep", "rep_rtu"):  # the server's and the client's share of the connect
+            sl = lats.get(st, {})
+            out[name][st + "_p50_ms"] = sl.get("p50_ns", 0) / 1e6 if sl.get("count") else None
     return out
 
 
@@ -202,6 +234,7 @@ def collect(out, pairing):
     res["host_after"] = read(os.path.join(run, "host.after")).strip()
     wall = re.search(r"^wall: ([\d.]+) s", read(os.path.join(run, "pair.log")), re.M)
     res["wall_s"] = float(wall.group(1)) if wall else None
+    loads = host_loads(run)
     for name in scenario_names(run):
         # the tool's stdout, then its stderr (guest.sh keeps them in two files)
         cli = read(os.path.join(run, name + ".cli.out")) + read(os.path.join(run, name + ".cli.err"))
@@ -217,7 +250,12 @@ def collect(out, pairing):
         if par:
             s["par"] = parse_par(run, name, int(par.group(1)), int(par.group(2)))
         elif CMTIME_NAME.match(name):
-            s["n"] = int(CMTIME_NAME.match(name).group(2))
+            m = CMTIME_NAME.match(name)
+            s["n"] = int(m.group(2))
+            if m.group(3):
+                s["lib"], s["round"] = m.group(3), int(m.group(4))
+                start, end, _ = stamp_bounds(ts)
+                s["host_load_start"], s["host_load_max"] = load_during(loads, start, end)
             s["steps"] = parse_cmtime(cli)
             # the connections cmtime reported failing, by event and status
             s["failed"] = {}
@@ -289,7 +327,8 @@ def render(data):
     md.append("")
     md.append("TCG guests make the absolute times meaningless for real hardware; both CMs run under the same "
               "emulated CPU in the same run, so the ratios (×, to kernel-kernel; < 1 is faster) compare.")
-    ns = sorted({s["n"] for r in res.values() for s in r.get("scenarios", {}).values() if "n" in s})
+    ns = sorted({s["n"] for r in res.values() for s in r.get("scenarios", {}).values()
+                 if "n" in s and "lib" not in s})
     for n in ns:
         name = f"cmtime-{n}"
         md += ["", f"## cmtime -c {n}: µs per connection per step (cmtime's own times, client side)", ""]
@@ -332,6 +371,7 @@ def render(data):
         md += wire_rows(pairs, res, name)
     for p in pairs:
         md += same_boot_tables(p, res[p].get("scenarios", {}))
+        md += lib_tables(p, res[p].get("scenarios", {}), ref if p != REF else {})
     pars = sorted({n for r in res.values() for n, s in r.get("scenarios", {}).items()
                    if "par" in s and not n.startswith("kcm-")},
                   key=lambda n: [int(x) for x in PAR.match(n).groups()])
@@ -374,6 +414,65 @@ def same_boot_tables(pairing, scen):
                 else:
                     cells.append(sc["client_rc"] + (f": {sc['error']}" if sc.get("error") else ""))
             md.append(f"| {label} | " + " | ".join(cells) + " |")
+    return md
+
+
+def median(vs):
+    vs = sorted(vs)
+    if not vs:
+        return None
+    h = len(vs) // 2
+    return vs[h] if len(vs) % 2 else (vs[h - 1] + vs[h]) / 2
+
+
+def lib_tables(pairing, scen, ref=None):
+    """BENCH_LIBS: the runs of each library in one boot, in the order they ran; with the
+    kernel-kernel scenarios of the same invocation (`ref`, another boot), each library's median
+    against its connect step too."""
+    md = []
+    runs = {}
+    for name, s in scen.items():
+        if "lib" in s:
+            runs.setdefault(s["n"], []).append(s)
+
+    def step(s, st):
+        c = s.get("steps", {}).get(st, {})
+        return c.get("us_per_conn") if c.get("completed") else None
+
+    for n in sorted(runs):
+        rows = runs[n]  # scenarios.run's order: the order they ran in
+        labels = list(dict.fromkeys(s["lib"] for s in rows))
+        done = {lb: [v for s in rows if s["lib"] == lb and (v := step(s, "connect")) is not None] for lb in labels}
+        base = median(done[labels[0]])
+        md += ["", f"## cmtime -c {n} in one boot of {pairing}: libraries alternating (µs per connection; "
+               f"× = connect over {labels[0]}'s median)", ""]
+        wire = any(s.get("wire") for s in rows)
+        md.append("| run | library | host load at start (max during) | connect | disconnect | failed | client exit |"
+                  + (" wire: REQ→REP / REP→RTU p50 ms, re-sent |" if wire else ""))
+        md.append("|---|---|---|---|---|---|---|" + ("---|" if wire else ""))
+        for s in rows:
+            at, peak = s.get("host_load_start"), s.get("host_load_max")
+            load = "—" if at is None else f"{at:.2f} ({peak:.2f})"
+            c, d = step(s, "connect"), step(s, "disconnect")
+            failed = ", ".join(f"{v} {e}" for e, v in sorted(s.get("failed", {}).items())) or "0"
+            row = (f"| {s['round']} | {s['lib']} | {load} | {fmt(c, ratio(c, base))} | {fmt(d, None)} | "
+                   f"{failed} | {s['client_rc']}{': ' + s['error'] if s.get('error') else ''} |")
+            if wire:
+                w = s.get("wire") or {}
+                row += (" — |" if not w or "error" in w else
+                        f" {fmt(w.get('req_rep_p50_ms'), None)} / {fmt(w.get('rep_rtu_p50_ms'), None)}, "
+                        f"{w['retransmissions']} |")
+            md.append(row)
+        kk = step((ref or {}).get(f"cmtime-{n}", {}), "connect")
+        md += ["", "| library | runs (connect completed) | connect median | min – max |"
+               + (f" × {REF} ({kk:.1f}, its own boot) |" if kk else ""),
+               "|---|---|---|---|" + ("---|" if kk else "")]
+        for lb in labels:
+            vs, med = done[lb], median(done[lb])
+            total = sum(1 for s in rows if s["lib"] == lb)
+            spread = f"{min(vs):.1f} – {max(vs):.1f}" if vs else "—"
+            md.append(f"| {lb} | {total} ({len(vs)}) | {fmt(med, ratio(med, base))} | {spread} |"
+                      + (f" {fmt(ratio(med, kk), None, 2)} |" if kk else ""))
     return md
 
 

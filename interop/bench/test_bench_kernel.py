@@ -205,5 +205,73 @@ class Wire(unittest.TestCase):
         self.assertEqual(bench_kernel.wire_rows(["ibcm-kernel"], res, "cmtime-100"), [])
 
 
+class Libraries(unittest.TestCase):
+    """BENCH_LIBS: two libraries alternating in one boot, each run with the host's load."""
+
+    def test_alternating_runs(self):
+        def cm(connect):  # cmtime -c 100's table with the connect step at `connect` us / conn
+            return ("step              total ms     max ms     min us  us / conn\n"
+                    f"connect      : {connect / 10:11.2f}{9.0:11.2f}{800.0:11.2f}{connect:11.2f}\n")
+
+        with tempfile.TemporaryDirectory() as root:
+            run = os.path.join(root, "runs", "kernel-ibcm")
+            os.makedirs(run)
+            names = ["cmtime-100-old-1", "cmtime-100-new-1", "cmtime-100-old-2", "cmtime-100-new-2"]
+            connects = [1000.0, 1500.0, 3000.0, 2500.0]
+            files = {"scenarios.run": "".join(f"{n}\t70\tlisten\t1\ts\tc\n" for n in names),
+                     # samples every 5 s from 1000; the runs start at 1002, 1012, 1022, 1032
+                     "host.load": "".join(f"{1000 + 5 * i} {1 + i}.00 2.00 3.00\n" for i in range(10)),
+                     "cmtime-100-new-2.cli.out": "RDMA_CM_EVENT_UNREACHABLE, error: -110\n" + cm(2500.0)}
+            for i, (n, c) in enumerate(zip(names, connects)):
+                files.setdefault(f"{n}.cli.out", cm(c))
+                files[f"{n}.cli.rc"] = "0\n"
+                files[f"{n}.ts"] = f"{1002 + 10 * i}.5 @start\n{1009 + 10 * i}.0 @exit 0\n"
+            for k, v in files.items():
+                with open(os.path.join(run, k), "w") as f:
+                    f.write(v)
+            sys.argv = ["bench_kernel.py", root, "kernel-ibcm"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                bench_kernel.main()
+            with open(os.path.join(root, "bench-kernel.md")) as f:
+                md = f.read()
+            with open(os.path.join(root, "bench-kernel.json")) as f:
+                data = json.load(f)
+        self.assertIn("## cmtime -c 100 in one boot of kernel-ibcm: libraries alternating", md)
+        # the load at the start is the last sample before it, the max includes those up to the exit
+        self.assertIn("| 1 | old | 1.00 (2.00) | 1000.0 (×0.50) | — | 0 | 0 |", md)
+        self.assertIn("| 2 | new | 7.00 (8.00) | 2500.0 (×1.25) | — | 1 UNREACHABLE -110 | 0 |", md)
+        # medians: old (1000, 3000) 2000, new (1500, 2500) 2000
+        self.assertIn("| old | 2 (2) | 2000.0 (×1.00) | 1000.0 – 3000.0 |", md)
+        self.assertIn("| new | 2 (2) | 2000.0 (×1.00) | 1500.0 – 2500.0 |", md)
+        # the labelled runs make no column of the per-pairing cmtime table
+        self.assertNotIn("## cmtime -c 100: ", md)
+        self.assertNotIn("wire:", md)
+        sc = data["results"]["kernel-ibcm"]["scenarios"]["cmtime-100-new-1"]
+        self.assertEqual((sc["lib"], sc["round"], sc["host_load_start"]), ("new", 1, 3.0))
+
+    def test_wire_column(self):
+        scen = {"cmtime-100-old-1": {"n": 100, "lib": "old", "round": 1, "client_rc": "0", "failed": {},
+                                     "steps": {"connect": {"completed": True, "us_per_conn": 10.0}},
+                                     "wire": {"req_rep_p50_ms": 1.5, "rep_rtu_p50_ms": 80.25, "retransmissions": 7}},
+                "cmtime-100-new-1": {"n": 100, "lib": "new", "round": 1, "client_rc": "0", "failed": {},
+                                     "steps": {}, "wire": {"error": "truncated"}}}
+        md = bench_kernel.lib_tables("kernel-ibcm", scen)
+        self.assertIn("| 1 | old | — | 10.0 (×1.00) | — | 0 | 0 | 1.5 / 80.2, 7 |", md)
+        self.assertIn("| 1 | new | — | — | — | 0 | 0 | — |", md)
+        self.assertIn("| new | 1 (0) | — | — |", md)
+        # kernel-kernel's connect (another boot of the same invocation): one more column
+        ref = {"cmtime-100": {"steps": {"connect": {"completed": True, "us_per_conn": 8.0}}}}
+        md = bench_kernel.lib_tables("kernel-ibcm", scen, ref)
+        self.assertIn("| library | runs (connect completed) | connect median | min – max |"
+                      " × kernel-kernel (8.0, its own boot) |", md)
+        self.assertIn("| old | 1 (1) | 10.0 (×1.00) | 10.0 – 10.0 | 1.25 |", md)
+        self.assertIn("| new | 1 (0) | — | — | — |", md)
+
+    def test_load_without_samples(self):
+        self.assertEqual(bench_kernel.load_during([], 5.0, 9.0), (None, None))
+        self.assertEqual(bench_kernel.load_during([(10.0, 4.0)], 5.0, 9.0), (None, None))
+        self.assertEqual(bench_kernel.load_during([(10.0, 4.0)], 5.0, 12.0), (None, 4.0))
+
+
 if __name__ == "__main__":
     unittest.main()
