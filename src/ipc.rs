@@ -1306,6 +1306,37 @@ pub mod sock {
         };
         if r < 0 { (0, u32::MAX) } else { (c.pid, c.uid) }
     }
+
+    /// Bounds this socket's blocking `send` (`SO_SNDTIMEO`) and, with
+    /// `recv_too`, its blocking `recv` (`SO_RCVTIMEO`) to `d`: a call
+    /// that waited that long fails with `WouldBlock` (`EAGAIN`). Set once
+    /// per connection; no cost per call.
+    pub fn set_timeouts(fd: &OwnedFd, d: std::time::Duration, recv_too: bool) -> io::Result<()> {
+        let tv = libc::timeval {
+            tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_usec: d.subsec_micros() as libc::suseconds_t,
+        };
+        let opts: &[libc::c_int] = if recv_too {
+            &[libc::SO_SNDTIMEO, libc::SO_RCVTIMEO]
+        } else {
+            &[libc::SO_SNDTIMEO]
+        };
+        for &opt in opts {
+            let r = unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    &tv as *const libc::timeval as *const libc::c_void,
+                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+                )
+            };
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@
 use crate::engine::Errno;
 use crate::ipc::{self, Field, Header, Public, op, sock};
 use crate::log::{ERROR, INFO, WARN};
-use crate::runtime::{ServiceMode, service_mode};
+use crate::runtime::{ServiceMode, service_mode, service_timeout};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
@@ -427,10 +427,6 @@ pub fn get_lease(r: &mut ipc::Reader<'_>) -> Result<(u16, u32), Errno> {
     Ok((ps, want))
 }
 
-/// How long a port request waits for the service before giving up on it
-/// (the connection is then dropped: its bindings go with it).
-const REPLY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// What a pipelined bind runs when its port is known (on the link's reader
 /// thread): the port, or the bind's error.
 pub type Done = Box<dyn FnOnce(Result<u16, Errno>) + Send>;
@@ -527,7 +523,13 @@ fn drop_link(l: &mut Option<Link>, why: &str) -> Vec<Waiter> {
         "rdma_cm ports: the CM service connection failed: {why}"
     );
     l.take()
-        .map(|k| k.pending.into_values().collect())
+        .map(|k| {
+            // Ended now, not when its reader thread lets go of it (never,
+            // behind a hung service): the service releases its bindings
+            // when it runs again, the reader thread ends.
+            sock::shutdown(&k.fd);
+            k.pending.into_values().collect()
+        })
         .unwrap_or_default()
 }
 
@@ -652,6 +654,9 @@ impl HostPorts {
                 sock::connect(&self.path)?
             }
         };
+        // A send to a service that stopped reading fails after the
+        // timeout instead of blocking (set once per connection).
+        sock::set_timeouts(&fd, service_timeout(), false)?;
         let fd = Arc::new(fd);
         let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (shared, rfd) = (self.link.clone(), fd.clone());
@@ -739,7 +744,12 @@ impl HostPorts {
             return Err(Errno::ENODEV);
         }
         drop(l);
-        let deadline = std::time::Instant::now() + REPLY_TIMEOUT;
+        // A service that does not answer within `service_timeout()`
+        // (`IBCM_SERVICE_TIMEOUT_MS`) is given up on: the connection is
+        // dropped (the service releases its bindings when it sees the
+        // end), this call fails with `ETIMEDOUT`, the others waiting on it
+        // with `ENODEV`, and the next call opens a new connection.
+        let deadline = std::time::Instant::now() + service_timeout();
         let mut v = lock(&slot.v);
         loop {
             if let Some(r) = v.take() {
@@ -757,13 +767,27 @@ impl HostPorts {
         }
         drop(v);
         let mut l = lock(&self.link);
-        if l.as_ref().is_some_and(|k| k.generation == generation) {
-            let w = drop_link(&mut l, "no reply in time");
+        if let Some(k) = l.as_mut().filter(|k| k.generation == generation) {
+            // This call's own wait ends with `ETIMEDOUT`, not the others'
+            // `ENODEV`.
+            k.pending.remove(&seq);
+            let why = format!(
+                "no reply within {} ms (IBCM_SERVICE_TIMEOUT_MS)",
+                service_timeout().as_millis()
+            );
+            crate::log::always(
+                WARN,
+                format_args!(
+                    "rdma_cm ports: the CM service at {} is hung: {why}",
+                    self.path.display()
+                ),
+            );
+            let w = drop_link(&mut l, &why);
             drop(l);
             fail(w);
         }
         let r = lock(&slot.v).take();
-        r.unwrap_or(Err(Errno::ENODEV))
+        r.unwrap_or(Err(Errno(crate::engine::errno::ETIMEDOUT)))
     }
 
     /// Binds `b` to `port` of `ps` (0: ephemeral) in the host's table.

@@ -12,7 +12,11 @@
 //! * a hostile local client (garbage, truncated records, another
 //!   process's handles) gets errors while the others keep working;
 //! * a killed service: calls fail with -ENODEV (no hang), a restarted
-//!   service serves new opens.
+//!   service serves new opens;
+//! * a stopped (hung) service: a round trip and an open fail with
+//!   -ETIMEDOUT within the service timeout, the connection is declared
+//!   broken (later calls -ENODEV at once, an id waiting for a peer gets
+//!   its error event), and once continued the service serves new opens.
 
 mod common;
 
@@ -543,6 +547,120 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
     let b = Device::open_served(dev, &d2.socket).unwrap();
     let id2 = b.create_id(None, std::ptr::null_mut(), None).unwrap();
     id2.listen(0x7777).unwrap();
+    id2.destroy().unwrap();
+    b.close();
+}
+
+/// `SIGSTOP` / `SIGCONT` to the daemon (a stop waited for).
+fn signal(d: &Daemon, sig: i32) {
+    assert_eq!(unsafe { libc::kill(d.child.id() as i32, sig) }, 0);
+    if sig == libc::SIGSTOP {
+        assert!(wait_for(Duration::from_secs(10), || all_stopped(
+            d.child.id()
+        )));
+    }
+}
+
+/// Whether every thread of process `pid` is stopped (`kill` returns
+/// before a busy process has stopped).
+fn all_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| {
+            s.rfind(')')
+                .and_then(|i| s[i + 1..].trim_start().chars().next())
+                .is_some_and(|c| c == 'T' || c == 't')
+        })
+    })
+}
+
+#[test]
+fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
+    let d = Daemon::start("stopped");
+    let dev = &net::soft(30);
+    let got: Arc<Mutex<Vec<EventType>>> = Arc::default();
+    let g = got.clone();
+    let h: RustHandler = Arc::new(move |_, ev| {
+        g.lock().unwrap().push(ev.kind);
+        0
+    });
+    let a = Device::open_served(dev, &d.socket).unwrap();
+    let id = a.create_id(None, std::ptr::null_mut(), None).unwrap();
+    // A connect waiting for an answer from a peer that never gives one:
+    // its timer is the service's.
+    let peer = UdpSocket::bind((net::addr(32), 4791)).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let pending = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    pending
+        .send_req(&ReqParams {
+            primary_path: a.init_path(1, net::ip(32).parse().unwrap()).unwrap(),
+            service_id: 0x78,
+            qp_num: 7,
+            qp_type: qp_type::RC,
+            remote_cm_response_timeout: 20,
+            local_cm_response_timeout: 20,
+            max_cm_retries: 15,
+            ..ReqParams::default()
+        })
+        .unwrap();
+    let mut b = [0u8; 512];
+    peer.recv(&mut b).unwrap();
+    let timeouts = ibcm::api::service_timeouts();
+    signal(&d, libc::SIGSTOP);
+    // The generous bound: the service timeout (5 s by default, this test
+    // sets none) plus a loaded CI machine's slack.
+    let bound = ibcm::api::service_timeout() + Duration::from_secs(10);
+    // An open while it is stopped fails too (the daemon's listening
+    // socket still accepts the connection).
+    let sock = d.socket.clone();
+    let opener = std::thread::spawn(move || {
+        let t = Instant::now();
+        (
+            Device::open_served(&net::soft(31), &sock).err(),
+            t.elapsed(),
+        )
+    });
+    let t = Instant::now();
+    assert_eq!(id.listen(0x7778), Err(Errno(libc::ETIMEDOUT)));
+    assert!(t.elapsed() < bound, "{:?}", t.elapsed());
+    let (err, took) = opener.join().unwrap();
+    assert_eq!(err, Some(Errno(libc::ETIMEDOUT)));
+    assert!(took < bound, "{took:?}");
+    assert!(ibcm::api::service_timeouts() >= timeouts + 2);
+    // Declared broken: later calls fail at once instead of each waiting.
+    let t = Instant::now();
+    assert_eq!(id.listen(0x7779), Err(Errno::ENODEV));
+    assert_eq!(
+        a.create_id(None, std::ptr::null_mut(), None).err(),
+        Some(Errno::ENODEV)
+    );
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // The pending connect got its error event instead of waiting forever
+    // for the stopped service's timer.
+    assert!(
+        wait_for(Duration::from_secs(5), || got
+            .lock()
+            .unwrap()
+            .contains(&EventType::ReqError)),
+        "events: {:?}",
+        got.lock().unwrap()
+    );
+    pending.destroy().unwrap();
+    id.destroy().unwrap();
+    a.close();
+    signal(&d, libc::SIGCONT);
+    // Continued, it serves new opens (and dropped the broken connection's
+    // ids: the service ID is free again).
+    let b = Device::open_served(dev, &d.socket).unwrap();
+    let id2 = b.create_id(None, std::ptr::null_mut(), None).unwrap();
+    assert!(
+        wait_for(Duration::from_secs(5), || id2.listen(0x7778).is_ok()),
+        "{}",
+        d.log()
+    );
     id2.destroy().unwrap();
     b.close();
 }

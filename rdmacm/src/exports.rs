@@ -293,7 +293,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     id: *mut RdmaCmId,
     src_addr: *mut libc::sockaddr,
     dst_addr: *mut libc::sockaddr,
-    _timeout_ms: c_int,
+    timeout_ms: c_int,
 ) -> c_int {
     guard("rdma_resolve_addr", || {
         let id = id::lookup(id)?;
@@ -303,7 +303,7 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         } else {
             Some(unsafe { id::read_sockaddr(src_addr)? })
         };
-        id::resolve_addr(&id, src, dst)?;
+        id::resolve_addr(&id, src, dst, timeout_ms)?;
         Ok(0)
     })
 }
@@ -597,7 +597,8 @@ pub unsafe extern "C" fn rdma_create_ep(
                 Some(unsafe { id::read_sockaddr(r.ai_src_addr)? })
             };
             let dst = unsafe { id::read_sockaddr(r.ai_dst_addr)? };
-            id::resolve_addr(&n, src, dst)?;
+            // librdmacm's `rdma_create_ep` resolves with 2000 ms.
+            id::resolve_addr(&n, src, dst, 2000)?;
             id::resolve_route(&n)?;
             if !qp_init_attr.is_null() {
                 // The QP type is the address's (librdmacm forces it too).

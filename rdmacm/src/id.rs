@@ -120,6 +120,10 @@ pub struct IdState {
     pub ep_qp_attr: Option<IbvQpInitAttr>,
     /// `rdma_resolve_addrinfo`'s result for `rdma_query_addrinfo`.
     pub addrinfo: Option<crate::addrinfo::Owned>,
+    /// Pipelined `rdma_resolve_addr`s made on this id: the number of the
+    /// one in ADDR_QUERY (an answer or a timeout for an older one is
+    /// stale).
+    addr_query: u64,
 }
 
 // Raw pointers in IdState are the application's (PD, attributes).
@@ -361,6 +365,7 @@ impl IdPriv {
                 ep_pd: std::ptr::null_mut(),
                 ep_qp_attr: None,
                 addrinfo: None,
+                addr_query: 0,
             }),
             acked: Condvar::new(),
             reported: AtomicU64::new(0),
@@ -808,11 +813,14 @@ fn bound_locked(
 /// `rdma_resolve_addr`: binds (ephemeral port, routing-table source) if
 /// needed and reports ADDR_RESOLVED or ADDR_ERROR. Through the host CM
 /// service an implicit ephemeral bind does not wait for the service
-/// (`resolve_pipelined`).
+/// (`resolve_pipelined`): ADDR_ERROR `-ETIMEDOUT` if the service has not
+/// answered within `timeout_ms` (≤ 0: the service timeout,
+/// `IBCM_SERVICE_TIMEOUT_MS`).
 pub fn resolve_addr(
     id: &Arc<IdPriv>,
     src: Option<SocketAddr>,
     dst: SocketAddr,
+    timeout_ms: c_int,
 ) -> Result<(), Errno> {
     let result = {
         let mut s = lock(&id.st);
@@ -834,7 +842,7 @@ pub fn resolve_addr(
             if src.is_ipv4() != dst.is_ipv4() {
                 return Err(Errno::EINVAL);
             }
-            if src.port() == 0 && resolve_pipelined(id, &mut s, src.ip(), dst)? {
+            if src.port() == 0 && resolve_pipelined(id, &mut s, src.ip(), dst, timeout_ms)? {
                 drop(s);
                 return complete(id);
             }
@@ -853,44 +861,113 @@ pub fn resolve_addr(
 /// CM service: sent without waiting (the port space's
 /// `bind_pipelined`; its synchronous errors are a bind's), the id in
 /// ADDR_QUERY until the port comes, then bound and resolved as the
-/// synchronous path does (`addr_bound`). False: this port space binds at
-/// once (the caller does).
+/// synchronous path does (`addr_bound`), unless `timeout_ms` passes
+/// first (`addr_timed_out`). False: this port space binds at once (the
+/// caller does).
 fn resolve_pipelined(
     id: &Arc<IdPriv>,
     s: &mut IdState,
     ip: IpAddr,
     dst: SocketAddr,
+    timeout_ms: c_int,
 ) -> Result<bool, Errno> {
     // The checks of a bind to a specific address come first, as there.
     if !ip.is_unspecified() {
         select::device_for(Some(ip))?;
     }
+    s.addr_query += 1;
+    let query = s.addr_query;
     let me = id.clone();
-    let done: ibcm::portspace::Done = Box::new(move |r| addr_bound(&me, r, ip, dst));
+    let done: ibcm::portspace::Done = Box::new(move |r| addr_bound(&me, r, ip, dst, query));
     match ports().bind_pipelined(s.ps, binding(id, s, ip), done) {
         None => Ok(false),
         Some(Err(e)) => Err(e),
         Some(Ok(())) => {
             // `done` cannot run before this: it takes the id's lock.
             s.st = St::AddrQuery;
+            let after = match u64::try_from(timeout_ms) {
+                Ok(ms) if ms > 0 => std::time::Duration::from_millis(ms),
+                _ => ibcm::api::service_timeout(),
+            };
+            if let Err(e) = crate::deadline::arm(id, query, after, addr_timed_out) {
+                // No timeout can be kept: the query is abandoned (its
+                // answer will be stale) and the call fails.
+                s.st = St::Idle;
+                return Err(e);
+            }
             Ok(true)
         }
     }
 }
 
-/// The port of a pipelined `rdma_resolve_addr` came (on the port link's
-/// reader thread): bind, resolve, report.
-fn addr_bound(id: &Arc<IdPriv>, r: Result<u16, Errno>, ip: IpAddr, dst: SocketAddr) {
+/// Pipelined `rdma_resolve_addr`s the service did not answer within their
+/// `timeout_ms` (ADDR_ERROR `-ETIMEDOUT` reported), and answers that came
+/// after that (dropped, their port released).
+static ADDR_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+static LATE_ADDR_ANSWERS: AtomicU64 = AtomicU64::new(0);
+/// A timeout was logged since the last answer in time (one line per
+/// episode of a silent service, not one per id).
+static TIMEOUT_LOGGED: AtomicBool = AtomicBool::new(false);
+
+/// How many pipelined `rdma_resolve_addr`s of this process timed out
+/// waiting for the host CM service.
+pub fn addr_timeouts() -> u64 {
+    ADDR_TIMEOUTS.load(Ordering::Relaxed)
+}
+
+/// How many answers of the host CM service came for a pipelined
+/// `rdma_resolve_addr` that had already timed out (dropped: no event).
+pub fn late_addr_answers() -> u64 {
+    LATE_ADDR_ANSWERS.load(Ordering::Relaxed)
+}
+
+/// `timeout_ms` of pipelined resolve `query` passed (on the timer
+/// thread): if the id still waits for that answer, ADDR_ERROR
+/// `-ETIMEDOUT`, as the kernel's address resolution reports a timeout.
+/// The id goes back to IDLE (no port was bound: the kernel's id would be
+/// ADDR_BOUND with its port; here it is usable for another
+/// `rdma_resolve_addr` or a `rdma_bind_addr`); the answer, if it comes, is
+/// stale (`addr_bound`).
+fn addr_timed_out(id: &Arc<IdPriv>, query: u64) {
+    let mut s = lock(&id.st);
+    if id.is_destroyed() || s.st != St::AddrQuery || s.addr_query != query {
+        return;
+    }
+    s.st = St::Idle;
+    drop(s);
+    ADDR_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
+    if !TIMEOUT_LOGGED.swap(true, Ordering::Relaxed) {
+        ibcm::log::always(
+            ibcm::log::WARN,
+            format_args!(
+                "rdma_resolve_addr: the CM service did not answer within the timeout: ADDR_ERROR -ETIMEDOUT (a hung service; its late answer will be dropped)"
+            ),
+        );
+    }
+    post(id, R::AddrError as c_int, -libc::ETIMEDOUT);
+}
+
+/// The port of pipelined `rdma_resolve_addr` number `query` came (on the
+/// port link's reader thread): bind, resolve, report.
+fn addr_bound(id: &Arc<IdPriv>, r: Result<u16, Errno>, ip: IpAddr, dst: SocketAddr, query: u64) {
     let mut s = lock(&id.st);
     let owner = id.public_ptr() as usize;
-    if id.is_destroyed() || s.st != St::AddrQuery {
-        // Destroyed meanwhile: the port goes (the id's teardown saw no
-        // lease to release).
+    if id.is_destroyed() || s.st != St::AddrQuery || s.addr_query != query {
+        // Destroyed meanwhile, or timed out (ADDR_ERROR reported): the
+        // port goes (the id holds no lease of this query to release).
         if let Ok(port) = r {
             ports().release(s.ps, port, owner);
         }
+        if !id.is_destroyed() {
+            LATE_ADDR_ANSWERS.fetch_add(1, Ordering::Relaxed);
+            ibcm_log!(
+                DEBUG,
+                "rdma_resolve_addr: an answer of the CM service after the timeout dropped ({r:?})"
+            );
+        }
         return;
     }
+    TIMEOUT_LOGGED.store(false, Ordering::Relaxed);
     let result = r.and_then(|port| {
         let (dev, vb) = if ip.is_unspecified() {
             (None, None)

@@ -26,6 +26,7 @@ extern crate ibcm;
 pub mod abi;
 pub mod addrinfo;
 pub mod channel;
+pub mod deadline;
 pub mod exports;
 pub mod fork;
 pub mod id;

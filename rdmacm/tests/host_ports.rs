@@ -20,7 +20,13 @@
 //!   free for another process at once, an id destroyed before its port
 //!   came leaves none behind, and a process killed right after its
 //!   destroys leaves nothing; a leased port is another process's for an
-//!   explicit bind (the lease is revoked), never for its ephemeral one.
+//!   explicit bind (the lease is revoked), never for its ephemeral one;
+//! * a hung service (a service process of this binary, `SIGSTOP`ped): a
+//!   pipelined `rdma_resolve_addr` reports ADDR_ERROR -ETIMEDOUT after its
+//!   `timeout_ms`, the service's late answer (once `SIGCONT`ed) is dropped
+//!   without a second event and the id resolves again; a synchronous bind
+//!   fails with ETIMEDOUT within `IBCM_SERVICE_TIMEOUT_MS`, and once the
+//!   service is continued a new bind works.
 
 #[path = "../../tests/common/net.rs"]
 mod net;
@@ -77,6 +83,16 @@ struct Proc {
 
 impl Proc {
     fn spawn(socket: &Path, role: &str, addr: SocketAddr, unprivileged: bool) -> Proc {
+        Proc::spawn_env(socket, role, addr, unprivileged, &[])
+    }
+
+    fn spawn_env(
+        socket: &Path,
+        role: &str,
+        addr: SocketAddr,
+        unprivileged: bool,
+        env: &[(&str, &str)],
+    ) -> Proc {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         if unprivileged {
             // SAFETY: prctl only, between fork and exec.
@@ -103,6 +119,7 @@ impl Proc {
             .env("IBCM_SERVICE", "required")
             .env("IBCM_SERVICE_SOCKET", socket)
             .env("IBCM_RDMACM_DEVICE", "soft")
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -369,6 +386,71 @@ fn an_id_destroyed_before_its_port_came_leaves_no_port() {
         svc.rdma_ports()
     );
     p.finish();
+}
+
+/// `SIGSTOP` / `SIGCONT` to a child process (a stop waited for).
+fn signal(p: &Proc, sig: i32) {
+    assert_eq!(unsafe { libc::kill(p.child.id() as i32, sig) }, 0);
+    if sig == libc::SIGSTOP {
+        assert!(within(Duration::from_secs(10), || all_stopped(
+            p.child.id()
+        )));
+    }
+}
+
+/// Whether every thread of process `pid` is stopped (`kill` returns
+/// before a busy process has stopped).
+fn all_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| {
+            s.rfind(')')
+                .and_then(|i| s[i + 1..].trim_start().chars().next())
+                .is_some_and(|c| c == 'T' || c == 't')
+        })
+    })
+}
+
+/// Lets a `resolve-hung` process go on to its step `n`.
+fn go(socket: &Path, n: u32) {
+    std::fs::write(socket.with_extension(format!("go{n}")), b"").unwrap();
+}
+
+/// The service a `resolve-hung` process uses is a process of its own
+/// (`service` role), stopped and continued between the client's steps.
+#[test]
+fn a_hung_service_times_resolves_and_binds_out() {
+    let dir = std::env::temp_dir().join(format!("ibcm-host-ports-{}-hung", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("ibcmd.sock");
+    let addr: SocketAddr = SocketAddr::from((net::addr(9), 7491));
+    let svc = Proc::spawn(&socket, "service", addr, false);
+    svc.expect("@serving", Duration::from_secs(30));
+    let c = Proc::spawn_env(
+        &socket,
+        "resolve-hung",
+        addr,
+        false,
+        &[("IBCM_SERVICE_TIMEOUT_MS", "1000")],
+    );
+    c.expect("@ready", Duration::from_secs(30));
+    signal(&svc, libc::SIGSTOP);
+    go(&socket, 1);
+    c.expect("@timed-out", Duration::from_secs(30));
+    signal(&svc, libc::SIGCONT);
+    go(&socket, 2);
+    c.expect("@late-dropped", Duration::from_secs(30));
+    signal(&svc, libc::SIGSTOP);
+    go(&socket, 3);
+    c.expect("@bind-timed-out", Duration::from_secs(30));
+    signal(&svc, libc::SIGCONT);
+    go(&socket, 4);
+    c.expect("@bound", Duration::from_secs(30));
+    c.finish();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `PORT_LEASE` through a raw connection: bad counts refused; a leased
@@ -658,6 +740,124 @@ fn resolve_destroy(addr: SocketAddr) {
     std::thread::sleep(Duration::from_secs(3));
 }
 
+/// A CM service on `IBCM_SERVICE_SOCKET` in this process, until killed.
+fn serve_service() {
+    let socket = PathBuf::from(std::env::var("IBCM_SERVICE_SOCKET").unwrap());
+    let listener = service::bind(&socket).unwrap();
+    let svc = Service::new(Options {
+        socket,
+        idle_exit: None,
+        limits: Limits::default(),
+    });
+    std::thread::spawn(move || svc.run(listener));
+    report("serving");
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+/// Waits for the test's `go(n)`.
+fn wait_go(n: u32) {
+    let go = PathBuf::from(std::env::var(GO).unwrap()).with_extension(format!("go{n}"));
+    let t = Instant::now();
+    while !go.exists() {
+        assert!(t.elapsed() < Duration::from_secs(60), "never told to go on");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The next event of `ch` within 5 s: its type and status.
+fn next_event(ch: *mut RdmaEventChannel) -> (i32, i32) {
+    let mut p = libc::pollfd {
+        fd: unsafe { (*ch).fd },
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    assert_eq!(unsafe { libc::poll(&mut p, 1, 5000) }, 1, "no event in 5 s");
+    let mut ev = std::ptr::null_mut();
+    assert_eq!(unsafe { rdma_get_cm_event(ch, &mut ev) }, 0);
+    let r = unsafe { ((*ev).event, (*ev).status) };
+    assert_eq!(rdma_ack_cm_event(ev), 0);
+    r
+}
+
+/// Against a service the test stops and continues (steps `go1`..`go4`).
+fn resolve_hung(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let (mut src, mut dst) = (sockaddr(SocketAddr::new(addr.ip(), 0)), sockaddr(addr));
+    let mut resolve =
+        |id, ms| unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), ms) };
+    // Five resolves while the service runs: the port leases they take
+    // (1, 1, 2, then 4 ports: each lease is as large as the ephemeral
+    // binds made so far) leave three leased ports, so the resolve below
+    // is pipelined (no lease round trip) and waits only for its bind.
+    for _ in 0..5 {
+        let id = new_id(ch, port_space::TCP);
+        assert_eq!(resolve(id, 2000), 0, "errno {}", errno());
+        assert_eq!(rdma_ack_cm_event(expect(ch, R::AddrResolved)), 0);
+        assert_eq!(rdma_destroy_id(id), 0);
+    }
+    report("ready");
+    // 1. The service is stopped: ADDR_ERROR -ETIMEDOUT after timeout_ms
+    //    (never before it), nothing more.
+    wait_go(1);
+    let id = new_id(ch, port_space::TCP);
+    let t = Instant::now();
+    assert_eq!(resolve(id, 300), 0, "errno {}", errno());
+    assert_eq!(next_event(ch), (R::AddrError as i32, -libc::ETIMEDOUT));
+    assert!(
+        t.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(ibcm_rdmacm::id::addr_timeouts(), 1);
+    report("timed-out");
+    // 2. Continued: its answer comes late, is dropped (no event), and the
+    //    id resolves again.
+    wait_go(2);
+    let t = Instant::now();
+    while ibcm_rdmacm::id::late_addr_answers() == 0 {
+        assert!(t.elapsed() < Duration::from_secs(10), "no late answer");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut p = libc::pollfd {
+        fd: unsafe { (*ch).fd },
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    assert_eq!(
+        unsafe { libc::poll(&mut p, 1, 200) },
+        0,
+        "an event after the timeout's"
+    );
+    assert_eq!(resolve(id, 2000), 0, "errno {}", errno());
+    assert_eq!(rdma_ack_cm_event(expect(ch, R::AddrResolved)), 0);
+    assert_eq!(ibcm_rdmacm::id::late_addr_answers(), 1);
+    report("late-dropped");
+    // 3. Stopped again: a synchronous round trip (an explicit bind) fails
+    //    with ETIMEDOUT within the service timeout (1 s here).
+    wait_go(3);
+    let other = new_id(ch, port_space::TCP);
+    let fixed = SocketAddr::new(addr.ip(), addr.port() + 1);
+    let t = Instant::now();
+    assert_eq!(bind(other, fixed), Err(libc::ETIMEDOUT));
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    report("bind-timed-out");
+    // 4. Continued: a new bind works (a new connection; the port the
+    //    timed-out bind may have taken goes with the old one).
+    wait_go(4);
+    let t = Instant::now();
+    loop {
+        match bind(other, fixed) {
+            Ok(()) => break,
+            Err(e) => assert_eq!(e, libc::EADDRINUSE),
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "never bound");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(rdma_destroy_id(other), 0);
+    assert_eq!(rdma_destroy_id(id), 0);
+    report("bound");
+}
+
 /// The entry of the child processes (`HOST_PORTS_ROLE`); not a test of
 /// its own.
 #[test]
@@ -673,6 +873,8 @@ fn child() {
         "bind-privileged" => bind_privileged(addr),
         "resolve-burst" => resolve_burst(addr),
         "resolve-destroy" => resolve_destroy(addr),
+        "service" => serve_service(),
+        "resolve-hung" => resolve_hung(addr),
         r => panic!("unknown role {r}"),
     }
 }

@@ -77,7 +77,10 @@ pub use id::CmId;
 pub use inner::{CmIdInner, RustHandler};
 pub use registry::{listen_id, lookup};
 pub(crate) use remote::start_service;
-pub use remote::{Mode as ServiceMode, mode as service_mode};
+pub use remote::{
+    DEFAULT_SERVICE_TIMEOUT, Mode as ServiceMode, mode as service_mode, service_timeout,
+    service_timeouts,
+};
 pub use spec::{DeviceSpec, SOFT_VERBS_PORT};
 pub use switch::LocalSwitch;
 

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How devices are opened (`IBCM_SERVICE`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +58,91 @@ pub fn mode() -> Mode {
     }
 }
 
+/// `IBCM_SERVICE_TIMEOUT_MS` unset: how long a round trip waits for the
+/// service.
+pub const DEFAULT_SERVICE_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// How long a round trip to the service (an open, a call, a send that
+/// finds the socket full) waits before the service is declared hung:
+/// `IBCM_SERVICE_TIMEOUT_MS` (milliseconds, > 0; read once per process),
+/// else [`DEFAULT_SERVICE_TIMEOUT`].
+pub fn service_timeout() -> Duration {
+    static T: OnceLock<Duration> = OnceLock::new();
+    *T.get_or_init(|| match std::env::var("IBCM_SERVICE_TIMEOUT_MS") {
+        Err(_) => DEFAULT_SERVICE_TIMEOUT,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => {
+                crate::log::always(
+                    WARN,
+                    format_args!(
+                        "IBCM_SERVICE_TIMEOUT_MS={v:?} is not a number of milliseconds > 0: {} ms",
+                        DEFAULT_SERVICE_TIMEOUT.as_millis()
+                    ),
+                );
+                DEFAULT_SERVICE_TIMEOUT
+            }
+        },
+    })
+}
+
+/// Round trips (and sends) of this process that the service did not
+/// answer within [`service_timeout`]: each declared its connection broken.
+static SERVICE_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times this process found the service hung
+/// ([`service_timeout`] passed without an answer).
+pub fn service_timeouts() -> u64 {
+    SERVICE_TIMEOUTS.load(Ordering::Relaxed)
+}
+
+/// What `/proc` says of the service process behind a silent connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    /// No such process (or a zombie): it is gone.
+    Gone,
+    /// Stopped (`SIGSTOP`, a debugger).
+    Stopped,
+    /// There, not stopped: busy or deadlocked.
+    Running,
+    /// Not visible here (another PID namespace, no `/proc`).
+    Unknown,
+}
+
+impl Peer {
+    fn of(pid: i32) -> Peer {
+        if pid <= 0 {
+            return Peer::Unknown;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return if Path::new("/proc/self/stat").exists() {
+                Peer::Gone
+            } else {
+                Peer::Unknown
+            };
+        };
+        // "pid (comm) S ...": the state follows the last ')'.
+        let state = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].trim_start().chars().next());
+        match state {
+            Some('T' | 't') => Peer::Stopped,
+            Some('Z' | 'X' | 'x') => Peer::Gone,
+            Some(_) => Peer::Running,
+            None => Peer::Unknown,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Peer::Gone => "gone",
+            Peer::Stopped => "stopped",
+            Peer::Running => "running but not answering",
+            Peer::Unknown => "state unknown",
+        }
+    }
+}
+
 #[cfg(not(test))]
 const DEFAULT: Mode = Mode::Auto;
 #[cfg(test)]
@@ -70,6 +155,11 @@ pub struct Remote {
     stats: TransportStats,
     dev: OnceLock<Weak<Device>>,
     seq: AtomicU64,
+    /// The service's pid (`SO_PEERCRED`; 0 when unknown), looked up in
+    /// `/proc` when it does not answer.
+    peer_pid: i32,
+    /// `service_timeout()`: how long a round trip waits.
+    timeout: Duration,
     /// The socket's read side: who reads it, what was read and not yet
     /// handled, the replies waiting for their callers.
     rx: Mutex<Rx>,
@@ -304,6 +394,15 @@ impl CmIdInner {
 
 impl Remote {
     fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
+        // Every blocking send and receive on this connection is bounded
+        // (set once: no cost per call); a receive that times out with
+        // nothing read just lets its reader look at its deadline again.
+        let timeout = service_timeout();
+        if let Err(e) = sock::set_timeouts(&fd, timeout, true) {
+            ibcm_log!(WARN, "{name}: CM service socket: {e}");
+            return Err(Errno::ENODEV);
+        }
+        let peer_pid = sock::peer(&fd).0;
         let mut w = Header {
             op: op::OPEN,
             seq: 1,
@@ -311,9 +410,29 @@ impl Remote {
         }
         .record();
         w.put(&name.as_bytes().to_vec());
-        sock::send(&fd, &w.into_bytes()).map_err(|_| Errno::ENODEV)?;
+        let silent = |e: std::io::Error| {
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Errno::ENODEV;
+            }
+            SERVICE_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
+            let peer = Peer::of(peer_pid);
+            crate::log::always(
+                WARN,
+                format_args!(
+                    "{name}: the CM service (pid {peer_pid}, {}) did not answer the open within {} ms (IBCM_SERVICE_TIMEOUT_MS)",
+                    peer.describe(),
+                    timeout.as_millis()
+                ),
+            );
+            if peer == Peer::Gone {
+                Errno::ENODEV
+            } else {
+                Errno(errno::ETIMEDOUT)
+            }
+        };
+        sock::send(&fd, &w.into_bytes()).map_err(silent)?;
         let mut buf = vec![0u8; ipc::MAX_RECORD];
-        let n = sock::recv(&fd, &mut buf).map_err(|_| Errno::ENODEV)?;
+        let n = sock::recv(&fd, &mut buf).map_err(silent)?;
         let (h, mut r) = Header::parse(&buf[..n]).map_err(|_| Errno::ENODEV)?;
         if h.op != op::REPLY | op::OPEN || h.seq != 1 {
             return Err(Errno::ENODEV);
@@ -331,6 +450,8 @@ impl Remote {
             stats: TransportStats::default(),
             dev: OnceLock::new(),
             seq: AtomicU64::new(2),
+            peer_pid,
+            timeout,
             rx: Mutex::new(Rx {
                 reading: false,
                 backlog: VecDeque::new(),
@@ -400,6 +521,9 @@ impl Remote {
             lock(&self.rx).pending.remove(&seq);
             return Err(Errno::ENODEV);
         }
+        // The wait is bounded (`hung`); the clock is read in user space
+        // (vDSO): no system call more than an unbounded wait.
+        let deadline = Instant::now() + self.timeout;
         let mut rx = lock(&self.rx);
         let rec = loop {
             if let Some(Some(_)) = rx.pending.get(&seq) {
@@ -408,6 +532,12 @@ impl Remote {
             if self.dead.load(Ordering::SeqCst) {
                 rx.pending.remove(&seq);
                 return Err(Errno::ENODEV);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                rx.pending.remove(&seq);
+                drop(rx);
+                return Err(self.hung(&format!("a call (op {opc})")));
             }
             if !rx.reading {
                 // Nobody reads the socket (the reader thread may be
@@ -420,7 +550,10 @@ impl Remote {
                 continue;
             }
             rx.waiting += 1;
-            rx = self.replied.wait(rx).unwrap_or_else(|e| e.into_inner());
+            rx = match self.replied.wait_timeout(rx, deadline - now) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
             rx.waiting -= 1;
         };
         drop(rx);
@@ -545,7 +678,7 @@ impl Remote {
         let mut out = lock(&self.out);
         if out.is_empty() {
             drop(out);
-            return sock::send(&self.fd, &rec).map_err(|_| self.mark_dead("send failed"));
+            return sock::send(&self.fd, &rec).map_err(|e| self.send_failed(e));
         }
         out.push(rec);
         let held = std::mem::take(&mut *out);
@@ -560,7 +693,49 @@ impl Remote {
         ipc::batch(held)
             .iter()
             .try_for_each(|m| sock::send(&self.fd, m))
-            .map_err(|_| self.mark_dead("send failed"))
+            .map_err(|e| self.send_failed(e))
+    }
+
+    /// A send failed: the service is gone, or did not take the record
+    /// within the timeout (its socket stayed full: declared hung).
+    fn send_failed(&self, e: std::io::Error) {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            self.hung("a send (its socket stayed full)");
+        } else {
+            self.mark_dead("send failed");
+        }
+    }
+
+    /// The service did not answer `what` within the timeout: the
+    /// connection is declared broken — counted, one log line saying what
+    /// `/proc` shows of the service, the socket shut down (the reader
+    /// thread then gives the ids waiting for an answer their error events
+    /// and the service, when it runs again, destroys this connection's
+    /// ids: nothing is left half-done on either side) — and later calls
+    /// fail at once with `-ENODEV`. `ETIMEDOUT` for the caller (`ENODEV`
+    /// when the service is gone).
+    fn hung(&self, what: &str) -> Errno {
+        SERVICE_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
+        let peer = Peer::of(self.peer_pid);
+        if !self.dead.swap(true, Ordering::SeqCst) {
+            crate::log::always(
+                WARN,
+                format_args!(
+                    "{}: the CM service (pid {}, {}) did not answer {what} within {} ms (IBCM_SERVICE_TIMEOUT_MS): connection declared broken, calls now fail with -ENODEV",
+                    self.describe(),
+                    self.peer_pid,
+                    peer.describe(),
+                    self.timeout.as_millis()
+                ),
+            );
+        }
+        sock::shutdown(&self.fd);
+        self.mark_dead("no answer in time");
+        if peer == Peer::Gone {
+            Errno::ENODEV
+        } else {
+            Errno(errno::ETIMEDOUT)
+        }
     }
 
     /// The end of a `Device::batch`: its one-way calls leave now.
@@ -918,6 +1093,15 @@ impl Remote {
         let mut recs = Vec::new();
         let r = match sock::recv(&self.fd, &mut buf) {
             Ok(0) => Err("the service closed it".to_string()),
+            // The receive timeout (`SO_RCVTIMEO`) passed with nothing to
+            // read: not an error by itself (an idle connection; a caller
+            // reading for its reply looks at its own deadline).
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && !self.dead.load(Ordering::SeqCst) =>
+            {
+                Ok(())
+            }
             Err(e) => Err(e.to_string()),
             Ok(n) => {
                 unpack(&buf[..n], &mut recs);
