@@ -100,6 +100,13 @@ pub mod op {
     /// `Box<[PortInfo]>`; seq and handle 0. Checked by [`super::check_ports`]
     /// against the ports of the open before the process installs them.
     pub const PORTS: u16 = 0x0400;
+    /// Pushed by the service just before a `REP_RECEIVED` event
+    /// (`QpAttrs`; header seq and handle those of the event): the id's QP attributes for INIT, RTR and RTS as
+    /// `INIT_QP_ATTR` answers them while the id is where the event leaves
+    /// it, so that the process moves its QP to RTS and sends the RTU
+    /// without three round trips. A process that does not know it
+    /// ignores it.
+    pub const QP_ATTRS: u16 = 0x0200;
     /// Leases `u32` count (1..=`MAX_CREATE`) new IDLE ids to the process
     /// at once → `Box<[Created]>` (fewer when the id limit leaves less
     /// room; `-ENOMEM` when none). The process hands them out as its
@@ -832,6 +839,50 @@ struct_field!(DeviceStat {
     transport,
     oneway_refused
 });
+
+/// An id's QP attributes pushed with its `REP_RECEIVED` event
+/// (`op::QP_ATTRS`): `INIT_QP_ATTR`'s answers for INIT, RTR and RTS, and
+/// the public fields of the snapshot they go with (the event's: the
+/// process uses them only while that snapshot is the id's newest and the
+/// id is still in its state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpAttrs {
+    pub public: Public,
+    pub init: QpAttr,
+    pub rtr: QpAttr,
+    pub rts: QpAttr,
+}
+struct_field!(QpAttrs {
+    public,
+    init,
+    rtr,
+    rts
+});
+
+impl QpAttrs {
+    /// The attributes for `qp_state` (INIT, RTR or RTS).
+    pub fn get(&self, qp_state: u32) -> Option<QpAttr> {
+        match qp_state {
+            qp_state::INIT => Some(self.init),
+            qp_state::RTR => Some(self.rtr),
+            qp_state::RTS => Some(self.rts),
+            _ => None,
+        }
+    }
+
+    /// `-EPROTO` unless each set is for its state (what a service of
+    /// this version sends).
+    pub fn check(&self) -> Result<(), Errno> {
+        if self.init.qp_state == qp_state::INIT
+            && self.rtr.qp_state == qp_state::RTR
+            && self.rts.qp_state == qp_state::RTS
+        {
+            Ok(())
+        } else {
+            Err(Errno(errno::EPROTO))
+        }
+    }
+}
 
 /// An event as the service pushes it (`op::EVENT`, header handle = the
 /// id's). For REQ/SIDR_REQ events the header names the new id and

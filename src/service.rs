@@ -25,12 +25,14 @@
 //!   need CAP_NET_BIND_SERVICE in the peer process's effective set. A
 //!   connection's ports are released when it ends.
 
-use crate::api::{CmId, Device, DeviceOptions, EventParam, LocalSwitch, PortInfo, RustHandler};
+use crate::api::{
+    CmId, Device, DeviceOptions, EventParam, EventType, LocalSwitch, PortInfo, QpAttr, RustHandler,
+};
 use crate::engine::ids::{FastMap, FastState};
-use crate::engine::{Errno, errno};
+use crate::engine::{Errno, errno, qp_state};
 use crate::ipc::{
-    self, Created, DeviceStat, Header, IdInfo, IdList, Opened, Public, Reader, Refused, Stat, op,
-    sock,
+    self, Created, DeviceStat, Header, IdInfo, IdList, Opened, Public, QpAttrs, Reader, Refused,
+    Stat, op, sock,
 };
 use crate::log::{INFO, WARN};
 use crate::portspace::{self, PortTable};
@@ -572,6 +574,16 @@ fn public(id: &CmId) -> Public {
     }
 }
 
+/// `INIT_QP_ATTR`'s answers for INIT, RTR and RTS (`op::QP_ATTRS`); none
+/// if the engine refuses one.
+fn qp_attrs(id: &CmId) -> Option<(QpAttr, QpAttr, QpAttr)> {
+    Some((
+        id.init_qp_attr(qp_state::INIT).ok()?,
+        id.init_qp_attr(qp_state::RTR).ok()?,
+        id.init_qp_attr(qp_state::RTS).ok()?,
+    ))
+}
+
 /// Event records' buffers a thread keeps for reuse (at most this many).
 const SPARE_MAX: usize = 256;
 
@@ -845,7 +857,29 @@ impl Conn {
                 };
                 ids.insert(id.handle(), Entry::new(id.clone(), peer));
             }
+            // A REP's QP attributes go before it: the process moves its
+            // QP to RTS with them and sends the RTU without a round trip.
+            let attrs = if ev.kind == EventType::RepReceived {
+                qp_attrs(id)
+            } else {
+                None
+            };
             let (calls, public) = snapshot(id);
+            if let Some((init, rtr, rts)) = attrs {
+                let mut w = Header {
+                    op: op::QP_ATTRS,
+                    seq: calls,
+                    handle: ev.id.0,
+                }
+                .record();
+                w.put(&QpAttrs {
+                    public,
+                    init,
+                    rtr,
+                    rts,
+                });
+                c.push(w.into_bytes());
+            }
             let mut w = Header {
                 op: op::EVENT,
                 seq: calls,

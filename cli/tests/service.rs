@@ -1270,7 +1270,8 @@ fn records_of(msg: &[u8]) -> Vec<Vec<u8>> {
 /// callbacks of what one read brought inside one `Device::batch` (their
 /// eight one-way `send_rep` leave as one `BATCH`, though each callback
 /// then sleeps: sent one by one they would reach the service apart), and
-/// the requester gets its eight REPs in one message.
+/// the requester gets its eight REPs in one message, each just after its
+/// QP attributes (`op::QP_ATTRS`: what `INIT_QP_ATTR` answers then).
 #[test]
 fn a_burst_of_connects_travels_as_one_message_per_step() {
     const N: usize = 8;
@@ -1376,13 +1377,25 @@ fn a_burst_of_connects_travels_as_one_message_per_step() {
     // Every message pushed until the N REPs are in: one.
     let mut messages = 0;
     let mut rep_events = 0;
+    let mut attrs: Option<(u64, ipc::QpAttrs)> = None;
+    let mut first = None;
     while rep_events < N {
         let n = sock::recv(&raw, &mut b).unwrap();
         assert!(n > 0, "the service closed the connection");
         messages += 1;
         for rec in records_of(&b[..n]) {
             let (h, mut rd) = Header::parse(&rec).unwrap();
-            assert_eq!(h.op, op::EVENT, "only events are pushed here");
+            if h.op == op::QP_ATTRS {
+                assert!(attrs.is_none(), "two QP_ATTRS records in a row");
+                attrs = Some((h.handle, rd.get().unwrap()));
+                rd.end().unwrap();
+                continue;
+            }
+            assert_eq!(
+                h.op,
+                op::EVENT,
+                "only events and QP attributes are pushed here"
+            );
             let we: ipc::WireEvent = rd.get().unwrap();
             assert_eq!(
                 we.event.kind,
@@ -1390,10 +1403,43 @@ fn a_burst_of_connects_travels_as_one_message_per_step() {
                 "{:?}",
                 we.event.param
             );
+            let (handle, a) = attrs
+                .take()
+                .expect("a REP's QP attributes come just before it");
+            assert_eq!(handle, h.handle);
+            assert_eq!(
+                a.public, we.public,
+                "the attributes go with the event's snapshot"
+            );
+            first.get_or_insert((h.handle, a));
             rep_events += 1;
         }
     }
     assert_eq!(messages, 1, "{N} REPs arrived in {messages} messages");
+    // What INIT_QP_ATTR answers now is what came with the REP.
+    let (handle, a) = first.unwrap();
+    for (i, state) in [
+        ibcm::abi::IB_QPS_INIT,
+        ibcm::abi::IB_QPS_RTR,
+        ibcm::abi::IB_QPS_RTS,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let seq = 10 + i as u64;
+        sock::send(
+            &raw,
+            &record(op::INIT_QP_ATTR, seq, handle, &state.to_le_bytes()),
+        )
+        .unwrap();
+        let n = sock::recv(&raw, &mut b).unwrap();
+        let (h, mut rd) = Header::parse(&b[..n]).unwrap();
+        assert_eq!((h.op, h.seq), (op::REPLY | op::INIT_QP_ATTR, seq));
+        assert_eq!(rd.get::<i32>().unwrap(), 0);
+        let _: ipc::Public = rd.get().unwrap();
+        let served: ibcm::api::QpAttr = rd.get().unwrap();
+        assert_eq!(Some(served), a.get(state), "state {state}");
+    }
     assert_eq!(*reps.lock().unwrap(), vec![Ok(()); N]);
     let stat = srv.service_stat().unwrap();
     assert_eq!(stat.oneway_refused, 0);

@@ -11,6 +11,7 @@ use super::lock;
 use super::registry::unregister;
 use crate::abi::{IbCmHandler, IbCmId};
 use crate::engine::{Change, Event, Handle, State, errno};
+use crate::ipc::QpAttrs;
 use crate::log::{DEBUG, ERROR};
 use std::cell::{Cell, UnsafeCell};
 use std::collections::VecDeque;
@@ -50,6 +51,10 @@ pub(super) struct RemoteSync {
     /// would undo its state change here. On a local device served by the
     /// service: the one-way calls the service ran (`CmId::with_oneway_calls`).
     pub(super) oneway_sent: u64,
+    /// The QP attributes the service pushed with a `REP_RECEIVED` event
+    /// (`ipc::op::QP_ATTRS`), kept until the RTS ones are taken or a newer
+    /// snapshot is applied (remote devices only).
+    pub(super) qp_attrs: Option<Box<QpAttrs>>,
 }
 
 /// The object of an id: what a [`CmId`] holds (`Arc<CmIdInner>`) and the

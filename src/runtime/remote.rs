@@ -16,7 +16,8 @@ use crate::abi::IbCmHandler;
 use crate::engine::*;
 use crate::fabric::{Received, Transport, TransportStats};
 use crate::ipc::{
-    self, Created, Header, Opened, Public, Reader, Refused, Stat, WireEvent, Writer, op, sock,
+    self, Created, Header, Opened, Public, QpAttrs, Reader, Refused, Stat, WireEvent, Writer, op,
+    sock,
 };
 use crate::log::{ERROR, INFO, WARN};
 use std::collections::{HashMap, VecDeque};
@@ -381,6 +382,13 @@ impl CmIdInner {
             return;
         }
         applied.version = p.version;
+        if applied
+            .qp_attrs
+            .as_ref()
+            .is_some_and(|a| a.public.version < p.version)
+        {
+            applied.qp_attrs = None;
+        }
         let v = public_of(p);
         let c = self.c.get();
         unsafe {
@@ -389,6 +397,29 @@ impl CmIdInner {
             std::ptr::write_volatile(&mut (*c).remote_id, v.remote_id);
             std::ptr::write_volatile(&mut (*c).service_id, v.service_id);
         }
+    }
+
+    /// The attributes for `state` (INIT, RTR, RTS) the service pushed with
+    /// the id's REP (`op::QP_ATTRS`): what `INIT_QP_ATTR` would answer,
+    /// while the snapshot they came with is the newest applied and no call
+    /// has moved the id from its state since. The RTS ones are the last a
+    /// connection asks for: once they are taken the set is dropped.
+    pub(super) fn pushed_qp_attr(&self, state: u32) -> Option<QpAttr> {
+        let mut applied = lock(&self.remote_version);
+        let a = applied.qp_attrs.as_deref()?;
+        let c = unsafe { std::ptr::read_volatile(self.c.get()) };
+        if a.public.version != applied.version
+            || c.state != a.public.state
+            || c.lap_state != a.public.lap_state
+        {
+            applied.qp_attrs = None;
+            return None;
+        }
+        let attr = a.get(state)?;
+        if state == qp_state::RTS {
+            applied.qp_attrs = None;
+        }
+        Some(attr)
     }
 }
 
@@ -757,6 +788,9 @@ impl Remote {
     }
 
     pub(super) fn init_qp_attr(&self, sh: &CmIdInner, qp_state: u32) -> ApiResult<QpAttr> {
+        if let Some(a) = sh.pushed_qp_attr(qp_state) {
+            return Ok(a);
+        }
         let rest = self.call_id(sh, op::INIT_QP_ATTR, |w| {
             w.put(&qp_state);
         })?;
@@ -1162,6 +1196,11 @@ impl Remote {
                 ibcm_log!(WARN, "CM service: refusal record dropped: {e}");
                 None
             })
+        } else if h.op == op::QP_ATTRS {
+            if let Err(e) = self.on_qp_attrs(h, r) {
+                ibcm_log!(WARN, "CM service: QP attributes record dropped: {e}");
+            }
+            None
         } else if h.op == op::PORTS {
             if let Err(e) = self.on_ports(h, r) {
                 ibcm_log!(WARN, "CM service: port tables record dropped: {e}");
@@ -1181,6 +1220,21 @@ impl Remote {
         ipc::check_ports(h, &ports, &self.opened.ports)?;
         if let Some(dev) = self.device() {
             dev.update_ports(ports.into_vec());
+        }
+        Ok(())
+    }
+
+    /// A REP's QP attributes, pushed just before its event: kept on the id
+    /// for `init_qp_attr` (`CmIdInner::pushed_qp_attr`).
+    fn on_qp_attrs(&self, h: Header, mut r: Reader<'_>) -> Result<(), Errno> {
+        let a: QpAttrs = r.get()?;
+        r.end()?;
+        a.check()?;
+        if let Some(sh) = self.shell(h.handle) {
+            let mut applied = lock(&sh.remote_version);
+            if a.public.version > applied.version {
+                applied.qp_attrs = Some(Box::new(a));
+            }
         }
         Ok(())
     }

@@ -1,0 +1,267 @@
+//! The QP attributes a served process gets with its REP (`op::QP_ATTRS`):
+//! the service pushes `INIT_QP_ATTR`'s answers for INIT, RTR and RTS just
+//! before a `REP_RECEIVED` event, and the process's `init_qp_attr` answers
+//! from them without a round trip — only while the snapshot they came with
+//! is the id's newest and the id is still in its state. A fake service
+//! here pushes the records and counts the `INIT_QP_ATTR` requests that
+//! still reach it (it answers them with attributes of its own, so the
+//! test sees which source each answer came from).
+
+#[path = "common/net.rs"]
+mod net;
+
+use ibcm::api::{Device, Event, EventParam, EventType, PortInfo, QpAttr, RustHandler, State};
+use ibcm::engine::{Handle, RepEvent, qp_state};
+use ibcm::ipc::{self, Created, Header, Opened, Public, QpAttrs, Stat, op, sock};
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn temp_socket(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ibcm-qpattrs-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("ibcmd.sock")
+}
+
+/// The fake service's answer to `INIT_QP_ATTR` (told apart by its
+/// destination QP number).
+fn served_attr(state: u32) -> QpAttr {
+    QpAttr {
+        qp_state: state,
+        dest_qp_num: 0xfa4e,
+        ..QpAttr::default()
+    }
+}
+
+/// The attributes the fake service pushes.
+fn pushed_attrs(public: Public) -> QpAttrs {
+    let at = |state, qpn| QpAttr {
+        qp_state: state,
+        dest_qp_num: qpn,
+        rq_psn: 0x1234,
+        sq_psn: 0x5678,
+        ..QpAttr::default()
+    };
+    QpAttrs {
+        public,
+        init: at(qp_state::INIT, 0),
+        rtr: at(qp_state::RTR, 77),
+        rts: at(qp_state::RTS, 77),
+    }
+}
+
+fn public(handle: u64, state: State, version: u64) -> Public {
+    Public {
+        state: state as u32,
+        lap_state: 0,
+        local_id: handle as u32,
+        remote_id: 0x99,
+        service_id: 0x4242,
+        version,
+    }
+}
+
+fn qp_attrs_record(handle: u64, a: &QpAttrs) -> Vec<u8> {
+    let mut w = Header {
+        op: op::QP_ATTRS,
+        seq: 0,
+        handle,
+    }
+    .record();
+    w.put(a);
+    w.into_bytes()
+}
+
+fn rep_event_record(handle: u64, p: &Public) -> Vec<u8> {
+    let mut w = Header {
+        op: op::EVENT,
+        seq: 0,
+        handle,
+    }
+    .record();
+    let ev = Event {
+        id: Handle(handle),
+        kind: EventType::RepReceived,
+        param: EventParam::Rep(RepEvent {
+            remote_qpn: 77,
+            ..RepEvent::default()
+        }),
+        local_id: handle as u32,
+        mad: None,
+    };
+    ipc::put_event(&mut w, p, 0, &ev);
+    w.into_bytes()
+}
+
+/// A service of one connection: answers OPEN, leases the ids of `handles`
+/// one per `CREATE_IDS`, answers `INIT_QP_ATTR` with `served_attr`
+/// (counted in `asked`) and, on the k-th `STAT` request, pushes `pushes[k]`
+/// before its reply.
+fn fake_service(
+    socket: PathBuf,
+    handles: Vec<u64>,
+    pushes: Vec<Vec<Vec<u8>>>,
+    asked: Arc<AtomicUsize>,
+) -> std::thread::JoinHandle<()> {
+    let listener = sock::listen(&socket, |_| Ok(())).unwrap();
+    std::thread::spawn(move || {
+        let fd = sock::accept(&listener).unwrap();
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        let (mut leased, mut stats) = (0, 0);
+        loop {
+            let n = match sock::recv(&fd, &mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let (h, mut r) = Header::parse(&buf[..n]).unwrap();
+            let rep = match h.op {
+                op::OPEN => {
+                    let ip: IpAddr = net::ip(2).parse().unwrap();
+                    let opened = Opened {
+                        name: format!("{}:4791", net::soft(2)).into_bytes(),
+                        node_guid: 7,
+                        ports: vec![PortInfo::roce(1, ip.into())].into_boxed_slice(),
+                    };
+                    ipc::reply(h, 0, Public::default(), |w| {
+                        w.put(&opened);
+                    })
+                }
+                op::CREATE_IDS => {
+                    let handle = handles[leased];
+                    leased += 1;
+                    let c = Created {
+                        handle,
+                        public: public(handle, State::Idle, 1),
+                    };
+                    ipc::reply(h, 0, Public::default(), |w| {
+                        w.put(&vec![c].into_boxed_slice());
+                    })
+                }
+                op::INIT_QP_ATTR => {
+                    asked.fetch_add(1, Ordering::SeqCst);
+                    let state: u32 = r.get().unwrap();
+                    ipc::reply(h, 0, public(h.handle, State::MraRepSent, 2), |w| {
+                        w.put(&served_attr(state));
+                    })
+                }
+                op::STAT => {
+                    for rec in pushes.get(stats).cloned().unwrap_or_default() {
+                        sock::send(&fd, &rec).unwrap();
+                    }
+                    stats += 1;
+                    ipc::reply(h, 0, Public::default(), |w| {
+                        w.put(&Stat::default());
+                    })
+                }
+                _ => continue,
+            };
+            if h.seq != 0 {
+                sock::send(&fd, &rep).unwrap();
+            }
+        }
+    })
+}
+
+type Asked = Vec<Result<QpAttr, String>>;
+
+/// A handler that answers a REP as librdmacm does (INIT, RTR, RTS) and
+/// hands the three answers over.
+fn rep_handler() -> (RustHandler, Receiver<Asked>) {
+    let (tx, rx) = channel();
+    let tx = Mutex::new(tx);
+    let h: RustHandler = Arc::new(move |id, ev| {
+        if ev.kind == EventType::RepReceived {
+            let got = [qp_state::INIT, qp_state::RTR, qp_state::RTS]
+                .iter()
+                .map(|&s| id.init_qp_attr(s).map_err(|e| format!("{e:?}")))
+                .collect();
+            let _ = tx.lock().unwrap().send(got);
+        }
+        0
+    });
+    (h, rx)
+}
+
+#[test]
+fn a_rep_brings_its_qp_attributes_and_init_qp_attr_makes_no_round_trip() {
+    let socket = temp_socket("rep");
+    let (h1, h2, h3) = (0x101, 0x102, 0x103);
+    // h1: attributes and event of one snapshot (the engine's order).
+    let p1 = public(h1, State::MraRepSent, 10);
+    let fresh = vec![
+        qp_attrs_record(h1, &pushed_attrs(p1)),
+        rep_event_record(h1, &p1),
+    ];
+    // h2: attributes older than the event's snapshot (the id moved on in
+    // between): not used.
+    let stale = vec![
+        qp_attrs_record(h2, &pushed_attrs(public(h2, State::MraRepSent, 20))),
+        rep_event_record(h2, &public(h2, State::MraRepSent, 21)),
+    ];
+    // h3: a record whose sets are not INIT, RTR, RTS: dropped.
+    let mut bad = pushed_attrs(public(h3, State::MraRepSent, 30));
+    bad.init.qp_state = qp_state::RTR;
+    let broken = vec![
+        qp_attrs_record(h3, &bad),
+        rep_event_record(h3, &public(h3, State::MraRepSent, 30)),
+    ];
+    let asked = Arc::new(AtomicUsize::new(0));
+    let svc = fake_service(
+        socket.clone(),
+        vec![h1, h2, h3],
+        vec![fresh, stale, broken],
+        asked.clone(),
+    );
+    let dev = Device::open_served(&net::soft(2), &socket).unwrap();
+    let (handler, events) = rep_handler();
+    let ids: Vec<_> = (0..3)
+        .map(|_| {
+            dev.create_id(None, std::ptr::null_mut(), Some(handler.clone()))
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(ids[0].handle(), h1);
+    let wait = Duration::from_secs(10);
+
+    // The pushed attributes answer all three calls: no request reaches
+    // the service.
+    dev.service_stat().unwrap();
+    let got = events.recv_timeout(wait).expect("the REP's callback ran");
+    let want = pushed_attrs(p1);
+    assert_eq!(got, vec![Ok(want.init), Ok(want.rtr), Ok(want.rts)]);
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        0,
+        "no INIT_QP_ATTR round trip"
+    );
+    // Taking the RTS ones drops the set: a later call asks the service.
+    assert_eq!(
+        ids[0].init_qp_attr(qp_state::RTR),
+        Ok(served_attr(qp_state::RTR))
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+
+    // Stale attributes: every call goes to the service.
+    dev.service_stat().unwrap();
+    let got = events.recv_timeout(wait).expect("the REP's callback ran");
+    let served: Asked = [qp_state::INIT, qp_state::RTR, qp_state::RTS]
+        .iter()
+        .map(|&s| Ok(served_attr(s)))
+        .collect();
+    assert_eq!(got, served);
+    assert_eq!(asked.load(Ordering::SeqCst), 4);
+
+    // A malformed record is dropped: the same.
+    dev.service_stat().unwrap();
+    let got = events.recv_timeout(wait).expect("the REP's callback ran");
+    assert_eq!(got, served);
+    assert_eq!(asked.load(Ordering::SeqCst), 7);
+
+    dev.close();
+    svc.join().unwrap();
+}
