@@ -215,8 +215,9 @@ fn privileged_ports_follow_the_peer_s_capability() {
     p.finish();
 }
 
-/// One raw request on `fd` and the errno of its reply.
-fn raw(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> i32 {
+/// One raw request on `fd`: the errno of its reply and the reply's bytes
+/// after it.
+fn request(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> (i32, Vec<u8>) {
     let mut w = ipc::Header {
         op: opc,
         seq,
@@ -229,7 +230,13 @@ fn raw(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> i32 {
     let n = ipc::sock::recv(fd, &mut buf).unwrap();
     let (h, mut r) = ipc::Header::parse(&buf[..n]).unwrap();
     assert_eq!((h.op, h.seq), (ipc::op::REPLY | opc, seq));
-    r.get::<i32>().unwrap()
+    let err = r.get::<i32>().unwrap();
+    (err, buf[n - r.remaining()..n].to_vec())
+}
+
+/// One raw request on `fd` and the errno of its reply.
+fn raw(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> i32 {
+    request(fd, opc, seq, body).0
 }
 
 /// A local client sending garbage and another connection's owner values:
@@ -426,23 +433,13 @@ fn leased_ports_yield_to_explicit_binds() {
     );
 }
 
-/// One raw request on `fd`: the errno of its reply and the reply's body.
+/// One raw request on `fd`: the errno of its reply and the reply's body
+/// after its public part.
 fn raw_reply(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> (i32, Vec<u8>) {
-    let mut w = ipc::Header {
-        op: opc,
-        seq,
-        handle: 0,
-    }
-    .record();
-    w.0.extend_from_slice(body);
-    ipc::sock::send(fd, &w.into_bytes()).unwrap();
-    let mut buf = vec![0u8; ipc::MAX_RECORD];
-    let n = ipc::sock::recv(fd, &mut buf).unwrap();
-    let (h, mut r) = ipc::Header::parse(&buf[..n]).unwrap();
-    assert_eq!((h.op, h.seq), (ipc::op::REPLY | opc, seq));
-    let err = r.get::<i32>().unwrap();
+    let (err, rest) = request(fd, opc, seq, body);
+    let mut r = ipc::Reader::new(&rest);
     let _: ipc::Public = r.get().unwrap();
-    (err, buf[n - r.remaining()..n].to_vec())
+    (err, rest[rest.len() - r.remaining()..].to_vec())
 }
 
 // ---------------------------------------------------------------------------

@@ -70,6 +70,47 @@ fn listener(server: IpAddr, port: u16) -> (*mut RdmaEventChannel, *mut RdmaCmId)
     (ch, l)
 }
 
+/// A new event channel and an id on it in the TCP port space, its address
+/// (from `client`) and route (to `server:port`) resolved.
+fn resolved(client: IpAddr, server: IpAddr, port: u16) -> (*mut RdmaEventChannel, *mut RdmaCmId) {
+    let ch = rdma_create_event_channel();
+    assert!(!ch.is_null());
+    let mut id = std::ptr::null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut id, std::ptr::null_mut(), port_space::TCP as i32) },
+        0
+    );
+    let mut src = sockaddr(SocketAddr::new(client, 0));
+    let mut dst = sockaddr(SocketAddr::new(server, port));
+    assert_eq!(
+        unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000) },
+        0
+    );
+    rdma_ack_cm_event(expect(ch, R::AddrResolved, 0));
+    assert_eq!(rdma_resolve_route(id, 1000), 0);
+    rdma_ack_cm_event(expect(ch, R::RouteResolved, 0));
+    (ch, id)
+}
+
+/// `rdma_connect`'s parameters: `pd` (none when empty) and QPN `qp_num`.
+fn conn_param(pd: &'static [u8], qp_num: u32) -> RdmaConnParam {
+    RdmaConnParam {
+        private_data: if pd.is_empty() {
+            std::ptr::null()
+        } else {
+            pd.as_ptr().cast()
+        },
+        private_data_len: pd.len() as u8,
+        responder_resources: 1,
+        initiator_depth: 1,
+        flow_control: 0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        srq: 0,
+        qp_num,
+    }
+}
+
 /// A plain IB CM REQ (RC, QPN `qp_num`, 3 retries, both CM response
 /// timeouts `timeout`) for what listens on TCP port `port`.
 fn plain_req(path: PathRec, port: u16, qp_num: u32, timeout: u8, pd: Vec<u8>) -> ReqParams {
@@ -125,35 +166,10 @@ fn active_side_on_the_wire() {
         .listen(cma::service_id(port_space::TCP, 7471))
         .unwrap();
 
-    let ch = rdma_create_event_channel();
-    assert!(!ch.is_null());
-    let mut id = std::ptr::null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut id, std::ptr::null_mut(), port_space::TCP as i32) },
-        0
-    );
-    let mut src = sockaddr(SocketAddr::new(client, 0));
-    let mut dst = sockaddr(SocketAddr::new(server, 7471));
-    assert_eq!(
-        unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000) },
-        0
-    );
-    rdma_ack_cm_event(expect(ch, R::AddrResolved, 0));
-    assert_eq!(rdma_resolve_route(id, 1000), 0);
-    rdma_ack_cm_event(expect(ch, R::RouteResolved, 0));
+    let (ch, id) = resolved(client, server, 7471);
     let sport = u16::from_be(rdma_get_src_port(id));
     assert_ne!(sport, 0);
-    let mut cp = RdmaConnParam {
-        private_data: b"user data".as_ptr().cast(),
-        private_data_len: 9,
-        responder_resources: 1,
-        initiator_depth: 1,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: 0,
-        qp_num: 0x1234,
-    };
+    let mut cp = conn_param(b"user data", 0x1234);
     assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
 
     let (what, pd, qpn) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
@@ -345,32 +361,8 @@ fn uncompleted_reply_is_mraed_on_a_duplicate() {
         .listen(cma::service_id(port_space::TCP, 7474))
         .unwrap();
 
-    let ch = rdma_create_event_channel();
-    let mut id = std::ptr::null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut id, std::ptr::null_mut(), port_space::TCP as i32) },
-        0
-    );
-    let mut src = sockaddr(SocketAddr::new(client, 0));
-    let mut dst = sockaddr(SocketAddr::new(server, 7474));
-    assert_eq!(
-        unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000) },
-        0
-    );
-    rdma_ack_cm_event(expect(ch, R::AddrResolved, 0));
-    assert_eq!(rdma_resolve_route(id, 1000), 0);
-    rdma_ack_cm_event(expect(ch, R::RouteResolved, 0));
-    let mut cp = RdmaConnParam {
-        private_data: std::ptr::null(),
-        private_data_len: 0,
-        responder_resources: 1,
-        initiator_depth: 1,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: 0,
-        qp_num: 0x1235,
-    };
+    let (ch, id) = resolved(client, server, 7474);
+    let mut cp = conn_param(b"", 0x1235);
     assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
     let ev = expect(ch, R::ConnectResponse, 0);
     // The application holds the response; the peer re-sends its REP.
