@@ -116,6 +116,16 @@ impl History {
     }
 }
 
+/// Even seeds run on a fault-free fabric, odd ones with faults seeded
+/// from the seed.
+fn alternating(seed: u64) -> Faults {
+    if seed % 2 == 0 {
+        Faults::NONE
+    } else {
+        Faults::random(&mut Rng::new(seed))
+    }
+}
+
 /// Declares a scenario's two tests: on a fault-free fabric, and on a
 /// fabric with faults seeded from `seed ^ salt` (named in a failure).
 macro_rules! on_clean_and_faulty_fabric {
@@ -617,12 +627,7 @@ fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
 #[test]
 fn mra_from_slow_consumer() {
     for_seeds("mra_from_slow_consumer", |seed, t| {
-        let f = if seed % 2 == 0 {
-            Faults::NONE
-        } else {
-            Faults::random(&mut Rng::new(seed))
-        };
-        mra(seed, t, f)
+        mra(seed, t, alternating(seed))
     });
 }
 
@@ -918,12 +923,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
 #[test]
 fn stale_connection_after_peer_restart() {
     for_seeds("stale_connection_after_peer_restart", |seed, t| {
-        let f = if seed % 2 == 0 {
-            Faults::NONE
-        } else {
-            Faults::random(&mut Rng::new(seed))
-        };
-        stale(seed, t, f)
+        stale(seed, t, alternating(seed))
     });
 }
 
