@@ -22,9 +22,12 @@
 //!   destroys leaves nothing; a leased port is another process's for an
 //!   explicit bind (the lease is revoked), never for its ephemeral one.
 
+#[path = "common/cma.rs"]
+mod cma_common;
 #[path = "../../tests/common/net.rs"]
 mod net;
 
+use cma_common::{conn_param, sockaddr};
 use ibcm::cma::{RdmaCmEventType as R, port_space};
 use ibcm::ipc;
 use ibcm::portspace::{self as host, HostPorts};
@@ -446,20 +449,6 @@ fn raw_reply(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> (i32
 // The roles (run in the child processes)
 // ---------------------------------------------------------------------------
 
-fn sockaddr(a: SocketAddr) -> libc::sockaddr_in {
-    let SocketAddr::V4(v) = a else {
-        panic!("IPv4 only")
-    };
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as u16,
-        sin_port: v.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*v.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
 fn report(what: &str) {
     let mut o = std::io::stdout().lock();
     writeln!(o, "@{what}").unwrap();
@@ -505,20 +494,6 @@ fn bind(id: *mut RdmaCmId, a: SocketAddr) -> Result<(), i32> {
     }
 }
 
-fn conn_param() -> RdmaConnParam {
-    RdmaConnParam {
-        private_data: std::ptr::null(),
-        private_data_len: 0,
-        responder_resources: 1,
-        initiator_depth: 1,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: 0,
-        qp_num: 0x99,
-    }
-}
-
 /// Listens on the address, accepts one connection, then waits to be
 /// killed.
 fn serve(addr: SocketAddr) {
@@ -530,7 +505,7 @@ fn serve(addr: SocketAddr) {
     let ev = expect(ch, R::ConnectRequest);
     let child = unsafe { (*ev).id };
     assert_eq!(rdma_ack_cm_event(ev), 0);
-    let mut cp = conn_param();
+    let mut cp = conn_param(b"", 0x99);
     assert_eq!(unsafe { rdma_accept(child, &mut cp) }, 0);
     assert_eq!(rdma_ack_cm_event(expect(ch, R::Established)), 0);
     report("established");
@@ -565,7 +540,7 @@ fn connect(addr: SocketAddr) {
     assert_ne!(rdma_get_src_port(id), 0);
     assert_eq!(rdma_resolve_route(id, 1000), 0);
     assert_eq!(rdma_ack_cm_event(expect(ch, R::RouteResolved)), 0);
-    let mut cp = conn_param();
+    let mut cp = conn_param(b"", 0x99);
     assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
     assert_eq!(rdma_ack_cm_event(expect(ch, R::ConnectResponse)), 0);
     assert_eq!(rdma_establish(id), 0);

@@ -7,9 +7,12 @@
 //! header becomes a CONNECT_REQUEST with the addresses from it; one
 //! without the header is rejected.
 
+#[path = "common/cma.rs"]
+mod cma_common;
 #[path = "../../tests/common/net.rs"]
 mod net;
 
+use cma_common::{conn_param, sockaddr};
 use ibcm::api::*;
 use ibcm::cma::{self, IpHeader, RdmaCmEventType as R, port_space};
 use ibcm_rdmacm::abi::*;
@@ -17,20 +20,6 @@ use ibcm_rdmacm::exports::*;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
-
-fn sockaddr(a: SocketAddr) -> libc::sockaddr_in {
-    let SocketAddr::V4(v) = a else {
-        panic!("IPv4 only")
-    };
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as u16,
-        sin_port: v.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*v.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
 
 /// The next event of `ch` within 5 s: (kind, status, event pointer).
 fn next(ch: *mut RdmaEventChannel) -> *mut RdmaCmEvent {
@@ -90,25 +79,6 @@ fn resolved(client: IpAddr, server: IpAddr, port: u16) -> (*mut RdmaEventChannel
     assert_eq!(rdma_resolve_route(id, 1000), 0);
     rdma_ack_cm_event(expect(ch, R::RouteResolved, 0));
     (ch, id)
-}
-
-/// `rdma_connect`'s parameters: `pd` (none when empty) and QPN `qp_num`.
-fn conn_param(pd: &'static [u8], qp_num: u32) -> RdmaConnParam {
-    RdmaConnParam {
-        private_data: if pd.is_empty() {
-            std::ptr::null()
-        } else {
-            pd.as_ptr().cast()
-        },
-        private_data_len: pd.len() as u8,
-        responder_resources: 1,
-        initiator_depth: 1,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: 0,
-        qp_num,
-    }
 }
 
 /// A plain IB CM REQ (RC, QPN `qp_num`, 3 retries, both CM response
