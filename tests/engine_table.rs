@@ -1270,11 +1270,44 @@ fn dup_rep_in_mra_rep_sent_gets_mra_rep() {
 /// MRA_REQ_SENT / MRA_REP_SENT as they are reported, so a duplicate that
 /// arrives before any answer gets an MRA(24); unflagged, it is dropped.
 /// The application's answers still work from those states.
+/// Injects a duplicate of `dup` (a REQ or REP, `code`) into side `to`
+/// before its application answered. In `mode` 0 (MRA on report not set)
+/// it is dropped and nothing is sent; otherwise side `to` answers with one
+/// MRA (`code`, service timeout `MRA_SETTING`), which moves the peer's id
+/// `peer.0` to state `peer.1`.
+fn duplicate_before_answer(
+    w: &mut Wire,
+    mode: u32,
+    to: usize,
+    dup: &[u8; 256],
+    code: MsgCode,
+    peer: (Handle, State),
+) {
+    let r = w.inject(to, dup);
+    let out = w.take(to);
+    if mode == 0 {
+        assert!(r.is_err(), "mode {mode}: dropped");
+        assert!(out.is_empty(), "mode {mode}");
+        return;
+    }
+    r.unwrap();
+    assert_eq!(out.len(), 1, "mode {mode}");
+    let CmMsg::Mra(m) = parse(&out[0]) else {
+        panic!("mode {mode}: not an MRA")
+    };
+    assert_eq!((m.message_mraed, m.service_timeout), (code, MRA_SETTING));
+    let from = 1 - to;
+    w.inject(from, &out[0]).unwrap();
+    one_event(w, from, EventType::MraReceived);
+    assert_eq!(w.e[from].state(peer.0), Some(peer.1));
+}
+
 #[test]
 fn mra_on_report_answers_duplicates_before_the_application() {
     use State::*;
     // 0: never set; 1: set before listen/send_req; 2: the listener's set
     // after listen (applies to its later REQs).
+    assert_eq!(MRA_SETTING, 24);
     for mode in 0..3 {
         let on = mode != 0;
         let o = Opts::default();
@@ -1296,26 +1329,7 @@ fn mra_on_report_answers_duplicates_before_the_application() {
         let p = one_event(&mut w, P, EventType::ReqReceived).id;
         assert_eq!(w.e[P].state(p), Some(if on { MraReqSent } else { ReqRcvd }));
         // A duplicate REQ before the application answers.
-        let r = w.inject(P, &req);
-        let out = w.take(P);
-        if on {
-            r.unwrap();
-            assert_eq!(out.len(), 1, "mode {mode}");
-            let CmMsg::Mra(m) = parse(&out[0]) else {
-                panic!("mode {mode}: not an MRA")
-            };
-            assert_eq!(
-                (m.message_mraed, m.service_timeout),
-                (MsgCode::Req, MRA_SETTING)
-            );
-            assert_eq!(MRA_SETTING, 24);
-            w.inject(A, &out[0]).unwrap();
-            one_event(&mut w, A, EventType::MraReceived);
-            assert_eq!(w.e[A].state(a), Some(MraReqRcvd));
-        } else {
-            assert!(r.is_err(), "mode {mode}: dropped");
-            assert!(out.is_empty(), "mode {mode}");
-        }
+        duplicate_before_answer(&mut w, mode, P, &req, MsgCode::Req, (a, MraReqRcvd));
         assert!(w.events(P).is_empty());
         // The application accepts from MRA_REQ_SENT.
         w.e[P].send_rep(now, p, &rep_params(&o)).unwrap();
@@ -1324,25 +1338,7 @@ fn mra_on_report_answers_duplicates_before_the_application() {
         one_event(&mut w, A, EventType::RepReceived);
         assert_eq!(w.e[A].state(a), Some(if on { MraRepSent } else { RepRcvd }));
         // A duplicate REP before the RTU.
-        let r = w.inject(A, &rep);
-        let out = w.take(A);
-        if on {
-            r.unwrap();
-            assert_eq!(out.len(), 1, "mode {mode}");
-            let CmMsg::Mra(m) = parse(&out[0]) else {
-                panic!("mode {mode}: not an MRA")
-            };
-            assert_eq!(
-                (m.message_mraed, m.service_timeout),
-                (MsgCode::Rep, MRA_SETTING)
-            );
-            w.inject(P, &out[0]).unwrap();
-            one_event(&mut w, P, EventType::MraReceived);
-            assert_eq!(w.e[P].state(p), Some(MraRepRcvd));
-        } else {
-            assert!(r.is_err(), "mode {mode}: dropped");
-            assert!(out.is_empty(), "mode {mode}");
-        }
+        duplicate_before_answer(&mut w, mode, A, &rep, MsgCode::Rep, (p, MraRepRcvd));
         // The RTU from MRA_REP_SENT completes the connection.
         w.e[A].send_rtu(a, b"").unwrap();
         w.flush(A);
@@ -2359,9 +2355,25 @@ fn private_data_limits_for_every_call() {
         state: State,
         side: usize,
         limit: usize,
-        call: fn(&mut Fx, Vec<u8>) -> ApiResult,
         /// The area of the sent MAD that must hold the data.
         area: fn(&CmMsg) -> &[u8],
+        call: fn(&mut Fx, Vec<u8>) -> ApiResult,
+    }
+    const fn case(
+        name: &'static str,
+        (state, side): (State, usize),
+        limit: usize,
+        area: fn(&CmMsg) -> &[u8],
+        call: fn(&mut Fx, Vec<u8>) -> ApiResult,
+    ) -> Case {
+        Case {
+            name,
+            state,
+            side,
+            limit,
+            area,
+            call,
+        }
     }
     fn pd(m: &CmMsg) -> &[u8] {
         m.private_data().unwrap()
@@ -2378,122 +2390,64 @@ fn private_data_limits_for_every_call() {
             _ => panic!(),
         }
     }
+    const CONSUMER: u32 = rej_reason::CONSUMER_DEFINED as u32;
     let cases = [
-        Case {
-            name: "REQ",
-            state: Idle,
-            side: A,
-            limit: 92,
-            call: |fx, d| {
-                let mut p = req_params(A, &fx.opts);
-                p.private_data = d;
-                let now = fx.w.now;
-                fx.w.e[A].send_req(now, fx.id, &p)
-            },
-            area: pd,
-        },
-        Case {
-            name: "REP",
-            state: ReqRcvd,
-            side: P,
-            limit: 196,
-            call: |fx, d| {
-                let mut p = rep_params(&fx.opts);
-                p.private_data = d;
-                let now = fx.w.now;
-                fx.w.e[P].send_rep(now, fx.id, &p)
-            },
-            area: pd,
-        },
-        Case {
-            name: "RTU",
-            state: RepRcvd,
-            side: A,
-            limit: 224,
-            call: |fx, d| fx.w.e[A].send_rtu(fx.id, &d),
-            area: pd,
-        },
-        Case {
-            name: "DREQ",
-            state: Established,
-            side: A,
-            limit: 220,
-            call: |fx, d| {
-                let now = fx.w.now;
-                fx.w.e[A].send_dreq(now, fx.id, &d)
-            },
-            area: pd,
-        },
-        Case {
-            name: "DREP",
-            state: DreqRcvd,
-            side: P,
-            limit: 224,
-            call: |fx, d| {
-                let now = fx.w.now;
-                fx.w.e[P].send_drep(now, fx.id, &d)
-            },
-            area: pd,
-        },
-        Case {
-            name: "REJ private data",
-            state: ReqRcvd,
-            side: P,
-            limit: 148,
-            call: |fx, d| {
-                let now = fx.w.now;
-                fx.w.e[P].send_rej(now, fx.id, rej_reason::CONSUMER_DEFINED as u32, &[], &d)
-            },
-            area: pd,
-        },
-        Case {
-            name: "REJ ARI",
-            state: ReqRcvd,
-            side: P,
-            limit: 72,
-            call: |fx, d| {
-                let now = fx.w.now;
-                fx.w.e[P].send_rej(now, fx.id, rej_reason::CONSUMER_DEFINED as u32, &d, &[])
-            },
-            area: ari,
-        },
-        Case {
-            name: "SIDR_REQ",
-            state: Idle,
-            side: A,
-            limit: 216,
-            call: |fx, d| {
-                let mut p = sidr_params(A, &fx.opts);
-                p.private_data = d;
-                let now = fx.w.now;
-                fx.w.e[A].send_sidr_req(now, fx.id, &p)
-            },
-            area: pd,
-        },
-        Case {
-            name: "SIDR_REP private data",
-            state: SidrReqRcvd,
-            side: P,
-            limit: 136,
-            call: |fx, d| {
-                let mut p = sidr_rep_params();
-                p.private_data = d;
+        case("REQ", (Idle, A), 92, pd, |fx, d| {
+            let p = ReqParams {
+                private_data: d,
+                ..req_params(A, &fx.opts)
+            };
+            fx.w.e[A].send_req(fx.w.now, fx.id, &p)
+        }),
+        case("REP", (ReqRcvd, P), 196, pd, |fx, d| {
+            let p = RepParams {
+                private_data: d,
+                ..rep_params(&fx.opts)
+            };
+            fx.w.e[P].send_rep(fx.w.now, fx.id, &p)
+        }),
+        case("RTU", (RepRcvd, A), 224, pd, |fx, d| {
+            fx.w.e[A].send_rtu(fx.id, &d)
+        }),
+        case("DREQ", (Established, A), 220, pd, |fx, d| {
+            fx.w.e[A].send_dreq(fx.w.now, fx.id, &d)
+        }),
+        case("DREP", (DreqRcvd, P), 224, pd, |fx, d| {
+            fx.w.e[P].send_drep(fx.w.now, fx.id, &d)
+        }),
+        case("REJ private data", (ReqRcvd, P), 148, pd, |fx, d| {
+            fx.w.e[P].send_rej(fx.w.now, fx.id, CONSUMER, &[], &d)
+        }),
+        case("REJ ARI", (ReqRcvd, P), 72, ari, |fx, d| {
+            fx.w.e[P].send_rej(fx.w.now, fx.id, CONSUMER, &d, &[])
+        }),
+        case("SIDR_REQ", (Idle, A), 216, pd, |fx, d| {
+            let p = SidrReqParams {
+                private_data: d,
+                ..sidr_params(A, &fx.opts)
+            };
+            fx.w.e[A].send_sidr_req(fx.w.now, fx.id, &p)
+        }),
+        case(
+            "SIDR_REP private data",
+            (SidrReqRcvd, P),
+            136,
+            pd,
+            |fx, d| {
+                let p = SidrRepParams {
+                    private_data: d,
+                    ..sidr_rep_params()
+                };
                 fx.w.e[P].send_sidr_rep(fx.id, &p)
             },
-            area: pd,
-        },
-        Case {
-            name: "SIDR_REP info",
-            state: SidrReqRcvd,
-            side: P,
-            limit: 72,
-            call: |fx, d| {
-                let mut p = sidr_rep_params();
-                p.info = d;
-                fx.w.e[P].send_sidr_rep(fx.id, &p)
-            },
-            area: info,
-        },
+        ),
+        case("SIDR_REP info", (SidrReqRcvd, P), 72, info, |fx, d| {
+            let p = SidrRepParams {
+                info: d,
+                ..sidr_rep_params()
+            };
+            fx.w.e[P].send_sidr_rep(fx.id, &p)
+        }),
     ];
     for c in &cases {
         // Exactly at the limit: accepted, and every byte on the wire.

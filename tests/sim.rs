@@ -12,7 +12,7 @@ mod sim_seeds;
 
 use ibcm::engine::*;
 use ibcm::sim::*;
-use ibcm::wire::{rej_reason, sidr_status};
+use ibcm::wire::{attr, rej_reason, sidr_status};
 use sim_seeds::{replaying, seeds};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -114,6 +114,65 @@ impl History {
             Err(self.errors.join("; "))
         }
     }
+}
+
+/// Even seeds run on a fault-free fabric, odd ones with faults seeded
+/// from the seed.
+fn alternating(seed: u64) -> Faults {
+    if seed % 2 == 0 {
+        Faults::NONE
+    } else {
+        Faults::random(&mut Rng::new(seed))
+    }
+}
+
+/// Declares a scenario's two tests: on a fault-free fabric, and on a
+/// fabric with faults seeded from `seed ^ salt` (named in a failure).
+macro_rules! on_clean_and_faulty_fabric {
+    ($( $scenario:ident: $clean:ident, $faulty:ident, salt $salt:expr; )*) => { $(
+        #[test]
+        fn $clean() {
+            for_seeds(stringify!($clean), |seed, t| $scenario(seed, t, Faults::NONE));
+        }
+
+        #[test]
+        fn $faulty() {
+            for_seeds(stringify!($faulty), |seed, t| {
+                let f = Faults::random(&mut Rng::new(seed ^ $salt));
+                $scenario(seed, t, f).map_err(|e| format!("{e} (faults {f:?})"))
+            });
+        }
+    )* };
+}
+
+/// Checks that the client `c` sent `want` RTUs of its own, one per
+/// connection it established: an RTU re-sent to answer a duplicate REP is
+/// counted as a retry, so a `send_rtu` that put nothing on the wire (the
+/// connection then rescued by the server's REP retransmission) fails here.
+fn check_own_rtus(sim: &Sim, c: usize, want: u64) -> Result<(), String> {
+    let rtu = counters::attr_index(attr::RTU);
+    let k = sim.nodes[c].engine.counters();
+    let own = k.tx[rtu] - k.tx_retries[rtu];
+    if own != want {
+        return Err(format!("n{c} sent {own} RTUs of its own, want {want}"));
+    }
+    Ok(())
+}
+
+/// Checks that no node retransmitted anything (nor answered a duplicate):
+/// on a fabric without faults every request is answered in time.
+fn check_no_retransmission(sim: &Sim) -> Result<(), String> {
+    for (n, node) in sim.nodes.iter().enumerate() {
+        let retries = node.engine.counters().tx_retries;
+        if let Some(a) = retries.iter().position(|&r| r != 0) {
+            return Err(format!(
+                "n{n} retransmitted {} {} on a fabric without faults",
+                retries[a],
+                counters::ATTR_NAMES[a]
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A client (node 0) and a server (node 1) on one fabric with `faults`.
@@ -321,24 +380,16 @@ fn connect_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(), Stri
             out.client_down, out.server_down, out.tw_exits
         ));
     }
+    check_own_rtus(&sim, c, 1)?;
+    if faults == Faults::NONE {
+        check_no_retransmission(&sim)?;
+    }
     let l = out.listener.unwrap();
     close_listener(&mut sim, c, s, l)
 }
 
-#[test]
-fn connect_disconnect_clean_fabric() {
-    for_seeds("connect_disconnect_clean_fabric", |seed, t| {
-        connect_disconnect(seed, t, Faults::NONE)
-    });
-}
-
-#[test]
-fn connect_disconnect_faulty_fabric() {
-    for_seeds("connect_disconnect_faulty_fabric", |seed, t| {
-        let mut r = Rng::new(seed);
-        let f = Faults::random(&mut r);
-        connect_disconnect(seed, t, f).map_err(|e| format!("{e} (faults {f:?})"))
-    });
+on_clean_and_faulty_fabric! {
+    connect_disconnect: connect_disconnect_clean_fabric, connect_disconnect_faulty_fabric, salt 0;
 }
 
 // ------------------------------------------------------------------- reject
@@ -560,6 +611,7 @@ fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
     if faults.lossless() && mras == 0 {
         return Err("no MRA received on a loss-free fabric".into());
     }
+    check_own_rtus(&sim, c, 1)?;
     // MRA extended the client's REQ timeout: no REQ_ERROR although the
     // REP came after 3 REQ timeouts.
     for n in [c, s] {
@@ -575,12 +627,7 @@ fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
 #[test]
 fn mra_from_slow_consumer() {
     for_seeds("mra_from_slow_consumer", |seed, t| {
-        let f = if seed % 2 == 0 {
-            Faults::NONE
-        } else {
-            Faults::random(&mut Rng::new(seed))
-        };
-        mra(seed, t, f)
+        mra(seed, t, alternating(seed))
     });
 }
 
@@ -745,6 +792,7 @@ fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(),
     if tw != 2 {
         return Err(format!("{tw} timewait exits"));
     }
+    check_own_rtus(&sim, c, 1)?;
     let l = sim.nodes[s].engine.handles()[0];
     close_listener(&mut sim, c, s, l)
 }
@@ -875,12 +923,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
 #[test]
 fn stale_connection_after_peer_restart() {
     for_seeds("stale_connection_after_peer_restart", |seed, t| {
-        let f = if seed % 2 == 0 {
-            Faults::NONE
-        } else {
-            Faults::random(&mut Rng::new(seed))
-        };
-        stale(seed, t, f)
+        stale(seed, t, alternating(seed))
     });
 }
 
@@ -1164,17 +1207,6 @@ fn table_pressure(seed: u64, trace: bool, faults: Faults) -> Result<(), String> 
     Ok(())
 }
 
-#[test]
-fn table_pressure_clean_fabric() {
-    for_seeds("table_pressure_clean_fabric", |seed, t| {
-        table_pressure(seed, t, Faults::NONE)
-    });
-}
-
-#[test]
-fn table_pressure_faulty_fabric() {
-    for_seeds("table_pressure_faulty_fabric", |seed, t| {
-        let faults = Faults::random(&mut Rng::new(seed ^ 0x7ab1e));
-        table_pressure(seed, t, faults)
-    });
+on_clean_and_faulty_fabric! {
+    table_pressure: table_pressure_clean_fabric, table_pressure_faulty_fabric, salt 0x7ab1e;
 }

@@ -28,9 +28,12 @@
 //!   fails with ETIMEDOUT within `IBCM_SERVICE_TIMEOUT_MS`, and once the
 //!   service is continued a new bind works.
 
+#[path = "common/cma.rs"]
+mod cma_common;
 #[path = "../../tests/common/net.rs"]
 mod net;
 
+use cma_common::{conn_param, sockaddr};
 use ibcm::cma::{RdmaCmEventType as R, port_space};
 use ibcm::ipc;
 use ibcm::portspace::{self as host, HostPorts};
@@ -232,8 +235,9 @@ fn privileged_ports_follow_the_peer_s_capability() {
     p.finish();
 }
 
-/// One raw request on `fd` and the errno of its reply.
-fn raw(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> i32 {
+/// One raw request on `fd`: the errno of its reply and the reply's bytes
+/// after it.
+fn request(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> (i32, Vec<u8>) {
     let mut w = ipc::Header {
         op: opc,
         seq,
@@ -246,7 +250,13 @@ fn raw(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> i32 {
     let n = ipc::sock::recv(fd, &mut buf).unwrap();
     let (h, mut r) = ipc::Header::parse(&buf[..n]).unwrap();
     assert_eq!((h.op, h.seq), (ipc::op::REPLY | opc, seq));
-    r.get::<i32>().unwrap()
+    let err = r.get::<i32>().unwrap();
+    (err, buf[n - r.remaining()..n].to_vec())
+}
+
+/// One raw request on `fd` and the errno of its reply.
+fn raw(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> i32 {
+    request(fd, opc, seq, body).0
 }
 
 /// A local client sending garbage and another connection's owner values:
@@ -508,42 +518,18 @@ fn leased_ports_yield_to_explicit_binds() {
     );
 }
 
-/// One raw request on `fd`: the errno of its reply and the reply's body.
+/// One raw request on `fd`: the errno of its reply and the reply's body
+/// after its public part.
 fn raw_reply(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> (i32, Vec<u8>) {
-    let mut w = ipc::Header {
-        op: opc,
-        seq,
-        handle: 0,
-    }
-    .record();
-    w.0.extend_from_slice(body);
-    ipc::sock::send(fd, &w.into_bytes()).unwrap();
-    let mut buf = vec![0u8; ipc::MAX_RECORD];
-    let n = ipc::sock::recv(fd, &mut buf).unwrap();
-    let (h, mut r) = ipc::Header::parse(&buf[..n]).unwrap();
-    assert_eq!((h.op, h.seq), (ipc::op::REPLY | opc, seq));
-    let err = r.get::<i32>().unwrap();
+    let (err, rest) = request(fd, opc, seq, body);
+    let mut r = ipc::Reader::new(&rest);
     let _: ipc::Public = r.get().unwrap();
-    (err, buf[n - r.remaining()..n].to_vec())
+    (err, rest[rest.len() - r.remaining()..].to_vec())
 }
 
 // ---------------------------------------------------------------------------
 // The roles (run in the child processes)
 // ---------------------------------------------------------------------------
-
-fn sockaddr(a: SocketAddr) -> libc::sockaddr_in {
-    let SocketAddr::V4(v) = a else {
-        panic!("IPv4 only")
-    };
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as u16,
-        sin_port: v.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*v.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
 
 fn report(what: &str) {
     let mut o = std::io::stdout().lock();
@@ -590,20 +576,6 @@ fn bind(id: *mut RdmaCmId, a: SocketAddr) -> Result<(), i32> {
     }
 }
 
-fn conn_param() -> RdmaConnParam {
-    RdmaConnParam {
-        private_data: std::ptr::null(),
-        private_data_len: 0,
-        responder_resources: 1,
-        initiator_depth: 1,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: 0,
-        qp_num: 0x99,
-    }
-}
-
 /// Listens on the address, accepts one connection, then waits to be
 /// killed.
 fn serve(addr: SocketAddr) {
@@ -615,7 +587,7 @@ fn serve(addr: SocketAddr) {
     let ev = expect(ch, R::ConnectRequest);
     let child = unsafe { (*ev).id };
     assert_eq!(rdma_ack_cm_event(ev), 0);
-    let mut cp = conn_param();
+    let mut cp = conn_param(b"", 0x99);
     assert_eq!(unsafe { rdma_accept(child, &mut cp) }, 0);
     assert_eq!(rdma_ack_cm_event(expect(ch, R::Established)), 0);
     report("established");
@@ -650,7 +622,7 @@ fn connect(addr: SocketAddr) {
     assert_ne!(rdma_get_src_port(id), 0);
     assert_eq!(rdma_resolve_route(id, 1000), 0);
     assert_eq!(rdma_ack_cm_event(expect(ch, R::RouteResolved)), 0);
-    let mut cp = conn_param();
+    let mut cp = conn_param(b"", 0x99);
     assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
     assert_eq!(rdma_ack_cm_event(expect(ch, R::ConnectResponse)), 0);
     assert_eq!(rdma_establish(id), 0);

@@ -7,9 +7,12 @@
 //! header becomes a CONNECT_REQUEST with the addresses from it; one
 //! without the header is rejected.
 
+#[path = "common/cma.rs"]
+mod cma_common;
 #[path = "../../tests/common/net.rs"]
 mod net;
 
+use cma_common::{conn_param, sockaddr};
 use ibcm::api::*;
 use ibcm::cma::{self, IpHeader, RdmaCmEventType as R, port_space};
 use ibcm_rdmacm::abi::*;
@@ -17,20 +20,6 @@ use ibcm_rdmacm::exports::*;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
-
-fn sockaddr(a: SocketAddr) -> libc::sockaddr_in {
-    let SocketAddr::V4(v) = a else {
-        panic!("IPv4 only")
-    };
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as u16,
-        sin_port: v.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*v.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
 
 /// The next event of `ch` within 5 s: (kind, status, event pointer).
 fn next(ch: *mut RdmaEventChannel) -> *mut RdmaCmEvent {
@@ -68,6 +57,28 @@ fn listener(server: IpAddr, port: u16) -> (*mut RdmaEventChannel, *mut RdmaCmId)
     assert_eq!(unsafe { rdma_bind_addr(l, (&raw mut a).cast()) }, 0);
     assert_eq!(rdma_listen(l, 1), 0);
     (ch, l)
+}
+
+/// A new event channel and an id on it in the TCP port space, its address
+/// (from `client`) and route (to `server:port`) resolved.
+fn resolved(client: IpAddr, server: IpAddr, port: u16) -> (*mut RdmaEventChannel, *mut RdmaCmId) {
+    let ch = rdma_create_event_channel();
+    assert!(!ch.is_null());
+    let mut id = std::ptr::null_mut();
+    assert_eq!(
+        unsafe { rdma_create_id(ch, &mut id, std::ptr::null_mut(), port_space::TCP as i32) },
+        0
+    );
+    let mut src = sockaddr(SocketAddr::new(client, 0));
+    let mut dst = sockaddr(SocketAddr::new(server, port));
+    assert_eq!(
+        unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000) },
+        0
+    );
+    rdma_ack_cm_event(expect(ch, R::AddrResolved, 0));
+    assert_eq!(rdma_resolve_route(id, 1000), 0);
+    rdma_ack_cm_event(expect(ch, R::RouteResolved, 0));
+    (ch, id)
 }
 
 /// A plain IB CM REQ (RC, QPN `qp_num`, 3 retries, both CM response
@@ -125,35 +136,10 @@ fn active_side_on_the_wire() {
         .listen(cma::service_id(port_space::TCP, 7471))
         .unwrap();
 
-    let ch = rdma_create_event_channel();
-    assert!(!ch.is_null());
-    let mut id = std::ptr::null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut id, std::ptr::null_mut(), port_space::TCP as i32) },
-        0
-    );
-    let mut src = sockaddr(SocketAddr::new(client, 0));
-    let mut dst = sockaddr(SocketAddr::new(server, 7471));
-    assert_eq!(
-        unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000) },
-        0
-    );
-    rdma_ack_cm_event(expect(ch, R::AddrResolved, 0));
-    assert_eq!(rdma_resolve_route(id, 1000), 0);
-    rdma_ack_cm_event(expect(ch, R::RouteResolved, 0));
+    let (ch, id) = resolved(client, server, 7471);
     let sport = u16::from_be(rdma_get_src_port(id));
     assert_ne!(sport, 0);
-    let mut cp = RdmaConnParam {
-        private_data: b"user data".as_ptr().cast(),
-        private_data_len: 9,
-        responder_resources: 1,
-        initiator_depth: 1,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: 0,
-        qp_num: 0x1234,
-    };
+    let mut cp = conn_param(b"user data", 0x1234);
     assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
 
     let (what, pd, qpn) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
@@ -345,32 +331,8 @@ fn uncompleted_reply_is_mraed_on_a_duplicate() {
         .listen(cma::service_id(port_space::TCP, 7474))
         .unwrap();
 
-    let ch = rdma_create_event_channel();
-    let mut id = std::ptr::null_mut();
-    assert_eq!(
-        unsafe { rdma_create_id(ch, &mut id, std::ptr::null_mut(), port_space::TCP as i32) },
-        0
-    );
-    let mut src = sockaddr(SocketAddr::new(client, 0));
-    let mut dst = sockaddr(SocketAddr::new(server, 7474));
-    assert_eq!(
-        unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000) },
-        0
-    );
-    rdma_ack_cm_event(expect(ch, R::AddrResolved, 0));
-    assert_eq!(rdma_resolve_route(id, 1000), 0);
-    rdma_ack_cm_event(expect(ch, R::RouteResolved, 0));
-    let mut cp = RdmaConnParam {
-        private_data: std::ptr::null(),
-        private_data_len: 0,
-        responder_resources: 1,
-        initiator_depth: 1,
-        flow_control: 0,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        srq: 0,
-        qp_num: 0x1235,
-    };
+    let (ch, id) = resolved(client, server, 7474);
+    let mut cp = conn_param(b"", 0x1235);
     assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
     let ev = expect(ch, R::ConnectResponse, 0);
     // The application holds the response; the peer re-sends its REP.

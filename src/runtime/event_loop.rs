@@ -482,7 +482,7 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{EventParam, EventType, RepParams, ReqParams, qp_type};
+    use crate::engine::{EventParam, EventType, PathRec, RepParams, ReqParams, qp_type};
     use crate::runtime::{CmId, DeviceOptions, RustHandler};
     use std::sync::atomic::{AtomicBool, AtomicUsize};
     use std::time::{Duration, Instant};
@@ -502,6 +502,21 @@ mod tests {
             std::thread::sleep(Duration::from_millis(2));
         }
         false
+    }
+
+    /// An RC REQ on `path` to `service_id` from QPN `qp_num`, both response
+    /// timeouts `timeout`, at most `retries` retries.
+    fn rc_req(path: PathRec, service_id: u64, qp_num: u32, timeout: u8, retries: u8) -> ReqParams {
+        ReqParams {
+            primary_path: path,
+            service_id,
+            qp_num,
+            qp_type: qp_type::RC,
+            remote_cm_response_timeout: timeout,
+            local_cm_response_timeout: timeout,
+            max_cm_retries: retries,
+            ..Default::default()
+        }
     }
 
     /// A received MAD's callback runs inside a delivery round of the event
@@ -530,17 +545,7 @@ mod tests {
         let id = b
             .create_id(None, std::ptr::null_mut(), Some(quiet))
             .unwrap();
-        id.send_req(&ReqParams {
-            primary_path: path,
-            service_id: 0x93,
-            qp_num: 0x93,
-            qp_type: qp_type::RC,
-            remote_cm_response_timeout: 20,
-            local_cm_response_timeout: 20,
-            max_cm_retries: 3,
-            ..Default::default()
-        })
-        .unwrap();
+        id.send_req(&rc_req(path, 0x93, 0x93, 20, 3)).unwrap();
         assert!(until(|| ENDED_BEFORE.load(Ordering::SeqCst) != usize::MAX));
         assert!(
             IN_ROUND.load(Ordering::SeqCst),
@@ -620,17 +625,8 @@ mod tests {
                 let id = b
                     .create_id(None, std::ptr::null_mut(), Some(active.clone()))
                     .unwrap();
-                id.send_req(&ReqParams {
-                    primary_path: path,
-                    service_id: 0x94,
-                    qp_num: 0x940 + i as u32,
-                    qp_type: qp_type::RC,
-                    remote_cm_response_timeout: 20,
-                    local_cm_response_timeout: 20,
-                    max_cm_retries: 3,
-                    ..Default::default()
-                })
-                .unwrap();
+                id.send_req(&rc_req(path, 0x94, 0x940 + i as u32, 20, 3))
+                    .unwrap();
                 id
             })
             .collect();
@@ -696,18 +692,9 @@ mod tests {
             0
         });
         let req = |id: &CmId, service_id: u64| {
-            id.send_req(&ReqParams {
-                primary_path: path,
-                service_id,
-                qp_num: 0x94 + service_id as u32,
-                qp_type: qp_type::RC,
-                // About 1 s, four times the bound.
-                remote_cm_response_timeout: 18,
-                local_cm_response_timeout: 18,
-                max_cm_retries: 0,
-                ..Default::default()
-            })
-            .unwrap()
+            // Timeouts of about 1 s, four times the bound.
+            id.send_req(&rc_req(path, service_id, 0x94 + service_id as u32, 18, 0))
+                .unwrap()
         };
         // A REQ nobody listens for: rejected, which leaves b's loop busy
         // with no timer.

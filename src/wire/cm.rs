@@ -151,9 +151,7 @@ cm_message! {
         [
             alternate / alternate_mut: ReqPath = path(120, Req, Alternate), "Alternate", Plain;
         ]
-        [
-            private_data / private_data_mut: [u8; pdata::REQ] = area(164), "PrivateData", Plain;
-        ]
+        private_data(164, pdata::REQ)
     }
 }
 
@@ -170,16 +168,12 @@ impl Req {
 
 cm_message! {
     Mra, MraPacket, "MRA", "MessageReceiptAcknowledgement", "IBTA table 107" {
-        [
-            local_comm_id / set_local_comm_id: u32 = bits(24, 0, 32), "LocalCommID", Hex;
-            remote_comm_id / set_remote_comm_id: u32 = bits(28, 0, 32), "RemoteCommID", Hex;
+        comm_ids [
             message_mraed / set_message_mraed: MsgCode = bits(32, 0, 2), "MessageMRAed", Plain;
             /// 5 bits.
             service_timeout / set_service_timeout: u8 = bits(33, 0, 5), "ServiceTimeout", Timeout;
         ]
-        [
-            private_data / private_data_mut: [u8; pdata::MRA] = area(34), "PrivateData", Plain;
-        ]
+        private_data(34, pdata::MRA)
     }
 }
 
@@ -357,9 +351,7 @@ pub fn clamp_info_length(buf: &mut [u8]) -> Option<(&'static str, u8)> {
 
 cm_message! {
     Rej, RejPacket, "REJ", "Reject", "IBTA table 108" {
-        [
-            local_comm_id / set_local_comm_id: u32 = bits(24, 0, 32), "LocalCommID", Hex;
-            remote_comm_id / set_remote_comm_id: u32 = bits(28, 0, 32), "RemoteCommID", Hex;
+        comm_ids [
             message_rejected / set_message_rejected: MsgCode = bits(32, 0, 2), "MessageRejected", Plain;
             /// `enum ib_cm_rej_reason`; kept raw, unknown values are delivered as is.
             reason / set_reason: u16 = bits(34, 0, 16), "Reason", RejReason;
@@ -369,9 +361,7 @@ cm_message! {
             ari_length / set_ari_length: u8 = bits(33, 0, 7; max pdata::REJ_ARI), "RejectedInfoLength", Dec;
             ari / ari_mut: [u8; pdata::REJ_ARI] = area(36), "ARI", Plain;
         ]
-        [
-            private_data / private_data_mut: [u8; pdata::REJ] = area(108), "PrivateData", Plain;
-        ]
+        private_data(108, pdata::REJ)
     }
 }
 
@@ -380,9 +370,7 @@ cm_message! {
 
 cm_message! {
     Rep, RepPacket, "REP", "Reply", "IBTA table 110" {
-        [
-            local_comm_id / set_local_comm_id: u32 = bits(24, 0, 32), "LocalCommID", Hex;
-            remote_comm_id / set_remote_comm_id: u32 = bits(28, 0, 32), "RemoteCommID", Hex;
+        comm_ids [
             local_ca_guid / set_local_ca_guid: u64 = bits(52, 0, 64), "LocalCAGUID", Hex;
             /// 24 bits, split over three bytes on the wire.
             vendor_id / set_vendor_id: u32 = split(
@@ -412,9 +400,7 @@ cm_message! {
             rnr_retry_count / set_rnr_retry_count: u8 = bits(51, 0, 3), "RNRRetryCount", RnrRetry;
             srq / set_srq: bool = bits(51, 3, 1), "SRQ", Plain;
         ]
-        [
-            private_data / private_data_mut: [u8; pdata::REP] = area(60), "PrivateData", Plain;
-        ]
+        private_data(60, pdata::REP)
     }
 }
 
@@ -423,39 +409,25 @@ cm_message! {
 
 cm_message! {
     Rtu, RtuPacket, "RTU", "ReadyToUse", "IBTA table 111" {
-        [
-            local_comm_id / set_local_comm_id: u32 = bits(24, 0, 32), "LocalCommID", Hex;
-            remote_comm_id / set_remote_comm_id: u32 = bits(28, 0, 32), "RemoteCommID", Hex;
-        ]
-        [
-            private_data / private_data_mut: [u8; pdata::RTU] = area(32), "PrivateData", Plain;
-        ]
+        comm_ids []
+        private_data(32, pdata::RTU)
     }
 }
 
 cm_message! {
     Dreq, DreqPacket, "DREQ", "DisconnectRequest", "IBTA table 112" {
-        [
-            local_comm_id / set_local_comm_id: u32 = bits(24, 0, 32), "LocalCommID", Hex;
-            remote_comm_id / set_remote_comm_id: u32 = bits(28, 0, 32), "RemoteCommID", Hex;
+        comm_ids [
             /// 24 bits: the receiver's QPN (or EECN).
             remote_qpn / set_remote_qpn: u32 = bits(32, 0, 24), "RemoteQPN/EECN", Hex;
         ]
-        [
-            private_data / private_data_mut: [u8; pdata::DREQ] = area(36), "PrivateData", Plain;
-        ]
+        private_data(36, pdata::DREQ)
     }
 }
 
 cm_message! {
     Drep, DrepPacket, "DREP", "DisconnectReply", "IBTA table 113" {
-        [
-            local_comm_id / set_local_comm_id: u32 = bits(24, 0, 32), "LocalCommID", Hex;
-            remote_comm_id / set_remote_comm_id: u32 = bits(28, 0, 32), "RemoteCommID", Hex;
-        ]
-        [
-            private_data / private_data_mut: [u8; pdata::DREP] = area(32), "PrivateData", Plain;
-        ]
+        comm_ids []
+        private_data(32, pdata::DREP)
     }
 }
 
@@ -469,9 +441,7 @@ cm_message! {
             pkey / set_pkey: u16 = bits(28, 0, 16), "PartitionKey", Hex;
             service_id / set_service_id: u64 = bits(32, 0, 64), "ServiceID", ServiceId;
         ]
-        [
-            private_data / private_data_mut: [u8; pdata::SIDR_REQ] = area(40), "PrivateData", Plain;
-        ]
+        private_data(40, pdata::SIDR_REQ)
     }
 }
 
@@ -498,9 +468,7 @@ cm_message! {
             info_length / set_info_length: u8 = bits(29, 0, 8; max pdata::SIDR_REP_INFO), "AdditionalInformationLength", Dec;
             info / info_mut: [u8; pdata::SIDR_REP_INFO] = area(48), "AdditionalInformation", Plain;
         ]
-        [
-            private_data / private_data_mut: [u8; pdata::SIDR_REP] = area(120), "PrivateData", Plain;
-        ]
+        private_data(120, pdata::SIDR_REP)
     }
 }
 
@@ -509,9 +477,7 @@ cm_message! {
 
 cm_message! {
     Lap, LapPacket, "LAP", "LoadAlternatePath", "IBTA table 115" {
-        [
-            local_comm_id / set_local_comm_id: u32 = bits(24, 0, 32), "LocalCommID", Hex;
-            remote_comm_id / set_remote_comm_id: u32 = bits(28, 0, 32), "RemoteCommID", Hex;
+        comm_ids [
             /// 24 bits.
             remote_qpn / set_remote_qpn: u32 = bits(36, 0, 24), "RemoteQPN/EECN", Hex;
             /// 5 bits.
@@ -521,17 +487,13 @@ cm_message! {
             /// The proposed alternate path.
             alternate / alternate_mut: ReqPath = path(44, Lap, Alternate), "Alternate", Plain;
         ]
-        [
-            private_data / private_data_mut: [u8; pdata::LAP] = area(88), "PrivateData", Plain;
-        ]
+        private_data(88, pdata::LAP)
     }
 }
 
 cm_message! {
     Apr, AprPacket, "APR", "AlternatePathResponse", "IBTA table 116" {
-        [
-            local_comm_id / set_local_comm_id: u32 = bits(24, 0, 32), "LocalCommID", Hex;
-            remote_comm_id / set_remote_comm_id: u32 = bits(28, 0, 32), "RemoteCommID", Hex;
+        comm_ids [
             /// `enum ib_cm_apr_status`, kept raw.
             ap_status / set_ap_status: u8 = bits(33, 0, 8), "APStatus", AprStatus;
         ]
@@ -540,9 +502,7 @@ cm_message! {
             info_length / set_info_length: u8 = bits(32, 0, 8; max pdata::APR_INFO), "AdditionalInformationLength", Dec;
             info / info_mut: [u8; pdata::APR_INFO] = area(36), "AdditionalInformation", Plain;
         ]
-        [
-            private_data / private_data_mut: [u8; pdata::APR] = area(108), "PrivateData", Plain;
-        ]
+        private_data(108, pdata::APR)
     }
 }
 

@@ -430,8 +430,46 @@ pub(crate) use key_or;
 
 /// Declares one CM message: its 256-byte view, and through
 /// [`wire_struct!`] its representation, `parse`, `emit`, `Default` and
-/// `rows()`, from one field table.
+/// `rows()`, from one field table. A table starting with `comm_ids` has
+/// LocalCommID (byte 24) and RemoteCommID (byte 28) first in its first
+/// line, where every connection message but the REQ has them; one ending
+/// with `private_data(byte, size)` has its last line the PrivateData area
+/// of `size` bytes at `byte`.
 macro_rules! cm_message {
+    (
+        $(#[$smeta:meta])*
+        $name:ident, $view:ident, $label:literal, $title:literal, $table:literal {
+            comm_ids [ $($first:tt)* ] $($rest:tt)*
+        }
+    ) => {
+        $crate::wire::field::cm_message! {
+            $(#[$smeta])*
+            $name, $view, $label, $title, $table {
+                [
+                    local_comm_id / set_local_comm_id: u32 = bits(24, 0, 32), "LocalCommID", Hex;
+                    remote_comm_id / set_remote_comm_id: u32 = bits(28, 0, 32), "RemoteCommID", Hex;
+                    $($first)*
+                ]
+                $($rest)*
+            }
+        }
+    };
+    (
+        $(#[$smeta:meta])*
+        $name:ident, $view:ident, $label:literal, $title:literal, $table:literal {
+            $( [ $($line:tt)* ] )* private_data($o:literal, $size:path)
+        }
+    ) => {
+        $crate::wire::field::cm_message! {
+            $(#[$smeta])*
+            $name, $view, $label, $title, $table {
+                $( [ $($line)* ] )*
+                [
+                    private_data / private_data_mut: [u8; $size] = area($o), "PrivateData", Plain;
+                ]
+            }
+        }
+    };
     (
         $(#[$smeta:meta])*
         $name:ident, $view:ident, $label:literal, $title:literal, $table:literal { $($body:tt)* }

@@ -795,7 +795,7 @@ impl<'t> World<'t> {
             12 => {
                 let (ei, h) = self.pick_id(c);
                 let pd = self.pick_pdata(c, pdata::RTU);
-                let r = self.engs[ei].e.send_rtu(h, &pd);
+                let r = self.send_rtu(ei, h, &pd)?;
                 self.api_on(ei, h, "send_rtu", r);
             }
             13 => {
@@ -875,7 +875,7 @@ impl<'t> World<'t> {
                 if !with.is_empty() {
                     let ei = with[c.below(with.len())];
                     let ev = self.engs[ei].pending.pop_front().unwrap();
-                    self.react(c, ei, &ev);
+                    self.react(c, ei, &ev)?;
                 }
             }
             26 => {
@@ -976,12 +976,27 @@ impl<'t> World<'t> {
         self.api(r);
     }
 
+    /// `send_rtu`, checking that the call put exactly one RTU on the wire
+    /// when it succeeded and none when it failed: an RTU that went out only
+    /// when a REP retransmission asked again would pass every other check.
+    fn send_rtu(&mut self, ei: usize, h: Handle, pd: &[u8]) -> Result<ApiResult, Failure> {
+        let rtu = counters::attr_index(attr::RTU);
+        let before = self.engs[ei].e.counters().tx[rtu];
+        let r = self.engs[ei].e.send_rtu(h, pd);
+        let sent = self.engs[ei].e.counters().tx[rtu] - before;
+        check!(
+            sent == u64::from(r.is_ok()),
+            "e{ei}: send_rtu {h:?} -> {r:?} sent {sent} RTUs"
+        );
+        Ok(r)
+    }
+
     /// A consumer's reaction to an event: usually the natural next step.
-    fn react(&mut self, c: &mut Chooser, ei: usize, ev: &Event) {
+    fn react(&mut self, c: &mut Chooser, ei: usize, ev: &Event) -> Result<(), Failure> {
         let now = self.now;
         let h = ev.id;
         if self.engs[ei].e.state(h).is_none() {
-            return;
+            return Ok(());
         }
         let s = c.u8();
         let variant = if s < 176 { 0 } else { 1 + (s - 176) % 5 };
@@ -1003,7 +1018,7 @@ impl<'t> World<'t> {
             }
             (RepReceived, 0) => {
                 what = "send_rtu";
-                self.engs[ei].e.send_rtu(h, &[0x33; 8])
+                self.send_rtu(ei, h, &[0x33; 8])?
             }
             (RtuReceived | UserEstablished | MraReceived | AprReceived, 0) => {
                 what = "send_dreq";
@@ -1055,7 +1070,7 @@ impl<'t> World<'t> {
                     0
                 };
                 self.destroy(ei, h, err);
-                return;
+                return Ok(());
             }
         };
         self.log(|| {
@@ -1065,6 +1080,7 @@ impl<'t> World<'t> {
             )
         });
         self.api(r);
+        Ok(())
     }
 
     // ------------------------------------------------------------ network
@@ -1560,7 +1576,7 @@ impl<'t> World<'t> {
                     }
                     self.log(|| format!("e{ei} event {ev:?}"));
                     if self.auto && c.chance(200) {
-                        self.react(c, ei, &ev);
+                        self.react(c, ei, &ev)?;
                     } else {
                         self.engs[ei].pending.push_back(ev);
                         if self.engs[ei].pending.len() > 32 {
