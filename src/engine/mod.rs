@@ -156,6 +156,48 @@ pub struct Engine {
     admission: admission::Admission,
     notices: VecDeque<Notice>,
     rng: u64,
+    /// Boxes of answered requests (`IdRec::send`) kept for the next
+    /// request: a burst of connects otherwise frees and allocates one per
+    /// REQ, REP and DREQ (at most [`SPARE_SENDS`]).
+    spare_sends: Vec<Box<record::Outstanding>>,
+}
+
+/// How many boxes of answered requests an engine keeps for reuse.
+const SPARE_SENDS: usize = 128;
+
+/// How many event MAD boxes a thread keeps for reuse ([`recycle_event_mad`]).
+const SPARE_EVENT_MADS: usize = 256;
+
+thread_local! {
+    static SPARE_EVENT_MAD: std::cell::RefCell<Vec<Box<[u8; 256]>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Hands the MAD box of a delivered event ([`Event::mad`]) back for the
+/// events this thread makes next, which saves an allocation and a free per
+/// received MAD where one thread both handles MADs and delivers their
+/// events (an event loop). A thread keeps at most 256 (64 KiB); the rest are freed.
+pub fn recycle_event_mad(b: Box<[u8; 256]>) {
+    // During thread teardown the pool may be gone: the box is just freed.
+    let _ = SPARE_EVENT_MAD.try_with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < SPARE_EVENT_MADS {
+            p.push(b);
+        }
+    });
+}
+
+/// A boxed copy of a received MAD's first 256 bytes, in a recycled box
+/// when this thread has one.
+fn boxed_event_mad(m: &[u8]) -> Box<[u8; 256]> {
+    let m: &[u8; 256] = m[..256].try_into().expect("a MAD is 256 bytes");
+    match SPARE_EVENT_MAD.try_with(|p| p.borrow_mut().pop()) {
+        Ok(Some(mut b)) => {
+            *b = *m;
+            b
+        }
+        _ => Box::new(*m),
+    }
 }
 
 /// Something the engine did on its own that an operator should be able to
@@ -245,6 +287,7 @@ impl Engine {
             admission: admission::Admission::new(rng ^ 2),
             notices: VecDeque::new(),
             rng,
+            spare_sends: Vec::new(),
         }
     }
 
@@ -429,7 +472,7 @@ impl Engine {
             kind,
             param,
             local_id: id,
-            mad: mad.map(|m| Box::new(m[..256].try_into().unwrap())),
+            mad: mad.map(boxed_event_mad),
         };
         self.push_event(ev);
     }
