@@ -484,3 +484,29 @@ impl Engine {
         self.push_mad(dest, mad);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recycled event box is the next one handed out, with the new MAD
+    /// copied in; the pool keeps at most `SPARE_EVENT_MADS`.
+    #[test]
+    fn event_mad_boxes_are_reused_up_to_the_cap() {
+        std::thread::spawn(|| {
+            let a = boxed_event_mad(&[1u8; 300]);
+            let ptr = &*a as *const [u8; 256];
+            recycle_event_mad(a);
+            let b = boxed_event_mad(&[2u8; 256]);
+            assert_eq!(&*b as *const [u8; 256], ptr, "the recycled box");
+            assert!(b.iter().all(|&x| x == 2), "holds the new MAD");
+            for _ in 0..SPARE_EVENT_MADS + 10 {
+                recycle_event_mad(Box::new([0; 256]));
+            }
+            recycle_event_mad(b);
+            assert_eq!(SPARE_EVENT_MAD.with(|p| p.borrow().len()), SPARE_EVENT_MADS);
+        })
+        .join()
+        .unwrap();
+    }
+}
