@@ -158,7 +158,9 @@ pub struct Engine {
     rng: u64,
     /// Boxes of answered requests (`IdRec::send`) kept for the next
     /// request: a burst of connects otherwise frees and allocates one per
-    /// REQ, REP and DREQ (at most [`SPARE_SENDS`]).
+    /// REQ, REP and DREQ (at most [`SPARE_SENDS`]). The boxes themselves
+    /// are what is kept, hence the `Vec` of `Box`es.
+    #[allow(clippy::vec_box)]
     spare_sends: Vec<Box<record::Outstanding>>,
 }
 
@@ -169,6 +171,8 @@ const SPARE_SENDS: usize = 128;
 const SPARE_EVENT_MADS: usize = 256;
 
 thread_local! {
+    /// Boxes of delivered events' MADs (the allocations are the point).
+    #[allow(clippy::vec_box)]
     static SPARE_EVENT_MAD: std::cell::RefCell<Vec<Box<[u8; 256]>>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
