@@ -501,14 +501,17 @@ mod tests {
             let a = boxed_event_mad(&[1u8; 300]);
             let ptr = &*a as *const [u8; 256];
             recycle_event_mad(a);
+            let spares = || SPARE_EVENT_MAD.with(|p| p.borrow().len());
+            assert_eq!(spares(), 1);
             let b = boxed_event_mad(&[2u8; 256]);
+            assert_eq!(spares(), 0, "the spare was taken");
             assert_eq!(&*b as *const [u8; 256], ptr, "the recycled box");
             assert!(b.iter().all(|&x| x == 2), "holds the new MAD");
             for _ in 0..SPARE_EVENT_MADS + 10 {
                 recycle_event_mad(Box::new([0; 256]));
             }
             recycle_event_mad(b);
-            assert_eq!(SPARE_EVENT_MAD.with(|p| p.borrow().len()), SPARE_EVENT_MADS);
+            assert_eq!(spares(), SPARE_EVENT_MADS);
         })
         .join()
         .unwrap();
