@@ -387,14 +387,25 @@ fn usage() -> (f64, u64) {
 
 /// Counts completions and limits work in flight.
 struct Gate {
-    m: Mutex<(usize, usize)>, // (in flight, done)
+    m: Mutex<GateCount>,
     cv: Condvar,
+}
+
+#[derive(Default)]
+struct GateCount {
+    in_flight: usize,
+    done: usize,
+    /// Threads that may be waiting on `cv` since the last notification:
+    /// a release wakes the condition variable only then (std's `notify_all`
+    /// is a `futex` call whether or not anyone waits, and a release runs in
+    /// the event loop's callback once per connection and phase).
+    waiters: usize,
 }
 
 impl Gate {
     fn new() -> Gate {
         Gate {
-            m: Mutex::new((0, 0)),
+            m: Mutex::new(GateCount::default()),
             cv: Condvar::new(),
         }
     }
@@ -406,36 +417,45 @@ impl Gate {
     /// Returns how many (0 on timeout).
     fn acquire_up_to(&self, limit: usize, want: usize, deadline: Instant) -> usize {
         let mut g = self.m.lock().unwrap();
-        while g.0 >= limit {
+        while g.in_flight >= limit {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return 0;
             }
+            g.waiters += 1;
             g = self.cv.wait_timeout(g, left).unwrap().0;
         }
-        let k = (limit - g.0).min(want);
-        g.0 += k;
+        let k = (limit - g.in_flight).min(want);
+        g.in_flight += k;
         k
     }
     fn release(&self) {
         let mut g = self.m.lock().unwrap();
-        g.0 -= 1;
-        g.1 += 1;
-        self.cv.notify_all();
+        g.in_flight -= 1;
+        g.done += 1;
+        if g.waiters > 0 {
+            // Every thread waiting now is woken; one that waits again
+            // counts itself again first.
+            g.waiters = 0;
+            self.cv.notify_all();
+        }
     }
     fn wait_done(&self, n: usize, deadline: Instant) -> usize {
         let mut g = self.m.lock().unwrap();
-        while g.1 < n {
+        while g.done < n {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
             }
+            g.waiters += 1;
             g = self.cv.wait_timeout(g, left).unwrap().0;
         }
-        g.1
+        g.done
     }
     fn reset(&self) {
-        *self.m.lock().unwrap() = (0, 0);
+        let mut g = self.m.lock().unwrap();
+        g.in_flight = 0;
+        g.done = 0;
     }
 }
 
@@ -1876,6 +1896,30 @@ fn scale(o: &Opts) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A release wakes a thread waiting for a slot (it returns long before
+    /// its deadline) and, with nobody waiting, counts no waiter.
+    #[test]
+    fn gate_release_wakes_a_waiting_acquire() {
+        let g = Arc::new(Gate::new());
+        let far = Instant::now() + Duration::from_secs(30);
+        assert_eq!(g.acquire_up_to(2, 5, far), 2);
+        let g2 = g.clone();
+        let t = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            (g2.acquire_up_to(2, 1, far), t0.elapsed())
+        });
+        while g.m.lock().unwrap().waiters == 0 {
+            std::thread::yield_now();
+        }
+        g.release();
+        let (k, waited) = t.join().unwrap();
+        assert_eq!(k, 1);
+        assert!(waited < Duration::from_secs(10), "woken by the release");
+        g.release();
+        assert_eq!(g.m.lock().unwrap().waiters, 0);
+        assert_eq!(g.wait_done(2, far), 2);
+    }
 
     #[test]
     fn server_report_round_trip() {

@@ -156,6 +156,52 @@ pub struct Engine {
     admission: admission::Admission,
     notices: VecDeque<Notice>,
     rng: u64,
+    /// Boxes of answered requests (`IdRec::send`) kept for the next
+    /// request: a burst of connects otherwise frees and allocates one per
+    /// REQ, REP and DREQ (at most [`SPARE_SENDS`]). The boxes themselves
+    /// are what is kept, hence the `Vec` of `Box`es.
+    #[allow(clippy::vec_box)]
+    spare_sends: Vec<Box<record::Outstanding>>,
+}
+
+/// How many boxes of answered requests an engine keeps for reuse.
+const SPARE_SENDS: usize = 128;
+
+/// How many event MAD boxes a thread keeps for reuse ([`recycle_event_mad`]).
+const SPARE_EVENT_MADS: usize = 256;
+
+thread_local! {
+    /// Boxes of delivered events' MADs (the allocations are the point).
+    #[allow(clippy::vec_box)]
+    static SPARE_EVENT_MAD: std::cell::RefCell<Vec<Box<[u8; 256]>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Hands the MAD box of a delivered event ([`Event::mad`]) back for the
+/// events this thread makes next, which saves an allocation and a free per
+/// received MAD where one thread both handles MADs and delivers their
+/// events (an event loop). A thread keeps at most 256 (64 KiB); the rest are freed.
+pub fn recycle_event_mad(b: Box<[u8; 256]>) {
+    // During thread teardown the pool may be gone: the box is just freed.
+    let _ = SPARE_EVENT_MAD.try_with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() < SPARE_EVENT_MADS {
+            p.push(b);
+        }
+    });
+}
+
+/// A boxed copy of a received MAD's first 256 bytes, in a recycled box
+/// when this thread has one.
+fn boxed_event_mad(m: &[u8]) -> Box<[u8; 256]> {
+    let m: &[u8; 256] = m[..256].try_into().expect("a MAD is 256 bytes");
+    match SPARE_EVENT_MAD.try_with(|p| p.borrow_mut().pop()) {
+        Ok(Some(mut b)) => {
+            *b = *m;
+            b
+        }
+        _ => Box::new(*m),
+    }
 }
 
 /// Something the engine did on its own that an operator should be able to
@@ -245,6 +291,7 @@ impl Engine {
             admission: admission::Admission::new(rng ^ 2),
             notices: VecDeque::new(),
             rng,
+            spare_sends: Vec::new(),
         }
     }
 
@@ -429,7 +476,7 @@ impl Engine {
             kind,
             param,
             local_id: id,
-            mad: mad.map(|m| Box::new(m[..256].try_into().unwrap())),
+            mad: mad.map(boxed_event_mad),
         };
         self.push_event(ev);
     }
@@ -439,5 +486,34 @@ impl Engine {
         let Some(r) = self.ids.get(id) else { return };
         let dest = self.dest_of(&r.av);
         self.push_mad(dest, mad);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recycled event box is the next one handed out, with the new MAD
+    /// copied in; the pool keeps at most `SPARE_EVENT_MADS`.
+    #[test]
+    fn event_mad_boxes_are_reused_up_to_the_cap() {
+        std::thread::spawn(|| {
+            let a = boxed_event_mad(&[1u8; 300]);
+            let ptr = &*a as *const [u8; 256];
+            recycle_event_mad(a);
+            let spares = || SPARE_EVENT_MAD.with(|p| p.borrow().len());
+            assert_eq!(spares(), 1);
+            let b = boxed_event_mad(&[2u8; 256]);
+            assert_eq!(spares(), 0, "the spare was taken");
+            assert_eq!(&*b as *const [u8; 256], ptr, "the recycled box");
+            assert!(b.iter().all(|&x| x == 2), "holds the new MAD");
+            for _ in 0..SPARE_EVENT_MADS + 10 {
+                recycle_event_mad(Box::new([0; 256]));
+            }
+            recycle_event_mad(b);
+            assert_eq!(spares(), SPARE_EVENT_MADS);
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -126,10 +126,13 @@ impl Engine {
 
     /// Cancels the outstanding request (and its timer).
     pub(super) fn cancel_send(&mut self, id: u32) {
-        let had = self.ids.get_mut(id).and_then(|r| r.send.take()).is_some();
-        if had {
-            self.cancel_timer(id);
+        let Some(send) = self.ids.get_mut(id).and_then(|r| r.send.take()) else {
+            return;
+        };
+        if self.spare_sends.len() < SPARE_SENDS {
+            self.spare_sends.push(send);
         }
+        self.cancel_timer(id);
     }
 
     /// Sends a request with retransmission (REQ, REP, DREQ, SIDR_REQ).
@@ -144,14 +147,22 @@ impl Engine {
         let Some(r) = self.ids.get(id) else { return };
         let dest = self.dest_of(&r.av);
         let state_at_send = r.state;
+        let send = Outstanding {
+            mad,
+            dest,
+            retries_left: retries,
+            timeout_ms,
+            state_at_send,
+        };
+        let send = match self.spare_sends.pop() {
+            Some(mut b) => {
+                *b = send;
+                b
+            }
+            None => Box::new(send),
+        };
         if let Some(r) = self.ids.get_mut(id) {
-            r.send = Some(Box::new(Outstanding {
-                mad,
-                dest,
-                retries_left: retries,
-                timeout_ms,
-                state_at_send,
-            }));
+            r.send = Some(send);
         }
         self.arm_timer(now, id, timeout_ms, TimerKind::Retransmit);
         self.push_mad(dest, mad);

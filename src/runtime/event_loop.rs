@@ -168,7 +168,7 @@ impl Device {
                     }
                 },
             };
-            lock(&sh.dq).queue.push_back(Item { ev, listener });
+            lock(&sh.dq).push(Item { ev, listener });
             out.deliver.push(sh);
         }
         while let Some(f) = e.poll_foreign() {
