@@ -193,7 +193,7 @@ test-rdmacm: rdmacm $(BUILD)/c/rdmacm_api $(BUILD)/c/rdmacm_api.asan $(BUILD)/c/
 	@echo "== cmtime's teardown, 50 connections (the bench-teardown program still runs)"
 	IBCM_SERVICE=off $(RDMACM_RUN) sh c-tests/bench/teardown.sh $(BUILD)/c/teardown $(TEST_NET).36 $(TEST_NET).37 50
 
-# The disconnect step of cmtime on the host, QP-less (c-tests/bench/teardown.c,
+# The disconnect and destroy steps of cmtime on the host, QP-less (c-tests/bench/teardown.c,
 # docs/PERFORMANCE.md §5 "Disconnect: the server's DREP path"): a
 # measurement, not part of `make test` (test-rdmacm runs it once, small).
 # TEARDOWN_N connections (1000); TEARDOWN_GAP_US (the client's pause after

@@ -334,12 +334,11 @@ impl CmId {
     /// kernel side does for RC/UC connections, without waiting for the
     /// event to reach the process. Set it on a listener before `listen`
     /// (or later: it applies to the REQs after), on an active id before
-    /// `send_req`. Through the service it is a one-way call.
+    /// `send_req`. Through the service it is a one-way call; on an IDLE
+    /// id it rides in the message of the id's `listen` or `send_req`.
     pub fn set_prepare_mra_on_report(&self, on: bool) -> ApiResult {
         if let Some(r) = self.remote() {
-            return r.oneway_unchecked(&self.0, op::MRA_ON_REPORT, |w| {
-                w.put(&on);
-            });
+            return r.mra_on_report(&self.0, on);
         }
         self.with_engine(|e, _, h| e.set_prepare_mra_on_report(h, on))
     }

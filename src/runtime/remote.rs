@@ -659,21 +659,6 @@ impl Remote {
         Ok(())
     }
 
-    /// A one-way call that changes no state the process mirrors (so
-    /// nothing to check here; the service still validates it and pushes
-    /// `REFUSED` if it refuses).
-    pub(super) fn oneway_unchecked(
-        &self,
-        sh: &CmIdInner,
-        opc: u16,
-        body: impl FnOnce(&mut Writer),
-    ) -> ApiResult {
-        self.oneway_allowed(sh)?;
-        let _order = lock(&sh.remote_call);
-        lock(&sh.remote_version).oneway_sent += 1;
-        self.send_oneway(sh, opc, body)
-    }
-
     /// Sends (or holds, inside a batch) one one-way record; the caller
     /// holds `sh.remote_call` and has counted it.
     fn send_oneway(&self, sh: &CmIdInner, opc: u16, body: impl FnOnce(&mut Writer)) -> ApiResult {
@@ -684,22 +669,61 @@ impl Remote {
         }
         .record();
         body(&mut w);
-        let rec = w.into_bytes();
+        self.send_or_hold(w.into_bytes())
+            .map_err(|()| Errno::ENODEV)
+    }
+
+    /// `set_prepare_mra_on_report` through the service. On an IDLE id the
+    /// mark matters only once a `LISTEN` or `SEND_REQ` of the id has
+    /// reached the service, and both leave after it on this connection:
+    /// the record is held (`hold`) and rides in the message of the next
+    /// one instead of costing a message of its own. On an id past IDLE it
+    /// leaves as any one-way call.
+    pub(super) fn mra_on_report(&self, sh: &CmIdInner, on: bool) -> ApiResult {
+        self.oneway_allowed(sh)?;
+        let _order = lock(&sh.remote_call);
+        lock(&sh.remote_version).oneway_sent += 1;
+        let mut w = Header {
+            op: op::MRA_ON_REPORT | op::ONEWAY,
+            seq: 0,
+            handle: sh.handle().0,
+        }
+        .record();
+        w.put(&on);
+        let idle = unsafe { std::ptr::read_volatile(&(*sh.c.get()).state) } == State::Idle as u32;
+        if idle {
+            self.hold(w.into_bytes())
+        } else {
+            self.send_or_hold(w.into_bytes())
+        }
+        .map_err(|()| Errno::ENODEV)
+    }
+
+    /// Sends `rec` now, or, inside a `Device::batch` on this thread, holds
+    /// it with the batch's other records until the batch ends.
+    fn send_or_hold(&self, rec: Vec<u8>) -> Result<(), ()> {
         let batching = self
             .dev
             .get()
             .is_some_and(|d| super::event_loop::in_batch(d.as_ptr()));
         if batching {
-            let mut out = lock(&self.out);
-            out.push(rec);
-            if out.len() >= BATCH_RECORDS {
-                let held = std::mem::take(&mut *out);
-                self.send_held(held).map_err(|()| Errno::ENODEV)?;
-            }
-            Ok(())
+            self.hold(rec)
         } else {
-            self.send_now(rec).map_err(|()| Errno::ENODEV)
+            self.send_now(rec)
         }
+    }
+
+    /// Holds `rec` for this connection's next message: whatever is sent
+    /// next (`send_now`, the end of a batch: `flush`) takes the held
+    /// records first, in order, in one `BATCH` message.
+    fn hold(&self, rec: Vec<u8>) -> Result<(), ()> {
+        let mut out = lock(&self.out);
+        out.push(rec);
+        if out.len() >= BATCH_RECORDS {
+            let held = std::mem::take(&mut *out);
+            return self.send_held(held);
+        }
+        Ok(())
     }
 
     /// Sends a record behind the one-way calls a batch holds (so the
@@ -923,7 +947,11 @@ impl Remote {
         // Nobody waits for the reply: the service runs a connection's
         // records in order (a later call sees the id gone and its limits
         // counted), a destroy cannot fail for a live id, and this
-        // process's side (no callback after return) is kept here.
+        // process's side (no callback after return) is kept here. It is
+        // sent at once, taking a batch's held records with it: held to
+        // the batch's end instead (round 9), the reader thread's wake-ups
+        // sent fewer messages but later, and the service's c=256 rate
+        // fell (docs/SERVICE.md, "Round 9").
         if !self.dead.load(Ordering::SeqCst) {
             self.send_detached(op::DESTROY, sh.handle().0, |w| {
                 w.put(&err);
@@ -1002,7 +1030,7 @@ impl Remote {
         }
         .record();
         body(&mut w);
-        let _ = self.send_now(w.into_bytes());
+        let _ = self.send_or_hold(w.into_bytes());
     }
 
     fn reader(self: Arc<Self>) {
@@ -1425,5 +1453,133 @@ impl Transport for Remote {
     }
     fn describe(&self) -> String {
         String::from_utf8_lossy(&self.opened.name).into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::FromRawFd;
+    use std::sync::mpsc;
+
+    fn seqpacket_pair() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0, "socketpair");
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    fn reply(fd: &OwnedFd, h: Header, body: impl FnOnce(&mut Writer)) {
+        let mut w = Header {
+            op: op::REPLY | h.op,
+            seq: h.seq,
+            handle: 0,
+        }
+        .record();
+        w.put(&0i32).put(&Public::default());
+        body(&mut w);
+        sock::send(fd, &w.into_bytes()).expect("fake service: send");
+    }
+
+    /// A service that answers `OPEN` and `CREATE_IDS` (IDLE ids from
+    /// handle 100 on) and hands every other message it receives to `tx`
+    /// as the ops of its records, one `Vec` per message.
+    fn fake_service(fd: OwnedFd, tx: mpsc::Sender<Vec<u16>>) {
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        let mut next = 100u64;
+        while let Ok(n) = sock::recv(&fd, &mut buf) {
+            if n == 0 {
+                return;
+            }
+            let msg = &buf[..n];
+            let (h, mut r) = Header::parse(msg).expect("fake service: header");
+            match h.op {
+                op::OPEN => reply(&fd, h, |w| {
+                    w.put(&Opened {
+                        name: b"soft:fake".to_vec(),
+                        node_guid: 1,
+                        ports: Box::new([]),
+                    });
+                }),
+                op::CREATE_IDS => {
+                    let want: u32 = r.get().expect("fake service: count");
+                    let ids: Box<[Created]> = (0..want)
+                        .map(|i| Created {
+                            handle: next + u64::from(i),
+                            public: Public {
+                                version: 1,
+                                ..Public::default()
+                            },
+                        })
+                        .collect();
+                    next += u64::from(want);
+                    reply(&fd, h, |w| {
+                        w.put(&ids);
+                    });
+                }
+                op::BATCH => {
+                    let body = &msg[n - r.remaining()..];
+                    let recs = ipc::unbatch(body).expect("fake service: batch");
+                    let ops = recs
+                        .iter()
+                        .map(|rec| Header::parse(rec).expect("record").0.op)
+                        .collect();
+                    let _ = tx.send(ops);
+                }
+                other => {
+                    let _ = tx.send(vec![other]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn held_records_ride_in_the_connection_s_next_message() {
+        let (ours, theirs) = seqpacket_pair();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || fake_service(theirs, tx));
+        let dev = Remote::open(ours, "soft:fake").expect("open through the fake service");
+        let next = || rx.recv_timeout(Duration::from_secs(5)).expect("a message");
+        let quiet = |rx: &mpsc::Receiver<Vec<u16>>| rx.recv_timeout(Duration::from_millis(100));
+        let oneway = |o: u16| o | op::ONEWAY;
+
+        // An active id: the mark leaves with the REQ, in one message.
+        let id = dev
+            .create_id(None, std::ptr::null_mut(), None)
+            .expect("create_id");
+        id.set_prepare_mra_on_report(true).expect("mark");
+        assert!(quiet(&rx).is_err(), "the mark of an IDLE id left alone");
+        id.send_req(&ReqParams {
+            service_id: 0x1234,
+            qp_type: qp_type::RC,
+            ..ReqParams::default()
+        })
+        .expect("send_req");
+        assert_eq!(
+            next(),
+            vec![oneway(op::MRA_ON_REPORT), oneway(op::SEND_REQ)]
+        );
+
+        // Past IDLE the mark goes at once, on its own.
+        id.set_prepare_mra_on_report(false).expect("unmark");
+        assert_eq!(next(), vec![oneway(op::MRA_ON_REPORT)]);
+
+        // A held mark goes ahead of whatever the connection sends next
+        // (here another id's destroy), in order.
+        let idle = dev
+            .create_id(None, std::ptr::null_mut(), None)
+            .expect("create_id");
+        idle.set_prepare_mra_on_report(true).expect("mark");
+        id.destroy().expect("destroy");
+        assert_eq!(next(), vec![oneway(op::MRA_ON_REPORT), op::DESTROY]);
+        idle.destroy().expect("destroy");
+        assert_eq!(next(), vec![op::DESTROY]);
     }
 }
