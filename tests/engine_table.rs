@@ -2620,12 +2620,35 @@ fn mra_extends_the_wait_to_service_timeout_plus_av_timeout() {
     let p = fx.peer.unwrap();
     one_event(&mut fx.w, P, EventType::MraReceived);
     assert_eq!(fx.w.e[P].state(p), Some(State::MraRepRcvd));
-    // The kernel would wait convert(24) + convert(av.timeout) = 65 s; the
-    // passive side's wait for the RTU is capped (admission policy,
-    // EngineConfig::rep_timeout_cap_ms, 4096 ms by default).
+    // As the kernel: convert(24) + convert(av.timeout), not the 4 s of
+    // the passive side's own REP tries (rep_timeout_cap_ms): the requester
+    // that MRAs is alive and asks for the time (rdma_cm's MRA does so for
+    // every REP it has not completed yet).
     let ext = convert(24) + convert(REQ_ACK_TO);
-    let cap = fx.w.e[P].config().rep_timeout_cap_ms;
-    assert!(cap > 0 && cap < ext);
+    assert!(ext > fx.w.e[P].config().rep_timeout_cap_ms);
+    assert!(ext <= fx.w.e[P].config().mra_rep_wait_cap_ms);
+    assert_eq!(wait_exactly(&mut fx.w, P, ext), rep);
+    assert_eq!(fx.w.next_in(P), Some(ext), "later REP tries keep it");
+}
+
+/// An MRA asking for more than `mra_rep_wait_cap_ms` (service timeout 31:
+/// ≈ 2.3 hours per REP try) buys the cap, not what it asks.
+#[test]
+fn mra_for_a_rep_buys_at_most_the_cap() {
+    let mut fx = reach(State::RepRcvd, A);
+    fx.w.e[A].prepare_mra(fx.id).unwrap();
+    let rep = wait_exactly(&mut fx.w, P, REP_INTERVAL);
+    fx.w.inject(A, &rep[0]).unwrap();
+    let out = fx.w.take(A);
+    let CmMsg::Mra(mut m) = parse(&out[0]) else {
+        panic!("not an MRA")
+    };
+    m.service_timeout = 31;
+    fx.w.inject(P, &send_mad(mad_tid(&out[0]), CmMsg::Mra(m)))
+        .unwrap();
+    one_event(&mut fx.w, P, EventType::MraReceived);
+    let cap = fx.w.e[P].config().mra_rep_wait_cap_ms;
+    assert!(cap > 0 && cap < convert(31));
     assert_eq!(wait_exactly(&mut fx.w, P, cap), rep);
 }
 

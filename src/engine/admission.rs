@@ -9,7 +9,9 @@
 //!   from one source (the REQ's GRH source GID, or its SLID without GRH).
 //! * Once the REP is sent the connection waits only for the requester, and
 //!   the passive side chose how long: at most `rep_timeout_cap_ms` per try
-//!   and `rep_max_retries` retries, whatever the REQ asked for.
+//!   and `rep_max_retries` retries, whatever the REQ asked for. An MRA
+//!   for the REP buys what it asks, up to `mra_rep_wait_cap_ms`: such an
+//!   entry is still REP-waiting and evicted like the others.
 //! * A new REQ that finds its source at the quota evicts that source's
 //!   oldest REP-waiting connection; one that finds the shard table full
 //!   evicts the oldest REP-waiting connection of any source. Eviction is

@@ -73,10 +73,18 @@ pub struct EngineConfig {
     pub max_half_open_per_source: u32,
     /// The passive side's wait for the requester per try (REP → RTU, and
     /// its DREQ → DREP), in ms, at most; the REQ's LocalCMResponseTimeout
-    /// and an MRA's ServiceTimeout are honoured up to this. IBTA leaves the
-    /// responder's timeouts to the responder. Default 4096 ms (CM timeout
-    /// 20, rdma_cm's own value).
+    /// is honoured up to this. IBTA leaves the responder's timeouts to the
+    /// responder. Default 4096 ms (CM timeout 20, rdma_cm's own value).
     pub rep_timeout_cap_ms: u64,
+    /// The wait an MRA for a REP buys, in ms, at most: the MRA's
+    /// ServiceTimeout plus the path's timeout, as the kernel's
+    /// `cm_mra_handler` sets it, up to this (0 = no cap). The requester
+    /// that sends an MRA is alive and asks for the time; rdma_cm asks for
+    /// timeout 24 (≈ 67 s), which the default 262,144 ms (timeout 26)
+    /// honours in full, while a peer asking for 31 (≈ 2.3 hours per try)
+    /// is cut to it. The half-open table stays bounded by eviction
+    /// (`admission`), not by this wait.
+    pub mra_rep_wait_cap_ms: u64,
     /// The passive side's retries of REP (and of its DREQ), at most,
     /// whatever the REQ's MaxCMRetries asks. Default 15 (the field's
     /// maximum: the kernel's behaviour).
@@ -103,6 +111,7 @@ impl EngineConfig {
             seed: 0,
             max_half_open_per_source: 16384,
             rep_timeout_cap_ms: 4096,
+            mra_rep_wait_cap_ms: 262_144,
             rep_max_retries: 15,
             reject_off_path_req: true,
         }

@@ -613,9 +613,11 @@ impl Engine {
         };
         // Extend the outstanding request's wait.
         let mut ms = convert_to_ms(m.service_timeout) + convert_to_ms(r.av.timeout);
-        if new_state == State::MraRepRcvd && self.cfg.rep_timeout_cap_ms > 0 {
-            // The passive side waits for the RTU no longer than it chose.
-            ms = ms.min(self.cfg.rep_timeout_cap_ms);
+        if new_state == State::MraRepRcvd && self.cfg.mra_rep_wait_cap_ms > 0 {
+            // The requester is alive and asks for time: honoured as the
+            // kernel honours it, up to the passive side's own bound
+            // (EngineConfig::mra_rep_wait_cap_ms).
+            ms = ms.min(self.cfg.mra_rep_wait_cap_ms);
         }
         if new_state == State::Established {
             self.ids.get_mut(id).unwrap().lap_state = LapState::MraRcvd;

@@ -32,6 +32,8 @@ pub struct DeviceOptions {
     pub max_half_open_per_source: u32,
     /// The passive side's wait for an RTU per try, in ms (0 = as the REQ asks).
     pub rep_timeout_cap_ms: u64,
+    /// The wait an MRA for a REP buys, in ms, at most (0 = as the MRA asks).
+    pub mra_rep_wait_cap_ms: u64,
     /// The passive side's REP (and DREQ) retries, at most.
     pub rep_max_retries: u8,
     /// Reject REQs whose path names another requester than their source.
@@ -56,6 +58,10 @@ impl Default for DeviceOptions {
             rep_timeout_cap_ms: env(
                 "IBCM_REP_TIMEOUT_CAP_MS",
                 defaults.rep_timeout_cap_ms as u32,
+            ) as u64,
+            mra_rep_wait_cap_ms: env(
+                "IBCM_MRA_REP_WAIT_CAP_MS",
+                defaults.mra_rep_wait_cap_ms as u32,
             ) as u64,
             rep_max_retries: env("IBCM_REP_MAX_RETRIES", defaults.rep_max_retries as u32).min(15)
                 as u8,
@@ -261,6 +267,7 @@ impl Device {
                 cfg.max_half_open = opts.max_half_open;
                 cfg.max_half_open_per_source = opts.max_half_open_per_source;
                 cfg.rep_timeout_cap_ms = opts.rep_timeout_cap_ms;
+                cfg.mra_rep_wait_cap_ms = opts.mra_rep_wait_cap_ms;
                 cfg.rep_max_retries = opts.rep_max_retries;
                 cfg.reject_off_path_req = opts.reject_off_path_req;
                 if let Some(d) = transport.ack_delay() {
