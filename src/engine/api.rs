@@ -430,17 +430,23 @@ impl Engine {
     pub fn prepare_mra(&mut self, h: Handle) -> ApiResult {
         let id = h.0 as u32;
         let r = self.rec(h)?;
-        match (r.state, r.lap_state) {
-            (State::ReqRcvd, _) => self.set_state(id, State::MraReqSent),
-            (State::RepRcvd, _) => self.set_state(id, State::MraRepSent),
-            (State::Established, LapState::Rcvd) => {
+        match (mra_sent_state(r.state), r.state, r.lap_state) {
+            (Some(next), _, _) => self.mra_prepared(id, next),
+            (None, State::Established, LapState::Rcvd) => {
                 self.ids.get_mut(id).unwrap().lap_state = LapState::MraSent;
                 self.changed(id);
+                self.ids.get_mut(id).unwrap().saved_pdata = None;
             }
             _ => return Err(Errno::EINVAL),
         }
-        self.ids.get_mut(id).unwrap().saved_pdata = None;
         Ok(())
+    }
+
+    /// REQ_RCVD / REP_RCVD → `next` (from `mra_sent_state`): the MRA is
+    /// prepared; what the id had saved to re-send is dropped.
+    pub(super) fn mra_prepared(&mut self, id: u32, next: State) {
+        self.set_state(id, next);
+        self.ids.get_mut(id).unwrap().saved_pdata = None;
     }
 
     /// rdma_cm's own MRA preparation, done where the kernel's rdma_cm
@@ -654,5 +660,14 @@ impl Engine {
         } else {
             Ok(())
         }
+    }
+}
+
+/// The state `prepare_mra` moves a received REQ or REP to.
+pub(super) fn mra_sent_state(s: State) -> Option<State> {
+    match s {
+        State::ReqRcvd => Some(State::MraReqSent),
+        State::RepRcvd => Some(State::MraRepSent),
+        _ => None,
     }
 }

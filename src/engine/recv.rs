@@ -2,6 +2,7 @@
 //! the kernel's `cm_*_handler` functions (CM_RULES.md §req-received,
 //! §duplicates-and-stale).
 
+use super::api::mra_sent_state;
 use super::counters::{DropCause, attr_index};
 use super::*;
 use crate::wire::{
@@ -780,8 +781,14 @@ impl Engine {
     /// `set_prepare_mra_on_report`: a flagged id just reported as
     /// REQ_RCVD / REP_RCVD moves on as `prepare_mra` moves it.
     fn prepare_mra_on_report(&mut self, id: u32) {
-        if self.ids.get(id).is_some_and(|r| r.mra_on_report) {
-            let _ = self.prepare_mra(Handle(id as u64));
+        // Called right after the report set REQ_RCVD or REP_RCVD.
+        if let Some(next) = self
+            .ids
+            .get(id)
+            .filter(|r| r.mra_on_report)
+            .and_then(|r| mra_sent_state(r.state))
+        {
+            self.mra_prepared(id, next);
         }
     }
 
