@@ -70,6 +70,10 @@ pub struct EventBox {
     /// retrieving a MULTICAST_JOIN attaches the id's QP
     /// ([`crate::mcast::retrieved`]).
     pub mc: Option<Arc<crate::mcast::Mc>>,
+    /// A CONNECT_RESPONSE that its retrieval completes when the id has a
+    /// QP then ([`crate::id::connect_retrieved`]: RTR, RTS, the RTU,
+    /// ESTABLISHED), as librdmacm's `rdma_get_cm_event` does.
+    pub completes_connect: bool,
 }
 
 // The raw pointers point into the box itself or at ids it keeps alive.
@@ -87,6 +91,7 @@ impl EventBox {
             acct: acct.clone(),
             subject: subject.clone(),
             mc: None,
+            completes_connect: false,
         });
         b.ev.id = subject.public_ptr();
         b.ev.event = kind;
@@ -315,13 +320,18 @@ impl Channel {
 
     /// Pops the next event, waiting unless the fd is non-blocking
     /// (`EAGAIN`): the application retrieves it (`rdma_get_cm_event`, or
-    /// a synchronous call). A MULTICAST_JOIN is completed then, outside
-    /// the queue's lock, as librdmacm's `rdma_get_cm_event` does
-    /// (`ucma_process_join`: the id's QP is attached now).
+    /// a synchronous call). A MULTICAST_JOIN and a CONNECT_RESPONSE are
+    /// completed then, outside the queue's lock, as librdmacm's
+    /// `rdma_get_cm_event` does (`ucma_process_join`: the id's QP is
+    /// attached now; `ucma_process_conn_resp`: the id's QP goes to RTS and
+    /// the RTU is sent now, on the application's thread).
     pub fn pop(&self) -> Result<Box<EventBox>, Errno> {
         let mut b = self.pop_queued()?;
         if b.mc.is_some() {
             crate::mcast::retrieved(&mut b);
+        }
+        if b.completes_connect {
+            crate::id::connect_retrieved(&mut b);
         }
         Ok(b)
     }

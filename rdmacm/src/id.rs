@@ -51,7 +51,9 @@ pub enum St {
     RouteResolved,
     /// REQ / SIDR_REQ sent.
     Connect,
-    /// REP received on an id without a QP: `rdma_establish` sends the RTU.
+    /// REP received: its CONNECT_RESPONSE is queued. Without a QP
+    /// `rdma_establish` sends the RTU; with one, the event's retrieval
+    /// does (`connect_retrieved`).
     ConnectResponse,
     Listen,
     /// A listener's child before accept/reject.
@@ -83,6 +85,9 @@ pub struct IdState {
     /// What `rdma_create_qp` made (`id->qp` and its CQs/channels) and the
     /// QP's PD.
     pub qpres: Option<verbs::QpResources>,
+    /// Tests: a QP that is not there, whose move to RTS gives this.
+    #[cfg(test)]
+    pub test_qp: Option<Result<(), Errno>>,
     pub qp_pd: *mut c_void,
     /// What `rdma_create_srq[_ex]` made (`id->srq`, an XRC SRQ's CQ).
     pub srq: Option<verbs::SrqResources>,
@@ -341,6 +346,8 @@ impl IdPriv {
                 pd: std::ptr::null_mut(),
                 gid_index: 0,
                 qpres: None,
+                #[cfg(test)]
+                test_qp: None,
                 srq: None,
                 qp_pd: std::ptr::null_mut(),
                 port_num: 0,
@@ -1906,6 +1913,79 @@ fn on_request(cm: &CmId, ev: &Event) -> i32 {
     }
 }
 
+/// Whether the id has a QP for the library to move to RTS when its
+/// connection completes (a test's stand-in counts).
+fn has_qp(s: &IdState) -> bool {
+    #[cfg(test)]
+    if s.test_qp.is_some() {
+        return true;
+    }
+    s.qpres.is_some()
+}
+
+/// Moves the id's QP through INIT (the CM's access flags), RTR and RTS.
+fn qp_to_rts(cm: &CmId, s: &IdState) -> Result<(), Errno> {
+    #[cfg(test)]
+    if let Some(r) = s.test_qp {
+        return r;
+    }
+    let q = s.qpres.ok_or(Errno::EINVAL)?;
+    qp_rtr_rts(cm, q.qp, s.psn, &s.remote_ece, s.ack_timeout)
+}
+
+/// The application retrieves a CONNECT_RESPONSE (`Channel::pop`:
+/// `rdma_get_cm_event`, or a synchronous `rdma_connect` waiting for it).
+/// With a QP the connection is completed now, on the application's
+/// thread, as librdmacm's `ucma_process_conn_resp`: the QP to RTS, the
+/// RTU, the id connected and the event turned into ESTABLISHED; a failure
+/// rejects the REP and turns it into CONNECT_ERROR with the error. An id
+/// without a QP gets the CONNECT_RESPONSE (`rdma_establish` sends the
+/// RTU). An id that left ConnectResponse meanwhile (destroyed,
+/// disconnected, or its connection rejected or timed out, reported by the
+/// events after this one) sends nothing: CONNECT_ERROR, `-EINVAL` (what
+/// librdmacm's `rdma_establish` on the kernel CM returns then).
+pub(crate) fn connect_retrieved(b: &mut EventBox) {
+    let id = b.subject.clone();
+    let mut s = lock(&id.st);
+    if !has_qp(&s) {
+        return;
+    }
+    let cm = match (&s.cm, s.st) {
+        (Some(cm), St::ConnectResponse) if !id.is_destroyed() => cm.clone(),
+        (_, st) => {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): CONNECT_RESPONSE retrieved with the id {st:?}{}: \
+                 connection not completed",
+                if id.is_destroyed() {
+                    " (destroyed)"
+                } else {
+                    ""
+                }
+            );
+            b.ev.event = R::ConnectError as c_int;
+            b.ev.status = -libc::EINVAL;
+            return;
+        }
+    };
+    match qp_to_rts(&cm, &s).and_then(|()| cm.send_rtu(&[])) {
+        Ok(()) => {
+            s.st = St::Connected;
+            b.ev.event = R::Established as c_int;
+        }
+        Err(e) => {
+            ibcm_log!(
+                DEBUG,
+                "librdmacm (ibcm): REP: moving the QP to RTS failed: {e}; rejected"
+            );
+            let _ = cm.send_rej(REJ_CONSUMER_DEFINED, &[], &[]);
+            s.st = St::Failed;
+            b.ev.event = R::ConnectError as c_int;
+            b.ev.status = -e.0;
+        }
+    }
+}
+
 fn on_event(id: &Arc<IdPriv>, ev: &Event) {
     let Some(m) = cma::map_event(ev) else { return };
     let mut b = EventBox::new(id, id, m.kind as c_int, m.status);
@@ -1939,27 +2019,15 @@ fn on_event(id: &Arc<IdPriv>, ev: &Event) {
                 // With a QP the library completes the connection itself
                 // (librdmacm's ucma_process_conn_resp): RTR, RTS, RTU,
                 // ESTABLISHED; a failure rejects the REP (CONNECT_ERROR).
-                if let (Some(q), Some(cm)) = (s.qpres, s.cm.clone()) {
-                    match qp_rtr_rts(&cm, q.qp, s.psn, &s.remote_ece, s.ack_timeout)
-                        .and_then(|()| cm.send_rtu(&[]))
-                    {
-                        Ok(()) => {
-                            s.st = St::Connected;
-                            b.ev.event = R::Established as c_int;
-                        }
-                        Err(e) => {
-                            ibcm_log!(
-                                DEBUG,
-                                "librdmacm (ibcm): REP: moving the QP to RTS failed: {e}; \
-                                 rejected"
-                            );
-                            let _ = cm.send_rej(REJ_CONSUMER_DEFINED, &[], &[]);
-                            s.st = St::Failed;
-                            b.ev.event = R::ConnectError as c_int;
-                            b.ev.status = -e.0;
-                        }
-                    }
-                }
+                // Not here on the event-loop thread but when the
+                // application retrieves the event (`connect_retrieved`), on
+                // its thread, as librdmacm's rdma_get_cm_event: three QP
+                // modifications and the RTU took milliseconds per REP in
+                // this callback under load, and the REPs that came in
+                // meanwhile stayed unread while their REQ timers ran
+                // (docs/PERFORMANCE.md §5). The engine stopped this REQ's
+                // timer when it reported the REP.
+                b.completes_connect = true;
             }
             (EventType::RtuReceived | EventType::UserEstablished, _) => {
                 s.st = St::Connected;
@@ -2004,4 +2072,232 @@ fn on_event(id: &Arc<IdPriv>, ev: &Event) {
         }
     }
     enqueue(id, b);
+}
+
+#[cfg(test)]
+#[path = "../../tests/common/net.rs"]
+mod test_net;
+
+/// Where the active side completes a connection with a QP: when the
+/// application retrieves the CONNECT_RESPONSE (librdmacm's
+/// `rdma_get_cm_event`), not on the event-loop thread as the REP comes in.
+/// Soft devices have no verbs, so the id's QP is a stand-in (`test_qp`)
+/// whose move to RTS gives what the test says; the rest is the real path:
+/// a plain IB CM peer on a soft device answers the REQ and reports the RTU.
+#[cfg(test)]
+mod tests {
+    use super::test_net as net;
+    use super::*;
+    use crate::exports::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    fn setup() {
+        // SAFETY: every test of this binary that reads it sets the same
+        // value before it opens a device.
+        unsafe { std::env::set_var(crate::select::ENV, "soft") };
+    }
+
+    fn sockaddr(a: SocketAddr) -> libc::sockaddr_in {
+        let SocketAddr::V4(v) = a else {
+            panic!("IPv4 only")
+        };
+        libc::sockaddr_in {
+            sin_family: libc::AF_INET as u16,
+            sin_port: v.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*v.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        }
+    }
+
+    /// A plain IB CM peer on `soft:ip(n)` listening on TCP port `port`: it
+    /// answers a REQ with a REP (QPN 0x4444) and reports every other event.
+    fn peer(n: u16, port: u16) -> (Arc<Device>, CmId, mpsc::Receiver<EventType>) {
+        let dev = Device::open(&net::soft(n), ibcm::api::DeviceOptions::default()).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let h: ibcm::api::RustHandler = Arc::new(move |id, ev| {
+            if ev.kind == EventType::ReqReceived {
+                let rep = ibcm::api::RepParams {
+                    qp_num: 0x4444,
+                    starting_psn: 9,
+                    ..ibcm::api::RepParams::default()
+                };
+                return id.send_rep(&rep).map_or(1, |()| 0);
+            }
+            let _ = lock(&tx).send(ev.kind);
+            0
+        });
+        let l = dev.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+        l.listen(cma::service_id(port_space::TCP, port)).unwrap();
+        (dev, l, rx)
+    }
+
+    fn conn_param() -> RdmaConnParam {
+        RdmaConnParam {
+            private_data: std::ptr::null(),
+            private_data_len: 0,
+            responder_resources: 1,
+            initiator_depth: 1,
+            flow_control: 0,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: 0,
+            qp_num: 0x1236,
+        }
+    }
+
+    /// An id on `ch` (NULL: synchronous) from `ip(client)` routed to
+    /// `ip(server):port`, with a stand-in QP whose move to RTS gives `qp`.
+    fn routed(
+        ch: *mut RdmaEventChannel,
+        client: u16,
+        server: u16,
+        port: u16,
+        qp: Result<(), Errno>,
+    ) -> *mut RdmaCmId {
+        let mut id = std::ptr::null_mut();
+        // SAFETY: out pointer of ours; the addresses are ours too.
+        unsafe {
+            assert_eq!(
+                rdma_create_id(ch, &mut id, std::ptr::null_mut(), port_space::TCP as i32),
+                0
+            );
+            let mut src = sockaddr(SocketAddr::new(net::addr(client).into(), 0));
+            let mut dst = sockaddr(SocketAddr::new(net::addr(server).into(), port));
+            assert_eq!(
+                rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000),
+                0
+            );
+            if !ch.is_null() {
+                assert_eq!(next(ch).0, R::AddrResolved as c_int);
+            }
+            assert_eq!(rdma_resolve_route(id, 1000), 0);
+            if !ch.is_null() {
+                assert_eq!(next(ch).0, R::RouteResolved as c_int);
+            }
+        }
+        lock(&lookup(id).unwrap().st).test_qp = Some(qp);
+        id
+    }
+
+    /// Whether `ch`'s fd becomes readable (an event queued) within 5 s.
+    fn readable(ch: *mut RdmaEventChannel) -> bool {
+        let mut p = libc::pollfd {
+            // SAFETY: a live channel of ours.
+            fd: unsafe { (*ch).fd },
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd of ours.
+        unsafe { libc::poll(&mut p, 1, 5000) == 1 }
+    }
+
+    /// The next event of `ch` (kind, status, its conn's QPN), acked.
+    fn next(ch: *mut RdmaEventChannel) -> (c_int, c_int, u32) {
+        assert!(readable(ch), "no event in 5 s");
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: a live channel and an out pointer of ours.
+        unsafe {
+            assert_eq!(rdma_get_cm_event(ch, &mut ev), 0);
+            let r = ((*ev).event, (*ev).status, (*ev).param.conn.qp_num);
+            assert_eq!(rdma_ack_cm_event(ev), 0);
+            r
+        }
+    }
+
+    /// The peer's events within `t`.
+    fn seen(rx: &mpsc::Receiver<EventType>, t: Duration) -> Vec<EventType> {
+        let end = std::time::Instant::now() + t;
+        let mut v = Vec::new();
+        while let Ok(k) = rx.recv_timeout(end.saturating_duration_since(std::time::Instant::now()))
+        {
+            v.push(k);
+        }
+        v
+    }
+
+    #[test]
+    fn the_rtu_leaves_when_the_application_retrieves_the_response() {
+        setup();
+        let (_dev, l, rx) = peer(2, 7481);
+        let ch = rdma_create_event_channel();
+        let id = routed(ch, 3, 2, 7481, Ok(()));
+        let mut cp = conn_param();
+        // SAFETY: a live id and parameters of ours.
+        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        // The REP is in: its event waits for the application, and no RTU
+        // has left.
+        assert!(readable(ch), "no CONNECT_RESPONSE in 5 s");
+        let rtu_early = seen(&rx, Duration::from_millis(300));
+        assert!(
+            !rtu_early.contains(&EventType::RtuReceived),
+            "the RTU left before the application took the event: {rtu_early:?}"
+        );
+        assert_eq!(lock(&lookup(id).unwrap().st).st, St::ConnectResponse);
+        // Retrieving it completes the connection.
+        assert_eq!(next(ch), (R::Established as c_int, 0, 0x4444));
+        assert_eq!(lock(&lookup(id).unwrap().st).st, St::Connected);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)),
+            Ok(EventType::RtuReceived)
+        );
+        assert_eq!(rdma_destroy_id(id), 0);
+        rdma_destroy_event_channel(ch);
+        l.destroy().unwrap();
+    }
+
+    #[test]
+    fn a_synchronous_connect_completes_or_rejects_on_the_callers_thread() {
+        setup();
+        let (_dev, l, rx) = peer(4, 7482);
+        let id = routed(std::ptr::null_mut(), 5, 4, 7482, Ok(()));
+        let mut cp = conn_param();
+        // SAFETY: a live id and parameters of ours.
+        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        // SAFETY: the id's own last event, kept until its next call.
+        assert_eq!(unsafe { (*(*id).event).event }, R::Established as c_int);
+        assert_eq!(
+            rx.recv_timeout(Duration::from_secs(5)),
+            Ok(EventType::RtuReceived)
+        );
+        assert_eq!(rdma_destroy_id(id), 0);
+        // The QP cannot go to RTS: the REP is rejected, the connect fails
+        // with the error, no RTU.
+        let id = routed(std::ptr::null_mut(), 5, 4, 7482, Err(Errno(libc::EIO)));
+        // Another QPN: the peer still holds the first connection (its DREQ
+        // unanswered), and the same QPN again would be a stale connection.
+        cp.qp_num += 1;
+        // SAFETY: as above.
+        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, -1);
+        assert_eq!(
+            std::io::Error::last_os_error().raw_os_error(),
+            Some(libc::EIO)
+        );
+        assert_eq!(lock(&lookup(id).unwrap().st).st, St::Failed);
+        let after = seen(&rx, Duration::from_millis(500));
+        assert!(after.contains(&EventType::RejReceived), "{after:?}");
+        assert!(!after.contains(&EventType::RtuReceived), "{after:?}");
+        assert_eq!(rdma_destroy_id(id), 0);
+        l.destroy().unwrap();
+    }
+
+    #[test]
+    fn no_rtu_leaves_for_an_id_destroyed_before_the_retrieval() {
+        setup();
+        let (_dev, l, rx) = peer(6, 7483);
+        let ch = rdma_create_event_channel();
+        let id = routed(ch, 7, 6, 7483, Ok(()));
+        let mut cp = conn_param();
+        // SAFETY: a live id and parameters of ours.
+        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        assert!(readable(ch), "no CONNECT_RESPONSE in 5 s");
+        assert_eq!(rdma_destroy_id(id), 0);
+        let after = seen(&rx, Duration::from_millis(500));
+        assert!(!after.contains(&EventType::RtuReceived), "{after:?}");
+        rdma_destroy_event_channel(ch);
+        l.destroy().unwrap();
+    }
 }
