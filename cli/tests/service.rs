@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::{TempDir, net};
+use common::{TempDir, net, stopped};
 use ibcm::api::{Device, Errno, EventType, ReqParams, RustHandler, qp_type};
 use ibcm::ipc::{self, Header, op, sock};
 use std::net::UdpSocket;
@@ -551,31 +551,6 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
     b.close();
 }
 
-/// `SIGSTOP` / `SIGCONT` to the daemon (a stop waited for).
-fn signal(d: &Daemon, sig: i32) {
-    assert_eq!(unsafe { libc::kill(d.child.id() as i32, sig) }, 0);
-    if sig == libc::SIGSTOP {
-        assert!(wait_for(Duration::from_secs(10), || all_stopped(
-            d.child.id()
-        )));
-    }
-}
-
-/// Whether every thread of process `pid` is stopped (`kill` returns
-/// before a busy process has stopped).
-fn all_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.filter_map(Result::ok).all(|t| {
-        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| {
-            s.rfind(')')
-                .and_then(|i| s[i + 1..].trim_start().chars().next())
-                .is_some_and(|c| c == 'T' || c == 't')
-        })
-    })
-}
-
 #[test]
 fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
     let d = Daemon::start("stopped");
@@ -609,7 +584,7 @@ fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
     let mut b = [0u8; 512];
     peer.recv(&mut b).unwrap();
     let timeouts = ibcm::api::service_timeouts();
-    signal(&d, libc::SIGSTOP);
+    stopped::signal(d.child.id(), libc::SIGSTOP);
     // The generous bound: the service timeout (5 s by default, this test
     // sets none) plus a loaded CI machine's slack.
     let bound = ibcm::api::service_timeout() + Duration::from_secs(10);
@@ -651,7 +626,7 @@ fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
     pending.destroy().unwrap();
     id.destroy().unwrap();
     a.close();
-    signal(&d, libc::SIGCONT);
+    stopped::signal(d.child.id(), libc::SIGCONT);
     // Continued, it serves new opens (and dropped the broken connection's
     // ids: the service ID is free again).
     let b = Device::open_served(dev, &d.socket).unwrap();

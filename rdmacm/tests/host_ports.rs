@@ -32,6 +32,8 @@
 mod cma_common;
 #[path = "../../tests/common/net.rs"]
 mod net;
+#[path = "../../tests/common/stopped.rs"]
+mod stopped;
 
 use cma_common::{conn_param, sockaddr};
 use ibcm::cma::{RdmaCmEventType as R, port_space};
@@ -398,31 +400,6 @@ fn an_id_destroyed_before_its_port_came_leaves_no_port() {
     p.finish();
 }
 
-/// `SIGSTOP` / `SIGCONT` to a child process (a stop waited for).
-fn signal(p: &Proc, sig: i32) {
-    assert_eq!(unsafe { libc::kill(p.child.id() as i32, sig) }, 0);
-    if sig == libc::SIGSTOP {
-        assert!(within(Duration::from_secs(10), || all_stopped(
-            p.child.id()
-        )));
-    }
-}
-
-/// Whether every thread of process `pid` is stopped (`kill` returns
-/// before a busy process has stopped).
-fn all_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
-    };
-    tasks.filter_map(Result::ok).all(|t| {
-        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| {
-            s.rfind(')')
-                .and_then(|i| s[i + 1..].trim_start().chars().next())
-                .is_some_and(|c| c == 'T' || c == 't')
-        })
-    })
-}
-
 /// Lets a `resolve-hung` process go on to its step `n`.
 fn go(socket: &Path, n: u32) {
     std::fs::write(socket.with_extension(format!("go{n}")), b"").unwrap();
@@ -447,16 +424,16 @@ fn a_hung_service_times_resolves_and_binds_out() {
         &[("IBCM_SERVICE_TIMEOUT_MS", "1000")],
     );
     c.expect("@ready", Duration::from_secs(30));
-    signal(&svc, libc::SIGSTOP);
+    stopped::signal(svc.child.id(), libc::SIGSTOP);
     go(&socket, 1);
     c.expect("@timed-out", Duration::from_secs(30));
-    signal(&svc, libc::SIGCONT);
+    stopped::signal(svc.child.id(), libc::SIGCONT);
     go(&socket, 2);
     c.expect("@late-dropped", Duration::from_secs(30));
-    signal(&svc, libc::SIGSTOP);
+    stopped::signal(svc.child.id(), libc::SIGSTOP);
     go(&socket, 3);
     c.expect("@bind-timed-out", Duration::from_secs(30));
-    signal(&svc, libc::SIGCONT);
+    stopped::signal(svc.child.id(), libc::SIGCONT);
     go(&socket, 4);
     c.expect("@bound", Duration::from_secs(30));
     c.finish();

@@ -5,6 +5,8 @@
 
 #[path = "../../../tests/common/net.rs"]
 pub mod net;
+#[path = "../../../tests/common/stopped.rs"]
+pub mod stopped;
 
 use std::path::PathBuf;
 use std::process::Command;
