@@ -474,6 +474,36 @@ fn a_hostile_client_neither_crashes_the_service_nor_reaches_other_ids() {
     good.close();
 }
 
+/// A connect to host `host` of this test's net, where a plain UDP socket
+/// takes the REQ (returned after it arrived) and never answers: the id
+/// stays waiting, its REQ timer the service's.
+fn silent_peer_connect(
+    a: &Arc<Device>,
+    host: u16,
+    service_id: u64,
+    h: RustHandler,
+) -> (ibcm::api::CmId, UdpSocket) {
+    let peer = UdpSocket::bind((net::addr(host), 4791)).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let pending = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    pending
+        .send_req(&ReqParams {
+            primary_path: a.init_path(1, net::ip(host).parse().unwrap()).unwrap(),
+            service_id,
+            qp_num: 7,
+            qp_type: qp_type::RC,
+            remote_cm_response_timeout: 20,
+            local_cm_response_timeout: 20,
+            max_cm_retries: 15,
+            ..ReqParams::default()
+        })
+        .unwrap();
+    let mut b = [0u8; 512];
+    peer.recv(&mut b).expect("the REQ reached the peer");
+    (pending, peer)
+}
+
 #[test]
 fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
     let mut d = Daemon::start("restart");
@@ -490,24 +520,7 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
         .unwrap();
     id.listen(0x7777).unwrap();
     // A connect waiting for an answer from a peer that never gives one.
-    let peer = UdpSocket::bind((net::addr(11), 4791)).unwrap();
-    peer.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let pending = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
-    pending
-        .send_req(&ReqParams {
-            primary_path: a.init_path(1, net::ip(11).parse().unwrap()).unwrap(),
-            service_id: 0x77,
-            qp_num: 7,
-            qp_type: qp_type::RC,
-            remote_cm_response_timeout: 20,
-            local_cm_response_timeout: 20,
-            max_cm_retries: 15,
-            ..ReqParams::default()
-        })
-        .unwrap();
-    let mut b = [0u8; 512];
-    peer.recv(&mut b).unwrap();
+    let (pending, _peer) = silent_peer_connect(&a, 11, 0x77, h);
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     let t = Instant::now();
@@ -565,24 +578,7 @@ fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
     let id = a.create_id(None, std::ptr::null_mut(), None).unwrap();
     // A connect waiting for an answer from a peer that never gives one:
     // its timer is the service's.
-    let peer = UdpSocket::bind((net::addr(32), 4791)).unwrap();
-    peer.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let pending = a.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
-    pending
-        .send_req(&ReqParams {
-            primary_path: a.init_path(1, net::ip(32).parse().unwrap()).unwrap(),
-            service_id: 0x78,
-            qp_num: 7,
-            qp_type: qp_type::RC,
-            remote_cm_response_timeout: 20,
-            local_cm_response_timeout: 20,
-            max_cm_retries: 15,
-            ..ReqParams::default()
-        })
-        .unwrap();
-    let mut b = [0u8; 512];
-    peer.recv(&mut b).unwrap();
+    let (pending, _peer) = silent_peer_connect(&a, 32, 0x78, h);
     let timeouts = ibcm::api::service_timeouts();
     stopped::signal(d.child.id(), libc::SIGSTOP);
     // The generous bound: the service timeout (5 s by default, this test
