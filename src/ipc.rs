@@ -1119,6 +1119,25 @@ pub mod sock {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::path::Path;
 
+    /// A connected pair of seqpacket sockets (the service's socket type),
+    /// for tests that play both ends.
+    #[cfg(test)]
+    pub(crate) fn pair() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: a valid array of two descriptors.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        assert_eq!(r, 0, "socketpair: {}", io::Error::last_os_error());
+        // SAFETY: both were just opened and are owned here only.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
     fn addr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
         use std::os::unix::ffi::OsStrExt;
         let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -1621,20 +1640,7 @@ mod tests {
     /// `0`; a peer gone is a zero length.
     #[test]
     fn queued_records_are_read_many_per_call_in_order() {
-        use std::os::fd::{FromRawFd, OwnedFd};
-        let mut fds = [0; 2];
-        // SAFETY: a valid array of two descriptors.
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        assert_eq!(r, 0);
-        // SAFETY: both were just opened and are owned here only.
-        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (a, b) = sock::pair();
         let rec = |i: usize| vec![i as u8; 10 + i * 700];
         for i in 0..11 {
             sock::send(&a, &rec(i)).unwrap();

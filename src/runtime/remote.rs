@@ -1459,22 +1459,7 @@ impl Transport for Remote {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::FromRawFd;
     use std::sync::mpsc;
-
-    fn seqpacket_pair() -> (OwnedFd, OwnedFd) {
-        let mut fds = [0; 2];
-        let r = unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                fds.as_mut_ptr(),
-            )
-        };
-        assert_eq!(r, 0, "socketpair");
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-    }
 
     fn reply(fd: &OwnedFd, h: Header, body: impl FnOnce(&mut Writer)) {
         let mut w = Header {
@@ -1542,7 +1527,7 @@ mod tests {
 
     #[test]
     fn held_records_ride_in_the_connection_s_next_message() {
-        let (ours, theirs) = seqpacket_pair();
+        let (ours, theirs) = crate::ipc::sock::pair();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || fake_service(theirs, tx));
         let dev = Remote::open(ours, "soft:fake").expect("open through the fake service");
