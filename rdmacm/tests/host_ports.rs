@@ -518,8 +518,8 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
-/// The next event of `ch` within 5 s, which must be `kind`.
-fn expect(ch: *mut RdmaEventChannel, kind: R) -> *mut RdmaCmEvent {
+/// The next event of `ch` within 5 s (not acked).
+fn next_raw(ch: *mut RdmaEventChannel) -> *mut RdmaCmEvent {
     let mut p = libc::pollfd {
         fd: unsafe { (*ch).fd },
         events: libc::POLLIN,
@@ -528,6 +528,12 @@ fn expect(ch: *mut RdmaEventChannel, kind: R) -> *mut RdmaCmEvent {
     assert_eq!(unsafe { libc::poll(&mut p, 1, 5000) }, 1, "no event in 5 s");
     let mut ev = std::ptr::null_mut();
     assert_eq!(unsafe { rdma_get_cm_event(ch, &mut ev) }, 0);
+    ev
+}
+
+/// The next event of `ch` within 5 s, which must be `kind`.
+fn expect(ch: *mut RdmaEventChannel, kind: R) -> *mut RdmaCmEvent {
+    let ev = next_raw(ch);
     let (k, s) = unsafe { ((*ev).event, (*ev).status) };
     assert_eq!((k, s), (kind as i32, 0), "got {:?}", unsafe {
         std::ffi::CStr::from_ptr(rdma_event_str(k))
@@ -715,14 +721,7 @@ fn wait_go(n: u32) {
 
 /// The next event of `ch` within 5 s: its type and status.
 fn next_event(ch: *mut RdmaEventChannel) -> (i32, i32) {
-    let mut p = libc::pollfd {
-        fd: unsafe { (*ch).fd },
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    assert_eq!(unsafe { libc::poll(&mut p, 1, 5000) }, 1, "no event in 5 s");
-    let mut ev = std::ptr::null_mut();
-    assert_eq!(unsafe { rdma_get_cm_event(ch, &mut ev) }, 0);
+    let ev = next_raw(ch);
     let r = unsafe { ((*ev).event, (*ev).status) };
     assert_eq!(rdma_ack_cm_event(ev), 0);
     r
