@@ -1119,6 +1119,22 @@ pub mod sock {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::path::Path;
 
+    /// The state letter and the flags word of process `pid` from
+    /// `/proc/<pid>/stat` (fields 3 and 9, counted after the command's
+    /// closing parenthesis): what each end of a service connection reads
+    /// of the other (`peer`'s pid). `Err`: unreadable (no such process, or
+    /// no `/proc` here); a `None` inside: that field is not there.
+    pub fn proc_stat(pid: i32) -> io::Result<(Option<char>, Option<u64>)> {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        let mut f = st
+            .rsplit_once(')')
+            .map_or("", |(_, r)| r)
+            .split_whitespace();
+        let state = f.next().and_then(|s| s.chars().next());
+        let flags = f.nth(5).and_then(|x| x.parse::<u64>().ok());
+        Ok((state, flags))
+    }
+
     /// A connected pair of seqpacket sockets (the service's socket type),
     /// for tests that play both ends.
     #[cfg(test)]

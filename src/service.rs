@@ -1432,18 +1432,10 @@ fn exiting(pid: i32) -> bool {
         // A peer outside the service's PID namespace: nothing to read.
         return false;
     }
-    let Ok(st) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return true;
-    };
-    // After the command's ") ": state (field 3), ..., flags (field 9).
-    let f: Vec<&str> = st
-        .rsplit_once(") ")
-        .map_or("", |(_, r)| r)
-        .split_whitespace()
-        .collect();
-    match (f.first(), f.get(6).and_then(|x| x.parse::<u64>().ok())) {
-        (Some(&s), Some(flags)) => s == "Z" || s == "X" || flags & PF_EXITING != 0,
-        _ => false,
+    match sock::proc_stat(pid) {
+        Err(_) => true,
+        Ok((Some(s), Some(flags))) => s == 'Z' || s == 'X' || flags & PF_EXITING != 0,
+        Ok(_) => false,
     }
 }
 

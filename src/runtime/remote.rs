@@ -115,22 +115,12 @@ impl Peer {
         if pid <= 0 {
             return Peer::Unknown;
         }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return if Path::new("/proc/self/stat").exists() {
-                Peer::Gone
-            } else {
-                Peer::Unknown
-            };
-        };
-        // "pid (comm) S ...": the state follows the last ')'.
-        let state = stat
-            .rfind(')')
-            .and_then(|i| stat[i + 1..].trim_start().chars().next());
-        match state {
-            Some('T' | 't') => Peer::Stopped,
-            Some('Z' | 'X' | 'x') => Peer::Gone,
-            Some(_) => Peer::Running,
-            None => Peer::Unknown,
+        match sock::proc_stat(pid) {
+            Err(_) if Path::new("/proc/self/stat").exists() => Peer::Gone,
+            Err(_) | Ok((None, _)) => Peer::Unknown,
+            Ok((Some('T' | 't'), _)) => Peer::Stopped,
+            Ok((Some('Z' | 'X' | 'x'), _)) => Peer::Gone,
+            Ok((Some(_), _)) => Peer::Running,
         }
     }
 
