@@ -13,11 +13,8 @@ pub fn all_stopped(pid: u32) -> bool {
         return false;
     };
     tasks.filter_map(Result::ok).all(|t| {
-        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| {
-            s.rfind(')')
-                .and_then(|i| s[i + 1..].trim_start().chars().next())
-                .is_some_and(|c| c == 'T' || c == 't')
-        })
+        let tid = t.file_name().to_string_lossy().parse().unwrap_or(0);
+        ibcm::ipc::sock::proc_stat(tid).is_ok_and(|(s, _)| matches!(s, Some('T' | 't')))
     })
 }
 
