@@ -78,6 +78,18 @@ pub mod op {
     /// connection's next ephemeral binds (port space, count ≤
     /// `portspace::MAX_LEASE` → the ports, at least one).
     pub const PORT_LEASE: u16 = 0x103;
+    /// rdma_cm ports: this connection's token (no body → `u64` holder,
+    /// `u64` secret), which lets another connection of the same process
+    /// release this one's bindings (`PORT_RELEASE_BY`). A service older
+    /// than it answers `-EOPNOTSUPP`.
+    pub const PORT_TOKEN: u16 = 0x104;
+    /// Holder, secret (a `PORT_TOKEN` answer), port space, port, owner:
+    /// that connection's binding goes. Sent by a process on a device's
+    /// connection in the message of the id's `DESTROY` (one message per
+    /// `rdma_destroy_id`); refused (`-EPERM`, counted) unless the holder
+    /// is a live connection of the same process (peer pid and uid) whose
+    /// secret it is.
+    pub const PORT_RELEASE_BY: u16 = 0x105;
 
     /// Set in a reply's op.
     pub const REPLY: u16 = 0x8000;
@@ -118,7 +130,7 @@ pub mod op {
     /// Whether `op` (the `ONEWAY` flag taken off) is a request the
     /// service knows.
     pub fn known(op: u16) -> bool {
-        (1..=LAST).contains(&op) || op == CREATE_IDS || (PORT_BIND..=PORT_LEASE).contains(&op)
+        (1..=LAST).contains(&op) || op == CREATE_IDS || (PORT_BIND..=PORT_RELEASE_BY).contains(&op)
     }
 
     /// The requests that may be sent `ONEWAY`.

@@ -416,6 +416,22 @@ pub fn get_owner(r: &mut ipc::Reader<'_>) -> Result<(u16, u16, u64), Errno> {
     Ok(v)
 }
 
+/// Decodes a `PORT_RELEASE_BY` body: holder, secret, port space, port,
+/// owner.
+pub fn get_release_by(r: &mut ipc::Reader<'_>) -> Result<(u64, u64, u16, u16, u64), Errno> {
+    let v = (r.get()?, r.get()?, r.get()?, r.get()?, r.get()?);
+    r.end()?;
+    Ok(v)
+}
+
+/// A binding's release that rides in the message of the id's `DESTROY`
+/// on a device's connection (`ipc` op `PORT_RELEASE_BY`; from
+/// [`HostPorts::release_ticket`]), so that `rdma_destroy_id` sends one
+/// message, not two. Not sent: the caller releases the binding with
+/// [`HostPorts::release`].
+#[derive(Debug)]
+pub struct PortRelease(pub(crate) Vec<u8>);
+
 /// Decodes a `PORT_LEASE` body: port space, count (1..=`MAX_LEASE`).
 pub fn get_lease(r: &mut ipc::Reader<'_>) -> Result<(u16, u32), Errno> {
     let ps: u16 = r.get()?;
@@ -444,6 +460,9 @@ enum Waiter {
     Sync(Arc<Slot>),
     /// A pipelined bind (`HostPorts::bind_pipelined`).
     Async(Done),
+    /// The link's `PORT_TOKEN`, asked as it opens (the reader thread
+    /// keeps the answer in `Link::token`).
+    Token,
 }
 
 impl Waiter {
@@ -454,6 +473,7 @@ impl Waiter {
                 *lock(&slot.v) = Some(r);
                 slot.cv.notify_all();
             }
+            Waiter::Token => {}
             Waiter::Async(done) => done(r.and_then(|body| {
                 ipc::Reader::new(&body)
                     .get::<u16>()
@@ -493,6 +513,9 @@ struct Link {
     credits: HashMap<u16, u32>,
     /// Ephemeral binds made so far: the next lease asks for as many.
     used: u32,
+    /// This connection's `PORT_TOKEN` (holder, secret), once answered;
+    /// `None` from a service without it.
+    token: Option<(u64, u64)>,
 }
 
 impl Link {
@@ -674,7 +697,19 @@ impl HostPorts {
             inflight: 0,
             credits: HashMap::new(),
             used: 0,
+            token: None,
         });
+        // The token, without waiting (this may run on the reader thread):
+        // the answer comes before that of any round trip made after this,
+        // such as `connect`'s probe.
+        let link = l.as_mut().expect("just set");
+        link.seq += 1;
+        let seq = link.seq;
+        link.pending.insert(seq, Waiter::Token);
+        if let Err(e) = link.send(vec![record(op::PORT_TOKEN, seq, |_| ())]) {
+            link.pending.remove(&seq);
+            return Err(e);
+        }
         Ok(())
     }
 
@@ -902,6 +937,27 @@ impl HostPorts {
         .map(drop)
     }
 
+    /// The release of `owner`'s binding as a record for a device's
+    /// connection, to leave in the message of the id's `DESTROY`: `None`
+    /// (release it with `release`) while this link has no token (a
+    /// service without `PORT_TOKEN`, or its answer not in yet), or holds
+    /// records that must reach the service first (pipelined binds and what
+    /// queued behind them), or is a forked parent's. The caller's binding
+    /// must be answered (a bind the service has run): the device's
+    /// connection does not wait for this one's records.
+    pub fn release_ticket(&self, ps: u16, port: u16, owner: u64) -> Option<PortRelease> {
+        let l = lock(&self.link);
+        let link = l.as_ref()?;
+        let (holder, secret) = link.token?;
+        if !link.held.is_empty() || link.pid != std::process::id() {
+            return None;
+        }
+        drop(l);
+        Some(PortRelease(record(op::PORT_RELEASE_BY, 0, |w| {
+            w.put(&holder).put(&secret).put(&ps).put(&port).put(&owner);
+        })))
+    }
+
     /// Drops `owner`'s binding (without waiting: the service handles this
     /// connection's requests in order, so a later bind sees it gone).
     pub fn release(&self, ps: u16, port: u16, owner: u64) {
@@ -951,6 +1007,16 @@ fn reader(shared: &Mutex<Option<Link>>, fd: &OwnedFd, generation: u64) {
                 let mut bad = recs.is_err();
                 for rec in recs.unwrap_or_default() {
                     match reply(rec).map(|(seq, r)| (link.pending.remove(&seq), r)) {
+                        Ok((Some(Waiter::Token), r)) => {
+                            // An older service: no token, two messages
+                            // per destroy as before.
+                            link.token = r.ok().and_then(|body| {
+                                let mut rd = ipc::Reader::new(&body);
+                                let v = (rd.get().ok()?, rd.get().ok()?);
+                                rd.end().ok()?;
+                                Some(v)
+                            });
+                        }
                         Ok((Some(w), r)) => {
                             if matches!(w, Waiter::Async(_)) {
                                 link.inflight = link.inflight.saturating_sub(1);

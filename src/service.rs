@@ -193,6 +193,10 @@ struct Conn {
     refusals: AtomicU64,
     bad: AtomicU64,
     oneway_refused: AtomicU64,
+    /// The secret of this connection's `PORT_TOKEN`: with it, another
+    /// connection of the same process releases this one's port bindings
+    /// (`PORT_RELEASE_BY`).
+    port_secret: u64,
 }
 
 /// Binds the socket (`0660`, group `ibcm` if that group exists, else
@@ -312,6 +316,7 @@ impl Service {
                 refusals: AtomicU64::new(0),
                 bad: AtomicU64::new(0),
                 oneway_refused: AtomicU64::new(0),
+                port_secret: secret(),
             });
             lock(&self.conns).insert(conn.id, Arc::downgrade(&conn));
             let c = conn.clone();
@@ -1170,7 +1175,12 @@ impl Conn {
                 out.put(&self.svc.device_stats().into_boxed_slice());
                 return Ok((Public::default(), out.0));
             }
-            op::PORT_BIND | op::PORT_LISTEN | op::PORT_RELEASE | op::PORT_LEASE => {
+            op::PORT_BIND
+            | op::PORT_LISTEN
+            | op::PORT_RELEASE
+            | op::PORT_LEASE
+            | op::PORT_TOKEN
+            | op::PORT_RELEASE_BY => {
                 return self.port_op(h.op, r).map(|body| (Public::default(), body));
             }
             _ => {}
@@ -1352,8 +1362,8 @@ impl Conn {
 }
 
 impl Conn {
-    /// `PORT_BIND`, `PORT_LISTEN`, `PORT_RELEASE`, `PORT_LEASE` on the
-    /// host's table.
+    /// `PORT_BIND`, `PORT_LISTEN`, `PORT_RELEASE`, `PORT_LEASE`,
+    /// `PORT_TOKEN`, `PORT_RELEASE_BY` on the host's table.
     fn port_op(&self, opc: u16, r: &mut Reader<'_>) -> Result<Vec<u8>, Errno> {
         let mut out = ipc::Writer(Vec::new());
         match opc {
@@ -1400,6 +1410,30 @@ impl Conn {
             op::PORT_LISTEN => {
                 let (ps, port, owner) = portspace::get_owner(r)?;
                 lock(&self.svc.ports).listen(self.id, ps, port, owner)?;
+            }
+            op::PORT_TOKEN => {
+                r.end()?;
+                out.put(&self.id).put(&self.port_secret);
+            }
+            op::PORT_RELEASE_BY => {
+                let (holder, secret, ps, port, owner) = portspace::get_release_by(r)?;
+                // Only a live connection of this same process, named with
+                // its secret: a process never releases another's port.
+                let theirs = lock(&self.svc.conns).get(&holder).and_then(Weak::upgrade);
+                let same = theirs.as_ref().is_some_and(|c| {
+                    c.port_secret == secret && c.pid == self.pid && c.uid == self.uid
+                });
+                drop(theirs);
+                if !same {
+                    self.refusals.fetch_add(1, Ordering::Relaxed);
+                    ibcm_log!(
+                        WARN,
+                        "process {}: a port release for connection {holder}, not one of its own: refused",
+                        self.pid
+                    );
+                    return Err(Errno(errno::EPERM));
+                }
+                lock(&self.svc.ports).release(holder, ps, port, owner);
             }
             _ => {
                 let (ps, port, owner) = portspace::get_owner(r)?;
@@ -1462,6 +1496,18 @@ fn conn_seed() -> u64 {
     t ^ N
         .fetch_add(1, Ordering::Relaxed)
         .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// A connection's `PORT_TOKEN` secret (`getrandom`; the clock and a
+/// counter if it fails — the pid and uid checks stand regardless).
+fn secret() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into `v`.
+    let n = unsafe { libc::getrandom((&raw mut v).cast(), 8, libc::GRND_NONBLOCK) };
+    if n != 8 {
+        v = conn_seed().wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    }
+    v
 }
 
 /// An errno as the protocol carries it (negative).

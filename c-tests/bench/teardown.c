@@ -42,6 +42,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -138,6 +139,39 @@ static struct rdma_cm_id *work_get(struct work *w)
 	id = w->ids[w->head++];
 	pthread_mutex_unlock(&w->lock);
 	return id;
+}
+
+/* Context switches (voluntary + involuntary) of every thread of process
+ * `pid` so far, from /proc/PID/task/TID/status; -1 when unreadable. */
+static long ctx_switches_of(const char *pid)
+{
+	char path[320], line[128];
+	struct dirent *d;
+	long total = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%s/task", pid);
+	dir = opendir(path);
+	if (!dir)
+		return -1;
+	while ((d = readdir(dir))) {
+		FILE *f;
+		long v;
+
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/task/%s/status", pid, d->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1 ||
+			    sscanf(line, "nonvoluntary_ctxt_switches: %ld", &v) == 1)
+				total += v;
+		fclose(f);
+	}
+	closedir(dir);
+	return total;
 }
 
 static double tv_us(const struct timeval *t)
@@ -327,6 +361,8 @@ static int client(const char *sip, const char *cip)
 	pthread_t et;
 	double t0, t1, tc;
 	int gap_us = 0;
+	const char *svc;
+	long svc0, svc1;
 
 	if (!ids)
 		die("calloc");
@@ -364,6 +400,8 @@ static int client(const char *sip, const char *cip)
 	mark();
 	show("client", t0, t1, &r0, &r1);
 	/* cmtime's destroy step: every id disconnected, destroyed in turn. */
+	svc = getenv("TEARDOWN_SERVICE_PID");
+	svc0 = svc ? ctx_switches_of(svc) : -1;
 	getrusage(RUSAGE_SELF, &r0);
 	t0 = now_us();
 	for (int i = 0; i < conns; i++)
@@ -371,9 +409,15 @@ static int client(const char *sip, const char *cip)
 			die("rdma_destroy_id");
 	t1 = now_us();
 	getrusage(RUSAGE_SELF, &r1);
-	printf("client: destroy %.1f us/conn, CPU %.1f us/conn\n", (t1 - t0) / conns,
+	svc1 = svc ? ctx_switches_of(svc) : -1;
+	printf("client: destroy %.1f us/conn, CPU %.1f us/conn, %.2f context switches/conn",
+	       (t1 - t0) / conns,
 	       (tv_us(&r1.ru_utime) + tv_us(&r1.ru_stime) - tv_us(&r0.ru_utime) -
-		tv_us(&r0.ru_stime)) / conns);
+		tv_us(&r0.ru_stime)) / conns,
+	       (double)(r1.ru_nvcsw + r1.ru_nivcsw - r0.ru_nvcsw - r0.ru_nivcsw) / conns);
+	if (svc0 >= 0 && svc1 >= 0)
+		printf(" (the service's: %.2f)", (double)(svc1 - svc0) / conns);
+	printf("\n");
 	return 0;
 }
 

@@ -630,15 +630,35 @@ fn teardown(id: &Arc<IdPriv>) {
         cms.append(&mut s.more_cms);
         (cms, s.lease.take(), s.ps, s.channel.clone())
     };
+    let owner = id.public_ptr() as usize;
+    // Through the host CM service the port's release rides in the message
+    // of the CM id's DESTROY (one send per destroy, not two); it goes on
+    // its own when it cannot (docs/SERVICE.md, "Destroy in one message").
+    let mut release = match lease {
+        Some(port) if !cm.is_empty() => ports().release_ticket(ps, port, owner),
+        _ => None,
+    };
+    let mut released = false;
     for cm in cm {
         // No callback runs for this id after this returns.
-        if let Err(e) = cm.destroy() {
+        let r = match release.take() {
+            Some(t) => {
+                let (r, back) = cm.destroy_releasing(t);
+                released = back.is_none();
+                release = back;
+                r
+            }
+            None => cm.destroy(),
+        };
+        if let Err(e) = r {
             ibcm_log!(DEBUG, "librdmacm (ibcm): destroying the CM id: {e}");
         }
         lock(by_cm()).remove(&(cm.c_ptr() as usize));
     }
-    if let Some(port) = lease {
-        ports().release(ps, port, id.public_ptr() as usize);
+    if let Some(port) = lease
+        && !released
+    {
+        ports().release(ps, port, owner);
     }
     // Unretrieved events go; the unretrieved requests of a listener take
     // their children with them.

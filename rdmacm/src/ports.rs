@@ -57,6 +57,12 @@ pub trait PortSpace: Send + Sync {
     fn listen(&self, ps: u16, port: u16, owner: usize) -> Result<(), Errno>;
     /// Drops `owner`'s binding of `port`.
     fn release(&self, ps: u16, port: u16, owner: usize);
+    /// The release of `owner`'s (answered) binding as a record to ride in
+    /// the message of the id's `DESTROY` (`CmId::destroy_releasing`);
+    /// `None`: release it with `release`.
+    fn release_ticket(&self, _ps: u16, _port: u16, _owner: usize) -> Option<host::PortRelease> {
+        None
+    }
     /// An ephemeral bind whose port comes later, to `done` on another
     /// thread (`rdma_resolve_addr`'s implicit bind through the service):
     /// `None` when this space binds at once (the caller uses `bind`).
@@ -120,6 +126,10 @@ impl PortSpace for ServicePorts {
 
     fn release(&self, ps: u16, port: u16, owner: usize) {
         self.0.release(ps, port, owner as u64)
+    }
+
+    fn release_ticket(&self, ps: u16, port: u16, owner: usize) -> Option<host::PortRelease> {
+        self.0.release_ticket(ps, port, owner as u64)
     }
 
     fn bind_pipelined(&self, ps: u16, b: Binding, done: host::Done) -> Option<Result<(), Errno>> {

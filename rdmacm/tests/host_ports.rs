@@ -21,6 +21,12 @@
 //!   came leaves none behind, and a process killed right after its
 //!   destroys leaves nothing; a leased port is another process's for an
 //!   explicit bind (the lease is revoked), never for its ephemeral one;
+//! * `rdma_destroy_id` through the service sends one message (the port's
+//!   release rides with the CM id's `DESTROY`, `PORT_RELEASE_BY`): the
+//!   port is another process's right after the destroy returns; that
+//!   release names its port connection with a token only the owning
+//!   process has, and a token used by another process (or a wrong
+//!   secret) is refused and releases nothing;
 //! * a hung service (a service process of this binary, `SIGSTOP`ped): a
 //!   pipelined `rdma_resolve_addr` reports ADDR_ERROR -ETIMEDOUT after its
 //!   `timeout_ms`, the service's late answer (once `SIGCONT`ed) is dropped
@@ -307,6 +313,144 @@ fn a_hostile_client_cannot_touch_another_s_ports() {
         std::thread::sleep(Duration::from_millis(5));
         seq += 1;
     }
+}
+
+/// A listening id destroyed in one process: its port is another
+/// process's right after `rdma_destroy_id` returns, its release having
+/// left in the message of the CM id's `DESTROY` (`PORT_RELEASE_BY`).
+#[test]
+fn a_destroyed_listener_s_port_is_another_process_s_at_once() {
+    let socket = start_service("destroy-one");
+    let addr: SocketAddr = SocketAddr::from((net::addr(7), 7620));
+    let p = Proc::spawn(&socket, "listen-destroy", addr, false);
+    p.expect("@listening", Duration::from_secs(10));
+    let other = HostPorts::connect_at(&socket).unwrap();
+    let bd = host::Binding {
+        ip: addr.ip(),
+        reuse: false,
+        afonly: false,
+        listening: false,
+        owner: 1,
+    };
+    assert_eq!(
+        other.bind(port_space::TCP, addr.port(), bd),
+        Err(host::EADDRINUSE)
+    );
+    go(&socket, 1);
+    p.expect("@destroyed", Duration::from_secs(10));
+    // The release is one-way, like the PORT_RELEASE it replaces: the
+    // service runs it on the destroying process's connection thread.
+    // The first bind after the report almost always finds the port free;
+    // a bounded retry keeps a loaded host from failing the test, and the
+    // count says how often it was needed.
+    let t = Instant::now();
+    let mut tries = 1;
+    while other.bind(port_space::TCP, addr.port(), bd) != Ok(addr.port()) {
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "the destroyed listener's port was never released"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+        tries += 1;
+    }
+    if tries > 1 {
+        eprintln!("a_destroyed_listener_s_port_is_another_process_s_at_once: bound at try {tries}");
+    }
+    p.expect("@alive", Duration::from_secs(10));
+}
+
+/// `PORT_RELEASE_BY` names a port connection by its `PORT_TOKEN`: another
+/// process holding the right token is refused (the peer's pid is not the
+/// holder's), so is a wrong secret; the process itself releases with it.
+#[test]
+fn a_port_token_releases_only_its_own_process_s_bindings() {
+    let socket = start_service("token");
+    let addr: SocketAddr = SocketAddr::from((net::addr(8), 7630));
+    let ip = addr.ip();
+    let bind_body = |port: u16, owner: u64| {
+        let mut w = ipc::Writer(Vec::new());
+        host::put_bind(
+            &mut w,
+            port_space::TCP,
+            port,
+            &host::Binding {
+                ip,
+                reuse: false,
+                afonly: false,
+                listening: false,
+                owner,
+            },
+        );
+        w.into_bytes()
+    };
+    let release_by = |holder: u64, secret: u64, port: u16, owner: u64| {
+        let mut w = ipc::Writer(Vec::new());
+        w.put(&holder)
+            .put(&secret)
+            .put(&port_space::TCP)
+            .put(&port)
+            .put(&owner);
+        w.into_bytes()
+    };
+    // Another process's binding, and its token.
+    let p = Proc::spawn(&socket, "token-holder", addr, false);
+    let l = p.next(Duration::from_secs(10));
+    let t: Vec<u64> = l
+        .strip_prefix("@token ")
+        .unwrap_or_else(|| panic!("{l}"))
+        .split(' ')
+        .map(|v| v.parse().unwrap())
+        .collect();
+    let (holder, secret) = (t[0], t[1]);
+    let bad = ipc::sock::connect(&socket).unwrap();
+    let op_rel = ipc::op::PORT_RELEASE_BY;
+    // Its token from this process: refused; a wrong secret too; short.
+    let theirs = release_by(holder, secret, addr.port(), 1);
+    assert_eq!(raw(&bad, op_rel, 2, &theirs), -libc::EPERM);
+    let wrong = release_by(holder, secret ^ 1, addr.port(), 1);
+    assert_eq!(raw(&bad, op_rel, 3, &wrong), -libc::EPERM);
+    assert_eq!(raw(&bad, op_rel, 4, &theirs[..20]), -libc::EPROTO);
+    // One-way (seq 0): nothing answers, nothing moves.
+    let mut w = ipc::Header {
+        op: op_rel,
+        seq: 0,
+        handle: 0,
+    }
+    .record();
+    w.0.extend_from_slice(&theirs);
+    ipc::sock::send(&bad, &w.into_bytes()).unwrap();
+    assert_eq!(
+        raw(&bad, ipc::op::PORT_BIND, 5, &bind_body(addr.port(), 9)),
+        -libc::EADDRINUSE,
+        "another process's token released its port"
+    );
+    // This process's own: a second connection releases the first's
+    // binding with its token, not with a wrong secret.
+    let mine = ipc::sock::connect(&socket).unwrap();
+    let port2 = addr.port() + 1;
+    assert_eq!(raw(&mine, ipc::op::PORT_BIND, 2, &bind_body(port2, 3)), 0);
+    let (err, tok) = request(&mine, ipc::op::PORT_TOKEN, 3, &[]);
+    assert_eq!(err, 0);
+    let mut r = ipc::Reader::new(&tok);
+    let _: ipc::Public = r.get().unwrap();
+    let (h2, s2): (u64, u64) = (r.get().unwrap(), r.get().unwrap());
+    assert_eq!(
+        raw(&bad, op_rel, 6, &release_by(h2, s2 ^ 1, port2, 3)),
+        -libc::EPERM
+    );
+    assert_eq!(
+        raw(&bad, ipc::op::PORT_BIND, 7, &bind_body(port2, 9)),
+        -libc::EADDRINUSE
+    );
+    assert_eq!(raw(&bad, op_rel, 8, &release_by(h2, s2, port2, 3)), 0);
+    assert_eq!(raw(&bad, ipc::op::PORT_BIND, 9, &bind_body(port2, 9)), 0);
+    // The holder process itself releases its own binding with its token.
+    go(&socket, 1);
+    p.expect("@released 0", Duration::from_secs(10));
+    assert_eq!(
+        raw(&bad, ipc::op::PORT_BIND, 10, &bind_body(addr.port(), 9)),
+        0
+    );
 }
 
 /// Polls `f` for up to `limit`; whether it became true.
@@ -709,6 +853,60 @@ fn serve_service() {
     std::thread::sleep(Duration::from_secs(120));
 }
 
+/// Binds the address (port given) and listens, then (told to) destroys
+/// the id and reports; then a while alive.
+fn listen_destroy(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let l = new_id(ch, port_space::TCP);
+    bind(l, addr).unwrap();
+    assert_eq!(rdma_listen(l, 4), 0);
+    report("listening");
+    wait_go(1);
+    assert_eq!(rdma_destroy_id(l), 0);
+    report("destroyed");
+    report("alive");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// Binds the address's port on a raw connection and reports the
+/// connection's `PORT_TOKEN`; told to, releases the binding with it from a
+/// second connection of its own and reports the reply's errno.
+fn token_holder(addr: SocketAddr) {
+    let socket = PathBuf::from(std::env::var("IBCM_SERVICE_SOCKET").unwrap());
+    let fd = ipc::sock::connect(&socket).unwrap();
+    let mut b = ipc::Writer(Vec::new());
+    host::put_bind(
+        &mut b,
+        port_space::TCP,
+        addr.port(),
+        &host::Binding {
+            ip: addr.ip(),
+            reuse: false,
+            afonly: false,
+            listening: false,
+            owner: 1,
+        },
+    );
+    assert_eq!(raw(&fd, ipc::op::PORT_BIND, 1, &b.0), 0);
+    let (err, tok) = request(&fd, ipc::op::PORT_TOKEN, 2, &[]);
+    assert_eq!(err, 0);
+    let mut r = ipc::Reader::new(&tok);
+    let _: ipc::Public = r.get().unwrap();
+    let (holder, secret): (u64, u64) = (r.get().unwrap(), r.get().unwrap());
+    report(&format!("token {holder} {secret}"));
+    wait_go(1);
+    let other = ipc::sock::connect(&socket).unwrap();
+    let mut w = ipc::Writer(Vec::new());
+    w.put(&holder)
+        .put(&secret)
+        .put(&port_space::TCP)
+        .put(&addr.port())
+        .put(&1u64);
+    let err = raw(&other, ipc::op::PORT_RELEASE_BY, 1, &w.0);
+    report(&format!("released {err}"));
+    std::thread::sleep(Duration::from_secs(60));
+}
+
 /// Waits for the test's `go(n)`.
 fn wait_go(n: u32) {
     let go = PathBuf::from(std::env::var(GO).unwrap()).with_extension(format!("go{n}"));
@@ -823,6 +1021,8 @@ fn child() {
         "resolve-destroy" => resolve_destroy(addr),
         "service" => serve_service(),
         "resolve-hung" => resolve_hung(addr),
+        "listen-destroy" => listen_destroy(addr),
+        "token-holder" => token_holder(addr),
         r => panic!("unknown role {r}"),
     }
 }

@@ -387,6 +387,27 @@ impl CmId {
     /// (what a REQ id's destroy tells its peer); the service uses it for
     /// a process's ids.
     pub fn destroy_with(&self, err: i32) -> ApiResult {
+        self.destroy_riding(err, None).0
+    }
+
+    /// `destroy`, with the release of an rdma_cm port binding riding in
+    /// the same message as the id's `DESTROY` when the id's device is
+    /// served by the host CM service (one message per `rdma_destroy_id`
+    /// instead of two). The release comes back when it did not leave
+    /// (an in-process device, a listener share, a lost service, an
+    /// error): the caller releases the binding itself.
+    pub fn destroy_releasing(
+        &self,
+        port: crate::portspace::PortRelease,
+    ) -> (ApiResult, Option<crate::portspace::PortRelease>) {
+        self.destroy_riding(0, Some(port))
+    }
+
+    fn destroy_riding(
+        &self,
+        err: i32,
+        port: Option<crate::portspace::PortRelease>,
+    ) -> (ApiResult, Option<crate::portspace::PortRelease>) {
         let me = Arc::as_ptr(&self.0);
         if IN_CALLBACK.with(|c| c.get()) == me {
             ibcm_log!(
@@ -394,13 +415,13 @@ impl CmId {
                 "ib_destroy_cm_id({:#010x}) called from its own callback: refused (return non-zero from the handler to destroy it)",
                 self.local_id()
             );
-            return Err(Errno::EBUSY);
+            return (Err(Errno::EBUSY), port);
         }
         if lock(&self.0.dq).destroyed {
-            return Err(Errno::EINVAL);
+            return (Err(Errno::EINVAL), port);
         }
-        self.0.destroy_inner(err, false);
-        Ok(())
+        let back = self.0.destroy_inner(err, false, port);
+        (Ok(()), back)
     }
 
     pub fn is_destroyed(&self) -> bool {

@@ -239,7 +239,7 @@ impl CmIdInner {
                     "handler returned {ret} for {}: destroying the id",
                     kind.name()
                 );
-                self.destroy_inner(ret, true);
+                self.destroy_inner(ret, true, None);
                 let mut d = lock(&self.dq);
                 d.delivering = false;
                 d.release_queue();
@@ -261,8 +261,14 @@ impl CmIdInner {
     }
 
     /// Protocol destroy + release. `from_deliverer`: called by the thread
-    /// that delivers this id's events (non-zero handler return).
-    pub(super) fn destroy_inner(self: &Arc<Self>, err: i32, from_deliverer: bool) {
+    /// that delivers this id's events (non-zero handler return). `port`
+    /// rides with a remote id's `DESTROY`; returned when it did not leave.
+    pub(super) fn destroy_inner(
+        self: &Arc<Self>,
+        err: i32,
+        from_deliverer: bool,
+        mut port: Option<crate::portspace::PortRelease>,
+    ) -> Option<crate::portspace::PortRelease> {
         let dev = &self.dev;
         let is_listener;
         let gone;
@@ -272,7 +278,7 @@ impl CmIdInner {
         let mut out = Outputs::default();
         if let Some(r) = &dev.remote {
             is_listener = unsafe { (*self.c.get()).state } == State::Listen as u32;
-            gone = r.destroy(self, err);
+            gone = r.destroy(self, err, &mut port);
         } else {
             let mut e = lock(dev.shard_of(self));
             is_listener = e.state(self.handle()) == Some(State::Listen);
@@ -292,7 +298,7 @@ impl CmIdInner {
                     unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
                 }
             }
-            return;
+            return port;
         }
         if is_listener && dev.remote.is_none() {
             // Barrier: after this no shard can still be draining a REQ it
@@ -323,5 +329,6 @@ impl CmIdInner {
             unsafe { Arc::decrement_strong_count(Arc::as_ptr(self)) };
         }
         drop(held);
+        port
     }
 }

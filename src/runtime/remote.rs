@@ -733,6 +733,18 @@ impl Remote {
         r
     }
 
+    /// `send_now` of `rec` and `next` in one message (behind any held
+    /// records).
+    fn send_now_with(&self, rec: Vec<u8>, next: Vec<u8>) -> Result<(), ()> {
+        let mut out = lock(&self.out);
+        out.push(rec);
+        out.push(next);
+        let held = std::mem::take(&mut *out);
+        let r = self.send_held(held);
+        drop(out);
+        r
+    }
+
     /// Sends held records, several per message (`op::BATCH`).
     fn send_held(&self, held: Vec<Vec<u8>>) -> Result<(), ()> {
         ipc::batch(held)
@@ -922,7 +934,15 @@ impl Remote {
     }
 
     /// The protocol destroy of an id. `false`: only a share was dropped.
-    pub(super) fn destroy(&self, sh: &CmIdInner, err: i32) -> bool {
+    /// `port` (an rdma_cm binding's release, `PORT_RELEASE_BY`) leaves in
+    /// the `DESTROY`'s message and is taken; it stays when nothing was
+    /// sent (a share, a lost service, a failed send).
+    pub(super) fn destroy(
+        &self,
+        sh: &CmIdInner,
+        err: i32,
+        port: &mut Option<crate::portspace::PortRelease>,
+    ) -> bool {
         let p = sh as *const CmIdInner as usize;
         {
             let mut s = lock(&self.shares);
@@ -941,11 +961,27 @@ impl Remote {
         // sent at once, taking a batch's held records with it: held to
         // the batch's end instead (round 9), the reader thread's wake-ups
         // sent fewer messages but later, and the service's c=256 rate
-        // fell (docs/SERVICE.md, "Round 9").
+        // fell (docs/SERVICE.md, "Round 9"). A port release rides in the
+        // same message: one send, one service thread woken per
+        // `rdma_destroy_id` (docs/SERVICE.md, "Destroy in one message").
         if !self.dead.load(Ordering::SeqCst) {
-            self.send_detached(op::DESTROY, sh.handle().0, |w| {
-                w.put(&err);
-            });
+            let mut w = Header {
+                op: op::DESTROY,
+                seq: 0,
+                handle: sh.handle().0,
+            }
+            .record();
+            w.put(&err);
+            match port.take() {
+                None => {
+                    let _ = self.send_now(w.into_bytes());
+                }
+                Some(rel) => {
+                    if self.send_now_with(w.into_bytes(), rel.0.clone()).is_err() {
+                        *port = Some(rel);
+                    }
+                }
+            }
         }
         lock(&self.ids).remove(&sh.handle().0);
         true
@@ -1580,5 +1616,60 @@ mod tests {
         assert_eq!(next(), vec![oneway(op::SEND_REQ)]);
         b.destroy().expect("destroy");
         assert_eq!(next(), vec![op::DESTROY]);
+    }
+
+    /// `rdma_destroy_id` through the service: the port binding's release
+    /// leaves in the `DESTROY`'s message (one send per destroy), behind
+    /// the records held before it; a release that cannot leave (the id
+    /// already destroyed) comes back to the caller.
+    #[test]
+    fn a_destroy_carries_its_port_release_in_one_message() {
+        let (ours, theirs) = crate::ipc::sock::pair();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || fake_service(theirs, tx));
+        let dev = Remote::open(ours, "soft:fake").expect("open through the fake service");
+        let next = || rx.recv_timeout(Duration::from_secs(5)).expect("a message");
+        let release = || {
+            let mut w = Header {
+                op: op::PORT_RELEASE_BY,
+                seq: 0,
+                handle: 0,
+            }
+            .record();
+            w.put(&7u64)
+                .put(&9u64)
+                .put(&0x106u16)
+                .put(&7471u16)
+                .put(&1u64);
+            crate::portspace::PortRelease(w.into_bytes())
+        };
+        let id = dev
+            .create_id(None, std::ptr::null_mut(), None)
+            .expect("create_id");
+        let (r, back) = id.destroy_releasing(release());
+        assert_eq!(r, Ok(()));
+        assert!(back.is_none(), "the release did not leave");
+        assert_eq!(next(), vec![op::DESTROY, op::PORT_RELEASE_BY]);
+        let (r, back) = id.destroy_releasing(release());
+        assert_eq!(r, Err(Errno::EINVAL));
+        assert!(back.is_some(), "a refused destroy kept the release");
+
+        // Inside a batch, behind the held records, in the same message.
+        let b = dev
+            .create_id(None, std::ptr::null_mut(), None)
+            .expect("create_id");
+        let req = ReqParams {
+            service_id: 0x1234,
+            qp_type: qp_type::RC,
+            ..ReqParams::default()
+        };
+        dev.batch(|| {
+            b.send_req(&req).expect("send_req");
+            assert!(b.destroy_releasing(release()).1.is_none());
+            assert_eq!(
+                next(),
+                vec![op::SEND_REQ | op::ONEWAY, op::DESTROY, op::PORT_RELEASE_BY]
+            );
+        });
     }
 }
