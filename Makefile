@@ -198,7 +198,8 @@ test-rdmacm: rdmacm $(BUILD)/c/rdmacm_api $(BUILD)/c/rdmacm_api.asan $(BUILD)/c/
 # measurement, not part of `make test` (test-rdmacm runs it once, small).
 # TEARDOWN_N connections (1000); TEARDOWN_GAP_US (the client's pause after
 # each disconnect), TEARDOWN_TRACE=DIR (perf: system calls and context
-# switches per connection) and IBCM_SERVICE (off unless set) pass through.
+# switches per connection), TEARDOWN_SERVICE_PID (the service's context
+# switches in the destroy step) and IBCM_SERVICE (off unless set) pass through.
 TEARDOWN_N ?= 1000
 $(BUILD)/c/teardown: c-tests/bench/teardown.c
 	@mkdir -p $(BUILD)/c

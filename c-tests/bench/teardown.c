@@ -25,7 +25,9 @@
  *           DISCONNECTED, as cmtime's run_client) + an event thread.
  *
  * The client then times cmtime's destroy step (rdma_destroy_id of every
- * disconnected id in turn: wall time and CPU per id).
+ * disconnected id in turn: wall time, CPU and context switches per id;
+ * with TEARDOWN_SERVICE_PID=PID also the context switches of every
+ * thread of process PID, the host CM service, over the step).
  *
  * Printed per process: the disconnect step's wall time over N (the
  * client's: its first rdma_disconnect to its last DISCONNECTED, cmtime's
