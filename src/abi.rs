@@ -1237,49 +1237,44 @@ pub struct IbCmEvent {
     pub private_data: *mut c_void,
 }
 
-/// `struct ib_cm_req_param` (96 bytes).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct IbCmReqParam {
-    pub primary_path: *mut SaPathRec,
-    pub primary_path_inbound: *mut SaPathRec,
-    pub primary_path_outbound: *mut SaPathRec,
-    pub alternate_path: *mut SaPathRec,
-    pub ppath_sgid_attr: *const IbGidAttr,
-    pub service_id: Be64,
-    pub qp_num: u32,
-    pub qp_type: IbQpType,
-    pub starting_psn: u32,
-    pub private_data: *const c_void,
-    pub private_data_len: u8,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub remote_cm_response_timeout: u8,
-    pub flow_control: u8,
-    pub local_cm_response_timeout: u8,
-    pub retry_count: u8,
-    pub rnr_retry_count: u8,
-    pub max_cm_retries: u8,
-    pub srq: u8,
-    pub ece: RdmaUcmEce,
-}
+req_param_bytes!(bytes_struct! {
+    /// `struct ib_cm_req_param` (96 bytes). `..u8s` stands for the one-byte
+    /// members `responder_resources` … `srq` (`req_param_bytes!`,
+    /// `src/members.rs`), shared with `ReqParams`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug)]
+    pub struct IbCmReqParam {
+        pub primary_path: *mut SaPathRec,
+        pub primary_path_inbound: *mut SaPathRec,
+        pub primary_path_outbound: *mut SaPathRec,
+        pub alternate_path: *mut SaPathRec,
+        pub ppath_sgid_attr: *const IbGidAttr,
+        pub service_id: Be64,
+        pub qp_num: u32,
+        pub qp_type: IbQpType,
+        pub starting_psn: u32,
+        pub private_data: *const c_void,
+        pub private_data_len: u8,
+        ..u8s,
+        pub ece: RdmaUcmEce,
+    }
+});
 
-/// `struct ib_cm_rep_param` (32 bytes).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct IbCmRepParam {
-    pub qp_num: u32,
-    pub starting_psn: u32,
-    pub private_data: *const c_void,
-    pub private_data_len: u8,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub failover_accepted: u8,
-    pub flow_control: u8,
-    pub rnr_retry_count: u8,
-    pub srq: u8,
-    pub ece: RdmaUcmEce,
-}
+rep_param_bytes!(bytes_struct! {
+    /// `struct ib_cm_rep_param` (32 bytes). `..u8s` stands for the one-byte
+    /// members `responder_resources` … `srq` (`rep_param_bytes!`,
+    /// `src/members.rs`), shared with `RepParams`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug)]
+    pub struct IbCmRepParam {
+        pub qp_num: u32,
+        pub starting_psn: u32,
+        pub private_data: *const c_void,
+        pub private_data_len: u8,
+        ..u8s,
+        pub ece: RdmaUcmEce,
+    }
+});
 
 /// `struct ib_cm_sidr_req_param` (48 bytes).
 #[repr(C)]
