@@ -40,6 +40,17 @@ def pairing_dir(root, name, cmtime_out, stamps):
             f.write(v)
 
 
+def report(root, *pairings):
+    """Runs bench_kernel.py over `root`'s runs of `pairings`; its Markdown and JSON reports."""
+    sys.argv = ["bench_kernel.py", root, *pairings]
+    with contextlib.redirect_stdout(io.StringIO()):
+        bench_kernel.main()
+    with open(os.path.join(root, "bench-kernel.md")) as f:
+        md = f.read()
+    with open(os.path.join(root, "bench-kernel.json")) as f:
+        return md, json.load(f)
+
+
 class Parse(unittest.TestCase):
     def test_cmtime_rows(self):
         st = bench_kernel.parse_cmtime(CMTIME)
@@ -68,13 +79,7 @@ class Tables(unittest.TestCase):
             pairing_dir(root, "kernel-kernel", CMTIME, "10.0 @start\n10.4 ping data: a\n10.5 @exit 0\n")
             half = CMTIME.replace("      20.00\n", "      10.00\n")
             pairing_dir(root, "kernel-ibcm", half, "20.0 @start\n20.1 ping data: a\n20.3 @exit 0\n")
-            sys.argv = ["bench_kernel.py", root, "kernel-kernel", "kernel-ibcm"]
-            with contextlib.redirect_stdout(io.StringIO()):
-                bench_kernel.main()
-            with open(os.path.join(root, "bench-kernel.md")) as f:
-                md = f.read()
-            with open(os.path.join(root, "bench-kernel.json")) as f:
-                data = json.load(f)
+            md, data = report(root, "kernel-kernel", "kernel-ibcm")
         self.assertIn("| create id | 20.0 | 10.0 (×0.50) |", md)
         self.assertIn("| create qp | none finished | none finished |", md)
         self.assertIn("| rping -C 1: connected | 0.40 | 0.10 (×0.25) |", md)
@@ -130,11 +135,7 @@ class Parallel(unittest.TestCase):
         with tempfile.TemporaryDirectory() as root:
             self.run_dir(root, "kernel-kernel", True)
             self.run_dir(root, "ibcm-ibcm-udp", False)
-            sys.argv = ["bench_kernel.py", root, "kernel-kernel", "ibcm-ibcm-udp"]
-            with contextlib.redirect_stdout(io.StringIO()):
-                bench_kernel.main()
-            with open(os.path.join(root, "bench-kernel.md")) as f:
-                md = f.read()
+            md, _ = report(root, "kernel-kernel", "ibcm-ibcm-udp")
         self.assertIn("## Many connections at once: 2 `cmtime -c 100` clients", md)
         self.assertIn("| completion (first start → last exit), s | 4.50 | 4.50 |", md)
         self.assertIn("| connections/s (all clients) | 44 | 44 |", md)
@@ -156,11 +157,7 @@ class SameBoot(unittest.TestCase):
             for k, v in files.items():
                 with open(os.path.join(run, k), "w") as f:
                     f.write(v)
-            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-udp"]
-            with contextlib.redirect_stdout(io.StringIO()):
-                bench_kernel.main()
-            with open(os.path.join(root, "bench-kernel.md")) as f:
-                md = f.read()
+            md, _ = report(root, "ibcm-ibcm-udp")
         self.assertIn("## cmtime -c 100 in one boot of ibcm-ibcm-udp", md)
         self.assertIn("| create id | 20.0 | 5.0 (×0.25) |", md)
         self.assertIn("| connect | 11466.5 | 11466.5 (×1.00) |", md)
@@ -179,11 +176,7 @@ class SameBoot(unittest.TestCase):
                         dst.write(src.read().replace("14.5 @exit", "19.0 @exit"))
             with open(os.path.join(run, "scenarios.run"), "a") as f:
                 f.write("kcm-cmtime-par-2x100\t80\tnone\t1\ts\tc\n")
-            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-udp"]
-            with contextlib.redirect_stdout(io.StringIO()):
-                bench_kernel.main()
-            with open(os.path.join(root, "bench-kernel.md")) as f:
-                md = f.read()
+            md, _ = report(root, "ibcm-ibcm-udp")
         self.assertIn("| | ibcm-ibcm-udp | ibcm-ibcm-udp: the kernel CM, same boot |", md)
         self.assertIn("| completion (first start → last exit), s | 4.50 | 9.00 |", md)
         self.assertEqual(md.count("## Many connections at once"), 1)
@@ -229,13 +222,7 @@ class Libraries(unittest.TestCase):
             for k, v in files.items():
                 with open(os.path.join(run, k), "w") as f:
                     f.write(v)
-            sys.argv = ["bench_kernel.py", root, "kernel-ibcm"]
-            with contextlib.redirect_stdout(io.StringIO()):
-                bench_kernel.main()
-            with open(os.path.join(root, "bench-kernel.md")) as f:
-                md = f.read()
-            with open(os.path.join(root, "bench-kernel.json")) as f:
-                data = json.load(f)
+            md, data = report(root, "kernel-ibcm")
         self.assertIn("## cmtime -c 100 in one boot of kernel-ibcm: libraries alternating", md)
         # the load at the start is the last sample before it, the max includes those up to the exit
         self.assertIn("| 1 | old | 1.00 (2.00) | 1000.0 (×0.50) | — | 0 | 0 |", md)
