@@ -17,7 +17,7 @@ mod sim_seeds;
 
 use ibcm::engine::*;
 use ibcm::sim::*;
-use sim_seeds::{replaying, seeds};
+use sim_seeds::{ONCE_PER_ID, replaying, seeds};
 use std::cell::{Cell, RefCell};
 
 const SERVICE: u64 = 0x0000_0000_0106_1c06;
@@ -228,21 +228,7 @@ impl Consumer {
             r.errors
                 .push(format!("n{node}: {} after destroy", ev.kind.name()));
         }
-        let once = [
-            ReqReceived,
-            RepReceived,
-            RtuReceived,
-            DrepReceived,
-            TimewaitExit,
-            SidrReqReceived,
-            SidrRepReceived,
-            ReqError,
-            RepError,
-            DreqError,
-            SidrReqError,
-            DreqReceived,
-        ];
-        if once.contains(&ev.kind) && r.seen.contains(&(node, ev.id, ev.kind)) {
+        if ONCE_PER_ID.contains(&ev.kind) && r.seen.contains(&(node, ev.id, ev.kind)) {
             r.errors
                 .push(format!("n{node}: {} twice on one id", ev.kind.name()));
         }
