@@ -601,38 +601,35 @@ impl fmt::Debug for SaPathRecU {
     }
 }
 
-/// `struct sa_path_rec` (88 bytes).
-///
-/// `dgid`, `sgid`, `service_id`, `flow_label`, `pkey`, `qos_class` are
-/// big-endian; `mtu` is an [`IbMtu`], `rate` an [`IbRate`],
-/// `packet_life_time` an IBTA exponent (4.096 µs × 2^n).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct SaPathRec {
-    pub dgid: IbGid,
-    pub sgid: IbGid,
-    pub service_id: Be64,
-    pub flow_label: Be32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reversible: u8,
-    pub numb_path: u8,
-    pub pkey: Be16,
-    pub qos_class: Be16,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub mtu: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
-    /// The C anonymous union: `rec.ib`, `rec.roce`, `rec.opa` in C.
-    pub u: SaPathRecU,
-    pub rec_type: SaPathRecType,
-    /// `IB_PATH_*` bits.
-    pub flags: u32,
-}
+path_rec_bytes!(bytes_struct! {
+    /// `struct sa_path_rec` (88 bytes). `..u8s` stands for the one-byte
+    /// members `sl` … `preference` (`path_rec_bytes!`, `src/members.rs`),
+    /// shared with `PathRec`.
+    ///
+    /// `dgid`, `sgid`, `service_id`, `flow_label`, `pkey`, `qos_class` are
+    /// big-endian; `mtu` is an [`IbMtu`], `rate` an [`IbRate`],
+    /// `packet_life_time` an IBTA exponent (4.096 µs × 2^n).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug)]
+    pub struct SaPathRec {
+        pub dgid: IbGid,
+        pub sgid: IbGid,
+        pub service_id: Be64,
+        pub flow_label: Be32,
+        pub hop_limit: u8,
+        pub traffic_class: u8,
+        pub reversible: u8,
+        pub numb_path: u8,
+        pub pkey: Be16,
+        pub qos_class: Be16,
+        ..u8s,
+        /// The C anonymous union: `rec.ib`, `rec.roce`, `rec.opa` in C.
+        pub u: SaPathRecU,
+        pub rec_type: SaPathRecType,
+        /// `IB_PATH_*` bits.
+        pub flags: u32,
+    }
+});
 
 impl SaPathRec {
     /// The InfiniBand member of the union.

@@ -163,37 +163,34 @@ pub enum GidType {
 /// `enum ib_sa_selector` value used for "exactly".
 pub const SA_EQ: u8 = 2;
 
-/// A path record (`struct sa_path_rec`), all values in host order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PathRec {
-    pub dgid: Gid,
-    pub sgid: Gid,
-    pub service_id: u64,
-    pub flow_label: u32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reversible: u8,
-    pub numb_path: u8,
-    pub pkey: u16,
-    pub qos_class: u16,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub mtu: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
-    pub rec_type: PathRecType,
-    pub flags: u32,
-    /// IB: 16-bit LIDs; OPA: 32-bit; RoCE: unused.
-    pub dlid: u32,
-    pub slid: u32,
-    pub raw_traffic: u8,
-    /// RoCE only.
-    pub route_resolved: bool,
-    pub dmac: [u8; 6],
-}
+path_rec_bytes!(bytes_struct! {
+    /// A path record (`struct sa_path_rec`), all values in host order.
+    /// `..u8s` stands for the one-byte members `sl` … `preference`
+    /// (`path_rec_bytes!`, `src/members.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct PathRec {
+        pub dgid: Gid,
+        pub sgid: Gid,
+        pub service_id: u64,
+        pub flow_label: u32,
+        pub hop_limit: u8,
+        pub traffic_class: u8,
+        pub reversible: u8,
+        pub numb_path: u8,
+        pub pkey: u16,
+        pub qos_class: u16,
+        ..u8s,
+        pub rec_type: PathRecType,
+        pub flags: u32,
+        /// IB: 16-bit LIDs; OPA: 32-bit; RoCE: unused.
+        pub dlid: u32,
+        pub slid: u32,
+        pub raw_traffic: u8,
+        /// RoCE only.
+        pub route_resolved: bool,
+        pub dmac: [u8; 6],
+    }
+});
 
 /// `struct rdma_ucm_ece`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
