@@ -59,6 +59,10 @@ fn edit_req(m: &CmMad, f: impl FnOnce(&mut ibcm::wire::Req)) -> [u8; 256] {
     m.to_bytes()
 }
 
+/// A REQ to be refused: what it tests, the REJ reason it gets and how it
+/// differs from a good REQ.
+type ReqEdit = (&'static str, u16, fn(&mut ibcm::wire::Req));
+
 fn gid(ip: &str) -> Gid {
     ip.parse::<IpAddr>().unwrap().into()
 }
@@ -314,7 +318,7 @@ fn unanswerable_reqs_are_rejected_back_to_the_requester() {
     let tpl = captured_req(&net::ip(29), &net::ip(30), SERVICE);
     let peer = bind(&net::ip(23));
     // Each REQ is numbered (comm ID and QPN 0x1001, 0x1002, …) in the loop.
-    let cases: Vec<(&str, u16, fn(&mut ibcm::wire::Req))> = vec![
+    let cases: Vec<ReqEdit> = vec![
         (
             "junk alternate path (LID 5, zero GIDs)",
             rej_reason::INVALID_ALT_GID,
