@@ -13,11 +13,10 @@ mod sim_seeds;
 use ibcm::engine::*;
 use ibcm::sim::*;
 use ibcm::wire::{attr, rej_reason, sidr_status};
-use sim_seeds::{ONCE_PER_ID, replaying, seeds};
+use sim_seeds::{ONCE_PER_ID, SERVICE, replaying, req_params, seeds};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-const SERVICE: u64 = 0x0000_0000_0106_1c06;
 const LIMIT_MS: u64 = 600_000;
 
 /// Runs `f` for every seed; a failure names the seed and how to replay it.
@@ -34,25 +33,6 @@ fn for_seeds(name: &str, f: impl Fn(u64, bool) -> Result<(), String>) {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-fn req_params(sim: &Sim, a: usize, b: usize, pdata: &[u8], qpn: u32, retries: u8) -> ReqParams {
-    ReqParams {
-        primary_path: sim_path(sim, a, b, 8),
-        service_id: SERVICE,
-        qp_num: qpn,
-        qp_type: qp_type::RC,
-        starting_psn: 0x123456,
-        private_data: pdata.to_vec(),
-        responder_resources: 1,
-        initiator_depth: 1,
-        remote_cm_response_timeout: 10,
-        local_cm_response_timeout: 10,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        max_cm_retries: retries,
-        ..ReqParams::default()
-    }
 }
 
 /// Per-id event history, checked for validity as events arrive.
