@@ -509,6 +509,7 @@ fn generate_fuzz_corpus() {
 
 mod regressions {
     use ibcm::engine::*;
+    use ibcm::sim::{roce_path, roce_source};
     use ibcm::wire::Gid;
 
     const SVC: u64 = 0x0000_0000_0106_1c06;
@@ -525,36 +526,13 @@ mod regressions {
     }
 
     fn path(from: u8, to: u8, packet_life_time: u8) -> PathRec {
-        PathRec {
-            dgid: gid(to),
-            sgid: gid(from),
-            hop_limit: 64,
-            reversible: 1,
-            pkey: 0xffff,
-            mtu_selector: SA_EQ,
-            mtu: 3,
-            rate_selector: SA_EQ,
-            packet_life_time_selector: SA_EQ,
-            packet_life_time,
-            rec_type: PathRecType::RoceV2,
-            ..PathRec::default()
-        }
+        roce_path(gid(from), gid(to), packet_life_time)
     }
 
     /// Moves every pending MAD of `from` (GID `f`) to `to`.
     fn deliver(now: Time, from: &mut Engine, f: u8, to: &mut Engine) {
         while let Some(t) = from.poll_transmit() {
-            let src = MadSource {
-                port: 1,
-                sgid: gid(f),
-                dgid: t.dest.dgid,
-                has_grh: true,
-                pkey: t.dest.pkey,
-                src_qp: 1,
-                hop_limit: 64,
-                ..MadSource::default()
-            };
-            let _ = to.handle_mad(now, &src, &t.mad);
+            let _ = to.handle_mad(now, &roce_source(gid(f), &t.dest), &t.mad);
         }
     }
 
