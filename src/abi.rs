@@ -601,38 +601,35 @@ impl fmt::Debug for SaPathRecU {
     }
 }
 
-/// `struct sa_path_rec` (88 bytes).
-///
-/// `dgid`, `sgid`, `service_id`, `flow_label`, `pkey`, `qos_class` are
-/// big-endian; `mtu` is an [`IbMtu`], `rate` an [`IbRate`],
-/// `packet_life_time` an IBTA exponent (4.096 µs × 2^n).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct SaPathRec {
-    pub dgid: IbGid,
-    pub sgid: IbGid,
-    pub service_id: Be64,
-    pub flow_label: Be32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reversible: u8,
-    pub numb_path: u8,
-    pub pkey: Be16,
-    pub qos_class: Be16,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub mtu: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
-    /// The C anonymous union: `rec.ib`, `rec.roce`, `rec.opa` in C.
-    pub u: SaPathRecU,
-    pub rec_type: SaPathRecType,
-    /// `IB_PATH_*` bits.
-    pub flags: u32,
-}
+path_rec_bytes!(bytes_struct! {
+    /// `struct sa_path_rec` (88 bytes). `..u8s` stands for the one-byte
+    /// members `sl` … `preference` (`path_rec_bytes!`, `src/members.rs`),
+    /// shared with `PathRec`.
+    ///
+    /// `dgid`, `sgid`, `service_id`, `flow_label`, `pkey`, `qos_class` are
+    /// big-endian; `mtu` is an [`IbMtu`], `rate` an [`IbRate`],
+    /// `packet_life_time` an IBTA exponent (4.096 µs × 2^n).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug)]
+    pub struct SaPathRec {
+        pub dgid: IbGid,
+        pub sgid: IbGid,
+        pub service_id: Be64,
+        pub flow_label: Be32,
+        pub hop_limit: u8,
+        pub traffic_class: u8,
+        pub reversible: u8,
+        pub numb_path: u8,
+        pub pkey: Be16,
+        pub qos_class: Be16,
+        ..u8s,
+        /// The C anonymous union: `rec.ib`, `rec.roce`, `rec.opa` in C.
+        pub u: SaPathRecU,
+        pub rec_type: SaPathRecType,
+        /// `IB_PATH_*` bits.
+        pub flags: u32,
+    }
+});
 
 impl SaPathRec {
     /// The InfiniBand member of the union.
@@ -1237,49 +1234,44 @@ pub struct IbCmEvent {
     pub private_data: *mut c_void,
 }
 
-/// `struct ib_cm_req_param` (96 bytes).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct IbCmReqParam {
-    pub primary_path: *mut SaPathRec,
-    pub primary_path_inbound: *mut SaPathRec,
-    pub primary_path_outbound: *mut SaPathRec,
-    pub alternate_path: *mut SaPathRec,
-    pub ppath_sgid_attr: *const IbGidAttr,
-    pub service_id: Be64,
-    pub qp_num: u32,
-    pub qp_type: IbQpType,
-    pub starting_psn: u32,
-    pub private_data: *const c_void,
-    pub private_data_len: u8,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub remote_cm_response_timeout: u8,
-    pub flow_control: u8,
-    pub local_cm_response_timeout: u8,
-    pub retry_count: u8,
-    pub rnr_retry_count: u8,
-    pub max_cm_retries: u8,
-    pub srq: u8,
-    pub ece: RdmaUcmEce,
-}
+req_param_bytes!(bytes_struct! {
+    /// `struct ib_cm_req_param` (96 bytes). `..u8s` stands for the one-byte
+    /// members `responder_resources` … `srq` (`req_param_bytes!`,
+    /// `src/members.rs`), shared with `ReqParams`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug)]
+    pub struct IbCmReqParam {
+        pub primary_path: *mut SaPathRec,
+        pub primary_path_inbound: *mut SaPathRec,
+        pub primary_path_outbound: *mut SaPathRec,
+        pub alternate_path: *mut SaPathRec,
+        pub ppath_sgid_attr: *const IbGidAttr,
+        pub service_id: Be64,
+        pub qp_num: u32,
+        pub qp_type: IbQpType,
+        pub starting_psn: u32,
+        pub private_data: *const c_void,
+        pub private_data_len: u8,
+        ..u8s,
+        pub ece: RdmaUcmEce,
+    }
+});
 
-/// `struct ib_cm_rep_param` (32 bytes).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct IbCmRepParam {
-    pub qp_num: u32,
-    pub starting_psn: u32,
-    pub private_data: *const c_void,
-    pub private_data_len: u8,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub failover_accepted: u8,
-    pub flow_control: u8,
-    pub rnr_retry_count: u8,
-    pub srq: u8,
-    pub ece: RdmaUcmEce,
-}
+rep_param_bytes!(bytes_struct! {
+    /// `struct ib_cm_rep_param` (32 bytes). `..u8s` stands for the one-byte
+    /// members `responder_resources` … `srq` (`rep_param_bytes!`,
+    /// `src/members.rs`), shared with `RepParams`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug)]
+    pub struct IbCmRepParam {
+        pub qp_num: u32,
+        pub starting_psn: u32,
+        pub private_data: *const c_void,
+        pub private_data_len: u8,
+        ..u8s,
+        pub ece: RdmaUcmEce,
+    }
+});
 
 /// `struct ib_cm_sidr_req_param` (48 bytes).
 #[repr(C)]

@@ -3,6 +3,8 @@
 
 #[macro_use]
 mod c_enum;
+#[macro_use]
+mod members;
 pub mod abi;
 pub mod api;
 pub mod capture;

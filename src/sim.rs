@@ -229,16 +229,7 @@ impl Sim {
                     continue;
                 };
                 self.log(|| format!("n{from} -> n{to} {:?}", t));
-                let src = MadSource {
-                    port: 1,
-                    sgid: self.nodes[from].gid,
-                    dgid: t.dest.dgid,
-                    has_grh: true,
-                    pkey: t.dest.pkey,
-                    src_qp: 1,
-                    hop_limit: 64,
-                    ..MadSource::default()
-                };
+                let src = roce_source(self.nodes[from].gid, &t.dest);
                 let f = self.faults;
                 let copies = if self.rng.chance(f.duplicate) { 2 } else { 1 };
                 for _ in 0..copies {
@@ -456,9 +447,30 @@ impl Drop for Sim {
 /// A path record from `a` to `b` on the simulated fabric (RoCEv2, as
 /// `ibcm_init_path` builds one).
 pub fn sim_path(sim: &Sim, a: usize, b: usize, packet_life_time: u8) -> PathRec {
+    roce_path(sim.nodes[a].gid, sim.nodes[b].gid, packet_life_time)
+}
+
+/// Where a MAD that `sgid` sent to `dest` comes from on a RoCE fabric:
+/// QP1 of port 1, with a GRH (hop limit 64).
+pub fn roce_source(sgid: Gid, dest: &MadDest) -> MadSource {
+    MadSource {
+        port: 1,
+        sgid,
+        dgid: dest.dgid,
+        has_grh: true,
+        pkey: dest.pkey,
+        src_qp: 1,
+        hop_limit: 64,
+        ..MadSource::default()
+    }
+}
+
+/// A RoCEv2 path record from `sgid` to `dgid`, as `ibcm_init_path` builds
+/// one.
+pub fn roce_path(sgid: Gid, dgid: Gid, packet_life_time: u8) -> PathRec {
     PathRec {
-        dgid: sim.nodes[b].gid,
-        sgid: sim.nodes[a].gid,
+        dgid,
+        sgid,
         hop_limit: 64,
         reversible: 1,
         pkey: 0xffff,

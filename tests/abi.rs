@@ -158,8 +158,13 @@ macro_rules! member {
 }
 
 /// Records a type: `ty!(facts, "c_name", RustType, [same-named members],
-/// { "c.member" => rust.path, ... })`.
+/// { "c.member" => rust.path, ... })`; `[a b] facts, …` (a list macro's
+/// expansion) adds the members `a` and `b`.
 macro_rules! ty {
+    // A run of members from one of ibcm's list macros (`src/members.rs`).
+    ([$($b:ident)*] $facts:ident, $c:literal, $t:ty, [$($f:ident),* $(,)?]) => {
+        ty!($facts, $c, $t, [$($f,)* $($b),*])
+    };
     ($facts:ident, $c:literal, $t:ty, [$($f:ident),* $(,)?] $(, { $($cm:literal => $($g:tt).+),* $(,)? })?) => {{
         add(&mut $facts, $c.to_string(), Fact::Type(size_of::<$t>(), align_of::<$t>()));
         $( add(&mut $facts, format!("{}.{}", $c, stringify!($f)), member!($t, $f)); )*
@@ -465,7 +470,9 @@ fn rust_facts() -> Facts {
           "param.sidr_req_rcvd" => param.sidr_req_rcvd,
           "param.sidr_rep_rcvd" => param.sidr_rep_rcvd,
           "param.send_status" => param.send_status });
-    ty!(
+    // The one-byte runs come from the list macros the mirrors are declared
+    // with; abi_dump.c names each member on its own.
+    ibcm::req_param_bytes!(ty! {
         f,
         "ib_cm_req_param",
         IbCmReqParam,
@@ -481,36 +488,15 @@ fn rust_facts() -> Facts {
             starting_psn,
             private_data,
             private_data_len,
-            responder_resources,
-            initiator_depth,
-            remote_cm_response_timeout,
-            flow_control,
-            local_cm_response_timeout,
-            retry_count,
-            rnr_retry_count,
-            max_cm_retries,
-            srq,
             ece
         ]
-    );
-    ty!(
+    });
+    ibcm::rep_param_bytes!(ty! {
         f,
         "ib_cm_rep_param",
         IbCmRepParam,
-        [
-            qp_num,
-            starting_psn,
-            private_data,
-            private_data_len,
-            responder_resources,
-            initiator_depth,
-            failover_accepted,
-            flow_control,
-            rnr_retry_count,
-            srq,
-            ece
-        ]
-    );
+        [qp_num, starting_psn, private_data, private_data_len, ece]
+    });
     ty!(
         f,
         "ib_cm_sidr_req_param",

@@ -59,6 +59,10 @@ fn edit_req(m: &CmMad, f: impl FnOnce(&mut ibcm::wire::Req)) -> [u8; 256] {
     m.to_bytes()
 }
 
+/// A REQ to be refused: what it tests, the REJ reason it gets and how it
+/// differs from a good REQ.
+type ReqEdit = (&'static str, u16, fn(&mut ibcm::wire::Req));
+
 fn gid(ip: &str) -> Gid {
     ip.parse::<IpAddr>().unwrap().into()
 }
@@ -313,64 +317,48 @@ fn unanswerable_reqs_are_rejected_back_to_the_requester() {
     let _l = accepting_server(&sdev, SERVICE, reqs.clone());
     let tpl = captured_req(&net::ip(29), &net::ip(30), SERVICE);
     let peer = bind(&net::ip(23));
-    let cases: Vec<(&str, u16, [u8; 256])> = vec![
+    // Each REQ is numbered (comm ID and QPN 0x1001, 0x1002, …) in the loop.
+    let cases: Vec<ReqEdit> = vec![
         (
             "junk alternate path (LID 5, zero GIDs)",
             rej_reason::INVALID_ALT_GID,
-            edit_req(&tpl, |r| {
-                r.local_comm_id = 0x1001;
-                r.local_qpn = 0x1001;
+            |r| {
                 r.primary.local_gid = gid(&net::ip(23));
                 r.primary.remote_gid = gid(&net::ip(22));
                 r.alternate = r.primary;
                 r.alternate.local_lid = 5;
                 r.alternate.local_gid = Gid::ZERO;
                 r.alternate.remote_gid = Gid::ZERO;
-            }),
+            },
         ),
-        (
-            "junk alternate GIDs",
-            rej_reason::INVALID_ALT_GID,
-            edit_req(&tpl, |r| {
-                r.local_comm_id = 0x1002;
-                r.local_qpn = 0x1002;
-                r.primary.local_gid = gid(&net::ip(23));
-                r.primary.remote_gid = gid(&net::ip(22));
-                r.alternate = r.primary;
-                r.alternate.local_lid = 9;
-                r.alternate.remote_gid = Gid([0xab; 16]);
-            }),
-        ),
-        (
-            "zero requester GID",
-            rej_reason::INVALID_GID,
-            edit_req(&tpl, |r| {
-                r.local_comm_id = 0x1003;
-                r.local_qpn = 0x1003;
-                r.primary.local_gid = Gid::ZERO;
-            }),
-        ),
+        ("junk alternate GIDs", rej_reason::INVALID_ALT_GID, |r| {
+            r.primary.local_gid = gid(&net::ip(23));
+            r.primary.remote_gid = gid(&net::ip(22));
+            r.alternate = r.primary;
+            r.alternate.local_lid = 9;
+            r.alternate.remote_gid = Gid([0xab; 16]);
+        }),
+        ("zero requester GID", rej_reason::INVALID_GID, |r| {
+            r.primary.local_gid = Gid::ZERO;
+        }),
         (
             "IPv6 requester GID to an IPv4 device",
             rej_reason::INVALID_GID,
-            edit_req(&tpl, |r| {
-                r.local_comm_id = 0x1004;
-                r.local_qpn = 0x1004;
+            |r| {
                 r.primary.local_gid = Gid(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 3).octets());
-            }),
+            },
         ),
-        (
-            "multicast requester GID",
-            rej_reason::INVALID_GID,
-            edit_req(&tpl, |r| {
-                r.local_comm_id = 0x1005;
-                r.local_qpn = 0x1005;
-                r.primary.local_gid = gid("::ffff:224.0.0.1");
-            }),
-        ),
+        ("multicast requester GID", rej_reason::INVALID_GID, |r| {
+            r.primary.local_gid = gid("::ffff:224.0.0.1");
+        }),
     ];
     let unroutable0 = sdev.all_counters().transport.tx_unroutable;
-    for (what, reason, m) in &cases {
+    for (n, (what, reason, edit)) in (0x1001..).zip(&cases) {
+        let m = &edit_req(&tpl, |r| {
+            r.local_comm_id = n;
+            r.local_qpn = n;
+            edit(r)
+        });
         send(&peer, v4(server), m);
         let got = receive(&peer, Duration::from_millis(500));
         let rejs: Vec<&Rej> = got

@@ -15,11 +15,14 @@
 //!
 //! The regression tests at the end replay inputs the fuzzers found.
 
+#[path = "common/byte_order.rs"]
+mod byte_order;
 #[path = "common/fuzz_checks.rs"]
 mod fuzz_checks;
 #[path = "common/fuzz_harness.rs"]
 mod fuzz_harness;
 
+use byte_order::Order;
 use fuzz_checks::*;
 use fuzz_harness::*;
 use ibcm::engine::EventType;
@@ -266,20 +269,7 @@ fn roce_payloads_random_and_mutated() {
 /// Writes pcap packets as a pcapng file (SHB, one IDB per link type with
 /// nanosecond `if_tsresol`, EPBs), in either byte order.
 fn to_pcapng(pcap: &[u8], big: bool) -> Vec<u8> {
-    let u16b = |v: u16| {
-        if big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        }
-    };
-    let u32b = |v: u32| {
-        if big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        }
-    };
+    let order = Order { big };
     let mut out = Vec::new();
     let block = |out: &mut Vec<u8>, kind: u32, body: &[u8]| {
         let mut body = body.to_vec();
@@ -287,15 +277,15 @@ fn to_pcapng(pcap: &[u8], big: bool) -> Vec<u8> {
             body.push(0);
         }
         let len = (12 + body.len()) as u32;
-        out.extend(u32b(kind));
-        out.extend(u32b(len));
+        out.extend(order.u32(kind));
+        out.extend(order.u32(len));
         out.extend(&body);
-        out.extend(u32b(len));
+        out.extend(order.u32(len));
     };
     let mut shb = Vec::new();
-    shb.extend(u32b(0x1A2B_3C4D));
-    shb.extend(u16b(1));
-    shb.extend(u16b(0));
+    shb.extend(order.u32(0x1A2B_3C4D));
+    shb.extend(order.u16(1));
+    shb.extend(order.u16(0));
     shb.extend([0xff; 8]);
     block(&mut out, 0x0A0D_0D0A, &shb);
     let mut links: Vec<u32> = Vec::new();
@@ -306,24 +296,24 @@ fn to_pcapng(pcap: &[u8], big: bool) -> Vec<u8> {
             None => {
                 links.push(p.link_type);
                 let mut idb = Vec::new();
-                idb.extend(u16b(p.link_type as u16));
-                idb.extend(u16b(0));
-                idb.extend(u32b(0));
-                idb.extend(u16b(9)); // if_tsresol
-                idb.extend(u16b(1));
+                idb.extend(order.u16(p.link_type as u16));
+                idb.extend(order.u16(0));
+                idb.extend(order.u32(0));
+                idb.extend(order.u16(9)); // if_tsresol
+                idb.extend(order.u16(1));
                 idb.extend([9, 0, 0, 0]);
-                idb.extend(u16b(0)); // opt_endofopt
-                idb.extend(u16b(0));
+                idb.extend(order.u16(0)); // opt_endofopt
+                idb.extend(order.u16(0));
                 block(&mut out, 1, &idb);
                 links.len() - 1
             }
         };
         let mut epb = Vec::new();
-        epb.extend(u32b(iface as u32));
-        epb.extend(u32b((p.ts_nanos >> 32) as u32));
-        epb.extend(u32b(p.ts_nanos as u32));
-        epb.extend(u32b(p.data.len() as u32));
-        epb.extend(u32b(p.orig_len));
+        epb.extend(order.u32(iface as u32));
+        epb.extend(order.u32((p.ts_nanos >> 32) as u32));
+        epb.extend(order.u32(p.ts_nanos as u32));
+        epb.extend(order.u32(p.data.len() as u32));
+        epb.extend(order.u32(p.orig_len));
         epb.extend(p.data);
         block(&mut out, 6, &epb);
     }
@@ -519,6 +509,7 @@ fn generate_fuzz_corpus() {
 
 mod regressions {
     use ibcm::engine::*;
+    use ibcm::sim::{roce_path, roce_source};
     use ibcm::wire::Gid;
 
     const SVC: u64 = 0x0000_0000_0106_1c06;
@@ -535,36 +526,13 @@ mod regressions {
     }
 
     fn path(from: u8, to: u8, packet_life_time: u8) -> PathRec {
-        PathRec {
-            dgid: gid(to),
-            sgid: gid(from),
-            hop_limit: 64,
-            reversible: 1,
-            pkey: 0xffff,
-            mtu_selector: SA_EQ,
-            mtu: 3,
-            rate_selector: SA_EQ,
-            packet_life_time_selector: SA_EQ,
-            packet_life_time,
-            rec_type: PathRecType::RoceV2,
-            ..PathRec::default()
-        }
+        roce_path(gid(from), gid(to), packet_life_time)
     }
 
     /// Moves every pending MAD of `from` (GID `f`) to `to`.
     fn deliver(now: Time, from: &mut Engine, f: u8, to: &mut Engine) {
         while let Some(t) = from.poll_transmit() {
-            let src = MadSource {
-                port: 1,
-                sgid: gid(f),
-                dgid: t.dest.dgid,
-                has_grh: true,
-                pkey: t.dest.pkey,
-                src_qp: 1,
-                hop_limit: 64,
-                ..MadSource::default()
-            };
-            let _ = to.handle_mad(now, &src, &t.mad);
+            let _ = to.handle_mad(now, &roce_source(gid(f), &t.dest), &t.mad);
         }
     }
 

@@ -17,6 +17,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("log", &[]),
     // The C-style enum declarer (a macro: variant, value and name once).
     ("c_enum", &[]),
+    // Member runs a C mirror and its Rust twin share (list macros).
+    ("members", &[]),
     ("wire", &["log"]),
     // The protocol engine (sans-IO).
     ("engine", &["wire", "log"]),

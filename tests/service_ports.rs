@@ -10,11 +10,13 @@
 //! names other ports than the open's, or has a nonzero seq or handle is
 //! dropped (a fake service sends them here).
 
+#[path = "common/fake_service.rs"]
+mod fake;
 #[path = "common/net.rs"]
 mod net;
 
 use ibcm::api::{Device, Gid, GidEntry, GidType, PortInfo};
-use ibcm::ipc::{self, Header, Opened, Public, Stat, op, sock};
+use ibcm::ipc::{self, Header, Public, Stat, op, sock};
 use ibcm::service::{self, Limits, Options, Service};
 
 use std::net::IpAddr;
@@ -23,10 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn temp_socket(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ibcm-svc-ports-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("ibcmd.sock")
+    fake::temp_socket("svc-ports", test)
 }
 
 /// A CM service in this process on a socket of its own (its threads end
@@ -132,47 +131,24 @@ fn fake_service(
     records: Vec<Vec<u8>>,
     last: Vec<u8>,
 ) -> std::thread::JoinHandle<()> {
-    let listener = sock::listen(&socket, |_| Ok(())).unwrap();
-    std::thread::spawn(move || {
-        let fd = sock::accept(&listener).unwrap();
-        let mut buf = vec![0u8; ipc::MAX_RECORD];
-        let mut stats = 0;
-        loop {
-            let n = match sock::recv(&fd, &mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
+    let mut stats = 0;
+    fake::serve(&socket, move |fd, h, _| match h.op {
+        op::OPEN => Some(fake::opened(h, ports.clone())),
+        op::STAT => {
+            stats += 1;
+            let push = if stats == 1 {
+                records.clone()
+            } else {
+                vec![last.clone()]
             };
-            let (h, _) = Header::parse(&buf[..n]).unwrap();
-            match h.op {
-                op::OPEN => {
-                    let opened = Opened {
-                        name: format!("{}:4791", net::soft(2)).into_bytes(),
-                        node_guid: 7,
-                        ports: ports.clone().into_boxed_slice(),
-                    };
-                    let rep = ipc::reply(h, 0, Public::default(), |w| {
-                        w.put(&opened);
-                    });
-                    sock::send(&fd, &rep).unwrap();
-                }
-                op::STAT => {
-                    stats += 1;
-                    let push = if stats == 1 {
-                        records.clone()
-                    } else {
-                        vec![last.clone()]
-                    };
-                    for r in push {
-                        sock::send(&fd, &r).unwrap();
-                    }
-                    let rep = ipc::reply(h, 0, Public::default(), |w| {
-                        w.put(&Stat::default());
-                    });
-                    sock::send(&fd, &rep).unwrap();
-                }
-                _ => {}
+            for r in push {
+                sock::send(fd, &r).unwrap();
             }
+            Some(ipc::reply(h, 0, Public::default(), |w| {
+                w.put(&Stat::default());
+            }))
         }
+        _ => None,
     })
 }
 

@@ -7,12 +7,14 @@
 //! still reach it (it answers them with attributes of its own, so the
 //! test sees which source each answer came from).
 
+#[path = "common/fake_service.rs"]
+mod fake;
 #[path = "common/net.rs"]
 mod net;
 
 use ibcm::api::{Device, Event, EventParam, EventType, PortInfo, QpAttr, RustHandler, State};
 use ibcm::engine::{Handle, RepEvent, qp_state};
-use ibcm::ipc::{self, Created, Header, Opened, Public, QpAttrs, Stat, op, sock};
+use ibcm::ipc::{self, Created, Header, Public, QpAttrs, Stat, op, sock};
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -20,13 +22,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-fn temp_socket(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ibcm-qpattrs-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("ibcmd.sock")
-}
 
 /// The fake service's answer to `INIT_QP_ATTR` (told apart by its
 /// destination QP number).
@@ -108,62 +103,43 @@ fn fake_service(
     pushes: Vec<Vec<Vec<u8>>>,
     asked: Arc<AtomicUsize>,
 ) -> std::thread::JoinHandle<()> {
-    let listener = sock::listen(&socket, |_| Ok(())).unwrap();
-    std::thread::spawn(move || {
-        let fd = sock::accept(&listener).unwrap();
-        let mut buf = vec![0u8; ipc::MAX_RECORD];
-        let (mut leased, mut stats) = (0, 0);
-        loop {
-            let n = match sock::recv(&fd, &mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            let (h, mut r) = Header::parse(&buf[..n]).unwrap();
-            let rep = match h.op {
-                op::OPEN => {
-                    let ip: IpAddr = net::ip(2).parse().unwrap();
-                    let opened = Opened {
-                        name: format!("{}:4791", net::soft(2)).into_bytes(),
-                        node_guid: 7,
-                        ports: vec![PortInfo::roce(1, ip.into())].into_boxed_slice(),
-                    };
-                    ipc::reply(h, 0, Public::default(), |w| {
-                        w.put(&opened);
-                    })
-                }
-                op::CREATE_IDS => {
-                    let handle = handles[leased];
-                    leased += 1;
-                    let c = Created {
-                        handle,
-                        public: public(handle, State::Idle, 1),
-                    };
-                    ipc::reply(h, 0, Public::default(), |w| {
-                        w.put(&vec![c].into_boxed_slice());
-                    })
-                }
-                op::INIT_QP_ATTR => {
-                    asked.fetch_add(1, Ordering::SeqCst);
-                    let state: u32 = r.get().unwrap();
-                    ipc::reply(h, 0, public(h.handle, State::MraRepSent, 2), |w| {
-                        w.put(&served_attr(state));
-                    })
-                }
-                op::STAT => {
-                    for rec in pushes.get(stats).cloned().unwrap_or_default() {
-                        sock::send(&fd, &rec).unwrap();
-                    }
-                    stats += 1;
-                    ipc::reply(h, 0, Public::default(), |w| {
-                        w.put(&Stat::default());
-                    })
-                }
-                _ => continue,
-            };
-            if h.seq != 0 {
-                sock::send(&fd, &rep).unwrap();
+    let (mut leased, mut stats) = (0, 0);
+    fake::serve(&socket, move |fd, h, mut r| {
+        let rep = match h.op {
+            op::OPEN => {
+                let ip: IpAddr = net::ip(2).parse().unwrap();
+                fake::opened(h, vec![PortInfo::roce(1, ip.into())])
             }
-        }
+            op::CREATE_IDS => {
+                let handle = handles[leased];
+                leased += 1;
+                let c = Created {
+                    handle,
+                    public: public(handle, State::Idle, 1),
+                };
+                ipc::reply(h, 0, Public::default(), |w| {
+                    w.put(&vec![c].into_boxed_slice());
+                })
+            }
+            op::INIT_QP_ATTR => {
+                asked.fetch_add(1, Ordering::SeqCst);
+                let state: u32 = r.get().unwrap();
+                ipc::reply(h, 0, public(h.handle, State::MraRepSent, 2), |w| {
+                    w.put(&served_attr(state));
+                })
+            }
+            op::STAT => {
+                for rec in pushes.get(stats).cloned().unwrap_or_default() {
+                    sock::send(fd, &rec).unwrap();
+                }
+                stats += 1;
+                ipc::reply(h, 0, Public::default(), |w| {
+                    w.put(&Stat::default());
+                })
+            }
+            _ => return None,
+        };
+        (h.seq != 0).then_some(rep)
     })
 }
 
@@ -189,7 +165,7 @@ fn rep_handler() -> (RustHandler, Receiver<Asked>) {
 
 #[test]
 fn a_rep_brings_its_qp_attributes_and_init_qp_attr_makes_no_round_trip() {
-    let socket = temp_socket("rep");
+    let socket = fake::temp_socket("qpattrs", "rep");
     let (h1, h2, h3) = (0x101, 0x102, 0x103);
     // h1: attributes and event of one snapshot (the engine's order).
     let p1 = public(h1, State::MraRepSent, 10);

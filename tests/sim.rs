@@ -13,11 +13,10 @@ mod sim_seeds;
 use ibcm::engine::*;
 use ibcm::sim::*;
 use ibcm::wire::{attr, rej_reason, sidr_status};
-use sim_seeds::{replaying, seeds};
+use sim_seeds::{ONCE_PER_ID, SERVICE, replaying, req_params, seeds};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-const SERVICE: u64 = 0x0000_0000_0106_1c06;
 const LIMIT_MS: u64 = 600_000;
 
 /// Runs `f` for every seed; a failure names the seed and how to replay it.
@@ -36,25 +35,6 @@ fn for_seeds(name: &str, f: impl Fn(u64, bool) -> Result<(), String>) {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-fn req_params(sim: &Sim, a: usize, b: usize, pdata: &[u8], qpn: u32, retries: u8) -> ReqParams {
-    ReqParams {
-        primary_path: sim_path(sim, a, b, 8),
-        service_id: SERVICE,
-        qp_num: qpn,
-        qp_type: qp_type::RC,
-        starting_psn: 0x123456,
-        private_data: pdata.to_vec(),
-        responder_resources: 1,
-        initiator_depth: 1,
-        remote_cm_response_timeout: 10,
-        local_cm_response_timeout: 10,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        max_cm_retries: retries,
-        ..ReqParams::default()
-    }
-}
-
 /// Per-id event history, checked for validity as events arrive.
 #[derive(Default, Debug)]
 struct History {
@@ -71,22 +51,7 @@ impl History {
         }
         let h = self.events.entry((node, ev.id)).or_default();
         use EventType::*;
-        let once = [
-            ReqReceived,
-            RepReceived,
-            RtuReceived,
-            UserEstablished,
-            DrepReceived,
-            TimewaitExit,
-            SidrReqReceived,
-            SidrRepReceived,
-            ReqError,
-            RepError,
-            DreqError,
-            SidrReqError,
-            DreqReceived,
-        ];
-        if once.contains(&ev.kind) && h.contains(&ev.kind) {
+        if ONCE_PER_ID.contains(&ev.kind) && h.contains(&ev.kind) {
             self.errors.push(format!(
                 "n{node}: {} delivered twice to one id",
                 ev.kind.name()
@@ -229,6 +194,15 @@ fn finish(
         return Err("did not settle within the time limit".into());
     }
     hist.borrow().check()
+}
+
+/// The errors a scenario's consumer recorded, as one.
+fn no_errors(errors: &[String]) -> Result<(), String> {
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
 }
 
 // ------------------------------------------------------------------ connect
@@ -452,9 +426,7 @@ fn reject(seed: u64, trace: bool, faults: Faults, via_callback: bool) -> Result<
     let params = req_params(&sim, c, s, b"hello", 0x77, 15);
     sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
-    }
+    no_errors(&errors)?;
     if client_rej != 1 || server_reqs < 1 {
         return Err(format!(
             "client REJs {client_rej}, server REQs {server_reqs}"
@@ -600,9 +572,7 @@ fn mra(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
     let params = req_params(&sim, c, s, b"slow", 0x77, 15);
     sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
-    }
+    no_errors(&errors)?;
     if client_est != 1 || server_est != 1 {
         return Err(format!(
             "established client={client_est} server={server_est}"
@@ -701,9 +671,7 @@ fn sidr(seed: u64, trace: bool, faults: Faults, listening: bool) -> Result<(), S
         ctx.engine.send_sidr_req(ctx.now, id, &p).unwrap();
     });
     finish(&mut sim, &hist, &mut app)?;
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
-    }
+    no_errors(&errors)?;
     let want = if listening {
         sidr_status::SUCCESS
     } else {
@@ -786,9 +754,7 @@ fn simultaneous_disconnect(seed: u64, trace: bool, faults: Faults) -> Result<(),
     });
     sim.with_node(s, &mut app, |ctx| ctx.wake_at(ctx.now.plus_millis(200), 0));
     finish(&mut sim, &hist, &mut app)?;
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
-    }
+    no_errors(&errors)?;
     if tw != 2 {
         return Err(format!("{tw} timewait exits"));
     }
@@ -895,9 +861,7 @@ fn stale(seed: u64, trace: bool, faults: Faults) -> Result<(), String> {
     sim.restart_node(c);
     sim.with_node(c, &mut app, |ctx| start_req(ctx, &params));
     finish(&mut sim, &hist, &mut app)?;
-    if !errors.is_empty() {
-        return Err(errors.join("; "));
-    }
+    no_errors(&errors)?;
     if client_est.get() != 2 || server_est.get() != 2 {
         return Err(format!(
             "reconnect: client={} server={}",

@@ -17,10 +17,9 @@ mod sim_seeds;
 
 use ibcm::engine::*;
 use ibcm::sim::*;
-use sim_seeds::{replaying, seeds};
+use sim_seeds::{ONCE_PER_ID, SERVICE, replaying, req_params, seeds};
 use std::cell::{Cell, RefCell};
 
-const SERVICE: u64 = 0x0000_0000_0106_1c06;
 /// Virtual time: a lost REJ after an MRA leaves the peer retrying every
 /// convert(24) + convert(av.timeout) ≈ 65.7 s, 15 times (as the kernel).
 const LIMIT_MS: u64 = 3_600_000;
@@ -228,21 +227,7 @@ impl Consumer {
             r.errors
                 .push(format!("n{node}: {} after destroy", ev.kind.name()));
         }
-        let once = [
-            ReqReceived,
-            RepReceived,
-            RtuReceived,
-            DrepReceived,
-            TimewaitExit,
-            SidrReqReceived,
-            SidrRepReceived,
-            ReqError,
-            RepError,
-            DreqError,
-            SidrReqError,
-            DreqReceived,
-        ];
-        if once.contains(&ev.kind) && r.seen.contains(&(node, ev.id, ev.kind)) {
+        if ONCE_PER_ID.contains(&ev.kind) && r.seen.contains(&(node, ev.id, ev.kind)) {
             r.errors
                 .push(format!("n{node}: {} twice on one id", ev.kind.name()));
         }
@@ -470,27 +455,6 @@ impl Consumer {
 
 // --------------------------------------------------------------- scenario
 
-fn req_params(sim: &Sim) -> ReqParams {
-    ReqParams {
-        primary_path: sim_path(sim, C, S, 8),
-        service_id: SERVICE,
-        qp_num: QPN_C,
-        qp_type: qp_type::RC,
-        starting_psn: 0x123456,
-        private_data: b"req".to_vec(),
-        responder_resources: 1,
-        initiator_depth: 1,
-        // REQ every 2*convert(8) + convert(10) = 6 ms, REP every
-        // convert(10) = 4 ms, 15 retries each.
-        remote_cm_response_timeout: 10,
-        local_cm_response_timeout: 10,
-        retry_count: 7,
-        rnr_retry_count: 7,
-        max_cm_retries: 15,
-        ..ReqParams::default()
-    }
-}
-
 /// Runs one scenario; `Ok(true)` when the id was destroyed in the state
 /// under test (always on a loss-free fabric).
 fn run(case: Case, seed: u64, faults: Faults, trace: bool) -> Result<bool, String> {
@@ -509,7 +473,7 @@ fn run(case: Case, seed: u64, faults: Faults, trace: bool) -> Result<bool, Strin
         case,
         rec: RefCell::new(Rec::default()),
         listener: Cell::new(Some(listener)),
-        req: req_params(&sim),
+        req: req_params(&sim, C, S, b"req", QPN_C, 15),
         sidr: SidrReqParams {
             path: sim_path(&sim, C, S, 8),
             service_id: SERVICE,

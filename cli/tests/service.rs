@@ -474,6 +474,31 @@ fn a_hostile_client_neither_crashes_the_service_nor_reaches_other_ids() {
     good.close();
 }
 
+/// A handler that records the kind of every event it is given, and the
+/// record.
+fn recording_handler() -> (Arc<Mutex<Vec<EventType>>>, RustHandler) {
+    let got: Arc<Mutex<Vec<EventType>>> = Arc::default();
+    let g = got.clone();
+    let h: RustHandler = Arc::new(move |_, ev| {
+        g.lock().unwrap().push(ev.kind);
+        0
+    });
+    (got, h)
+}
+
+/// Waits for a REQ_ERROR among the recorded events (5 s: the reader and
+/// delivery threads of a loaded CI machine); fails with the events seen.
+fn wait_for_req_error(got: &Mutex<Vec<EventType>>) {
+    assert!(
+        wait_for(Duration::from_secs(5), || got
+            .lock()
+            .unwrap()
+            .contains(&EventType::ReqError)),
+        "events: {:?}",
+        got.lock().unwrap()
+    );
+}
+
 /// A connect to host `host` of this test's net, where a plain UDP socket
 /// takes the REQ (returned after it arrived) and never answers: the id
 /// stays waiting, its REQ timer the service's.
@@ -508,12 +533,7 @@ fn silent_peer_connect(
 fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
     let mut d = Daemon::start("restart");
     let dev = &net::soft(7);
-    let got: Arc<Mutex<Vec<EventType>>> = Arc::default();
-    let g = got.clone();
-    let h: RustHandler = Arc::new(move |_, ev| {
-        g.lock().unwrap().push(ev.kind);
-        0
-    });
+    let (got, h) = recording_handler();
     let a = Device::open_served(dev, &d.socket).unwrap();
     let id = a
         .create_id(None, std::ptr::null_mut(), Some(h.clone()))
@@ -539,16 +559,8 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
         Some(Errno::ENODEV)
     );
     assert!(t.elapsed() < Duration::from_secs(3));
-    // The pending connect got its error event instead of waiting forever
-    // (5 s: the reader and delivery threads of a loaded CI machine).
-    assert!(
-        wait_for(Duration::from_secs(5), || got
-            .lock()
-            .unwrap()
-            .contains(&EventType::ReqError)),
-        "events: {:?}",
-        got.lock().unwrap()
-    );
+    // The pending connect got its error event instead of waiting forever.
+    wait_for_req_error(&got);
     assert_eq!(got.lock().unwrap().len(), 1, "{:?}", got.lock().unwrap());
     pending.destroy().unwrap();
     id.destroy().unwrap();
@@ -568,12 +580,7 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
 fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
     let d = Daemon::start("stopped");
     let dev = &net::soft(30);
-    let got: Arc<Mutex<Vec<EventType>>> = Arc::default();
-    let g = got.clone();
-    let h: RustHandler = Arc::new(move |_, ev| {
-        g.lock().unwrap().push(ev.kind);
-        0
-    });
+    let (got, h) = recording_handler();
     let a = Device::open_served(dev, &d.socket).unwrap();
     let id = a.create_id(None, std::ptr::null_mut(), None).unwrap();
     // A connect waiting for an answer from a peer that never gives one:
@@ -611,14 +618,7 @@ fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     // The pending connect got its error event instead of waiting forever
     // for the stopped service's timer.
-    assert!(
-        wait_for(Duration::from_secs(5), || got
-            .lock()
-            .unwrap()
-            .contains(&EventType::ReqError)),
-        "events: {:?}",
-        got.lock().unwrap()
-    );
+    wait_for_req_error(&got);
     pending.destroy().unwrap();
     id.destroy().unwrap();
     a.close();

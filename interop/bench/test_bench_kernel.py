@@ -24,20 +24,35 @@ connect      :    11466.49   10984.41  381119.00   11466.49
 """
 
 
-def pairing_dir(root, name, cmtime_out, stamps):
-    run = os.path.join(root, "runs", name)
+def write_run(root, pairing, files):
+    """Writes `files` (name: text) into `root`'s run directory of `pairing`; that directory."""
+    run = os.path.join(root, "runs", pairing)
     os.makedirs(run)
-    with open(os.path.join(run, "scenarios.run"), "w") as f:
-        f.write("cmtime-100\t70\tlisten\t1\ts\tc\nrping-C1\t60\tlisten\t0\ts\tc\n")
-    files = {
+    for k, v in files.items():
+        with open(os.path.join(run, k), "w") as f:
+            f.write(v)
+    return run
+
+
+def pairing_dir(root, name, cmtime_out, stamps):
+    write_run(root, name, {
+        "scenarios.run": "cmtime-100\t70\tlisten\t1\ts\tc\nrping-C1\t60\tlisten\t0\ts\tc\n",
         "cmtime-100.cli.out": cmtime_out, "cmtime-100.cli.rc": "0\n", "cmtime-100.srv.rc": "143\n",
         "rping-C1.cli.out": "ping data: rdma-ping-0\n", "rping-C1.cli.rc": "0\n", "rping-C1.srv.rc": "0\n",
         "rping-C1.ts": stamps, "host.before": " 12:00 up 1 day, load average: 1.00, 2.00, 3.00\nmodel name : x\n",
         "pair.log": "wall: 120.5 s (both guests)\n",
-    }
-    for k, v in files.items():
-        with open(os.path.join(run, k), "w") as f:
-            f.write(v)
+    })
+
+
+def report(root, *pairings):
+    """Runs bench_kernel.py over `root`'s runs of `pairings`; its Markdown and JSON reports."""
+    sys.argv = ["bench_kernel.py", root, *pairings]
+    with contextlib.redirect_stdout(io.StringIO()):
+        bench_kernel.main()
+    with open(os.path.join(root, "bench-kernel.md")) as f:
+        md = f.read()
+    with open(os.path.join(root, "bench-kernel.json")) as f:
+        return md, json.load(f)
 
 
 class Parse(unittest.TestCase):
@@ -68,13 +83,7 @@ class Tables(unittest.TestCase):
             pairing_dir(root, "kernel-kernel", CMTIME, "10.0 @start\n10.4 ping data: a\n10.5 @exit 0\n")
             half = CMTIME.replace("      20.00\n", "      10.00\n")
             pairing_dir(root, "kernel-ibcm", half, "20.0 @start\n20.1 ping data: a\n20.3 @exit 0\n")
-            sys.argv = ["bench_kernel.py", root, "kernel-kernel", "kernel-ibcm"]
-            with contextlib.redirect_stdout(io.StringIO()):
-                bench_kernel.main()
-            with open(os.path.join(root, "bench-kernel.md")) as f:
-                md = f.read()
-            with open(os.path.join(root, "bench-kernel.json")) as f:
-                data = json.load(f)
+            md, data = report(root, "kernel-kernel", "kernel-ibcm")
         self.assertIn("| create id | 20.0 | 10.0 (×0.50) |", md)
         self.assertIn("| create qp | none finished | none finished |", md)
         self.assertIn("| rping -C 1: connected | 0.40 | 0.10 (×0.25) |", md)
@@ -90,8 +99,6 @@ class Parallel(unittest.TestCase):
     """cmtime-par-KxN: K clients of interop/bench/par.sh, one completion time over all of them."""
 
     def run_dir(self, root, pairing, kcm):
-        run = os.path.join(root, "runs", pairing)
-        os.makedirs(run)
         files = {
             "scenarios.run": "cmtime-par-2x100\t80\tlisten\t1\ts\tc\n",
             "cmtime-par-2x100.cli.rc": "0\n", "cmtime-par-2x100.srv.rc": "143\n",
@@ -103,10 +110,7 @@ class Parallel(unittest.TestCase):
         }
         if kcm:
             files["cmtime-par-2x100.kcm"] = "before 5 1 100\nafter 12 4 300\n"
-        for k, v in files.items():
-            with open(os.path.join(run, k), "w") as f:
-                f.write(v)
-        return run
+        return write_run(root, pairing, files)
 
     def test_parse_par(self):
         with tempfile.TemporaryDirectory() as root:
@@ -130,11 +134,7 @@ class Parallel(unittest.TestCase):
         with tempfile.TemporaryDirectory() as root:
             self.run_dir(root, "kernel-kernel", True)
             self.run_dir(root, "ibcm-ibcm-udp", False)
-            sys.argv = ["bench_kernel.py", root, "kernel-kernel", "ibcm-ibcm-udp"]
-            with contextlib.redirect_stdout(io.StringIO()):
-                bench_kernel.main()
-            with open(os.path.join(root, "bench-kernel.md")) as f:
-                md = f.read()
+            md, _ = report(root, "kernel-kernel", "ibcm-ibcm-udp")
         self.assertIn("## Many connections at once: 2 `cmtime -c 100` clients", md)
         self.assertIn("| completion (first start → last exit), s | 4.50 | 4.50 |", md)
         self.assertIn("| connections/s (all clients) | 44 | 44 |", md)
@@ -146,21 +146,12 @@ class Parallel(unittest.TestCase):
 class SameBoot(unittest.TestCase):
     def test_kernel_then_ibcm_in_one_boot(self):
         with tempfile.TemporaryDirectory() as root:
-            run = os.path.join(root, "runs", "ibcm-ibcm-udp")
-            os.makedirs(run)
-            files = {
+            write_run(root, "ibcm-ibcm-udp", {
                 "scenarios.run": "kcm-cmtime-100\t70\tnone\t1\ts\tc\ncmtime-100\t70\tlisten\t1\ts\tc\n",
                 "kcm-cmtime-100.cli.out": CMTIME, "kcm-cmtime-100.cli.rc": "0\n",
                 "cmtime-100.cli.out": CMTIME.replace("      20.00\n", "       5.00\n"), "cmtime-100.cli.rc": "0\n",
-            }
-            for k, v in files.items():
-                with open(os.path.join(run, k), "w") as f:
-                    f.write(v)
-            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-udp"]
-            with contextlib.redirect_stdout(io.StringIO()):
-                bench_kernel.main()
-            with open(os.path.join(root, "bench-kernel.md")) as f:
-                md = f.read()
+            })
+            md, _ = report(root, "ibcm-ibcm-udp")
         self.assertIn("## cmtime -c 100 in one boot of ibcm-ibcm-udp", md)
         self.assertIn("| create id | 20.0 | 5.0 (×0.25) |", md)
         self.assertIn("| connect | 11466.5 | 11466.5 (×1.00) |", md)
@@ -179,11 +170,7 @@ class SameBoot(unittest.TestCase):
                         dst.write(src.read().replace("14.5 @exit", "19.0 @exit"))
             with open(os.path.join(run, "scenarios.run"), "a") as f:
                 f.write("kcm-cmtime-par-2x100\t80\tnone\t1\ts\tc\n")
-            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-udp"]
-            with contextlib.redirect_stdout(io.StringIO()):
-                bench_kernel.main()
-            with open(os.path.join(root, "bench-kernel.md")) as f:
-                md = f.read()
+            md, _ = report(root, "ibcm-ibcm-udp")
         self.assertIn("| | ibcm-ibcm-udp | ibcm-ibcm-udp: the kernel CM, same boot |", md)
         self.assertIn("| completion (first start → last exit), s | 4.50 | 9.00 |", md)
         self.assertEqual(md.count("## Many connections at once"), 1)
@@ -214,8 +201,6 @@ class Libraries(unittest.TestCase):
                     f"connect      : {connect / 10:11.2f}{9.0:11.2f}{800.0:11.2f}{connect:11.2f}\n")
 
         with tempfile.TemporaryDirectory() as root:
-            run = os.path.join(root, "runs", "kernel-ibcm")
-            os.makedirs(run)
             names = ["cmtime-100-old-1", "cmtime-100-new-1", "cmtime-100-old-2", "cmtime-100-new-2"]
             connects = [1000.0, 1500.0, 3000.0, 2500.0]
             files = {"scenarios.run": "".join(f"{n}\t70\tlisten\t1\ts\tc\n" for n in names),
@@ -226,16 +211,8 @@ class Libraries(unittest.TestCase):
                 files.setdefault(f"{n}.cli.out", cm(c))
                 files[f"{n}.cli.rc"] = "0\n"
                 files[f"{n}.ts"] = f"{1002 + 10 * i}.5 @start\n{1009 + 10 * i}.0 @exit 0\n"
-            for k, v in files.items():
-                with open(os.path.join(run, k), "w") as f:
-                    f.write(v)
-            sys.argv = ["bench_kernel.py", root, "kernel-ibcm"]
-            with contextlib.redirect_stdout(io.StringIO()):
-                bench_kernel.main()
-            with open(os.path.join(root, "bench-kernel.md")) as f:
-                md = f.read()
-            with open(os.path.join(root, "bench-kernel.json")) as f:
-                data = json.load(f)
+            write_run(root, "kernel-ibcm", files)
+            md, data = report(root, "kernel-ibcm")
         self.assertIn("## cmtime -c 100 in one boot of kernel-ibcm: libraries alternating", md)
         # the load at the start is the last sample before it, the max includes those up to the exit
         self.assertIn("| 1 | old | 1.00 (2.00) | 1000.0 (×0.50) | — | 0 | 0 |", md)

@@ -2098,6 +2098,11 @@ fn on_event(id: &Arc<IdPriv>, ev: &Event) {
 #[path = "../../tests/common/net.rs"]
 mod test_net;
 
+// The integration tests' helpers (`sockaddr`, `conn_param`), shared by path.
+#[cfg(test)]
+#[path = "../tests/common/cma.rs"]
+mod test_cma;
+
 /// Where the active side completes a connection with a QP: when the
 /// application retrieves the CONNECT_RESPONSE (librdmacm's
 /// `rdma_get_cm_event`), not on the event-loop thread as the REP comes in.
@@ -2106,6 +2111,7 @@ mod test_net;
 /// a plain IB CM peer on a soft device answers the REQ and reports the RTU.
 #[cfg(test)]
 mod tests {
+    use super::test_cma::{conn_param, sockaddr};
     use super::test_net as net;
     use super::*;
     use crate::exports::*;
@@ -2116,20 +2122,6 @@ mod tests {
         // SAFETY: every test of this binary that reads it sets the same
         // value before it opens a device.
         unsafe { std::env::set_var(crate::select::ENV, "soft") };
-    }
-
-    fn sockaddr(a: SocketAddr) -> libc::sockaddr_in {
-        let SocketAddr::V4(v) = a else {
-            panic!("IPv4 only")
-        };
-        libc::sockaddr_in {
-            sin_family: libc::AF_INET as u16,
-            sin_port: v.port().to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(*v.ip()).to_be(),
-            },
-            sin_zero: [0; 8],
-        }
     }
 
     /// A plain IB CM peer on `soft:ip(n)` listening on TCP port `port`: it
@@ -2153,20 +2145,6 @@ mod tests {
         let l = dev.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
         l.listen(cma::service_id(port_space::TCP, port)).unwrap();
         (dev, l, rx)
-    }
-
-    fn conn_param() -> RdmaConnParam {
-        RdmaConnParam {
-            private_data: std::ptr::null(),
-            private_data_len: 0,
-            responder_resources: 1,
-            initiator_depth: 1,
-            flow_control: 0,
-            retry_count: 7,
-            rnr_retry_count: 7,
-            srq: 0,
-            qp_num: 0x1236,
-        }
     }
 
     /// An id on `ch` (NULL: synchronous) from `ip(client)` routed to
@@ -2245,7 +2223,7 @@ mod tests {
         let (_dev, l, rx) = peer(2, 7481);
         let ch = rdma_create_event_channel();
         let id = routed(ch, 3, 2, 7481, Ok(()));
-        let mut cp = conn_param();
+        let mut cp = conn_param(b"", 0x1236);
         // SAFETY: a live id and parameters of ours.
         assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
         // The REP is in: its event waits for the application, and no RTU
@@ -2274,7 +2252,7 @@ mod tests {
         setup();
         let (_dev, l, rx) = peer(4, 7482);
         let id = routed(std::ptr::null_mut(), 5, 4, 7482, Ok(()));
-        let mut cp = conn_param();
+        let mut cp = conn_param(b"", 0x1236);
         // SAFETY: a live id and parameters of ours.
         assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
         // SAFETY: the id's own last event, kept until its next call.
@@ -2310,7 +2288,7 @@ mod tests {
         let (_dev, l, rx) = peer(6, 7483);
         let ch = rdma_create_event_channel();
         let id = routed(ch, 7, 6, 7483, Ok(()));
-        let mut cp = conn_param();
+        let mut cp = conn_param(b"", 0x1236);
         // SAFETY: a live id and parameters of ours.
         assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
         assert!(readable(ch), "no CONNECT_RESPONSE in 5 s");

@@ -22,6 +22,9 @@
 
 #[macro_use]
 extern crate ibcm;
+// Lets the unit tests include `tests/common/cma.rs`, which names the crate.
+#[cfg(test)]
+extern crate self as ibcm_rdmacm;
 
 pub mod abi;
 pub mod addrinfo;

@@ -3,9 +3,12 @@
 //! files, and no-panic property tests.
 
 use super::*;
+#[path = "../../tests/common/byte_order.rs"]
+mod byte_order;
 use crate::wire::roce::{
     self, Bth, Deth, GSI_PAYLOAD_LEN, GsiDatagram, IcrcInput, icrc_ipv4, icrc_ipv6,
 };
+use byte_order::Order;
 use proptest::prelude::*;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
@@ -197,35 +200,22 @@ fn records(data: &[u8]) -> Vec<Rec> {
 }
 
 fn write_pcap(link_type: u32, big: bool, nano: bool, recs: &[Rec]) -> Vec<u8> {
-    let u16b = |v: u16| {
-        if big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        }
-    };
-    let u32b = |v: u32| {
-        if big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        }
-    };
+    let order = Order { big };
     let mut o = Vec::new();
-    o.extend(u32b(if nano { 0xa1b2_3c4d } else { 0xa1b2_c3d4 }));
-    o.extend(u16b(2));
-    o.extend(u16b(4));
-    o.extend(u32b(0));
-    o.extend(u32b(0));
-    o.extend(u32b(65535));
-    o.extend(u32b(link_type));
+    o.extend(order.u32(if nano { 0xa1b2_3c4d } else { 0xa1b2_c3d4 }));
+    o.extend(order.u16(2));
+    o.extend(order.u16(4));
+    o.extend(order.u32(0));
+    o.extend(order.u32(0));
+    o.extend(order.u32(65535));
+    o.extend(order.u32(link_type));
     for r in recs {
         let sec = (r.ts_nanos / 1_000_000_000) as u32;
         let ns = (r.ts_nanos % 1_000_000_000) as u32;
-        o.extend(u32b(sec));
-        o.extend(u32b(if nano { ns } else { ns / 1000 }));
-        o.extend(u32b(r.data.len() as u32));
-        o.extend(u32b(r.orig_len));
+        o.extend(order.u32(sec));
+        o.extend(order.u32(if nano { ns } else { ns / 1000 }));
+        o.extend(order.u32(r.data.len() as u32));
+        o.extend(order.u32(r.orig_len));
         o.extend(&r.data);
     }
     o
@@ -234,7 +224,7 @@ fn write_pcap(link_type: u32, big: bool, nano: bool, recs: &[Rec]) -> Vec<u8> {
 /// A pcapng writer; the byte order is the current section's.
 struct Ng {
     out: Vec<u8>,
-    big: bool,
+    order: Order,
     /// Offset of every block written.
     offsets: Vec<usize>,
 }
@@ -243,28 +233,14 @@ impl Ng {
     fn new() -> Self {
         Ng {
             out: Vec::new(),
-            big: false,
+            order: Order::default(),
             offsets: Vec::new(),
-        }
-    }
-    fn u16(&self, v: u16) -> [u8; 2] {
-        if self.big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
-        }
-    }
-    fn u32(&self, v: u32) -> [u8; 4] {
-        if self.big {
-            v.to_be_bytes()
-        } else {
-            v.to_le_bytes()
         }
     }
     fn opt(&self, code: u16, value: &[u8]) -> Vec<u8> {
         let mut o = Vec::new();
-        o.extend(self.u16(code));
-        o.extend(self.u16(value.len() as u16));
+        o.extend(self.order.u16(code));
+        o.extend(self.order.u16(value.len() as u16));
         o.extend(value);
         o.resize(o.len().div_ceil(4) * 4, 0);
         o
@@ -273,18 +249,18 @@ impl Ng {
         let padded = body.len().div_ceil(4) * 4;
         let total = (12 + padded) as u32;
         self.offsets.push(self.out.len());
-        self.out.extend(self.u32(ty));
-        self.out.extend(self.u32(total));
+        self.out.extend(self.order.u32(ty));
+        self.out.extend(self.order.u32(total));
         self.out.extend(body);
         self.out.resize(self.out.len() + padded - body.len(), 0);
-        self.out.extend(self.u32(total));
+        self.out.extend(self.order.u32(total));
     }
     fn shb(&mut self, big: bool) {
-        self.big = big;
+        self.order = Order { big };
         let mut b = Vec::new();
-        b.extend(self.u32(0x1A2B_3C4D));
-        b.extend(self.u16(1));
-        b.extend(self.u16(0));
+        b.extend(self.order.u32(0x1A2B_3C4D));
+        b.extend(self.order.u16(1));
+        b.extend(self.order.u16(0));
         b.extend([0xff; 8]); // section length unknown
         b.extend(self.opt(4, b"ibcm capture test")); // shb_userappl
         b.extend(self.opt(0, b""));
@@ -292,31 +268,26 @@ impl Ng {
     }
     fn idb(&mut self, link: u16, snaplen: u32, tsresol: Option<u8>, tsoffset: Option<i64>) {
         let mut b = Vec::new();
-        b.extend(self.u16(link));
-        b.extend(self.u16(0));
-        b.extend(self.u32(snaplen));
+        b.extend(self.order.u16(link));
+        b.extend(self.order.u16(0));
+        b.extend(self.order.u32(snaplen));
         b.extend(self.opt(2, b"eth0")); // if_name
         if let Some(r) = tsresol {
             b.extend(self.opt(9, &[r]));
         }
         if let Some(o) = tsoffset {
-            let v = if self.big {
-                o.to_be_bytes()
-            } else {
-                o.to_le_bytes()
-            };
-            b.extend(self.opt(14, &v));
+            b.extend(self.opt(14, &self.order.i64(o)));
         }
         b.extend(self.opt(0, b""));
         self.block(1, &b);
     }
     fn epb(&mut self, iface: u32, ts: u64, r: &Rec, comment: bool) {
         let mut b = Vec::new();
-        b.extend(self.u32(iface));
-        b.extend(self.u32((ts >> 32) as u32));
-        b.extend(self.u32(ts as u32));
-        b.extend(self.u32(r.data.len() as u32));
-        b.extend(self.u32(r.orig_len));
+        b.extend(self.order.u32(iface));
+        b.extend(self.order.u32((ts >> 32) as u32));
+        b.extend(self.order.u32(ts as u32));
+        b.extend(self.order.u32(r.data.len() as u32));
+        b.extend(self.order.u32(r.orig_len));
         b.extend(&r.data);
         b.resize(b.len().div_ceil(4) * 4, 0);
         if comment {
@@ -327,18 +298,18 @@ impl Ng {
     }
     fn pb(&mut self, iface: u16, ts: u64, r: &Rec) {
         let mut b = Vec::new();
-        b.extend(self.u16(iface));
-        b.extend(self.u16(0));
-        b.extend(self.u32((ts >> 32) as u32));
-        b.extend(self.u32(ts as u32));
-        b.extend(self.u32(r.data.len() as u32));
-        b.extend(self.u32(r.orig_len));
+        b.extend(self.order.u16(iface));
+        b.extend(self.order.u16(0));
+        b.extend(self.order.u32((ts >> 32) as u32));
+        b.extend(self.order.u32(ts as u32));
+        b.extend(self.order.u32(r.data.len() as u32));
+        b.extend(self.order.u32(r.orig_len));
         b.extend(&r.data);
         self.block(2, &b);
     }
     fn spb(&mut self, r: &Rec) {
         let mut b = Vec::new();
-        b.extend(self.u32(r.orig_len));
+        b.extend(self.order.u32(r.orig_len));
         b.extend(&r.data);
         self.block(3, &b);
     }

@@ -163,37 +163,34 @@ pub enum GidType {
 /// `enum ib_sa_selector` value used for "exactly".
 pub const SA_EQ: u8 = 2;
 
-/// A path record (`struct sa_path_rec`), all values in host order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PathRec {
-    pub dgid: Gid,
-    pub sgid: Gid,
-    pub service_id: u64,
-    pub flow_label: u32,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub reversible: u8,
-    pub numb_path: u8,
-    pub pkey: u16,
-    pub qos_class: u16,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub mtu: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
-    pub rec_type: PathRecType,
-    pub flags: u32,
-    /// IB: 16-bit LIDs; OPA: 32-bit; RoCE: unused.
-    pub dlid: u32,
-    pub slid: u32,
-    pub raw_traffic: u8,
-    /// RoCE only.
-    pub route_resolved: bool,
-    pub dmac: [u8; 6],
-}
+path_rec_bytes!(bytes_struct! {
+    /// A path record (`struct sa_path_rec`), all values in host order.
+    /// `..u8s` stands for the one-byte members `sl` … `preference`
+    /// (`path_rec_bytes!`, `src/members.rs`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct PathRec {
+        pub dgid: Gid,
+        pub sgid: Gid,
+        pub service_id: u64,
+        pub flow_label: u32,
+        pub hop_limit: u8,
+        pub traffic_class: u8,
+        pub reversible: u8,
+        pub numb_path: u8,
+        pub pkey: u16,
+        pub qos_class: u16,
+        ..u8s,
+        pub rec_type: PathRecType,
+        pub flags: u32,
+        /// IB: 16-bit LIDs; OPA: 32-bit; RoCE: unused.
+        pub dlid: u32,
+        pub slid: u32,
+        pub raw_traffic: u8,
+        /// RoCE only.
+        pub route_resolved: bool,
+        pub dmac: [u8; 6],
+    }
+});
 
 /// `struct rdma_ucm_ece`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -312,46 +309,41 @@ impl std::fmt::Debug for Transmit {
     }
 }
 
-/// Parameters of `ib_send_cm_req`.
-#[derive(Debug, Clone, Default)]
-pub struct ReqParams {
-    pub primary_path: PathRec,
-    pub primary_path_inbound: Option<PathRec>,
-    pub primary_path_outbound: Option<PathRec>,
-    pub alternate_path: Option<PathRec>,
-    /// GID table entry (port, index) from `ppath_sgid_attr`, if given.
-    pub sgid_attr: Option<(u8, u16)>,
-    pub service_id: u64,
-    pub qp_num: u32,
-    pub qp_type: u32,
-    pub starting_psn: u32,
-    pub private_data: Vec<u8>,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub remote_cm_response_timeout: u8,
-    pub flow_control: u8,
-    pub local_cm_response_timeout: u8,
-    pub retry_count: u8,
-    pub rnr_retry_count: u8,
-    pub max_cm_retries: u8,
-    pub srq: u8,
-    pub ece: Ece,
-}
+req_param_bytes!(bytes_struct! {
+    /// Parameters of `ib_send_cm_req`. `..u8s` stands for the one-byte
+    /// members `responder_resources` … `srq` of `struct ib_cm_req_param`
+    /// (`req_param_bytes!`, `src/members.rs`).
+    #[derive(Debug, Clone, Default)]
+    pub struct ReqParams {
+        pub primary_path: PathRec,
+        pub primary_path_inbound: Option<PathRec>,
+        pub primary_path_outbound: Option<PathRec>,
+        pub alternate_path: Option<PathRec>,
+        /// GID table entry (port, index) from `ppath_sgid_attr`, if given.
+        pub sgid_attr: Option<(u8, u16)>,
+        pub service_id: u64,
+        pub qp_num: u32,
+        pub qp_type: u32,
+        pub starting_psn: u32,
+        pub private_data: Vec<u8>,
+        ..u8s,
+        pub ece: Ece,
+    }
+});
 
-/// Parameters of `ib_send_cm_rep`.
-#[derive(Debug, Clone, Default)]
-pub struct RepParams {
-    pub qp_num: u32,
-    pub starting_psn: u32,
-    pub private_data: Vec<u8>,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub failover_accepted: u8,
-    pub flow_control: u8,
-    pub rnr_retry_count: u8,
-    pub srq: u8,
-    pub ece: Ece,
-}
+rep_param_bytes!(bytes_struct! {
+    /// Parameters of `ib_send_cm_rep`. `..u8s` stands for the one-byte
+    /// members `responder_resources` … `srq` of `struct ib_cm_rep_param`
+    /// (`rep_param_bytes!`, `src/members.rs`).
+    #[derive(Debug, Clone, Default)]
+    pub struct RepParams {
+        pub qp_num: u32,
+        pub starting_psn: u32,
+        pub private_data: Vec<u8>,
+        ..u8s,
+        pub ece: Ece,
+    }
+});
 
 /// Parameters of `ib_send_cm_sidr_req`.
 #[derive(Debug, Clone, Default)]

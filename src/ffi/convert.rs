@@ -22,14 +22,7 @@ pub fn path_to_c(p: &PathRec) -> SaPathRec {
     c.numb_path = p.numb_path;
     c.pkey = p.pkey.to_be();
     c.qos_class = p.qos_class.to_be();
-    c.sl = p.sl;
-    c.mtu_selector = p.mtu_selector;
-    c.mtu = p.mtu;
-    c.rate_selector = p.rate_selector;
-    c.rate = p.rate;
-    c.packet_life_time_selector = p.packet_life_time_selector;
-    c.packet_life_time = p.packet_life_time;
-    c.preference = p.preference;
+    path_rec_bytes!(bytes_copy! { c = p });
     c.rec_type = p.rec_type as u32;
     c.flags = p.flags;
     match p.rec_type {
@@ -61,31 +54,26 @@ pub fn path_to_c(p: &PathRec) -> SaPathRec {
 /// `struct sa_path_rec` → engine path record; `None` for an unknown
 /// record type.
 pub fn path_from_c(c: &SaPathRec) -> Option<PathRec> {
-    let rec_type = PathRecType::from_u32(c.rec_type)?;
-    let mut p = PathRec {
-        dgid: Gid(c.dgid.as_raw()),
-        sgid: Gid(c.sgid.as_raw()),
-        service_id: u64::from_be(c.service_id),
-        flow_label: u32::from_be(c.flow_label) & 0xf_ffff,
-        hop_limit: c.hop_limit,
-        traffic_class: c.traffic_class,
-        reversible: c.reversible,
-        numb_path: c.numb_path,
-        pkey: u16::from_be(c.pkey),
-        qos_class: u16::from_be(c.qos_class),
-        sl: c.sl,
-        mtu_selector: c.mtu_selector,
-        mtu: c.mtu,
-        rate_selector: c.rate_selector,
-        rate: c.rate,
-        packet_life_time_selector: c.packet_life_time_selector,
-        packet_life_time: c.packet_life_time & 0x3f,
-        preference: c.preference,
-        rec_type,
-        flags: c.flags,
-        ..PathRec::default()
-    };
-    match rec_type {
+    let mut p = path_rec_bytes!(bytes_from! {
+        c => PathRec {
+            dgid: Gid(c.dgid.as_raw()),
+            sgid: Gid(c.sgid.as_raw()),
+            service_id: u64::from_be(c.service_id),
+            flow_label: u32::from_be(c.flow_label) & 0xf_ffff,
+            hop_limit: c.hop_limit,
+            traffic_class: c.traffic_class,
+            reversible: c.reversible,
+            numb_path: c.numb_path,
+            pkey: u16::from_be(c.pkey),
+            qos_class: u16::from_be(c.qos_class),
+            rec_type: PathRecType::from_u32(c.rec_type)?,
+            flags: c.flags,
+            ..PathRec::default()
+        }
+    });
+    // Six bits (the selector has the upper two).
+    p.packet_life_time &= 0x3f;
+    match p.rec_type {
         PathRecType::Ib => {
             let ib = c.ib();
             p.dlid = u16::from_be(ib.dlid) as u32;

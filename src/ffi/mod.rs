@@ -376,31 +376,25 @@ pub unsafe extern "C" fn ib_send_cm_req(cm_id: *mut IbCmId, param: *mut IbCmReqP
         }
         let p = unsafe { &*param };
         let primary = unsafe { path_arg(p.primary_path) }?.ok_or(Errno::EINVAL)?;
-        let params = ReqParams {
-            primary_path: primary,
-            primary_path_inbound: unsafe { path_arg(p.primary_path_inbound) }?,
-            primary_path_outbound: unsafe { path_arg(p.primary_path_outbound) }?,
-            alternate_path: unsafe { path_arg(p.alternate_path) }?,
-            sgid_attr: unsafe { gid_attr_arg(p.ppath_sgid_attr) },
-            service_id: u64::from_be(p.service_id),
-            qp_num: p.qp_num,
-            qp_type: p.qp_type,
-            starting_psn: p.starting_psn,
-            private_data: unsafe { area(p.private_data, p.private_data_len, pdata::REQ) }?.to_vec(),
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
-            remote_cm_response_timeout: p.remote_cm_response_timeout,
-            flow_control: p.flow_control,
-            local_cm_response_timeout: p.local_cm_response_timeout,
-            retry_count: p.retry_count,
-            rnr_retry_count: p.rnr_retry_count,
-            max_cm_retries: p.max_cm_retries,
-            srq: p.srq,
-            ece: Ece {
-                vendor_id: p.ece.vendor_id,
-                attr_mod: p.ece.attr_mod,
-            },
-        };
+        let params = req_param_bytes!(bytes_from! {
+            p => ReqParams {
+                primary_path: primary,
+                primary_path_inbound: unsafe { path_arg(p.primary_path_inbound) }?,
+                primary_path_outbound: unsafe { path_arg(p.primary_path_outbound) }?,
+                alternate_path: unsafe { path_arg(p.alternate_path) }?,
+                sgid_attr: unsafe { gid_attr_arg(p.ppath_sgid_attr) },
+                service_id: u64::from_be(p.service_id),
+                qp_num: p.qp_num,
+                qp_type: p.qp_type,
+                starting_psn: p.starting_psn,
+                private_data: unsafe { area(p.private_data, p.private_data_len, pdata::REQ) }?
+                    .to_vec(),
+                ece: Ece {
+                    vendor_id: p.ece.vendor_id,
+                    attr_mod: p.ece.attr_mod,
+                },
+            }
+        });
         ok(id.send_req(&params))
     })
 }
@@ -421,21 +415,18 @@ pub unsafe extern "C" fn ib_send_cm_rep(cm_id: *mut IbCmId, param: *mut IbCmRepP
                 p.qp_num
             );
         }
-        let params = RepParams {
-            qp_num: p.qp_num,
-            starting_psn: p.starting_psn,
-            private_data: unsafe { area(p.private_data, p.private_data_len, pdata::REP) }?.to_vec(),
-            responder_resources: p.responder_resources,
-            initiator_depth: p.initiator_depth,
-            failover_accepted: p.failover_accepted,
-            flow_control: p.flow_control,
-            rnr_retry_count: p.rnr_retry_count,
-            srq: p.srq,
-            ece: Ece {
-                vendor_id: p.ece.vendor_id,
-                attr_mod: p.ece.attr_mod,
-            },
-        };
+        let params = rep_param_bytes!(bytes_from! {
+            p => RepParams {
+                qp_num: p.qp_num,
+                starting_psn: p.starting_psn,
+                private_data: unsafe { area(p.private_data, p.private_data_len, pdata::REP) }?
+                    .to_vec(),
+                ece: Ece {
+                    vendor_id: p.ece.vendor_id,
+                    attr_mod: p.ece.attr_mod,
+                },
+            }
+        });
         ok(id.send_rep(&params))
     })
 }

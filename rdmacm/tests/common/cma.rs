@@ -1,6 +1,6 @@
 //! What the librdmacm tests build the same way: an IPv4 `sockaddr_in` and
 //! `rdma_connect`'s parameters. Included by path (`#[path]`) by each test
-//! that uses it.
+//! that uses it, and by the unit tests of `src/id.rs`.
 #![allow(dead_code)]
 
 use ibcm_rdmacm::abi::RdmaConnParam;
