@@ -1469,9 +1469,13 @@ fn neg(e: Errno) -> i32 {
     -e.0.abs()
 }
 
-/// One request on a connection of its own, for the host-wide queries.
+/// One request on a connection of its own, for the host-wide queries:
+/// the connect, the send and the reply each bounded by
+/// `IBCM_SERVICE_TIMEOUT_MS` (`ErrorKind::TimedOut` / `WouldBlock`).
 fn query(socket: &Path, opc: u16, body: &[u8]) -> std::io::Result<Vec<u8>> {
-    let fd = sock::connect(socket)?;
+    let bound = crate::runtime::service_timeout();
+    let fd = sock::connect_within(socket, bound)?;
+    sock::set_timeouts(&fd, bound, true)?;
     let mut w = Header {
         op: opc,
         seq: 1,
