@@ -1792,6 +1792,42 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// Two services starting at once on one path: while the first is
+    /// between its check of the path and its rename onto it (`prepare`
+    /// runs there), the second waits, then finds it listening. Without
+    /// the directory lock both would listen, the second's socket taking
+    /// the path from the first.
+    #[test]
+    fn two_services_starting_at_once_leave_one_listening() {
+        let dir = std::env::temp_dir().join(format!("ibcm-ipc-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let starts: Vec<_> = (0..2)
+            .map(|_| {
+                let (path, tx) = (path.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    sock::listen(&path, |_| {
+                        tx.send(()).unwrap();
+                        std::thread::sleep(std::time::Duration::from_millis(300));
+                        Ok(())
+                    })
+                })
+            })
+            .collect();
+        let got: Vec<std::io::Result<std::os::fd::OwnedFd>> =
+            starts.into_iter().map(|t| t.join().unwrap()).collect();
+        // Only one was ever between its check and its rename.
+        assert_eq!(rx.try_iter().count(), 1);
+        assert_eq!(got.iter().filter(|r| r.is_ok()).count(), 1);
+        let e = got.iter().find_map(|r| r.as_ref().err()).unwrap();
+        assert_eq!(e.raw_os_error(), Some(libc::EADDRINUSE), "{e}");
+        assert!(sock::connect(&path).is_ok());
+        drop(got);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn a_burst_is_batched_and_unbatched_in_order() {
         let one = batch(vec![rec(1, 40)]);

@@ -564,7 +564,10 @@ impl HostPorts {
     /// The service's port table, as `IBCM_SERVICE` says: `off` → `None`
     /// (the process keeps its own table); `auto` → the running service, or
     /// one started on demand, else `None` with a log line; `required` →
-    /// the service or `-ENODEV`.
+    /// the service or `-ENODEV`. A service that does not accept the
+    /// connection within the service timeout is still the host's port
+    /// table (a log line, and its calls fail with `ETIMEDOUT` until it
+    /// accepts), in either mode.
     pub fn connect() -> Result<Option<HostPorts>, Errno> {
         let mode = service_mode();
         if mode == ServiceMode::Off {
@@ -584,7 +587,9 @@ impl HostPorts {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
                 // A wedged service still holds the host's ports: `auto`
-                // does not take a port space of its own beside it.
+                // does not take a port space of its own beside it. Its
+                // table stays this process's: each call opens the link
+                // again (bounded: `ETIMEDOUT` until the service accepts).
                 crate::log::always(
                     ERROR,
                     format_args!(
@@ -592,7 +597,7 @@ impl HostPorts {
                         hp.path.display()
                     ),
                 );
-                return Err(Errno(libc::ETIMEDOUT));
+                return Ok(Some(hp));
             }
             Err(e) if mode == ServiceMode::Auto => {
                 ibcm_log!(
