@@ -1230,7 +1230,7 @@ pub mod sock {
     /// once and nothing to `poll` for), but its `connect` waits at most the
     /// socket's `SO_SNDTIMEO` and then fails with `EAGAIN`: that bound is
     /// set first and stays `d` on the connected socket — the send bound
-    /// both callers (a device's and the port table's connection) give it.
+    /// its callers (a device's connection, the port table's, a query) set.
     /// A signal during the wait restarts it with the time left. Nobody
     /// listening is `ECONNREFUSED` / `ENOENT` at once, as for `connect`.
     pub fn connect_within(path: &Path, d: std::time::Duration) -> io::Result<OwnedFd> {

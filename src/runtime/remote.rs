@@ -377,13 +377,19 @@ pub(crate) fn start_service(path: &Path) -> std::io::Result<()> {
         .process_group(0)
         .spawn()?;
     let pid = child.id() as i32;
-    let status = match wait_until(&mut child, deadline)? {
-        Some(status) => status,
-        None => {
+    // SAFETY: the group is the child's own (`process_group(0)`), and the
+    // child is not reaped yet: its pid (the group's id) is still ours.
+    let kill_group = || unsafe { libc::kill(-pid, libc::SIGKILL) };
+    let status = match wait_until(&mut child, deadline) {
+        Ok(Some(status)) => status,
+        Err(e) => {
+            kill_group();
+            let _ = child.wait();
+            return Err(e);
+        }
+        Ok(None) => {
             let doing = doing(pid);
-            // SAFETY: the group is the child's own (`process_group(0)`),
-            // and the child is not reaped yet: its pid is still ours.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            kill_group();
             let _ = child.wait();
             let what = format!(
                 "{} daemon (pid {pid}, {doing}) did not detach within {} ms (IBCM_SERVICE_TIMEOUT_MS): killed with its process group",
