@@ -1185,8 +1185,18 @@ pub mod sock {
     }
 
     fn socket() -> io::Result<OwnedFd> {
-        let fd =
-            unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+        socket_with(0)
+    }
+
+    /// A seqpacket socket with `flags` (`SOCK_NONBLOCK`) besides `SOCK_CLOEXEC`.
+    fn socket_with(flags: libc::c_int) -> io::Result<OwnedFd> {
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | flags,
+                0,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -1216,11 +1226,63 @@ pub mod sock {
         Ok(())
     }
 
-    /// Connects to the service at `path`.
+    /// Connects to the service at `path` (blocking while its listen
+    /// backlog is full: [`connect_within`] bounds that).
     pub fn connect(path: &Path) -> io::Result<OwnedFd> {
         let fd = socket()?;
         at_addr(&fd, addr(path)?, libc::connect)?;
         Ok(fd)
+    }
+
+    /// Connects to the service at `path`, waiting at most `d` for room in
+    /// its listen backlog (a stopped or wedged service stops accepting;
+    /// once its backlog is full a plain `connect` blocks until it accepts
+    /// again): `ErrorKind::TimedOut` then. A Unix socket has no
+    /// asynchronous connect (non-blocking, a full backlog is `EAGAIN` at
+    /// once and nothing to `poll` for), but its `connect` waits at most the
+    /// socket's `SO_SNDTIMEO` and then fails with `EAGAIN`: that bound is
+    /// set first and stays `d` on the connected socket — the send bound
+    /// its callers (a device's connection, the port table's, a query) set.
+    /// A signal during the wait restarts it with the time left. Nobody
+    /// listening is `ECONNREFUSED` / `ENOENT` at once, as for `connect`.
+    pub fn connect_within(path: &Path, d: std::time::Duration) -> io::Result<OwnedFd> {
+        let a = addr(path)?;
+        let fd = socket()?;
+        let deadline = std::time::Instant::now() + d;
+        let mut left = d;
+        loop {
+            // A zero `SO_SNDTIMEO` would mean no bound at all.
+            set_timeouts(&fd, left.max(std::time::Duration::from_micros(1)), false)?;
+            let e = match at_addr(&fd, a, libc::connect) {
+                Ok(()) => return Ok(fd),
+                Err(e) => e,
+            };
+            left = deadline.saturating_duration_since(std::time::Instant::now());
+            match e.kind() {
+                io::ErrorKind::Interrupted if !left.is_zero() => continue,
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "no connection accepted within {} ms, the listen backlog stayed full",
+                            d.as_millis()
+                        ),
+                    ));
+                }
+                _ => return Err(e),
+            }
+        }
+    }
+
+    /// Whether a socket listens at `path`, without waiting: a full
+    /// backlog (`EAGAIN` from a non-blocking connect) is a listener too.
+    fn listened(path: &Path) -> io::Result<bool> {
+        let fd = socket_with(libc::SOCK_NONBLOCK)?;
+        match at_addr(&fd, addr(path)?, libc::connect) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(true),
+            Err(_) => Ok(false),
+        }
     }
 
     /// Binds and listens at `path` (a stale socket file nobody answers
@@ -1230,13 +1292,28 @@ pub mod sock {
     /// a socket file at `path` always answers with its final owner and
     /// mode (a client that found it earlier could see them change under
     /// it, or be refused by a socket not yet listening).
+    ///
+    /// Two services starting at once (two processes opening a device with
+    /// none running) must not both listen — the second rename would take
+    /// the path from the first, which would go on serving its clients
+    /// alone: the check and the rename are one step under an exclusive
+    /// `flock` of the socket's directory (held for that step only), so the
+    /// second finds the first listening and fails with `EADDRINUSE`. A
+    /// live service whose backlog is full is found listening too, without
+    /// waiting.
     pub fn listen(
         path: &Path,
         prepare: impl FnOnce(&Path) -> io::Result<()>,
     ) -> io::Result<OwnedFd> {
         addr(path)?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let dir = std::fs::File::open(dir)?;
+        uninterrupted(|| unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) as isize })?;
         if path.exists() {
-            if connect(path).is_ok() {
+            if listened(path)? {
                 return Err(io::Error::from_raw_os_error(libc::EADDRINUSE));
             }
             let _ = std::fs::remove_file(path);
@@ -1724,6 +1801,42 @@ mod tests {
             1,
             "a file was left"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Two services starting at once on one path: while the first is
+    /// between its check of the path and its rename onto it (`prepare`
+    /// runs there), the second waits, then finds it listening. Without
+    /// the directory lock both would listen, the second's socket taking
+    /// the path from the first.
+    #[test]
+    fn two_services_starting_at_once_leave_one_listening() {
+        let dir = std::env::temp_dir().join(format!("ibcm-ipc-race-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let starts: Vec<_> = (0..2)
+            .map(|_| {
+                let (path, tx) = (path.clone(), tx.clone());
+                std::thread::spawn(move || {
+                    sock::listen(&path, |_| {
+                        tx.send(()).unwrap();
+                        std::thread::sleep(std::time::Duration::from_millis(300));
+                        Ok(())
+                    })
+                })
+            })
+            .collect();
+        let got: Vec<std::io::Result<std::os::fd::OwnedFd>> =
+            starts.into_iter().map(|t| t.join().unwrap()).collect();
+        // Only one was ever between its check and its rename.
+        assert_eq!(rx.try_iter().count(), 1);
+        assert_eq!(got.iter().filter(|r| r.is_ok()).count(), 1);
+        let e = got.iter().find_map(|r| r.as_ref().err()).unwrap();
+        assert_eq!(e.raw_os_error(), Some(libc::EADDRINUSE), "{e}");
+        assert!(sock::connect(&path).is_ok());
+        drop(got);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

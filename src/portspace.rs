@@ -587,7 +587,10 @@ impl HostPorts {
     /// The service's port table, as `IBCM_SERVICE` says: `off` → `None`
     /// (the process keeps its own table); `auto` → the running service, or
     /// one started on demand, else `None` with a log line; `required` →
-    /// the service or `-ENODEV`.
+    /// the service or `-ENODEV`. A service that does not accept the
+    /// connection within the service timeout is still the host's port
+    /// table (a log line, and its calls fail with `ETIMEDOUT` until it
+    /// accepts), in either mode.
     pub fn connect() -> Result<Option<HostPorts>, Errno> {
         let mode = service_mode();
         if mode == ServiceMode::Off {
@@ -605,6 +608,20 @@ impl HostPorts {
         };
         match opened {
             Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                // A wedged service still holds the host's ports: `auto`
+                // does not take a port space of its own beside it. Its
+                // table stays this process's: each call opens the link
+                // again (bounded: `ETIMEDOUT` until the service accepts).
+                crate::log::always(
+                    ERROR,
+                    format_args!(
+                        "rdma_cm ports: the CM service at {} is not answering ({e}; IBCM_SERVICE_TIMEOUT_MS): not using a port space of this process's own, the service holds the host's ports",
+                        hp.path.display()
+                    ),
+                );
+                return Ok(Some(hp));
+            }
             Err(e) if mode == ServiceMode::Auto => {
                 ibcm_log!(
                     INFO,
@@ -660,23 +677,22 @@ impl HostPorts {
             link: Arc::new(Mutex::new(None)),
             no_leases: Default::default(),
         };
-        hp.open_link(&mut lock(&hp.link))
-            .map_err(|_| Errno::ENODEV)?;
+        hp.open_link(&mut lock(&hp.link)).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                Errno(libc::ETIMEDOUT)
+            } else {
+                Errno::ENODEV
+            }
+        })?;
         Ok(hp)
     }
 
     /// Opens the link and starts its reader thread.
     fn open_link(&self, l: &mut Option<Link>) -> std::io::Result<()> {
         static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let fd = match sock::connect(&self.path) {
-            Ok(fd) => fd,
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => return Err(e),
-            Err(e) if self.mode != ServiceMode::Auto => return Err(e),
-            Err(_) => {
-                crate::runtime::start_service(&self.path)?;
-                sock::connect(&self.path)?
-            }
-        };
+        // Bounded (a wedged service: `TimedOut`), and started on demand
+        // under `auto` only.
+        let fd = crate::runtime::connect_service(&self.path, self.mode == ServiceMode::Auto)?;
         // A send to a service that stopped reading fails after the
         // timeout instead of blocking (set once per connection).
         sock::set_timeouts(&fd, service_timeout(), false)?;
@@ -733,6 +749,16 @@ impl HostPorts {
         if l.is_none()
             && let Err(e) = self.open_link(l)
         {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                crate::log::always(
+                    ERROR,
+                    format_args!(
+                        "rdma_cm ports: the CM service at {} is not answering ({e}; IBCM_SERVICE_TIMEOUT_MS)",
+                        self.path.display()
+                    ),
+                );
+                return Err(Errno(libc::ETIMEDOUT));
+            }
             ibcm_log!(
                 WARN,
                 "rdma_cm ports: no CM service at {}: {e}",

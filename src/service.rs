@@ -1515,9 +1515,13 @@ fn neg(e: Errno) -> i32 {
     -e.0.abs()
 }
 
-/// One request on a connection of its own, for the host-wide queries.
+/// One request on a connection of its own, for the host-wide queries:
+/// the connect, the send and the reply each bounded by
+/// `IBCM_SERVICE_TIMEOUT_MS` (`ErrorKind::TimedOut`).
 fn query(socket: &Path, opc: u16, body: &[u8]) -> std::io::Result<Vec<u8>> {
-    let fd = sock::connect(socket)?;
+    let bound = crate::runtime::service_timeout();
+    let fd = sock::connect_within(socket, bound)?;
+    sock::set_timeouts(&fd, bound, true)?;
     let mut w = Header {
         op: opc,
         seq: 1,
@@ -1525,9 +1529,21 @@ fn query(socket: &Path, opc: u16, body: &[u8]) -> std::io::Result<Vec<u8>> {
     }
     .record();
     w.0.extend_from_slice(body);
-    sock::send(&fd, &w.into_bytes())?;
+    let silent = |e: std::io::Error| {
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return e;
+        }
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "the service did not answer within {} ms (IBCM_SERVICE_TIMEOUT_MS)",
+                bound.as_millis()
+            ),
+        )
+    };
+    sock::send(&fd, &w.into_bytes()).map_err(silent)?;
     let mut buf = vec![0u8; ipc::MAX_RECORD];
-    let n = sock::recv(&fd, &mut buf)?;
+    let n = sock::recv(&fd, &mut buf).map_err(silent)?;
     let bad = |e: Errno| std::io::Error::other(format!("bad reply from the service: {e}"));
     let (h, mut r) = Header::parse(&buf[..n]).map_err(bad)?;
     if h.op != op::REPLY | opc {

@@ -1,7 +1,10 @@
 //! `ibcm daemon`: the host CM service (one CM per host). Without
 //! `--foreground` it detaches (fork, setsid) once its socket listens, so
 //! the command returns when the service is ready — what a process that
-//! starts it on demand (`IBCM_SERVICE=auto`) waits for.
+//! starts it on demand (`IBCM_SERVICE=auto`) waits for, at most
+//! `IBCM_SERVICE_TIMEOUT_MS` before it kills the daemon's process group
+//! (the forked service process joins a session of its own only once it
+//! listens).
 
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -73,7 +76,6 @@ pub fn main(a: &Args) -> i32 {
         }
         0 => {
             drop(rd);
-            unsafe { libc::setsid() };
             // Logs stay on stderr; nothing else of the caller's is kept.
             let null = c"/dev/null";
             let fd = unsafe { libc::open(null.as_ptr(), libc::O_RDWR) };
@@ -109,6 +111,10 @@ fn serve(opts: Options, ready: Option<OwnedFd>) -> i32 {
         }
     };
     if let Some(w) = ready {
+        // Detached only now: until it listens the service process stays
+        // in its starter's process group, so a starter that gives up
+        // waiting (IBCM_SERVICE_TIMEOUT_MS) kills it with that group.
+        unsafe { libc::setsid() };
         use std::io::Write;
         let _ = std::fs::File::from(w).write_all(b"1");
     }

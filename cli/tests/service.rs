@@ -1421,3 +1421,325 @@ fn a_burst_of_connects_travels_as_one_message_per_step() {
     cli.close();
     srv.close();
 }
+
+/// Runs `c` to its end, at most `limit` (killed then: the test fails
+/// instead of hanging): its output and how long it took.
+fn run_within(c: &mut Command, limit: Duration) -> (std::process::Output, Duration) {
+    let t = Instant::now();
+    let mut child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = collect_stdout(&mut child);
+    let mut err = child.stderr.take().unwrap();
+    let err = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut err, &mut s);
+        s
+    });
+    let finished = wait_for(limit, || child.try_wait().unwrap().is_some());
+    if !finished {
+        let _ = child.kill();
+    }
+    let status = child.wait().unwrap();
+    let took = t.elapsed();
+    let stderr = err.join().unwrap();
+    assert!(
+        finished,
+        "still running after {limit:?} (a hang): {}",
+        text(&stderr)
+    );
+    let stdout = out.lock().unwrap().clone().into_bytes();
+    (
+        std::process::Output {
+            status,
+            stdout,
+            stderr,
+        },
+        took,
+    )
+}
+
+/// A fake service at `path`: a seqpacket socket listening with the
+/// smallest backlog that never accepts, and the connections that filled
+/// that backlog (a stopped or wedged service once 128 clients queued).
+fn full_backlog(path: &Path) -> (std::os::fd::OwnedFd, Vec<std::os::fd::OwnedFd>) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    let seqpacket = |flags: libc::c_int| {
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | flags, 0) };
+        assert!(fd >= 0);
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    };
+    let mut a: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    a.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in a.sun_path.iter_mut().zip(path.as_os_str().as_bytes()) {
+        *d = *s as libc::c_char;
+    }
+    let sa = &a as *const libc::sockaddr_un as *const libc::sockaddr;
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    let l = seqpacket(0);
+    assert_eq!(unsafe { libc::bind(l.as_raw_fd(), sa, len) }, 0);
+    assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 0) }, 0);
+    let mut held = Vec::new();
+    loop {
+        let c = seqpacket(libc::SOCK_NONBLOCK);
+        if unsafe { libc::connect(c.as_raw_fd(), sa, len) } != 0 {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock, "{e}");
+            break;
+        }
+        held.push(c);
+        assert!(held.len() < 1000, "the backlog never filled");
+    }
+    (l, held)
+}
+
+#[test]
+fn an_open_against_a_full_backlog_times_out_instead_of_hanging() {
+    let dir = TempDir::new("service", "backlog");
+    let socket = dir.0.join("ibcmd.sock");
+    let (_listener, held) = full_backlog(&socket);
+    assert!(!held.is_empty());
+    // A plain connect would block now until the service accepts.
+    let s = socket.clone();
+    let (e, took) = within(Duration::from_secs(20), move || {
+        sock::connect_within(&s, Duration::from_millis(200)).unwrap_err()
+    });
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+    assert!(
+        (Duration::from_millis(200)..Duration::from_secs(5)).contains(&took),
+        "{took:?}"
+    );
+    // An open in a process of its own with a short bound: ETIMEDOUT
+    // after the bound, whether `auto` (no in-process CM beside the
+    // service: it owns the device) or `required`.
+    let dev = &net::soft(33);
+    for mode in ["auto", "required"] {
+        let (out, took) = run_within(
+            ibcm()
+                .args(["listen", "--device", dev, "--timeout", "5"])
+                .env("IBCM_SERVICE", mode)
+                .env("IBCM_SERVICE_SOCKET", &socket)
+                .env("IBCM_SERVICE_TIMEOUT_MS", "300"),
+            Duration::from_secs(20),
+        );
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{mode}: {err}");
+        assert!(
+            err.contains("is not answering") && err.contains("-ETIMEDOUT"),
+            "{mode}: {err}"
+        );
+        assert_eq!(
+            err.contains("not opening in-process"),
+            mode == "auto",
+            "{err}"
+        );
+        assert!(
+            (Duration::from_millis(300)..Duration::from_secs(10)).contains(&took),
+            "{mode}: {took:?}"
+        );
+    }
+    // In this process (the default 5 s bound): a device's open and the
+    // port table's connection (rdma_bind_addr's) both time out.
+    let limit = ibcm::api::service_timeout() + Duration::from_secs(10);
+    let (s, d) = (socket.clone(), dev.clone());
+    let opener =
+        std::thread::spawn(move || within(limit, move || Device::open_served(&d, &s).err()));
+    let s = socket.clone();
+    let (err, _) = within(limit, move || {
+        ibcm::portspace::HostPorts::connect_at(&s).err()
+    });
+    assert_eq!(err, Some(Errno(libc::ETIMEDOUT)));
+    let (err, _) = opener.join().unwrap();
+    assert_eq!(err, Some(Errno(libc::ETIMEDOUT)));
+}
+
+/// Runs `f` on a thread of its own: its result and how long it took, or
+/// a failed test if it has not returned within `limit` (a hang).
+fn within<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, Duration) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = Instant::now();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    let r = rx
+        .recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("no return within {limit:?}: a hang"));
+    (r, t.elapsed())
+}
+
+/// What `/proc/<pid>/stat` says of `pid`'s state: `None` when there is no
+/// such process (exited and reaped).
+fn proc_state(pid: u32) -> Option<char> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    st.rsplit(") ").next()?.chars().next()
+}
+
+#[test]
+fn a_daemon_that_never_detaches_is_killed_and_reaped() {
+    let dir = TempDir::new("service", "nodetach");
+    let socket = dir.0.join("ibcmd.sock");
+    // A "daemon" that neither listens nor exits, with a child of its own.
+    let fake = dir.write(
+        "fake-daemon",
+        format!(
+            "#!/bin/sh\necho $$ > {d}/daemon.pid\nsleep 1000 &\necho $! > {d}/child.pid\nwait\n",
+            d = dir.0.display()
+        ),
+    );
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dev = &net::soft(34);
+    let client = |mode: &str| {
+        let mut c = ibcm();
+        c.args(["listen", "--device", dev, "--count", "1", "--timeout", "4"])
+            .env("IBCM_SERVICE", mode)
+            .env("IBCM_SERVICE_SOCKET", &socket)
+            .env("IBCM_SERVICE_TIMEOUT_MS", "400")
+            .env("IBCM_DAEMON", &fake)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let pid_in = |f: &str| -> u32 {
+        std::fs::read_to_string(dir.0.join(f))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // `auto`: after the bound the starter kills the daemon's process
+    // group, reaps it and opens in-process (nobody owns the device).
+    let t = Instant::now();
+    let mut l = client("auto").spawn().unwrap();
+    let said = collect_stdout(&mut l);
+    assert!(
+        wait_for(Duration::from_secs(15), || said
+            .lock()
+            .unwrap()
+            .contains("listening on")),
+        "{}",
+        said.lock().unwrap()
+    );
+    let took = t.elapsed();
+    assert!(
+        (Duration::from_millis(400)..Duration::from_secs(10)).contains(&took),
+        "{took:?}"
+    );
+    let (daemon, child) = (pid_in("daemon.pid"), pid_in("child.pid"));
+    // Reaped by the starter, which still runs: no zombie left.
+    assert!(l.try_wait().unwrap().is_none());
+    assert_eq!(proc_state(daemon), None, "the daemon was not reaped");
+    // Its child was killed with it (reaped by whoever inherited it).
+    assert!(
+        wait_for(Duration::from_secs(5), || matches!(
+            proc_state(child),
+            None | Some('Z')
+        )),
+        "the daemon's child still runs"
+    );
+    let out = l.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("{} daemon (pid {daemon}, ", fake.display()))
+            && err.contains("did not detach within 400 ms"),
+        "{err}"
+    );
+    // `required`: the open fails within the bound, with the same line.
+    let (out, took) = run_within(&mut client("required"), Duration::from_secs(20));
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("did not detach within 400 ms"), "{err}");
+    assert!(
+        (Duration::from_millis(400)..Duration::from_secs(10)).contains(&took),
+        "{took:?}"
+    );
+    assert_eq!(proc_state(pid_in("daemon.pid")), None);
+}
+
+/// The live `ibcm daemon` processes serving `socket`.
+fn daemons_at(socket: &Path) -> Vec<u32> {
+    let want = socket.as_os_str().as_encoded_bytes();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+            args.contains(&&b"daemon"[..]) && args.contains(&want)
+        })
+        .collect()
+}
+
+#[test]
+fn concurrent_first_opens_start_one_service_that_serves_them_all() {
+    let dir = TempDir::new("service", "racing");
+    let socket = dir.0.join("ibcmd.sock");
+    let dev = &net::soft(35);
+    // Four processes open the device at once with no service running:
+    // each starts one (IBCM_SERVICE=required: none may fall back to an
+    // in-process CM), one of them listens, the others find it listening
+    // and every process is served by it.
+    let mut clients: Vec<(Child, Arc<Mutex<String>>)> = (1..=4)
+        .map(|sid| {
+            let mut c = ibcm()
+                .args(["listen", "--device", dev, "--count", "0", "--timeout", "8"])
+                .args(["--service-id", &sid.to_string()])
+                .env("IBCM_SERVICE", "required")
+                .env("IBCM_SERVICE_IDLE_EXIT", "1")
+                .env("IBCM_SERVICE_SOCKET", &socket)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let said = collect_stdout(&mut c);
+            (c, said)
+        })
+        .collect();
+    for (c, said) in &mut clients {
+        let ok = wait_for(Duration::from_secs(15), || {
+            said.lock().unwrap().contains("listening on") || c.try_wait().unwrap().is_some()
+        });
+        assert!(
+            ok && said.lock().unwrap().contains("listening on"),
+            "{}",
+            said.lock().unwrap()
+        );
+    }
+    let daemons = daemons_at(&socket);
+    let ids = ibcm()
+        .args(["ids", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    for (c, _) in &mut clients {
+        let _ = c.kill();
+    }
+    let pids: Vec<u32> = clients.iter().map(|(c, _)| c.id()).collect();
+    for (mut c, _) in clients {
+        let _ = c.wait();
+    }
+    let gone = wait_for(Duration::from_secs(10), || daemons_at(&socket).is_empty());
+    for pid in daemons_at(&socket) {
+        stopped::signal(pid, libc::SIGKILL);
+    }
+    assert_eq!(daemons.len(), 1, "services at one socket: {daemons:?}");
+    let listed = text(&ids.stdout);
+    for pid in pids {
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(&pid.to_string())
+                    && l.contains("LISTEN")),
+            "process {pid} is not served by the service: {listed}"
+        );
+    }
+    assert!(gone, "the on-demand service did not leave when idle");
+}

@@ -76,7 +76,7 @@ pub use event_loop::{ROUND_SLICE, delivery_round, in_delivery_round, set_deliver
 pub use id::CmId;
 pub use inner::{CmIdInner, RustHandler};
 pub use registry::{listen_id, lookup};
-pub(crate) use remote::start_service;
+pub(crate) use remote::connect_service;
 pub use remote::{
     DEFAULT_SERVICE_TIMEOUT, Mode as ServiceMode, mode as service_mode, service_timeout,
     service_timeouts,

@@ -243,13 +243,25 @@ pub(super) fn open(name: &str) -> Result<Option<Arc<Device>>, Errno> {
         return Ok(None);
     }
     let path = ipc::socket_path();
-    let fd = match sock::connect(&path) {
-        Ok(fd) => Ok(fd),
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(e),
-        Err(_) => start_service(&path).and_then(|()| sock::connect(&path)),
-    };
-    let fd = match fd {
+    let fd = match connect_service(&path, true) {
         Ok(fd) => fd,
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            // A service is there but wedged: it still owns the host's
+            // devices, so `auto` does not open a second CM in-process.
+            crate::log::always(
+                ERROR,
+                format_args!(
+                    "{name}: the CM service at {} is not answering ({e}; IBCM_SERVICE_TIMEOUT_MS){}",
+                    path.display(),
+                    if mode == Mode::Auto {
+                        ": not opening in-process, the service owns the device"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+            return Err(Errno(errno::ETIMEDOUT));
+        }
         Err(e) if mode == Mode::Auto => {
             ibcm_log!(
                 INFO,
@@ -275,34 +287,122 @@ pub(super) fn open(name: &str) -> Result<Option<Arc<Device>>, Errno> {
 /// Opens `name` through the service listening at `path` (no start on
 /// demand, whatever `IBCM_SERVICE` says).
 pub(super) fn open_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
-    let fd = sock::connect(path).map_err(|e| {
+    let fd = connect_service(path, false).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            crate::log::always(
+                ERROR,
+                format_args!(
+                    "{name}: the CM service at {} is not answering ({e}; IBCM_SERVICE_TIMEOUT_MS)",
+                    path.display()
+                ),
+            );
+            return Errno(errno::ETIMEDOUT);
+        }
         ibcm_log!(WARN, "{name}: no CM service at {}: {e}", path.display());
         Errno::ENODEV
     })?;
     Remote::open(fd, name)
 }
 
+/// A connection to the service at `path`, every wait bounded by
+/// [`service_timeout`]: the `connect` (a service that stopped accepting
+/// and whose backlog is full: `ErrorKind::TimedOut`, counted in
+/// [`service_timeouts`] — the only error of that kind) and, with `start`,
+/// a service started on demand when nobody listens there
+/// ([`start_service`]). After a start, successful or not, it connects
+/// again: a start that lost the race to another process's start fails
+/// (`EADDRINUSE`) while that one listens, and is served by it.
+pub(crate) fn connect_service(path: &Path, start: bool) -> std::io::Result<OwnedFd> {
+    let bound = service_timeout();
+    let connect = || {
+        sock::connect_within(path, bound).inspect_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                SERVICE_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    match connect() {
+        Ok(fd) => Ok(fd),
+        Err(e) if !start => Err(e),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::InvalidInput | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(e)
+        }
+        Err(_) => {
+            let started = start_service(path);
+            match (connect(), started) {
+                (Ok(fd), _) => Ok(fd),
+                (Err(e), Err(s)) if e.kind() != std::io::ErrorKind::TimedOut => Err(s),
+                (Err(e), _) => Err(e),
+            }
+        }
+    }
+}
+
 /// Starts `ibcm daemon` for `path` and waits until it listens: the binary
 /// is `$IBCM_DAEMON`, else `ibcm` beside this library or program, else
 /// `ibcm` on `PATH`. An on-demand service leaves after
 /// `$IBCM_SERVICE_IDLE_EXIT` seconds (default 30) without clients.
+///
+/// The daemon detaches (exits, its forked service going on) once it
+/// listens; the wait for that is bounded by [`service_timeout`]. One that
+/// has not detached by then (hung before listening) is killed with its
+/// whole process group — it runs in a group of its own, and its service
+/// process stays in it until it listens — and reaped, with a log line
+/// naming its binary, pid and what `/proc` says it was doing; the start
+/// fails (`ErrorKind::Other`: nobody listens, `auto` opens in-process).
 pub(crate) fn start_service(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::process::CommandExt;
     let bin = daemon_binary();
     let idle = std::env::var("IBCM_SERVICE_IDLE_EXIT")
         .ok()
         .and_then(|v| v.parse::<u32>().ok())
         .unwrap_or(30);
     ibcm_log!(INFO, "starting the CM service: {} daemon", bin.display());
+    let bound = service_timeout();
+    let deadline = Instant::now() + bound;
     // Not the caller's preloads (a drop-in librdmacm.so.1, stdbuf's
     // library): the daemon is a program of its own.
-    let status = std::process::Command::new(&bin)
+    let mut child = std::process::Command::new(&bin)
         .env_remove("LD_PRELOAD")
         .args(["daemon", "--idle-exit", &idle.to_string(), "--socket"])
         .arg(path)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .status()?;
+        .process_group(0)
+        .spawn()?;
+    let pid = child.id() as i32;
+    // SAFETY: the group is the child's own (`process_group(0)`), and the
+    // child is not reaped yet: its pid (the group's id) is still ours.
+    let kill_group = || unsafe { libc::kill(-pid, libc::SIGKILL) };
+    let status = match wait_until(&mut child, deadline) {
+        Ok(Some(status)) => status,
+        Err(e) => {
+            kill_group();
+            let _ = child.wait();
+            return Err(e);
+        }
+        Ok(None) => {
+            let doing = doing(pid);
+            kill_group();
+            let _ = child.wait();
+            let what = format!(
+                "{} daemon (pid {pid}, {doing}) did not detach within {} ms (IBCM_SERVICE_TIMEOUT_MS): killed with its process group",
+                bin.display(),
+                bound.as_millis()
+            );
+            crate::log::always(
+                WARN,
+                format_args!("the CM service at {} did not start: {what}", path.display()),
+            );
+            return Err(std::io::Error::other(what));
+        }
+    };
     if !status.success() {
         return Err(std::io::Error::other(format!(
             "{} daemon exited with {status}",
@@ -310,6 +410,72 @@ pub(crate) fn start_service(path: &Path) -> std::io::Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Waits for `child` to exit until `deadline`: its status, or `None` if it
+/// is still running then. A pidfd (`pidfd_open`, Linux 5.3) is polled;
+/// without one the child is looked at every few milliseconds.
+fn wait_until(
+    child: &mut std::process::Child,
+    deadline: Instant,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
+    // SAFETY: a descriptor just opened, owned here only.
+    let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as libc::c_int) });
+    let mut nap = Duration::from_millis(1);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        match &pidfd {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+                // Readable once the child has exited; EINTR just loops.
+                unsafe { libc::poll(&mut p, 1, ms) };
+            }
+            None => {
+                std::thread::sleep(nap.min(left));
+                nap = (nap * 2).min(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+/// What `/proc` says process `pid` is doing, for a log line: its state,
+/// the kernel function it sleeps in, and its children (a daemon's service
+/// process not yet listening).
+fn doing(pid: i32) -> String {
+    let state = match sock::proc_stat(pid) {
+        Ok((Some('R'), _)) => "running",
+        Ok((Some('S'), _)) => "sleeping",
+        Ok((Some('D'), _)) => "in an uninterruptible wait",
+        Ok((Some('T' | 't'), _)) => "stopped",
+        Ok((Some('Z' | 'X' | 'x'), _)) => "exited",
+        _ => "state unknown",
+    };
+    let mut s = state.to_string();
+    if let Ok(w) = std::fs::read_to_string(format!("/proc/{pid}/wchan"))
+        && !w.is_empty()
+        && w != "0"
+    {
+        s.push_str(&format!(" in {w}"));
+    }
+    if let Ok(c) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        && !c.trim().is_empty()
+    {
+        s.push_str(&format!(", child process {}", c.trim()));
+    }
+    s
 }
 
 fn daemon_binary() -> PathBuf {
