@@ -28,6 +28,12 @@
 #                    single-client runs
 #   BENCH_PAR_SERVICE  1: the preloaded clients of BENCH_PAR open their device through an
 #                    `ibcm daemon` (target/release/ibcm) in guest B (par.sh)
+#   BENCH_SERVICE    1: the preloaded tools go through the host CM service where the rdmacm matrix
+#                    runs them so (ibcm-kernel, ibcm-ibcm-udp, ibcm-svc; `ibcm daemon` started on
+#                    demand from the run directory's `ibcm`, this tree's target/release/ibcm); by
+#                    default only ibcm-svc does. With BENCH_LIBS every label's library talks to
+#                    that one daemon (the service op set only grows: an older library works with
+#                    it unchanged), so the A/B compares the libraries' side of the service
 #   BENCH_PCAP       1: capture guest A's NIC (run-pair.sh -p); the tables then add what
 #                    `ibcm decode --summary` counts on the wire per scenario (retransmissions,
 #                    duplicates, timeouts) -- the same count for both CMs
@@ -91,7 +97,7 @@ if [ "$(id -u)" != 0 ]; then echo "bench-kernel: needs root (qemu guests, apt)" 
 mkdir -p "$OUT/runs"
 
 LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/build.sh"
-if [ "${BENCH_PCAP:-0}${BENCH_PAR_SERVICE:-0}" != 00 ] && [ ! -x "$ROOT/target/release/ibcm" ]; then
+if [ "${BENCH_PCAP:-0}${BENCH_PAR_SERVICE:-0}${BENCH_SERVICE:-0}" != 000 ] && [ ! -x "$ROOT/target/release/ibcm" ]; then
   (cd "$ROOT" && cargo build --release --bins -q)   # the decoder of the captures, the service
 fi
 LIB="${BENCH_LIB:-$ROOT/target/rdmacm/librdmacm.so.1}"
@@ -171,8 +177,9 @@ pairing() { # pairing NAME
   local p=$1 run="$OUT/runs/$1" total t1 ma mb pcap= same sampler l
   rdmacm_pairing "$p"
   # in-process, as measured so far (the matrix runs ibcm-kernel and ibcm-ibcm-udp through the
-  # service): the service only in ibcm-svc, or for BENCH_PAR's clients with BENCH_PAR_SERVICE
-  PAIR_SERVICE=$PAIR_SERVICE_ONLY
+  # service): the service only in ibcm-svc, or for BENCH_PAR's clients with BENCH_PAR_SERVICE,
+  # or as in the matrix with BENCH_SERVICE=1
+  [ "${BENCH_SERVICE:-0}" = 1 ] || PAIR_SERVICE=$PAIR_SERVICE_ONLY
   ma=$PAIR_MODS_A mb=$PAIR_MODS_B
   rm -rf "$run"; mkdir -p "$run/lib"
   same=0

@@ -65,8 +65,16 @@ pub mod op {
     /// `bool`: the id's `set_prepare_mra_on_report` flag (usually sent
     /// one-way; a value other than 0/1 is `-EPROTO`).
     pub const MRA_ON_REPORT: u16 = 20;
+    /// `bool`, on a listener: the service pushes the QP attributes of
+    /// every connection REQ the listener reports (`QP_ATTRS`, just before
+    /// the REQ's event), so that the process answers its `init_qp_attr`
+    /// calls on the new id (rdma_accept: INIT, RTR, RTS) without a round
+    /// trip each. Sent one-way (a service that does not know it answers
+    /// with an `-EOPNOTSUPP` reply the process drops; the process then
+    /// asks as before). A value other than 0/1 is `-EPROTO`.
+    pub const QP_ATTRS_ON_REQ: u16 = 21;
     /// The highest request op of the CM calls.
-    pub const LAST: u16 = MRA_ON_REPORT;
+    pub const LAST: u16 = QP_ATTRS_ON_REQ;
     /// rdma_cm's host-wide port table (`portspace`; no OPEN needed):
     /// port space, port, address, REUSEADDR, AFONLY, owner → `u16` port.
     pub const PORT_BIND: u16 = 0x100;
@@ -99,8 +107,8 @@ pub mod op {
     /// one-way calls of a `Device::batch` as one).
     pub const BATCH: u16 = 0x2000;
     /// Set in a request's op: a one-way call (`SEND_REQ`, `SEND_REP`,
-    /// `SEND_RTU`, `SEND_DREQ`, `SEND_DREP`, `SEND_REJ`, `MRA_ON_REPORT`)
-    /// whose errno the
+    /// `SEND_RTU`, `SEND_DREQ`, `SEND_DREP`, `SEND_REJ`, `MRA_ON_REPORT`,
+    /// `QP_ATTRS_ON_REQ`) whose errno the
     /// process decided itself. No reply; if the service refuses it
     /// nevertheless, it pushes a `REFUSED` record.
     pub const ONEWAY: u16 = 0x1000;
@@ -112,12 +120,15 @@ pub mod op {
     /// `Box<[PortInfo]>`; seq and handle 0. Checked by [`super::check_ports`]
     /// against the ports of the open before the process installs them.
     pub const PORTS: u16 = 0x0400;
-    /// Pushed by the service just before a `REP_RECEIVED` event
-    /// (`QpAttrs`; header seq and handle those of the event): the id's QP attributes for INIT, RTR and RTS as
-    /// `INIT_QP_ATTR` answers them while the id is where the event leaves
-    /// it, so that the process moves its QP to RTS and sends the RTU
-    /// without three round trips. A process that does not know it
-    /// ignores it.
+    /// Pushed by the service just before a `REP_RECEIVED` event, and
+    /// before a `REQ_RECEIVED` event of a listener marked with
+    /// `QP_ATTRS_ON_REQ` (`QpAttrs`; header seq and handle those of the
+    /// event: for a REQ, the new id's, which the process learns from the
+    /// event that follows): the id's QP attributes for INIT, RTR and RTS
+    /// as `INIT_QP_ATTR` answers them while the id is where the event
+    /// leaves it, so that the process moves its QP to RTS and sends the
+    /// RTU (the REP) without three round trips. A process that does not
+    /// know it ignores it.
     pub const QP_ATTRS: u16 = 0x0200;
     /// Leases `u32` count (1..=`MAX_CREATE`) new IDLE ids to the process
     /// at once → `Box<[Created]>` (fewer when the id limit leaves less
@@ -137,7 +148,14 @@ pub mod op {
     pub fn oneway(op: u16) -> bool {
         matches!(
             op,
-            SEND_REQ | SEND_REP | SEND_RTU | SEND_DREQ | SEND_DREP | SEND_REJ | MRA_ON_REPORT
+            SEND_REQ
+                | SEND_REP
+                | SEND_RTU
+                | SEND_DREQ
+                | SEND_DREP
+                | SEND_REJ
+                | MRA_ON_REPORT
+                | QP_ATTRS_ON_REQ
         )
     }
 }
@@ -852,8 +870,8 @@ struct_field!(DeviceStat {
     oneway_refused
 });
 
-/// An id's QP attributes pushed with its `REP_RECEIVED` event
-/// (`op::QP_ATTRS`): `INIT_QP_ATTR`'s answers for INIT, RTR and RTS, and
+/// An id's QP attributes pushed with its `REP_RECEIVED` (or a marked
+/// listener's `REQ_RECEIVED`) event (`op::QP_ATTRS`): `INIT_QP_ATTR`'s answers for INIT, RTR and RTS, and
 /// the public fields of the snapshot they go with (the event's: the
 /// process uses them only while that snapshot is the id's newest and the
 /// id is still in its state).

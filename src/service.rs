@@ -142,6 +142,9 @@ struct Entry {
     /// the id itself (`CmId::with_oneway_calls`): an event needs no
     /// look-up here.
     pooled: bool,
+    /// A listener marked with `op::QP_ATTRS_ON_REQ`: its connection REQs'
+    /// events go with their QP attributes (`op::QP_ATTRS`).
+    qp_attrs_on_req: bool,
 }
 
 impl Entry {
@@ -151,6 +154,7 @@ impl Entry {
             born: Instant::now(),
             peer,
             pooled: false,
+            qp_attrs_on_req: false,
         }
     }
 }
@@ -846,8 +850,15 @@ impl Conn {
             if c.closed.load(Ordering::SeqCst) {
                 return gone;
             }
-            if listener.is_some() {
+            // The QP attributes of a REQ of a marked listener (an
+            // rdma_cm one, whose accept moves the QP to RTS before the
+            // REP) or of a REP go before the event: the process moves its
+            // QP with them instead of three round trips.
+            let mut with_attrs = ev.kind == EventType::RepReceived;
+            if let Some(l) = listener {
                 let mut ids = lock(&c.ids);
+                with_attrs = matches!(ev.param, EventParam::Req(_))
+                    && ids.get(&l).is_some_and(|e| e.qp_attrs_on_req);
                 if ids.len() >= c.svc.opts.limits.max_ids {
                     drop(ids);
                     c.refusals.fetch_add(1, Ordering::Relaxed);
@@ -862,13 +873,7 @@ impl Conn {
                 };
                 ids.insert(id.handle(), Entry::new(id.clone(), peer));
             }
-            // A REP's QP attributes go before it: the process moves its
-            // QP to RTS with them and sends the RTU without a round trip.
-            let attrs = if ev.kind == EventType::RepReceived {
-                qp_attrs(id)
-            } else {
-                None
-            };
+            let attrs = if with_attrs { qp_attrs(id) } else { None };
             let (calls, public) = snapshot(id);
             if let Some((init, rtr, rts)) = attrs {
                 let mut w = Header {
@@ -1318,6 +1323,13 @@ impl Conn {
                 let on: bool = r.get()?;
                 r.end()?;
                 id.set_prepare_mra_on_report(on)?
+            }
+            op::QP_ATTRS_ON_REQ => {
+                let on: bool = r.get()?;
+                r.end()?;
+                if let Some(e) = lock(&self.ids).get_mut(&h.handle) {
+                    e.qp_attrs_on_req = on;
+                }
             }
             op::NOTIFY => {
                 let ev: u32 = r.get()?;

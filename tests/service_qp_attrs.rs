@@ -13,7 +13,7 @@ mod fake;
 mod net;
 
 use ibcm::api::{Device, Event, EventParam, EventType, PortInfo, QpAttr, RustHandler, State};
-use ibcm::engine::{Handle, RepEvent, qp_state};
+use ibcm::engine::{Handle, RepEvent, ReqEvent, qp_state};
 use ibcm::ipc::{self, Created, Header, Public, QpAttrs, Stat, op, sock};
 
 use std::net::IpAddr;
@@ -237,6 +237,221 @@ fn a_rep_brings_its_qp_attributes_and_init_qp_attr_makes_no_round_trip() {
     let got = events.recv_timeout(wait).expect("the REP's callback ran");
     assert_eq!(got, served);
     assert_eq!(asked.load(Ordering::SeqCst), 7);
+
+    dev.close();
+    svc.join().unwrap();
+}
+
+fn req_event_record(handle: u64, p: &Public, listener: u64) -> Vec<u8> {
+    let mut w = Header {
+        op: op::EVENT,
+        seq: 0,
+        handle,
+    }
+    .record();
+    let ev = Event {
+        id: Handle(handle),
+        kind: EventType::ReqReceived,
+        param: EventParam::Req(Box::new(ReqEvent {
+            listen_id: Handle(listener),
+            bth_pkey: 0xffff,
+            port: 1,
+            primary_path: Default::default(),
+            alternate_path: None,
+            sgid_attr: (1, 0),
+            remote_ca_guid: 9,
+            remote_qkey: 0,
+            remote_qpn: 77,
+            qp_type: ibcm::api::qp_type::RC,
+            starting_psn: 0x1234,
+            responder_resources: 1,
+            initiator_depth: 1,
+            local_cm_response_timeout: 20,
+            flow_control: 0,
+            remote_cm_response_timeout: 20,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: 0,
+            ece: Default::default(),
+        })),
+        local_id: handle as u32,
+        mad: None,
+    };
+    ipc::put_event(&mut w, p, listener, &ev);
+    w.into_bytes()
+}
+
+/// A service of one connection for a listener: answers OPEN, leases
+/// `listener`, answers LISTEN and `INIT_QP_ATTR` (with `served_attr`,
+/// counted in `asked`), notes every request op it reads with the number
+/// of the message that brought it (`seen`), and, on the k-th `STAT`
+/// request, pushes `pushes[k]` before its reply.
+fn fake_listener_service(
+    socket: PathBuf,
+    listener: u64,
+    pushes: Vec<Vec<Vec<u8>>>,
+    asked: Arc<AtomicUsize>,
+    seen: Arc<Mutex<Vec<(usize, u16)>>>,
+) -> std::thread::JoinHandle<()> {
+    let l = sock::listen(&socket, |_| Ok(())).unwrap();
+    std::thread::spawn(move || {
+        let fd = sock::accept(&l).unwrap();
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        let mut stats = 0;
+        for msg in 0.. {
+            let n = match sock::recv(&fd, &mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let (h, r) = Header::parse(&buf[..n]).unwrap();
+            let recs: Vec<Vec<u8>> = if h.op == op::BATCH {
+                ipc::unbatch(&buf[n - r.remaining()..n])
+                    .unwrap()
+                    .into_iter()
+                    .map(<[u8]>::to_vec)
+                    .collect()
+            } else {
+                vec![buf[..n].to_vec()]
+            };
+            for rec in recs {
+                let (h, mut r) = Header::parse(&rec).unwrap();
+                seen.lock().unwrap().push((msg, h.op));
+                let rep = match h.op {
+                    op::OPEN => {
+                        let ip: IpAddr = net::ip(2).parse().unwrap();
+                        fake::opened(h, vec![PortInfo::roce(1, ip.into())])
+                    }
+                    op::CREATE_IDS => {
+                        let c = Created {
+                            handle: listener,
+                            public: public(listener, State::Idle, 1),
+                        };
+                        ipc::reply(h, 0, Public::default(), |w| {
+                            w.put(&vec![c].into_boxed_slice());
+                        })
+                    }
+                    op::LISTEN => ipc::reply(h, 0, public(listener, State::Listen, 2), |_| ()),
+                    op::INIT_QP_ATTR => {
+                        asked.fetch_add(1, Ordering::SeqCst);
+                        let state: u32 = r.get().unwrap();
+                        ipc::reply(h, 0, public(h.handle, State::ReqRcvd, 3), |w| {
+                            w.put(&served_attr(state));
+                        })
+                    }
+                    op::STAT => {
+                        for rec in pushes.get(stats).cloned().unwrap_or_default() {
+                            sock::send(&fd, &rec).unwrap();
+                        }
+                        stats += 1;
+                        ipc::reply(h, 0, Public::default(), |w| {
+                            w.put(&Stat::default());
+                        })
+                    }
+                    _ => continue,
+                };
+                if h.seq != 0 {
+                    sock::send(&fd, &rep).unwrap();
+                }
+            }
+        }
+    })
+}
+
+/// A handler that answers a REQ as librdmacm's accept does (INIT, RTR,
+/// RTS before the REP) and hands the three answers over.
+fn req_handler() -> (RustHandler, Receiver<Asked>) {
+    let (tx, rx) = channel();
+    let tx = Mutex::new(tx);
+    let h: RustHandler = Arc::new(move |id, ev| {
+        if ev.kind == EventType::ReqReceived {
+            let got = [qp_state::INIT, qp_state::RTR, qp_state::RTS]
+                .iter()
+                .map(|&s| id.init_qp_attr(s).map_err(|e| format!("{e:?}")))
+                .collect();
+            let _ = tx.lock().unwrap().send(got);
+        }
+        0
+    });
+    (h, rx)
+}
+
+/// The passive side: a listener marked with `set_qp_attrs_on_req` sends
+/// the mark in its LISTEN's message, and a REQ pushed with its QP
+/// attributes (the new id's, before the event that creates the id) is
+/// accepted without an `INIT_QP_ATTR` round trip; attributes of another
+/// snapshot or another id are not used.
+#[test]
+fn a_marked_listeners_req_brings_its_qp_attributes_and_accept_makes_no_round_trip() {
+    let socket = fake::temp_socket("qpattrs", "req");
+    let l = 0x201;
+    let (n1, n2, n3) = (0x301, 0x302, 0x303);
+    let p1 = public(n1, State::ReqRcvd, 10);
+    let fresh = vec![
+        qp_attrs_record(n1, &pushed_attrs(p1)),
+        req_event_record(n1, &p1, l),
+    ];
+    // n2: attributes older than the event's snapshot.
+    let p2 = public(n2, State::ReqRcvd, 21);
+    let stale = vec![
+        qp_attrs_record(n2, &pushed_attrs(public(n2, State::ReqRcvd, 20))),
+        req_event_record(n2, &p2, l),
+    ];
+    // n3: attributes of another id.
+    let p3 = public(n3, State::ReqRcvd, 30);
+    let other = vec![
+        qp_attrs_record(0x3ff, &pushed_attrs(public(0x3ff, State::ReqRcvd, 30))),
+        req_event_record(n3, &p3, l),
+    ];
+    let asked = Arc::new(AtomicUsize::new(0));
+    let seen: Arc<Mutex<Vec<(usize, u16)>>> = Arc::default();
+    let svc = fake_listener_service(
+        socket.clone(),
+        l,
+        vec![fresh, stale, other],
+        asked.clone(),
+        seen.clone(),
+    );
+    let dev = Device::open_served(&net::soft(2), &socket).unwrap();
+    let (handler, events) = req_handler();
+    let listener = dev
+        .create_id(None, std::ptr::null_mut(), Some(handler))
+        .unwrap();
+    assert_eq!(listener.handle(), l);
+    listener.set_qp_attrs_on_req(true).unwrap();
+    listener.listen(0x4242).unwrap();
+    // The mark rode in the LISTEN's message, just before it.
+    let s = seen.lock().unwrap().clone();
+    let mark = s
+        .iter()
+        .position(|&(_, o)| o == op::ONEWAY | op::QP_ATTRS_ON_REQ)
+        .expect("the mark reached the service");
+    assert_eq!(s.get(mark + 1).map(|&(_, o)| o), Some(op::LISTEN));
+    assert_eq!(s[mark].0, s[mark + 1].0, "one message: {s:?}");
+    let wait = Duration::from_secs(10);
+
+    dev.service_stat().unwrap();
+    let got = events.recv_timeout(wait).expect("the REQ's callback ran");
+    let want = pushed_attrs(p1);
+    assert_eq!(got, vec![Ok(want.init), Ok(want.rtr), Ok(want.rts)]);
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        0,
+        "no INIT_QP_ATTR round trip"
+    );
+
+    let served: Asked = [qp_state::INIT, qp_state::RTR, qp_state::RTS]
+        .iter()
+        .map(|&s| Ok(served_attr(s)))
+        .collect();
+    dev.service_stat().unwrap();
+    let got = events.recv_timeout(wait).expect("the REQ's callback ran");
+    assert_eq!(got, served);
+    assert_eq!(asked.load(Ordering::SeqCst), 3);
+
+    dev.service_stat().unwrap();
+    let got = events.recv_timeout(wait).expect("the REQ's callback ran");
+    assert_eq!(got, served);
+    assert_eq!(asked.load(Ordering::SeqCst), 6);
 
     dev.close();
     svc.join().unwrap();

@@ -1041,7 +1041,7 @@ fn oneway_calls_and_leased_handles_refuse_forgeries() {
     let f: ipc::Refused = ipc::Reader::new(&body).get().unwrap();
     assert_eq!((h.op, h.handle, f.err), (op::REFUSED, hd, -22));
     assert_eq!(f.public, ipc::Public::default());
-    // Only the seven calls may go one-way.
+    // Only the eight calls may go one-way.
     let (_, e) = raw_call(
         &bad,
         9,
@@ -1742,4 +1742,157 @@ fn concurrent_first_opens_start_one_service_that_serves_them_all() {
         );
     }
     assert!(gone, "the on-demand service did not leave when idle");
+}
+
+/// A raw connection's lease of `n` ids on `dev` (after its OPEN).
+fn raw_open_lease(d: &Daemon, dev: &str, n: u32) -> (std::os::fd::OwnedFd, Vec<u64>) {
+    let raw = sock::connect(&d.socket).unwrap();
+    let mut name = Vec::new();
+    name.extend_from_slice(&(dev.len() as u16).to_le_bytes());
+    name.extend_from_slice(dev.as_bytes());
+    assert_eq!(raw_call(&raw, 1, &record(op::OPEN, 1, 0, &name)).1, 0);
+    sock::send(&raw, &record(op::CREATE_IDS, 2, 0, &n.to_le_bytes())).unwrap();
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    let len = sock::recv(&raw, &mut b).unwrap();
+    let (h, mut rd) = Header::parse(&b[..len]).unwrap();
+    assert_eq!(h.op, op::REPLY | op::CREATE_IDS);
+    assert_eq!(rd.get::<i32>().unwrap(), 0);
+    let _: ipc::Public = rd.get().unwrap();
+    let leased: Box<[ipc::Created]> = rd.get().unwrap();
+    assert_eq!(leased.len(), n as usize);
+    (raw, leased.iter().map(|c| c.handle).collect())
+}
+
+/// The passive side's QP attributes (`op::QP_ATTRS_ON_REQ`): a listener
+/// marked with it gets each connection REQ's event just after the new
+/// id's QP attributes — what `INIT_QP_ATTR` answers for it then — and a
+/// listener without the mark gets its REQ alone (ib_cm users pay
+/// nothing). A mark whose body is not one byte 0/1 is refused with
+/// `-EPROTO`.
+#[test]
+fn a_marked_listener_gets_each_req_with_its_qp_attributes() {
+    let d = Daemon::start("reqattrs");
+    let (srv_name, cli_name) = ("soft:127.0.9.40", "soft:127.0.9.41");
+    let cli = Device::open_served(cli_name, &d.socket).unwrap();
+    let (raw, leased) = raw_open_lease(&d, srv_name, 2);
+    let (marked, plain) = (leased[0], leased[1]);
+    // Malformed marks: refused, nothing set.
+    for body in [&[2u8][..], &[], &[1, 0]] {
+        sock::send(
+            &raw,
+            &record(op::ONEWAY | op::QP_ATTRS_ON_REQ, 0, plain, body),
+        )
+        .unwrap();
+        let (h, body) = pushed(&raw);
+        let f: ipc::Refused = ipc::Reader::new(&body).get().unwrap();
+        assert_eq!((h.op, h.handle), (op::REFUSED, plain));
+        assert_eq!((f.op, f.err), (op::QP_ATTRS_ON_REQ, -71));
+    }
+    // The mark and the LISTEN in one message, as the library sends them.
+    let batch = ipc::batch(vec![
+        record(op::ONEWAY | op::QP_ATTRS_ON_REQ, 0, marked, &[1]),
+        record(op::LISTEN, 3, marked, &0x4545u64.to_le_bytes()),
+    ]);
+    assert_eq!(raw_call(&raw, 3, &batch[0]).1, 0);
+    assert_eq!(
+        raw_call(
+            &raw,
+            4,
+            &record(op::LISTEN, 4, plain, &0x4546u64.to_le_bytes())
+        )
+        .1,
+        0
+    );
+    let path = cli.init_path(1, "127.0.9.40".parse().unwrap()).unwrap();
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    let next_records = |raw: &std::os::fd::OwnedFd| loop {
+        let mut b = vec![0u8; ipc::MAX_RECORD];
+        let n = sock::recv(raw, &mut b).unwrap();
+        assert!(n > 0, "the service closed the connection");
+        let recs = records_of(&b[..n]);
+        let (h, _) = Header::parse(&recs[0]).unwrap();
+        if h.op & op::REPLY == 0 {
+            return recs;
+        }
+    };
+    let mut reqs = Vec::new();
+    for (i, sid) in [0x4545u64, 0x4546].into_iter().enumerate() {
+        let id = cli.create_id(None, std::ptr::null_mut(), None).unwrap();
+        id.send_req(&ReqParams {
+            primary_path: path,
+            service_id: sid,
+            qp_num: 300 + i as u32,
+            qp_type: qp_type::RC,
+            starting_psn: 0x777,
+            responder_resources: 2,
+            initiator_depth: 3,
+            remote_cm_response_timeout: 20,
+            local_cm_response_timeout: 20,
+            max_cm_retries: 3,
+            retry_count: 5,
+            rnr_retry_count: 6,
+            ..ReqParams::default()
+        })
+        .unwrap();
+        reqs.push(id);
+        let recs = next_records(&raw);
+        let mut attrs = None;
+        let mut event = None;
+        for rec in &recs {
+            let (h, mut rd) = Header::parse(rec).unwrap();
+            match h.op {
+                op::QP_ATTRS => {
+                    assert!(event.is_none(), "QP attributes after the event");
+                    let a: ipc::QpAttrs = rd.get().unwrap();
+                    rd.end().unwrap();
+                    attrs = Some((h.handle, a));
+                }
+                op::EVENT => {
+                    let we: ipc::WireEvent = rd.get().unwrap();
+                    assert_eq!(we.event.kind, EventType::ReqReceived);
+                    event = Some((h.handle, we));
+                }
+                o => panic!("unexpected record {o:#x}"),
+            }
+        }
+        let (handle, we) = event.expect("the REQ's event");
+        if sid == 0x4546 {
+            assert_eq!(we.listener, plain);
+            assert!(attrs.is_none(), "an unmarked listener got QP attributes");
+            continue;
+        }
+        assert_eq!(we.listener, marked);
+        let (ah, a) = attrs.expect("a marked listener's REQ comes with its QP attributes");
+        assert_eq!(ah, handle, "the new id's attributes");
+        assert_eq!(a.public, we.public, "the event's snapshot");
+        assert_eq!(a.rtr.dest_qp_num, 300);
+        // What INIT_QP_ATTR answers now is what came with the REQ.
+        for (k, state) in [
+            ibcm::abi::IB_QPS_INIT,
+            ibcm::abi::IB_QPS_RTR,
+            ibcm::abi::IB_QPS_RTS,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let seq = 10 + k as u64;
+            sock::send(
+                &raw,
+                &record(op::INIT_QP_ATTR, seq, handle, &state.to_le_bytes()),
+            )
+            .unwrap();
+            let n = sock::recv(&raw, &mut b).unwrap();
+            let (h, mut rd) = Header::parse(&b[..n]).unwrap();
+            assert_eq!((h.op, h.seq), (op::REPLY | op::INIT_QP_ATTR, seq));
+            assert_eq!(rd.get::<i32>().unwrap(), 0);
+            let _: ipc::Public = rd.get().unwrap();
+            let served: ibcm::api::QpAttr = rd.get().unwrap();
+            assert_eq!(Some(served), a.get(state), "state {state}");
+        }
+    }
+    drop(raw);
+    for id in reqs {
+        id.destroy().unwrap();
+    }
+    cli.close();
 }

@@ -1181,9 +1181,12 @@ pub fn listen(id: &Arc<IdPriv>) -> Result<(), Errno> {
                 register_cm(id, &cm);
                 // The engine prepares the MRA of every connection REQ this
                 // listener reports (SIDR REQs are left alone): see
-                // `on_req`.
+                // `on_req`. Through the host CM service, each REQ comes
+                // with its QP attributes: `create_qp` and `accept` move
+                // the child's QP without a round trip.
                 match cm
                     .set_prepare_mra_on_report(true)
+                    .and_then(|()| cm.set_qp_attrs_on_req(true))
                     .and_then(|()| cm.listen(sid))
                 {
                     Ok(()) => Ok(cm),

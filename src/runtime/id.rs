@@ -343,6 +343,21 @@ impl CmId {
         self.with_engine(|e, _, h| e.set_prepare_mra_on_report(h, on))
     }
 
+    /// On a listener served by the host CM service: the service sends
+    /// the QP attributes of each connection REQ it reports with the REQ
+    /// (what `init_qp_attr` answers for INIT, RTR and RTS while the new id
+    /// is in REQ_RCVD), so that the new id's `init_qp_attr` calls make no
+    /// round trip while the id stays there — for a listener whose
+    /// accept moves a QP before its REP (rdma_cm's). Set it before
+    /// `listen` (it rides in the listen's message). In-process, where
+    /// `init_qp_attr` is a call into the engine, it does nothing.
+    pub fn set_qp_attrs_on_req(&self, on: bool) -> ApiResult {
+        if let Some(r) = self.remote() {
+            return r.qp_attrs_on_req(&self.0, on);
+        }
+        Ok(())
+    }
+
     pub fn notify(&self, event: u32) -> ApiResult {
         if let Some(r) = self.remote() {
             return r.call_unit(&self.0, op::NOTIFY, |w| {

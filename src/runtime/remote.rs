@@ -177,6 +177,11 @@ pub struct Remote {
     /// One-way calls made inside a `Device::batch`, sent as one message
     /// when it ends (or before anything else this connection sends).
     out: Mutex<Vec<Vec<u8>>>,
+    /// The QP attributes pushed for an id this process does not know yet
+    /// (a marked listener's REQ: they come just before the event that
+    /// creates the id), by handle: taken by that event. One at most — a
+    /// newer one replaces it.
+    req_attrs: Mutex<Option<(u64, Box<QpAttrs>)>>,
 }
 
 /// The read side of the service socket. One thread at a time reads it and
@@ -657,6 +662,7 @@ impl Remote {
             pool: Mutex::new(Vec::new()),
             leased: AtomicU64::new(0),
             out: Mutex::new(Vec::new()),
+            req_attrs: Mutex::new(None),
         });
         let dev = Device::with_remote(remote.clone());
         let _ = remote.dev.set(Arc::downgrade(&dev));
@@ -836,11 +842,23 @@ impl Remote {
     /// one instead of costing a message of its own. On an id past IDLE it
     /// leaves as any one-way call.
     pub(super) fn mra_on_report(&self, sh: &CmIdInner, on: bool) -> ApiResult {
+        self.oneway_flag(sh, op::MRA_ON_REPORT, on)
+    }
+
+    /// `set_qp_attrs_on_req` through the service (`op::QP_ATTRS_ON_REQ`):
+    /// sent as `mra_on_report` is (held on an IDLE id, to ride with its
+    /// `LISTEN`).
+    pub(super) fn qp_attrs_on_req(&self, sh: &CmIdInner, on: bool) -> ApiResult {
+        self.oneway_flag(sh, op::QP_ATTRS_ON_REQ, on)
+    }
+
+    /// A one-way `bool` flag of an id (`MRA_ON_REPORT`, `QP_ATTRS_ON_REQ`).
+    fn oneway_flag(&self, sh: &CmIdInner, opc: u16, on: bool) -> ApiResult {
         self.oneway_allowed(sh)?;
         let _order = lock(&sh.remote_call);
         lock(&sh.remote_version).oneway_sent += 1;
         let mut w = Header {
-            op: op::MRA_ON_REPORT | op::ONEWAY,
+            op: opc | op::ONEWAY,
             seq: 0,
             handle: sh.handle().0,
         }
@@ -1445,7 +1463,9 @@ impl Remote {
     }
 
     /// A REP's QP attributes, pushed just before its event: kept on the id
-    /// for `init_qp_attr` (`CmIdInner::pushed_qp_attr`).
+    /// for `init_qp_attr` (`CmIdInner::pushed_qp_attr`). A REQ's come
+    /// before the id exists here: kept for the event that creates it
+    /// (`on_event`).
     fn on_qp_attrs(&self, h: Header, mut r: Reader<'_>) -> Result<(), Errno> {
         let a: QpAttrs = r.get()?;
         r.end()?;
@@ -1455,6 +1475,8 @@ impl Remote {
             if a.public.version > applied.version {
                 applied.qp_attrs = Some(Box::new(a));
             }
+        } else {
+            *lock(&self.req_attrs) = Some((h.handle, Box::new(a)));
         }
         Ok(())
     }
@@ -1551,6 +1573,18 @@ impl Remote {
                     l.rust_handler.clone(),
                 ));
                 sh.sync_remote(&we.public, Some(h.seq));
+                // The attributes pushed just before this event, if they
+                // are of its snapshot.
+                let attrs = lock(&self.req_attrs).take();
+                if let Some((handle, a)) = attrs
+                    && handle == h.handle
+                    && matches!(ev.param, EventParam::Req(_))
+                {
+                    let mut applied = lock(&sh.remote_version);
+                    if a.public.version == applied.version {
+                        applied.qp_attrs = Some(a);
+                    }
+                }
                 let raw = Arc::into_raw(sh.clone());
                 lock(&self.ids).insert(h.handle, raw as usize);
                 register(raw);
