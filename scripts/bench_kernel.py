@@ -302,6 +302,12 @@ def collect(out, pairing):
                 s["host_load_start"], s["host_load_max"] = load_during(loads, start, end)
             s["steps"] = parse_cmtime(cli)
             start, end, _ = stamp_bounds(ts)
+            if start is not None and end is None:
+                # killed at its bound: stamp.sh wrote no exit; the driver's wall time of the run
+                try:
+                    end = start + float(read(os.path.join(run, name + ".cli.rc.time")).strip())
+                except ValueError:
+                    pass
             s["memory"] = {g: memory_during(mems[g], start, end) for g in ("A", "B")}
             # the connections cmtime reported failing, by event and status
             s["failed"] = {}

@@ -291,6 +291,21 @@ class Libraries(unittest.TestCase):
                 md = f.read()
         # the sample at 200 s is after the client's exit: not its run's
         self.assertIn("| guest memory in use, MB (largest RSS) | A 200 (cmtime 100) / B 20 (cmtime 10, ibcm 20) |", md)
+        # a client killed at its bound has no exit stamp: the driver's wall time of the run ends it
+        with tempfile.TemporaryDirectory() as root:
+            pairing_dir(root, "ibcm-ibcm-umad", CMTIME, "")
+            run = os.path.join(root, "runs", "ibcm-ibcm-umad")
+            for k, v in mem.items():
+                with open(os.path.join(run, k), "w") as f:
+                    f.write(v.replace("150.0 @exit 0\n", ""))
+            with open(os.path.join(run, "cmtime-100.cli.rc.time"), "w") as f:
+                f.write("10.00\n")
+            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-umad"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                bench_kernel.main()
+            with open(os.path.join(root, "bench-kernel.md")) as f:
+                md = f.read()
+        self.assertIn("| guest memory in use, MB (largest RSS) | A 100 (cmtime 50) / B 20 (cmtime 10, ibcm 20) |", md)
         self.assertIsNone(bench_kernel.memory_during([(100.0, 4, {})], 101.0, 150.0))
         self.assertIsNone(bench_kernel.memory_during([], 101.0, 150.0))
 
