@@ -38,6 +38,10 @@
 #                    `ibcm decode --summary` counts on the wire per scenario (retransmissions,
 #                    duplicates, timeouts) -- the same count for both CMs
 #   BENCH_BOUND      seconds one cmtime run may take (default 60 + N / 10)
+#   BENCH_GUEST_MEM  each guest's memory (qemu -m; default 512, the lab's): for large N only
+#   BENCH_MEM_SAMPLE seconds between the guests' memory samples (default 5; 0: none): each guest
+#                    writes runs/PAIRING/A.mem, B.mem (MemAvailable, Slab, and the RSS of every
+#                    cmtime and ibcm process; interop/rdmacm/guest.sh's rdmacm_memwatch)
 #   BENCH_LIB        the library under test (default target/rdmacm/librdmacm.so.1; `make rdmacm`
 #                    when absent)
 #   BENCH_LIBS       "LABEL=PATH ..." (labels [a-z][a-z0-9]*, at least two): libraries against each
@@ -77,6 +81,8 @@ rdmacm_check_pairings "${PAIRS[@]}"
 for n in "${NS[@]}"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_N: $n is not a connection count" >&2; exit 2; }
 done
+[[ ${BENCH_MEM_SAMPLE:-5} =~ ^[0-9]+$ ]] || { echo "BENCH_MEM_SAMPLE: ${BENCH_MEM_SAMPLE} is not a number of seconds" >&2; exit 2; }
+[[ ${BENCH_GUEST_MEM:-512} =~ ^[1-9][0-9]*[MG]?$ ]] || { echo "BENCH_GUEST_MEM: ${BENCH_GUEST_MEM} is not a memory size (qemu -m: 512, 1G)" >&2; exit 2; }
 for kn in "${PARS[@]}"; do
   [[ $kn =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || { echo "BENCH_PAR: $kn is not KxN (clients x connections)" >&2; exit 2; }
 done
@@ -197,13 +203,14 @@ pairing() { # pairing NAME
   [ "${BENCH_PAR_SERVICE:-0}" != 1 ] && [ "$PAIR_SERVICE" != 1 ] || cp "$ROOT/target/release/ibcm" "$run/ibcm"
   rdmacm_pairing_env "${BENCH_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-info}" "${BENCH_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" \
     "${BENCH_READY_WAIT:-10}" > "$run/pairing.env"
+  [ "${BENCH_MEM_SAMPLE:-5}" = 0 ] || echo "MEM_SAMPLE=${BENCH_MEM_SAMPLE:-5}" >> "$run/pairing.env"
   say "=== $p: guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B); bound $total s"
   t1=$(date +%s)
   { uptime; grep -m1 'model name' /proc/cpuinfo; } > "$run/host.before"
   # the host's load through the run (epoch seconds, 1/5/15-min averages): the A/B rows' load
   while :; do echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 5; done > "$run/host.load" &
   sampler=$!
-  LAB_CACHE="$CACHE" bash "$ROOT/interop/verbs/run-pair.sh" -q -t "$total" -a "$ma" -b "$mb" \
+  LAB_CACHE="$CACHE" LAB_GUEST_MEM="${BENCH_GUEST_MEM:-512}" bash "$ROOT/interop/verbs/run-pair.sh" -q -t "$total" -a "$ma" -b "$mb" \
     -o "$run" ${pcap:+-p "$pcap"} "$(rdmacm_guest_cmd "$ma" server)" "$(rdmacm_guest_cmd "$mb" client)" \
     > "$run/pair.log" 2>&1 || true
   kill "$sampler"; wait "$sampler" 2>/dev/null || true

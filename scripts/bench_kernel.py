@@ -15,6 +15,9 @@ and writes OUT/bench-kernel.md (also printed) and OUT/bench-kernel.json:
   * with a capture of guest A's NIC (BENCH_PCAP=1, OUT/runs/PAIRING/A.pcap): per scenario what
     `ibcm decode --summary` counts on the wire (connections, retransmissions, duplicates, timed
     out), cut at guest.sh's marks as interop/rdmacm/check.py cuts it;
+  * with the guests' memory samples (OUT/runs/PAIRING/A.mem, B.mem: BENCH_MEM_SAMPLE), per cmtime
+    scenario and guest the most memory in use during the client's run (the drop of MemAvailable
+    from the boot's first sample) and the largest RSS of a cmtime / ibcm process;
   * libraries against each other in one boot (BENCH_LIBS, cmtime-N-LABEL-ROUND): one row per run
     with the host's load at its start (OUT/runs/PAIRING/host.load, sampled by the host) and its
     connect step against the first label's median, then each library's median.
@@ -119,6 +122,46 @@ def stamp_bounds(text):
         elif rest.startswith("@exit"):
             end, rc = float(ts), rest.split()[-1]
     return start, end, rc
+
+
+def guest_memory(run, guest):
+    """[(epoch seconds, MemAvailable kB, {process name: RSS kB, the largest of that name})] of one
+    guest's samples (GUEST.mem, interop/rdmacm/guest.sh's rdmacm_memwatch)."""
+    samples = []
+    for line in read(os.path.join(run, guest + ".mem")).splitlines():
+        w = line.split()
+        try:
+            t = float(w[0])
+        except (IndexError, ValueError):
+            continue
+        avail, rss = None, {}
+        for f in w[1:]:
+            k, _, v = f.partition(":")
+            if k == "MemAvailable" and v.isdigit():
+                avail = int(v)
+            parts = f.split(":")
+            if len(parts) == 3 and parts[2].isdigit():
+                rss[parts[0]] = max(rss.get(parts[0], 0), int(parts[2]))
+        if avail is not None:
+            samples.append((t, avail, rss))
+    return samples
+
+
+def memory_during(samples, start, end):
+    """{"used_mb": the most memory in use in [start, end] over the boot's first sample (its drop of
+    MemAvailable), "rss_mb": {process name: largest RSS}} (MB); None when no sample falls there."""
+    if not samples or start is None:
+        return None
+    inside = [x for x in samples if start <= x[0] and (end is None or x[0] <= end)]
+    if not inside:
+        return None
+    base = samples[0][1]
+    rss = {}
+    for _, _, r in inside:
+        for k, v in r.items():
+            rss[k] = max(rss.get(k, 0), v)
+    return {"used_mb": round((base - min(a for _, a, _ in inside)) / 1024, 1),
+            "rss_mb": {k: round(v / 1024, 1) for k, v in sorted(rss.items())}}
 
 
 def parse_par(run, name, k, n):
@@ -235,6 +278,7 @@ def collect(out, pairing):
     wall = re.search(r"^wall: ([\d.]+) s", read(os.path.join(run, "pair.log")), re.M)
     res["wall_s"] = float(wall.group(1)) if wall else None
     loads = host_loads(run)
+    mems = {g: guest_memory(run, g) for g in ("A", "B")}
     for name in scenario_names(run):
         # the tool's stdout, then its stderr (guest.sh keeps them in two files)
         cli = read(os.path.join(run, name + ".cli.out")) + read(os.path.join(run, name + ".cli.err"))
@@ -257,6 +301,14 @@ def collect(out, pairing):
                 start, end, _ = stamp_bounds(ts)
                 s["host_load_start"], s["host_load_max"] = load_during(loads, start, end)
             s["steps"] = parse_cmtime(cli)
+            start, end, _ = stamp_bounds(ts)
+            if start is not None and end is None:
+                # killed at its bound: stamp.sh wrote no exit; the driver's wall time of the run
+                try:
+                    end = start + float(read(os.path.join(run, name + ".cli.rc.time")).strip())
+                except ValueError:
+                    pass
+            s["memory"] = {g: memory_during(mems[g], start, end) for g in ("A", "B")}
             # the connections cmtime reported failing, by event and status
             s["failed"] = {}
             for m in CM_EVENT.finditer(cli):
@@ -368,6 +420,7 @@ def render(data):
             s = res[p].get("scenarios", {}).get(name)
             row.append("—" if s is None else SERVER_RC.get(s["server_rc"], s["server_rc"]))
         md.append("| " + " | ".join(row) + " |")
+        md += memory_rows(pairs, res, name)
         md += wire_rows(pairs, res, name)
     for p in pairs:
         md += same_boot_tables(p, res[p].get("scenarios", {}))
@@ -404,6 +457,9 @@ def same_boot_tables(pairing, scen):
             iv = i.get("us_per_conn") if i.get("completed") else None
             md.append(f"| {st} | {fmt(kv, None) if k.get('completed', True) else 'none finished'} | "
                       f"{fmt(iv, ratio(iv, kv)) if i.get('completed', True) else 'none finished'} |")
+        if any(m and any(m.values()) for m in (kern.get("memory"), ibcm.get("memory"))):
+            md.append(f"| guest memory in use, MB (largest RSS) | {memory_cell(kern.get('memory'))} | "
+                      f"{memory_cell(ibcm.get('memory'))} |")
         for label, key in (("failed connections", "failed"), ("client exit status", "client_rc")):
             cells = []
             for sc in (kern, ibcm):
@@ -474,6 +530,27 @@ def lib_tables(pairing, scen, ref=None):
             md.append(f"| {lb} | {total} ({len(vs)}) | {fmt(med, ratio(med, base))} | {spread} |"
                       + (f" {fmt(ratio(med, kk), None, 2)} |" if kk else ""))
     return md
+
+
+def memory_cell(mem):
+    """guest A's and B's peak memory in use during a scenario, with its largest tool process."""
+    cells = []
+    for g in ("A", "B"):
+        m = (mem or {}).get(g)
+        if not m:
+            cells.append(f"{g} —")
+            continue
+        rss = ", ".join(f"{k} {v:.0f}" for k, v in m["rss_mb"].items())
+        cells.append(f"{g} {m['used_mb']:.0f}" + (f" ({rss})" if rss else ""))
+    return " / ".join(cells)
+
+
+def memory_rows(pairs, res, name):
+    """The guests' memory during scenario `name` (none without their samples)."""
+    mems = [res[p].get("scenarios", {}).get(name, {}).get("memory") for p in pairs]
+    if not any(m and any(m.values()) for m in mems):
+        return []
+    return ["| guest memory in use, MB (largest RSS) | " + " | ".join(memory_cell(m) for m in mems) + " |"]
 
 
 def wire_rows(pairs, res, name):

@@ -557,7 +557,10 @@ impl Service {
 /// The key of a device name: `soft:` addresses with their port spelled
 /// out, so `soft:10.0.0.1` and `soft:10.0.0.1:4791` are one device.
 fn canonical(name: &str) -> String {
+    // Only `soft:` names are addresses (parsing another logs it as a bad
+    // name: an RDMA device's `rxe0` is not one).
     if !name.contains('@')
+        && name.starts_with("soft:")
         && let Ok(crate::api::DeviceSpec::Soft { ip, port }) = crate::api::DeviceSpec::parse(name)
     {
         return format!("soft:{}", std::net::SocketAddr::new(ip, port));
@@ -1136,8 +1139,10 @@ impl Conn {
             let name = String::from_utf8(name).map_err(|_| Errno::EINVAL)?;
             // The service may run as root: it binds a UDP port below 1024
             // only for a root process.
-            if let Ok(crate::api::DeviceSpec::Soft { port, .. }) =
-                crate::api::DeviceSpec::parse(name.split('@').next().unwrap_or(""))
+            // (`soft:` names only: an RDMA device name has no port)
+            if name.starts_with("soft:")
+                && let Ok(crate::api::DeviceSpec::Soft { port, .. }) =
+                    crate::api::DeviceSpec::parse(name.split('@').next().unwrap_or(""))
                 && port < 1024
                 && self.uid != 0
             {

@@ -701,6 +701,27 @@ fn auto_starts_the_service_on_the_first_open() {
     assert!(gone, "the on-demand service did not leave when idle");
 }
 
+/// Opening an RDMA device by its name (`rxe0`, `mlx5_0`) through the
+/// service logs no "bad device name": only `soft:` names are addresses
+/// (seen in the lab: two such warnings at every `rxe0` open). A bad
+/// `soft:` name still says so.
+#[test]
+fn an_rdma_device_name_is_not_a_bad_soft_name() {
+    let d = Daemon::start("rdmaname");
+    // No such RDMA device on this host: the open fails, by its verbs lookup.
+    assert!(Device::open_served("ibcmnodev0", &d.socket).is_err());
+    assert!(Device::open_served("soft:nonsense", &d.socket).is_err());
+    let log = std::fs::read_to_string(d._dir.0.join("daemon.log")).unwrap();
+    assert!(
+        !log.contains("bad device name \"ibcmnodev0\""),
+        "an RDMA device name was parsed as a soft: address:\n{log}"
+    );
+    assert!(
+        log.contains("bad device name \"soft:nonsense\""),
+        "a bad soft: name was not logged:\n{log}"
+    );
+}
+
 #[test]
 fn per_process_limits_refuse_with_enomem_and_are_counted() {
     let dir = TempDir::new("service", "limits");

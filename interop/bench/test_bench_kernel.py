@@ -244,6 +244,48 @@ class Libraries(unittest.TestCase):
         self.assertIn("| old | 1 (1) | 10.0 (×1.00) | 10.0 – 10.0 | 1.25 |", md)
         self.assertIn("| new | 1 (0) | — | — | — |", md)
 
+    def test_guest_memory(self):
+        with tempfile.TemporaryDirectory() as root:
+            pairing_dir(root, "ibcm-ibcm-umad", CMTIME, "")
+            run = os.path.join(root, "runs", "ibcm-ibcm-umad")
+            mem = {
+                # the boot's first sample is the baseline; a torn line (the guest powered off
+                # mid-write) is skipped
+                "A.mem": "100 MemFree:400000 MemAvailable:409600 Slab:1000 SUnreclaim:500\n"
+                         "110 MemFree:1 MemAvailable:307200 Slab:9 cmtime:207:51200 cmtime:208:1024\n"
+                         "120 MemFree:1 MemAvailable:204800 cmtime:207:102400\n"
+                         "200 MemFree:1 MemAvailable:1024 cmtime:207:300000\n130 MemFr\n",
+                "B.mem": "100 MemAvailable:409600\n115 MemAvailable:389120 ibcm:99:20480 cmtime:300:10240\n",
+                "cmtime-100.ts": "105.0 @start\n150.0 @exit 0\n",
+            }
+            for k, v in mem.items():
+                with open(os.path.join(run, k), "w") as f:
+                    f.write(v)
+            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-umad"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                bench_kernel.main()
+            with open(os.path.join(root, "bench-kernel.md")) as f:
+                md = f.read()
+        # the sample at 200 s is after the client's exit: not its run's
+        self.assertIn("| guest memory in use, MB (largest RSS) | A 200 (cmtime 100) / B 20 (cmtime 10, ibcm 20) |", md)
+        # a client killed at its bound has no exit stamp: the driver's wall time of the run ends it
+        with tempfile.TemporaryDirectory() as root:
+            pairing_dir(root, "ibcm-ibcm-umad", CMTIME, "")
+            run = os.path.join(root, "runs", "ibcm-ibcm-umad")
+            for k, v in mem.items():
+                with open(os.path.join(run, k), "w") as f:
+                    f.write(v.replace("150.0 @exit 0\n", ""))
+            with open(os.path.join(run, "cmtime-100.cli.rc.time"), "w") as f:
+                f.write("10.00\n")
+            sys.argv = ["bench_kernel.py", root, "ibcm-ibcm-umad"]
+            with contextlib.redirect_stdout(io.StringIO()):
+                bench_kernel.main()
+            with open(os.path.join(root, "bench-kernel.md")) as f:
+                md = f.read()
+        self.assertIn("| guest memory in use, MB (largest RSS) | A 100 (cmtime 50) / B 20 (cmtime 10, ibcm 20) |", md)
+        self.assertIsNone(bench_kernel.memory_during([(100.0, 4, {})], 101.0, 150.0))
+        self.assertIsNone(bench_kernel.memory_during([], 101.0, 150.0))
+
     def test_load_without_samples(self):
         self.assertEqual(bench_kernel.load_during([], 5.0, 9.0), (None, None))
         self.assertEqual(bench_kernel.load_during([(10.0, 4.0)], 5.0, 9.0), (None, None))

@@ -10,7 +10,8 @@
 #   pairing.env     PRELOAD_A / PRELOAD_B (1: run the tool with the ibcm librdmacm preloaded),
 #                   SERVICE (1: the preloaded tools use the host CM service, `ibcm daemon`
 #                   started on demand from $LAB_DIR/ibcm; 0: in-process, IBCM_SERVICE=off),
-#                   IBCM_ENV (extra environment for preloaded tools), READY_WAIT (seconds)
+#                   IBCM_ENV (extra environment for preloaded tools), READY_WAIT (seconds),
+#                   MEM_SAMPLE (seconds, optional: scripts/bench-kernel.sh's memory sampler, below)
 #   lib/librdmacm.so.1, ibcm (SERVICE=1)
 # Writes per scenario: NAME.srv.out / NAME.srv.err / NAME.srv.rc (A), NAME.cli.out /
 # NAME.cli.err / NAME.cli.rc (B): a tool's stdout (.out) and its stderr, where the preloaded
@@ -131,10 +132,38 @@ rdmacm_stop() {
   return 0
 }
 
+# rdmacm_memwatch SECONDS: every SECONDS, one line to $LAB_DIR/$LAB_NAME.mem until the guest ends:
+# epoch seconds, MemAvailable, MemFree, Slab, SUnreclaim (kB, /proc/meminfo), then NAME:PID:RSS-kB
+# of every cmtime and ibcm process (where a 10,000-connection run's memory goes: the tool, the
+# service, or the kernel's rxe objects in the slab)
+rdmacm_memwatch() {
+  local p c r k v rest line
+  # bash builtins but for sleep(1): a fork costs milliseconds on the guests'
+  # emulated CPU, and the sampler must not load the run it watches
+  while :; do
+    printf -v line "%(%s)T" -1
+    while read -r k v rest; do
+      case $k in MemAvailable:|MemFree:|Slab:|SUnreclaim:) line+=" $k$v" ;; esac
+    done < /proc/meminfo
+    for p in /proc/[0-9]*; do
+      read -r c 2>/dev/null < "$p/comm" || continue
+      case $c in
+        cmtime|ibcm)
+          r=0
+          while read -r k v rest; do [ "$k" != VmRSS: ] || { r=$v; break; }; done 2>/dev/null < "$p/status"
+          line+=" $c:${p#/proc/}:$r" ;;
+      esac
+    done
+    echo "$line" >> "$LAB_DIR/$LAB_NAME.mem"
+    sleep "$1"
+  done
+}
+
 rdmacm_guest() {
-  local role=$1 name t ready stop scmd ccmd pid i g
+  local role=$1 name t ready stop scmd ccmd pid i g memw=
   # shellcheck disable=SC1091
   . "$LAB_DIR/pairing.env"
+  if [ -n "${MEM_SAMPLE:-}" ]; then rdmacm_memwatch "$MEM_SAMPLE" & memw=$!; fi
   # the first mark must not go out before the peer's eth0 is up (ARP would drop it)
   if [ "$role" = server ]; then
     lab_wait up B 120 || echo "guest B never came up" >&2
@@ -191,5 +220,6 @@ rdmacm_guest() {
       lab_signal "$name.done"
     fi
   done < "$LAB_DIR/scenarios.run"
+  [ -z "$memw" ] || kill "$memw" 2>/dev/null
   return 0
 }

@@ -15,6 +15,7 @@
 #   -o DIR          run directory (default runs/<date>-<pid>); gets consoles, outputs, rc, dmesg
 #   -N              no rxe0 (skip `rdma link add`)
 #   -q              quiet: do not print the guest consoles at the end
+# Environment: LAB_GUEST_MEM  each guest's memory (qemu -m, default 512)
 # exit status: 0 if both guest commands returned 0, else 1.
 set -euo pipefail
 LAB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -57,7 +58,7 @@ boot() { # boot NAME IP PEERNAME PEERIP MAC LPORT RPORT MODS PCAP
   [ -n "$pcap" ] && { rm -f "$pcap"; dump=(-object "filter-dump,id=cap0,netdev=n0,file=$pcap"); }
   # no_timer_check: under a loaded host the guest kernel's IO-APIC timer check can fail under
   # TCG ("IO-APIC + timer doesn't work!" panic, seen twice at load 17); the check proves nothing here.
-  timeout -k 5 $((T+60)) qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 1 -m 512 \
+  timeout -k 5 $((T+60)) qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 1 -m "${LAB_GUEST_MEM:-512}" \
     -display none -nodefaults -no-reboot -serial "file:$RUN/$n.console" \
     -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initramfs.cpio.gz" \
     -append "console=ttyS0 quiet panic=-1 no_timer_check lab.name=$n lab.ip=$ip/24 lab.peername=$pn lab.peerip=$pip lab.mods=$mods lab.rxe=$RXE lab.timeout=$T" \
