@@ -1532,6 +1532,14 @@ pub mod sock {
     }
 }
 
+/// A binding's release that rides in the message of the id's `DESTROY`
+/// on a device's connection (`ipc` op `PORT_RELEASE_BY`; from
+/// `portspace::HostPorts::release_ticket`), so that `rdma_destroy_id` sends one
+/// message, not two. Not sent: the caller releases the binding with
+/// `portspace::HostPorts::release`.
+#[derive(Debug)]
+pub struct PortRelease(pub(crate) Vec<u8>);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -424,13 +424,7 @@ pub fn get_release_by(r: &mut ipc::Reader<'_>) -> Result<(u64, u64, u16, u16, u6
     Ok(v)
 }
 
-/// A binding's release that rides in the message of the id's `DESTROY`
-/// on a device's connection (`ipc` op `PORT_RELEASE_BY`; from
-/// [`HostPorts::release_ticket`]), so that `rdma_destroy_id` sends one
-/// message, not two. Not sent: the caller releases the binding with
-/// [`HostPorts::release`].
-#[derive(Debug)]
-pub struct PortRelease(pub(crate) Vec<u8>);
+pub use crate::ipc::PortRelease;
 
 /// Decodes a `PORT_LEASE` body: port space, count (1..=`MAX_LEASE`).
 pub fn get_lease(r: &mut ipc::Reader<'_>) -> Result<(u16, u32), Errno> {

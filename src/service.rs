@@ -1536,7 +1536,7 @@ fn neg(e: Errno) -> i32 {
 /// the connect, the send and the reply each bounded by
 /// `IBCM_SERVICE_TIMEOUT_MS` (`ErrorKind::TimedOut`).
 fn query(socket: &Path, opc: u16, body: &[u8]) -> std::io::Result<Vec<u8>> {
-    let bound = crate::runtime::service_timeout();
+    let bound = crate::api::service_timeout();
     let fd = sock::connect_within(socket, bound)?;
     sock::set_timeouts(&fd, bound, true)?;
     let mut w = Header {

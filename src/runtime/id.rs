@@ -413,16 +413,16 @@ impl CmId {
     /// error): the caller releases the binding itself.
     pub fn destroy_releasing(
         &self,
-        port: crate::portspace::PortRelease,
-    ) -> (ApiResult, Option<crate::portspace::PortRelease>) {
+        port: crate::ipc::PortRelease,
+    ) -> (ApiResult, Option<crate::ipc::PortRelease>) {
         self.destroy_riding(0, Some(port))
     }
 
     fn destroy_riding(
         &self,
         err: i32,
-        port: Option<crate::portspace::PortRelease>,
-    ) -> (ApiResult, Option<crate::portspace::PortRelease>) {
+        port: Option<crate::ipc::PortRelease>,
+    ) -> (ApiResult, Option<crate::ipc::PortRelease>) {
         let me = Arc::as_ptr(&self.0);
         if IN_CALLBACK.with(|c| c.get()) == me {
             ibcm_log!(

@@ -267,8 +267,8 @@ impl CmIdInner {
         self: &Arc<Self>,
         err: i32,
         from_deliverer: bool,
-        mut port: Option<crate::portspace::PortRelease>,
-    ) -> Option<crate::portspace::PortRelease> {
+        mut port: Option<crate::ipc::PortRelease>,
+    ) -> Option<crate::ipc::PortRelease> {
         let dev = &self.dev;
         let is_listener;
         let gone;

@@ -1125,7 +1125,7 @@ impl Remote {
         &self,
         sh: &CmIdInner,
         err: i32,
-        port: &mut Option<crate::portspace::PortRelease>,
+        port: &mut Option<crate::ipc::PortRelease>,
     ) -> bool {
         let p = sh as *const CmIdInner as usize;
         {
@@ -1841,7 +1841,7 @@ mod tests {
                 .put(&0x106u16)
                 .put(&7471u16)
                 .put(&1u64);
-            crate::portspace::PortRelease(w.into_bytes())
+            crate::ipc::PortRelease(w.into_bytes())
         };
         let id = dev
             .create_id(None, std::ptr::null_mut(), None)
