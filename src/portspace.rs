@@ -202,6 +202,48 @@ impl PortTable {
         Ok(p)
     }
 
+    /// The holders of the bindings that make `bind`'s explicit bind of
+    /// `b` to `port` of `ps` fail with `EADDRINUSE` (none when it would
+    /// not; a lease never blocks: the bind revokes it).
+    pub fn bind_blockers(&self, ps: u16, port: u16, b: &Binding) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .map
+            .get(&(ps, port))
+            .into_iter()
+            .flatten()
+            .filter(|o| !o.lease && !compatible(&o.b, b))
+            .map(|o| o.holder)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The holders of the bindings that make `listen` of `holder`'s
+    /// `owner` binding fail with `EADDRINUSE` (none when it would not).
+    pub fn listen_blockers(&self, holder: u64, ps: u16, port: u16, owner: u64) -> Vec<u64> {
+        let Some(list) = self.map.get(&(ps, port)) else {
+            return Vec::new();
+        };
+        let mine = |h: &Held| h.holder == holder && !h.lease && h.b.owner == owner;
+        let Some(me) = list.iter().find(|h| mine(h)).map(|h| h.b) else {
+            return Vec::new();
+        };
+        let mut v: Vec<u64> = list
+            .iter()
+            .filter(|o| {
+                !mine(o)
+                    && !o.lease
+                    && overlap(&o.b, &me)
+                    && (o.b.listening || !(o.b.reuse && me.reuse))
+            })
+            .map(|o| o.holder)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// A port of `ps` nobody binds or leases, from a random start in the
     /// ephemeral range.
     fn vacant(&self, ps: u16) -> Option<u16> {
