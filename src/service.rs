@@ -390,6 +390,34 @@ impl Service {
         f()
     }
 
+    /// Runs `f` (a wait of a thread inside a `hold`: `Conn::settle`) as
+    /// if this thread's hold had ended: the records held so far leave
+    /// now, and those pushed meanwhile are not held for this thread; the
+    /// hold resumes after `f`.
+    fn unhold<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Again<'a>(&'a Service, bool);
+        impl Drop for Again<'_> {
+            fn drop(&mut self) {
+                if self.1 {
+                    lock(&self.0.holds).active += 1;
+                }
+            }
+        }
+        let (held, conns) = {
+            let mut h = lock(&self.holds);
+            let held = h.active > 0;
+            if held {
+                h.active -= 1;
+            }
+            (held, std::mem::take(&mut h.conns))
+        };
+        for c in conns {
+            c.flush_held();
+        }
+        let _again = Again(self, held);
+        f()
+    }
+
     pub fn device(&self, name: &str) -> Option<Arc<Device>> {
         lock(&self.devices)
             .get(&canonical(name))
@@ -1543,6 +1571,13 @@ impl Conn {
         // connections settling against each other at least one sees the
         // other's flag and does not wait for it.
         self.settling.store(true, Ordering::SeqCst);
+        let met = self.svc.unhold(|| self.settle_on(others));
+        self.settling.store(false, Ordering::SeqCst);
+        met
+    }
+
+    /// `settle`'s wait for `others` (outside any hold).
+    fn settle_on(&self, others: Vec<Arc<Conn>>) -> bool {
         let limit = SETTLE_MAX.min(crate::runtime::service_timeout());
         let t = Instant::now();
         let mut spins = 0u32;
@@ -1578,7 +1613,6 @@ impl Conn {
             }
             pause();
         }
-        self.settling.store(false, Ordering::SeqCst);
         met && targets.is_empty()
     }
 
