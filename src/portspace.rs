@@ -1142,6 +1142,51 @@ mod tests {
         );
     }
 
+    /// The holders `bind_blockers` and `listen_blockers` name are those
+    /// whose bindings make the call fail: none where it succeeds, never
+    /// a compatible (REUSEADDR) binding or a lease.
+    #[test]
+    fn blockers_are_the_holders_that_make_a_bind_or_listen_fail() {
+        let mut t = PortTable::default();
+        t.bind(1, 0x106, 7000, b("10.0.0.1", true, 1), false)
+            .unwrap();
+        t.bind(2, 0x106, 7000, b("10.0.0.1", true, 2), false)
+            .unwrap();
+        t.bind(3, 0x106, 7000, b("10.0.0.2", false, 3), false)
+            .unwrap();
+        // REUSEADDR over the two: compatible, nothing blocks.
+        assert!(
+            t.bind_blockers(0x106, 7000, &b("10.0.0.1", true, 4))
+                .is_empty()
+        );
+        // Without REUSEADDR: both holders on 10.0.0.1 (each once).
+        let one = b("10.0.0.1", false, 4);
+        assert_eq!(t.bind_blockers(0x106, 7000, &one), vec![1, 2]);
+        assert_eq!(t.bind(4, 0x106, 7000, one, false), Err(EADDRINUSE));
+        // A wildcard overlaps all three.
+        assert_eq!(
+            t.bind_blockers(0x106, 7000, &b("0.0.0.0", false, 4)),
+            vec![1, 2, 3]
+        );
+        // Another port space, another port: free.
+        assert!(t.bind_blockers(0x111, 7000, &one).is_empty());
+        assert!(t.bind_blockers(0x106, 7001, &one).is_empty());
+        // Holder 1 listens: holder 2 (sharing its address) cannot.
+        t.listen(1, 0x106, 7000, 1).unwrap();
+        assert_eq!(t.listen_blockers(2, 0x106, 7000, 2), vec![1]);
+        assert_eq!(t.listen(2, 0x106, 7000, 2), Err(EADDRINUSE));
+        // Holder 3 (its own address) can: nothing blocks it.
+        assert!(t.listen_blockers(3, 0x106, 7000, 3).is_empty());
+        // Released, holder 1 blocks nobody.
+        t.release(1, 0x106, 7000, 1);
+        assert!(t.listen_blockers(2, 0x106, 7000, 2).is_empty());
+        assert_eq!(t.bind_blockers(0x106, 7000, &one), vec![2]);
+        // A lease never blocks (an explicit bind revokes it).
+        let leased = t.lease(5, 0x106, 1).unwrap()[0];
+        assert!(t.bind_blockers(0x106, leased, &one).is_empty());
+        assert_eq!(t.bind(4, 0x106, leased, one, false), Ok(leased));
+    }
+
     fn b(ip: &str, reuse: bool, owner: u64) -> Binding {
         Binding {
             ip: ip.parse().unwrap(),
