@@ -1473,6 +1473,31 @@ pub mod sock {
         Ok(got)
     }
 
+    /// Waits until the socket has a record to read, or its end or an
+    /// error to report (`poll`, no timeout).
+    pub fn wait_readable(fd: &OwnedFd) -> io::Result<()> {
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        uninterrupted(|| unsafe { libc::poll(&mut p, 1, -1) as isize }).map(|_| ())
+    }
+
+    /// Bytes of the records queued on the socket and not read yet
+    /// (`SIOCINQ`: for a `SOCK_SEQPACKET` socket Linux sums every queued
+    /// record, `unix_inq_len`).
+    pub fn queued(fd: &OwnedFd) -> io::Result<usize> {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD (SIOCINQ) writes one int.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n.max(0) as usize)
+    }
+
     /// Receives one record if one is queued now: `Ok(None)` when none is
     /// (`Ok(Some(0))` when the peer has gone).
     pub fn try_recv(fd: &OwnedFd, buf: &mut [u8]) -> io::Result<Option<usize>> {

@@ -202,6 +202,48 @@ impl PortTable {
         Ok(p)
     }
 
+    /// The holders of the bindings that make `bind`'s explicit bind of
+    /// `b` to `port` of `ps` fail with `EADDRINUSE` (none when it would
+    /// not; a lease never blocks: the bind revokes it).
+    pub fn bind_blockers(&self, ps: u16, port: u16, b: &Binding) -> Vec<u64> {
+        let mut v: Vec<u64> = self
+            .map
+            .get(&(ps, port))
+            .into_iter()
+            .flatten()
+            .filter(|o| !o.lease && !compatible(&o.b, b))
+            .map(|o| o.holder)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// The holders of the bindings that make `listen` of `holder`'s
+    /// `owner` binding fail with `EADDRINUSE` (none when it would not).
+    pub fn listen_blockers(&self, holder: u64, ps: u16, port: u16, owner: u64) -> Vec<u64> {
+        let Some(list) = self.map.get(&(ps, port)) else {
+            return Vec::new();
+        };
+        let mine = |h: &Held| h.holder == holder && !h.lease && h.b.owner == owner;
+        let Some(me) = list.iter().find(|h| mine(h)).map(|h| h.b) else {
+            return Vec::new();
+        };
+        let mut v: Vec<u64> = list
+            .iter()
+            .filter(|o| {
+                !mine(o)
+                    && !o.lease
+                    && overlap(&o.b, &me)
+                    && (o.b.listening || !(o.b.reuse && me.reuse))
+            })
+            .map(|o| o.holder)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// A port of `ps` nobody binds or leases, from a random start in the
     /// ephemeral range.
     fn vacant(&self, ps: u16) -> Option<u16> {
@@ -1118,6 +1160,51 @@ mod tests {
             v.iter().any(|&x| x < n / 2) && v.iter().any(|&x| x >= n / 2),
             "{v:?}"
         );
+    }
+
+    /// The holders `bind_blockers` and `listen_blockers` name are those
+    /// whose bindings make the call fail: none where it succeeds, never
+    /// a compatible (REUSEADDR) binding or a lease.
+    #[test]
+    fn blockers_are_the_holders_that_make_a_bind_or_listen_fail() {
+        let mut t = PortTable::default();
+        t.bind(1, 0x106, 7000, b("10.0.0.1", true, 1), false)
+            .unwrap();
+        t.bind(2, 0x106, 7000, b("10.0.0.1", true, 2), false)
+            .unwrap();
+        t.bind(3, 0x106, 7000, b("10.0.0.2", false, 3), false)
+            .unwrap();
+        // REUSEADDR over the two: compatible, nothing blocks.
+        assert!(
+            t.bind_blockers(0x106, 7000, &b("10.0.0.1", true, 4))
+                .is_empty()
+        );
+        // Without REUSEADDR: both holders on 10.0.0.1 (each once).
+        let one = b("10.0.0.1", false, 4);
+        assert_eq!(t.bind_blockers(0x106, 7000, &one), vec![1, 2]);
+        assert_eq!(t.bind(4, 0x106, 7000, one, false), Err(EADDRINUSE));
+        // A wildcard overlaps all three.
+        assert_eq!(
+            t.bind_blockers(0x106, 7000, &b("0.0.0.0", false, 4)),
+            vec![1, 2, 3]
+        );
+        // Another port space, another port: free.
+        assert!(t.bind_blockers(0x111, 7000, &one).is_empty());
+        assert!(t.bind_blockers(0x106, 7001, &one).is_empty());
+        // Holder 1 listens: holder 2 (sharing its address) cannot.
+        t.listen(1, 0x106, 7000, 1).unwrap();
+        assert_eq!(t.listen_blockers(2, 0x106, 7000, 2), vec![1]);
+        assert_eq!(t.listen(2, 0x106, 7000, 2), Err(EADDRINUSE));
+        // Holder 3 (its own address) can: nothing blocks it.
+        assert!(t.listen_blockers(3, 0x106, 7000, 3).is_empty());
+        // Released, holder 1 blocks nobody.
+        t.release(1, 0x106, 7000, 1);
+        assert!(t.listen_blockers(2, 0x106, 7000, 2).is_empty());
+        assert_eq!(t.bind_blockers(0x106, 7000, &one), vec![2]);
+        // A lease never blocks (an explicit bind revokes it).
+        let leased = t.lease(5, 0x106, 1).unwrap()[0];
+        assert!(t.bind_blockers(0x106, leased, &one).is_empty());
+        assert_eq!(t.bind(4, 0x106, leased, one, false), Ok(leased));
     }
 
     fn b(ip: &str, reuse: bool, owner: u64) -> Binding {

@@ -120,6 +120,9 @@ pub struct Service {
     /// Connection threads running what a wake-up brought, and the
     /// connections whose records are held meanwhile (`hold`).
     holds: Mutex<Holds>,
+    /// Binds (and listens) answered `EADDRINUSE` after `Conn::settle`
+    /// ran out of time with the holder's connections still busy.
+    settle_expired: AtomicU64,
 }
 
 /// See `Service::hold`.
@@ -201,6 +204,18 @@ struct Conn {
     /// connection of the same process releases this one's port bindings
     /// (`PORT_RELEASE_BY`).
     port_secret: u64,
+    /// Bytes of the messages read from the socket (added as the read
+    /// returns, before `reading` clears) and bytes of those whose records
+    /// have all run: a bind that conflicts with this process's binding
+    /// waits for what had reached this connection (`Conn::settle`).
+    rx: AtomicU64,
+    ran: AtomicU64,
+    /// A read of the socket (never blocking) is under way: what it took
+    /// off the queue may not be in `rx` yet.
+    reading: AtomicBool,
+    /// This connection's thread is in `settle`: nobody waits for it (two
+    /// connections never wait for each other).
+    settling: AtomicBool,
 }
 
 /// Binds the socket (`0660`, group `ibcm` if that group exists, else
@@ -242,6 +257,7 @@ impl Service {
             ports: Mutex::new(PortTable::default()),
             switch: LocalSwitch::new(),
             holds: Mutex::default(),
+            settle_expired: AtomicU64::new(0),
         })
     }
 
@@ -252,6 +268,13 @@ impl Service {
     pub fn rdma_ports(&self) -> (usize, usize) {
         let t = lock(&self.ports);
         (t.len(), t.leased_total())
+    }
+
+    /// Port binds and listens answered `EADDRINUSE` because the holder's
+    /// connections were still busy when `SETTLE_MAX` ran out (a process
+    /// flooding its connections cannot hold another's bind longer).
+    pub fn settle_expired(&self) -> u64 {
+        self.settle_expired.load(Ordering::Relaxed)
     }
 
     pub fn run(self: &Arc<Self>, listener: OwnedFd) -> std::io::Result<()> {
@@ -321,6 +344,10 @@ impl Service {
                 bad: AtomicU64::new(0),
                 oneway_refused: AtomicU64::new(0),
                 port_secret: secret(),
+                rx: AtomicU64::new(0),
+                ran: AtomicU64::new(0),
+                reading: AtomicBool::new(false),
+                settling: AtomicBool::new(false),
             });
             lock(&self.conns).insert(conn.id, Arc::downgrade(&conn));
             let c = conn.clone();
@@ -364,6 +391,34 @@ impl Service {
         }
         lock(&self.holds).active += 1;
         let _end = End(self);
+        f()
+    }
+
+    /// Runs `f` (a wait of a thread inside a `hold`: `Conn::settle`) as
+    /// if this thread's hold had ended: the records held so far leave
+    /// now, and those pushed meanwhile are not held for this thread; the
+    /// hold resumes after `f`.
+    fn unhold<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Again<'a>(&'a Service, bool);
+        impl Drop for Again<'_> {
+            fn drop(&mut self) {
+                if self.1 {
+                    lock(&self.0.holds).active += 1;
+                }
+            }
+        }
+        let (held, conns) = {
+            let mut h = lock(&self.holds);
+            let held = h.active > 0;
+            if held {
+                h.active -= 1;
+            }
+            (held, std::mem::take(&mut h.conns))
+        };
+        for c in conns {
+            c.flush_held();
+        }
+        let _again = Again(self, held);
         f()
     }
 
@@ -667,22 +722,21 @@ impl Conn {
         let writer = std::thread::Builder::new()
             .name(format!("ibcmd-w{}", self.id))
             .spawn(move || w.writer());
-        let mut buf = vec![0u8; ipc::MAX_RECORD];
-        // The wake-ups' drain buffers (`RECV_MANY`).
+        // The wake-ups' read buffers (`RECV_MANY`).
         let mut slots = Vec::new();
         if writer.is_ok() {
-            loop {
-                let n = match sock::recv(&self.fd, &mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
+            // The thread waits in `poll`, not in a read: a read (which
+            // takes messages off the queue) is never blocked, so one under
+            // way ends soon (`reading`, `settle`).
+            while sock::wait_readable(&self.fd).is_ok() {
                 if self.closed.load(Ordering::SeqCst) {
                     break;
                 }
-                let replies = self.wakeup(&mut buf, n, &mut slots);
+                let (replies, end) = self.wakeup(&mut slots);
                 if ipc::batch(replies)
                     .iter()
                     .any(|m| sock::send(&self.fd, m).is_err())
+                    || end
                 {
                     break;
                 }
@@ -966,52 +1020,60 @@ impl Conn {
         lock(&self.ids).values().filter(|e| e.pooled).count() as u64
     }
 
-    /// Runs what one wake-up brings: the message read (`buf[..n]`) and
-    /// those already queued behind it (at most `DRAIN` in all, read
-    /// without waiting); the replies to send. The MADs their records make
-    /// leave together when all have run (one `sendmmsg`, one run of a
-    /// switched peer's engine), and so do the events they produce for
-    /// each process (`hold`: one `BATCH` message per connection).
-    fn wakeup(
-        self: &Arc<Self>,
-        buf: &mut [u8],
-        n: usize,
-        slots: &mut Vec<Vec<u8>>,
-    ) -> Vec<Vec<u8>> {
+    /// Runs what one wake-up brings: the messages queued (at most
+    /// `DRAIN`, `RECV_MANY` per `recvmmsg`, read without waiting); the
+    /// replies to send, and whether the connection ended (the peer gone,
+    /// a failed read) behind them. The MADs their records make leave
+    /// together when all have run (one `sendmmsg`, one run of a switched
+    /// peer's engine), and so do the events they produce for each
+    /// process (`hold`: one `BATCH` message per connection). Each read's
+    /// bytes are counted in `rx` before `reading` clears, each message's
+    /// in `ran` once its records have run (`settle`).
+    fn wakeup(self: &Arc<Self>, slots: &mut Vec<Vec<u8>>) -> (Vec<Vec<u8>>, bool) {
         self.svc.hold(|| {
             let dev = lock(&self.dev).clone();
-            let mut run = |buf: &mut [u8]| {
-                let mut replies = self.records(&buf[..n]);
-                // What is queued behind it, `RECV_MANY` messages per
-                // `recvmmsg`. An error or the end seen here is seen again
-                // by the next blocking read, after these messages have run.
-                let mut read = 1;
+            let mut run = || {
+                let mut replies = Vec::new();
+                let mut end = false;
+                let mut read = 0;
                 let mut lens = [0usize; RECV_MANY];
+                if slots.is_empty() {
+                    slots.resize_with(RECV_MANY, || vec![0u8; ipc::MAX_RECORD]);
+                }
                 'drain: while read < DRAIN && !self.closed.load(Ordering::SeqCst) {
-                    if slots.is_empty() {
-                        slots.resize_with(RECV_MANY, || vec![0u8; ipc::MAX_RECORD]);
-                    }
                     let want = RECV_MANY.min(DRAIN - read);
-                    let got = match sock::try_recv_many(&self.fd, &mut slots[..want], &mut lens) {
-                        Ok(g) if g > 0 => g,
-                        _ => break,
+                    self.reading.store(true, Ordering::SeqCst);
+                    let got = sock::try_recv_many(&self.fd, &mut slots[..want], &mut lens);
+                    if let Ok(g) = got {
+                        let bytes: usize = lens[..g].iter().sum();
+                        self.rx.fetch_add(bytes as u64, Ordering::Relaxed);
+                    }
+                    self.reading.store(false, Ordering::SeqCst);
+                    let got = match got {
+                        Ok(g) => g,
+                        Err(_) => {
+                            end = true;
+                            break;
+                        }
                     };
                     read += got;
                     for (slot, &m) in slots.iter().zip(&lens[..got]) {
                         if m == 0 {
+                            end = true;
                             break 'drain;
                         }
                         replies.extend(self.records(&slot[..m]));
+                        self.ran.fetch_add(m as u64, Ordering::Release);
                     }
                     if got < want {
                         break;
                     }
                 }
-                replies
+                (replies, end)
             };
             match dev {
-                Some(dev) => dev.batch(|| run(buf)),
-                None => run(buf),
+                Some(dev) => dev.batch(run),
+                None => run(),
             }
         })
     }
@@ -1404,7 +1466,18 @@ impl Conn {
                 // The peer's capability, read outside the table's lock.
                 let privileged =
                     port != 0 && port < 1024 && portspace::may_bind_privileged(Some(self.pid));
-                let got = lock(&self.svc.ports).bind(self.id, ps, port, b, privileged)?;
+                // The table's lock is not held past this statement.
+                let first = lock(&self.svc.ports).bind(self.id, ps, port, b, privileged);
+                let got = match first {
+                    Err(e) if e == portspace::EADDRINUSE && port != 0 => {
+                        let holders = lock(&self.svc.ports).bind_blockers(ps, port, &b);
+                        let settled = self.settle(&holders);
+                        let again = lock(&self.svc.ports).bind(self.id, ps, port, b, privileged);
+                        self.settle_outcome(settled, &again, port);
+                        again?
+                    }
+                    r => r?,
+                };
                 out.put(&got);
             }
             op::PORT_LEASE => {
@@ -1426,7 +1499,18 @@ impl Conn {
             }
             op::PORT_LISTEN => {
                 let (ps, port, owner) = portspace::get_owner(r)?;
-                lock(&self.svc.ports).listen(self.id, ps, port, owner)?;
+                let first = lock(&self.svc.ports).listen(self.id, ps, port, owner);
+                match first {
+                    Err(e) if e == portspace::EADDRINUSE => {
+                        let holders =
+                            lock(&self.svc.ports).listen_blockers(self.id, ps, port, owner);
+                        let settled = self.settle(&holders);
+                        let again = lock(&self.svc.ports).listen(self.id, ps, port, owner);
+                        self.settle_outcome(settled, &again, port);
+                        again?
+                    }
+                    r => r?,
+                }
             }
             op::PORT_TOKEN => {
                 r.end()?;
@@ -1458,6 +1542,128 @@ impl Conn {
             }
         }
         Ok(out.0)
+    }
+}
+
+/// The longest a port bind (or listen) waits in `Conn::settle` for the
+/// holder's connections (less if `IBCM_SERVICE_TIMEOUT_MS` is less).
+pub const SETTLE_MAX: Duration = Duration::from_millis(200);
+
+impl Conn {
+    /// A bind (or listen) of this connection conflicts with bindings of
+    /// `holders` (connection ids): before it is answered, every
+    /// connection of their processes (same `SO_PEERCRED` pid: the port
+    /// connection and the device connections a `PORT_RELEASE_BY` rides
+    /// on) runs what it had received by now — a release the holder sent
+    /// before this bind arrived (its `rdma_destroy_id` returned) is then
+    /// run, as the kernel's would be. Per connection the target is its
+    /// queued bytes (`SIOCINQ`, read first) plus what its thread has read
+    /// (`rx`, read once no read is under way); it is met when `ran`
+    /// reaches it, or when the connection is idle (nothing queued,
+    /// nothing read and not run: a target counted twice by a read between
+    /// the two looks ends there), closed, or itself settling. Never this
+    /// connection itself (its earlier messages have run: this thread ran
+    /// them), never while holding a lock, at most `SETTLE_MAX`. Whether
+    /// every target was met.
+    fn settle(&self, holders: &[u64]) -> bool {
+        let others: Vec<Arc<Conn>> = {
+            let conns = lock(&self.svc.conns);
+            let pids: Vec<i32> = holders
+                .iter()
+                .filter(|h| **h != self.id)
+                .filter_map(|h| conns.get(h).and_then(Weak::upgrade))
+                .map(|c| c.pid)
+                .collect();
+            if pids.is_empty() {
+                return true;
+            }
+            conns
+                .iter()
+                .filter(|(k, _)| **k != self.id)
+                .filter_map(|(_, w)| w.upgrade())
+                .filter(|c| pids.contains(&c.pid))
+                .collect()
+        };
+        // Set before the others' flags are read (both SeqCst): of two
+        // connections settling against each other at least one sees the
+        // other's flag and does not wait for it.
+        self.settling.store(true, Ordering::SeqCst);
+        let met = self.svc.unhold(|| self.settle_on(others));
+        self.settling.store(false, Ordering::SeqCst);
+        met
+    }
+
+    /// `settle`'s wait for `others` (outside any hold).
+    fn settle_on(&self, others: Vec<Arc<Conn>>) -> bool {
+        let limit = SETTLE_MAX.min(crate::runtime::service_timeout());
+        let t = Instant::now();
+        let mut spins = 0u32;
+        let mut pause = || {
+            spins += 1;
+            if spins < 16 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        };
+        let mut targets: Vec<(Arc<Conn>, u64)> = Vec::with_capacity(others.len());
+        let mut met = true;
+        for c in others {
+            let Ok(q) = sock::queued(&c.fd) else {
+                continue;
+            };
+            // A read under way may have taken queued bytes not yet in `rx`.
+            while c.reading.load(Ordering::SeqCst) && t.elapsed() < limit {
+                pause();
+            }
+            if c.reading.load(Ordering::SeqCst) {
+                met = false;
+                continue;
+            }
+            let target = c.rx.load(Ordering::Acquire) + q as u64;
+            targets.push((c, target));
+        }
+        loop {
+            targets.retain(|(c, target)| !c.settled(*target));
+            if targets.is_empty() || t.elapsed() >= limit {
+                break;
+            }
+            pause();
+        }
+        met && targets.is_empty()
+    }
+
+    /// `settle`'s test for this connection: what it had received by
+    /// `target` has run, or it has nothing left to run, or it is closed or
+    /// settling itself.
+    fn settled(&self, target: u64) -> bool {
+        if self.ran.load(Ordering::Acquire) >= target
+            || self.closed.load(Ordering::SeqCst)
+            || self.settling.load(Ordering::SeqCst)
+        {
+            return true;
+        }
+        // Idle: nothing queued, then no read under way, then all it read
+        // has run (in this order: a read between two looks is seen).
+        sock::queued(&self.fd).is_ok_and(|q| q == 0)
+            && !self.reading.load(Ordering::SeqCst)
+            && self.ran.load(Ordering::Acquire) == self.rx.load(Ordering::Acquire)
+    }
+
+    /// After `settle` and the retry: a retry still `EADDRINUSE` after a
+    /// settle that ran out of time is counted and logged.
+    fn settle_outcome<T>(&self, settled: bool, again: &Result<T, Errno>, port: u16) {
+        if !settled && matches!(again, Err(e) if *e == portspace::EADDRINUSE) {
+            self.svc.settle_expired.fetch_add(1, Ordering::Relaxed);
+            ibcm_log!(
+                WARN,
+                "process {}: port {port}: the holder's connections still busy after {} ms: EADDRINUSE",
+                self.pid,
+                SETTLE_MAX
+                    .min(crate::runtime::service_timeout())
+                    .as_millis()
+            );
+        }
     }
 }
 
