@@ -1595,7 +1595,7 @@ impl Conn {
 
     /// `settle`'s wait for `others` (outside any hold).
     fn settle_on(&self, others: Vec<Arc<Conn>>) -> bool {
-        let limit = SETTLE_MAX.min(crate::runtime::service_timeout());
+        let limit = SETTLE_MAX.min(crate::api::service_timeout());
         let t = Instant::now();
         let mut spins = 0u32;
         let mut pause = || {
@@ -1659,9 +1659,7 @@ impl Conn {
                 WARN,
                 "process {}: port {port}: the holder's connections still busy after {} ms: EADDRINUSE",
                 self.pid,
-                SETTLE_MAX
-                    .min(crate::runtime::service_timeout())
-                    .as_millis()
+                SETTLE_MAX.min(crate::api::service_timeout()).as_millis()
             );
         }
     }
