@@ -166,7 +166,8 @@ pub struct Remote {
     /// Extra owners of listeners shared by `insert_listen`, by shell.
     shares: Mutex<HashMap<usize, u32>>,
     /// Ids with events to deliver, for the delivery thread.
-    ready: Mutex<VecDeque<Arc<CmIdInner>>>,
+    ready: Mutex<Ready>,
+    /// Woken only when the delivery thread sleeps (`Ready::sleeping`).
     ready_cv: Condvar,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Ids the service leased (`CREATE_IDS`) not handed out yet.
@@ -207,14 +208,14 @@ struct Rx {
     buf: Vec<u8>,
 }
 
-/// What the holder of the reading token does with an event it read.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Run {
-    /// Runs its callback on this thread (the reader thread), after giving
-    /// the token up.
-    Here,
-    /// Queues it for the delivery thread (a caller waiting for its reply).
-    Queue,
+/// The delivery thread's queue.
+#[derive(Default)]
+struct Ready {
+    ids: VecDeque<Arc<CmIdInner>>,
+    /// The delivery thread waits on `ready_cv` (set and cleared by it,
+    /// under the lock): whoever queues an id wakes it only then — a futex
+    /// call per queued id otherwise.
+    sleeping: bool,
 }
 
 /// A `Device::batch` sends its one-way calls once this many are held.
@@ -656,7 +657,7 @@ impl Remote {
             reader_done: AtomicBool::new(false),
             ids: Mutex::new(HashMap::new()),
             shares: Mutex::new(HashMap::new()),
-            ready: Mutex::new(VecDeque::new()),
+            ready: Mutex::new(Ready::default()),
             ready_cv: Condvar::new(),
             threads: Mutex::new(Vec::new()),
             pool: Mutex::new(Vec::new()),
@@ -738,7 +739,7 @@ impl Remote {
                 // here; events go to the delivery thread.
                 rx.reading = true;
                 drop(rx);
-                self.read_one(Run::Queue);
+                self.read_for_reply();
                 rx = lock(&self.rx);
                 continue;
             }
@@ -1217,7 +1218,7 @@ impl Remote {
                 },
                 listener: None,
             });
-            lock(&self.ready).push_back(sh);
+            lock(&self.ready).ids.push_back(sh);
             failed += 1;
         }
         if failed > 0 {
@@ -1306,50 +1307,56 @@ impl Remote {
                 rec
             };
             first = false;
-            self.handle(rec, Run::Here);
+            self.handle(rec);
         }
     }
 
-    /// Handles the next record from the service, reading the socket if
-    /// none is left from the last read. The caller holds the reading
-    /// token; it is given back here (before an event's callback runs, for
-    /// `Run::Here`). `false`: the socket has ended (the service is lost,
-    /// or the device was closed).
-    fn read_one(&self, run: Run) -> bool {
-        let next = lock(&self.rx).backlog.pop_front();
-        let rec = match next {
-            Some(rec) => rec,
-            None => {
-                if let Err(why) = self.receive() {
-                    self.service_lost(&why);
-                    self.give_back();
-                    return false;
-                }
-                match lock(&self.rx).backlog.pop_front() {
-                    Some(rec) => rec,
-                    None => {
-                        self.give_back();
-                        return true;
-                    }
-                }
+    /// A caller waiting for its reply, holding the reading token: handles
+    /// every record left from the last read, or, when none is, what one
+    /// read of the socket brings, queueing the ids with events for the
+    /// delivery thread in one go (one wake-up of it at most, one hand-over
+    /// of the token), then gives the token back. `false`: the socket has
+    /// ended (the service is lost, or the device was closed).
+    fn read_for_reply(&self) -> bool {
+        let mut recs = std::mem::take(&mut lock(&self.rx).backlog);
+        if recs.is_empty() {
+            if let Err(why) = self.receive() {
+                self.service_lost(&why);
+                self.give_back();
+                return false;
             }
-        };
-        self.handle(rec, run);
+            recs = std::mem::take(&mut lock(&self.rx).backlog);
+        }
+        let mut ids = Vec::new();
+        for rec in recs.drain(..) {
+            ids.extend(self.dispatch(&rec));
+        }
+        if !ids.is_empty() {
+            let mut q = lock(&self.ready);
+            q.ids.extend(ids);
+            let wake = q.sleeping;
+            drop(q);
+            if wake {
+                self.ready_cv.notify_one();
+            }
+        }
+        // The emptied buffer goes back for the next read's records.
+        let mut rx = lock(&self.rx);
+        if rx.backlog.is_empty() {
+            rx.backlog = recs;
+        }
+        drop(rx);
+        self.give_back();
         true
     }
 
-    /// Hands one record on (`dispatch`) and gives the reading token back,
-    /// before running the id's callbacks for `Run::Here`.
-    fn handle(&self, rec: Vec<u8>, run: Run) {
+    /// Hands one record on (`dispatch`) and gives the reading token back
+    /// before running the id's callbacks.
+    fn handle(&self, rec: Vec<u8>) {
         match self.dispatch(&rec) {
-            Some(sh) if run == Run::Here => {
+            Some(sh) => {
                 self.give_back();
                 sh.deliver();
-            }
-            Some(sh) => {
-                lock(&self.ready).push_back(sh);
-                self.ready_cv.notify_one();
-                self.give_back();
             }
             None => self.give_back(),
         }
@@ -1607,13 +1614,15 @@ impl Remote {
             let sh = {
                 let mut q = lock(&self.ready);
                 loop {
-                    if let Some(sh) = q.pop_front() {
+                    if let Some(sh) = q.ids.pop_front() {
                         break sh;
                     }
                     if self.dead.load(Ordering::SeqCst) && self.reader_done.load(Ordering::SeqCst) {
                         return;
                     }
+                    q.sleeping = true;
                     q = self.ready_cv.wait(q).unwrap_or_else(|e| e.into_inner());
+                    q.sleeping = false;
                 }
             };
             sh.deliver();
@@ -1871,5 +1880,111 @@ mod tests {
                 vec![op::SEND_REQ | op::ONEWAY, op::DESTROY, op::PORT_RELEASE_BY]
             );
         });
+    }
+
+    /// The event record the service pushes for `handle`.
+    fn event(fd: &OwnedFd, handle: u64, kind: EventType) {
+        let mut w = Header {
+            op: op::EVENT,
+            seq: 0,
+            handle,
+        }
+        .record();
+        w.put(&WireEvent {
+            public: Public::default(),
+            listener: 0,
+            event: Event {
+                id: Handle(handle),
+                kind,
+                param: EventParam::None,
+                local_id: 0,
+                mad: None,
+            },
+        });
+        sock::send(fd, &w.into_bytes()).expect("fake service: send");
+    }
+
+    /// A callback on the reader thread that makes a round trip reads the
+    /// socket itself; an event it reads for another id goes to the
+    /// delivery thread, which sleeps and must be woken (it is woken only
+    /// when it sleeps: `Ready::sleeping`).
+    #[test]
+    fn an_event_a_waiting_caller_reads_wakes_the_delivery_thread() {
+        let (ours, theirs) = crate::ipc::sock::pair();
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; ipc::MAX_RECORD];
+            let mut next = 100u64;
+            while let Ok(n) = sock::recv(&theirs, &mut buf) {
+                if n == 0 {
+                    return;
+                }
+                let (h, _) = Header::parse(&buf[..n]).expect("fake service: header");
+                match h.op {
+                    op::OPEN => reply(&theirs, h, |w| {
+                        w.put(&Opened {
+                            name: b"soft:fake".to_vec(),
+                            node_guid: 1,
+                            ports: Box::new([]),
+                        });
+                    }),
+                    // Ids 100 and 101 are made by the test, then 100 sends a
+                    // REQ: the event that runs 100's callback.
+                    o if o == op::SEND_REQ | op::ONEWAY => {
+                        event(&theirs, 100, EventType::RepReceived);
+                    }
+                    op::CREATE_IDS => {
+                        // The lease 100's callback asks for is answered
+                        // behind an event for 101.
+                        if next == 102 {
+                            event(&theirs, 101, EventType::DreqReceived);
+                        }
+                        let ids: Box<[Created]> = Box::new([Created {
+                            handle: next,
+                            public: Public::default(),
+                        }]);
+                        next += 1;
+                        reply(&theirs, h, |w| {
+                            w.put(&ids);
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        });
+        let dev = Remote::open(ours, "soft:fake").expect("open through the fake service");
+        let (tx, rx) = mpsc::channel::<(u64, bool)>();
+        let on_reader = tx.clone();
+        let a: RustHandler = Arc::new(move |id: &crate::runtime::CmId, _: &Event| {
+            // A round trip from the reader thread: a lease.
+            let made = id.device().create_id(None, std::ptr::null_mut(), None);
+            let _ = on_reader.send((id.handle(), made.is_ok()));
+            0
+        });
+        let b: RustHandler = Arc::new(move |id: &crate::runtime::CmId, _: &Event| {
+            let _ = tx.send((id.handle(), true));
+            0
+        });
+        let id_a = dev
+            .create_id(None, std::ptr::null_mut(), Some(a))
+            .expect("create_id");
+        let id_b = dev
+            .create_id(None, std::ptr::null_mut(), Some(b))
+            .expect("create_id");
+        id_a.send_req(&ReqParams {
+            service_id: 0x1234,
+            qp_type: qp_type::RC,
+            ..ReqParams::default()
+        })
+        .expect("send_req");
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            seen.push(
+                rx.recv_timeout(Duration::from_secs(5))
+                    .expect("both callbacks ran (the delivery thread was woken)"),
+            );
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, vec![(100, true), (101, true)]);
+        assert_eq!((id_a.handle(), id_b.handle()), (100, 101));
     }
 }
