@@ -178,6 +178,12 @@ pub struct Remote {
     /// One-way calls made inside a `Device::batch`, sent as one message
     /// when it ends (or before anything else this connection sends).
     out: Mutex<Vec<Vec<u8>>>,
+    /// `out` holds a batch's record, which the batch's end must send
+    /// (changed under `out`'s lock). Without one, `out` holds only marks
+    /// of IDLE ids, which wait for the connection's next message even
+    /// past the end of a batch that sent nothing (another thread's, say
+    /// the reader's): they cost no message of their own.
+    urgent: AtomicBool,
     /// The QP attributes pushed for an id this process does not know yet
     /// (a marked listener's REQ: they come just before the event that
     /// creates the id), by handle: taken by that event. One at most — a
@@ -663,6 +669,7 @@ impl Remote {
             pool: Mutex::new(Vec::new()),
             leased: AtomicU64::new(0),
             out: Mutex::new(Vec::new()),
+            urgent: AtomicBool::new(false),
             req_attrs: Mutex::new(None),
         });
         let dev = Device::with_remote(remote.clone());
@@ -867,7 +874,7 @@ impl Remote {
         w.put(&on);
         let idle = unsafe { std::ptr::read_volatile(&(*sh.c.get()).state) } == State::Idle as u32;
         if idle {
-            self.hold(w.into_bytes())
+            self.hold(w.into_bytes(), false)
         } else {
             self.send_or_hold(w.into_bytes())
         }
@@ -882,7 +889,7 @@ impl Remote {
             .get()
             .is_some_and(|d| super::event_loop::in_batch(d.as_ptr()));
         if batching {
-            self.hold(rec)
+            self.hold(rec, true)
         } else {
             self.send_now(rec)
         }
@@ -891,11 +898,17 @@ impl Remote {
     /// Holds `rec` for this connection's next message: whatever is sent
     /// next (`send_now`, the end of a batch: `flush`) takes the held
     /// records first, in order, in one `BATCH` message.
-    fn hold(&self, rec: Vec<u8>) -> Result<(), ()> {
+    /// `urgent`: a batch's record, which its end sends (else a mark that
+    /// waits for whatever the connection sends next).
+    fn hold(&self, rec: Vec<u8>, urgent: bool) -> Result<(), ()> {
         let mut out = lock(&self.out);
         out.push(rec);
+        if urgent {
+            self.urgent.store(true, Ordering::Relaxed);
+        }
         if out.len() >= BATCH_RECORDS {
             let held = std::mem::take(&mut *out);
+            self.urgent.store(false, Ordering::Relaxed);
             return self.send_held(held);
         }
         Ok(())
@@ -912,6 +925,7 @@ impl Remote {
         }
         out.push(rec);
         let held = std::mem::take(&mut *out);
+        self.urgent.store(false, Ordering::Relaxed);
         // Sent under the lock: a record made later cannot overtake them.
         let r = self.send_held(held);
         drop(out);
@@ -925,6 +939,7 @@ impl Remote {
         out.push(rec);
         out.push(next);
         let held = std::mem::take(&mut *out);
+        self.urgent.store(false, Ordering::Relaxed);
         let r = self.send_held(held);
         drop(out);
         r
@@ -980,10 +995,11 @@ impl Remote {
         }
     }
 
-    /// The end of a `Device::batch`: its one-way calls leave now.
+    /// The end of a `Device::batch`: its one-way calls leave now (with
+    /// the marks held before them); marks alone keep waiting.
     pub(super) fn flush(&self) {
         let mut out = lock(&self.out);
-        if !out.is_empty() {
+        if self.urgent.swap(false, Ordering::Relaxed) && !out.is_empty() {
             let held = std::mem::take(&mut *out);
             let _ = self.send_held(held);
         }
