@@ -1,6 +1,7 @@
 """Which pairings of the rdmacm lab run through the host CM service (interop/rdmacm/pairings.sh),
 which scenarios each runs by default (interop/rdmacm.sh's default_scenarios), and that
-scripts/bench-kernel.sh keeps its pairings in-process (only ibcm-svc through the service)."""
+scripts/bench-kernel.sh keeps its pairings in-process (only ibcm-svc through the service; with
+BENCH_SERVICE=1 as in the matrix)."""
 import os
 import re
 import subprocess
@@ -62,11 +63,23 @@ class Pairings(unittest.TestCase):
         self.assertNotIn("local-rping", scen("ibcm-ibcm-udp"))
 
     def test_bench_kernel_stays_in_process(self):
+        """bench-kernel.sh's pairing step, run as the script runs it: in-process but in ibcm-svc,
+        through the service as in the matrix with BENCH_SERVICE=1."""
         fn = function(os.path.join(ROOT, "scripts", "bench-kernel.sh"), "pairing")
         lines = [line.strip() for line in fn.splitlines()]
         i = lines.index('rdmacm_pairing "$p"')
-        self.assertIn("PAIR_SERVICE=$PAIR_SERVICE_ONLY", lines[i + 1:i + 5])
+        step = [l for l in lines[i + 1:i + 6] if "PAIR_SERVICE=" in l and not l.startswith("#")]
+        self.assertEqual(len(step), 1, lines[i + 1:i + 6])
 
+        def service(p, env):
+            return bash(f'. "{PAIRINGS}"; {env} p={p}; rdmacm_pairing "$p"\n{step[0]}\n'
+                        'echo "$PAIR_SERVICE"').strip()
+
+        for p in ("kernel-ibcm", "ibcm-kernel", "ibcm-ibcm-umad", "ibcm-ibcm-udp"):
+            self.assertEqual(service(p, "unset BENCH_SERVICE;"), "0", p)
+        self.assertEqual(service("ibcm-svc", "unset BENCH_SERVICE;"), "1")
+        for p in ("ibcm-kernel", "ibcm-ibcm-udp", "ibcm-svc"):
+            self.assertEqual(service(p, "BENCH_SERVICE=1;"), "1", p)
 
 if __name__ == "__main__":
     unittest.main()
