@@ -1165,6 +1165,30 @@ pub mod sock {
         Ok((state, flags))
     }
 
+    /// The state letter and the CPU time used so far (user + system, in
+    /// milliseconds) of process `pid`, from `/proc/<pid>/stat` (fields 3,
+    /// 14 and 15): how a client tells a busy service (its CPU time grows)
+    /// from a hung one. `Err`: unreadable (no such process, another PID
+    /// namespace's pid, no `/proc` here); a `None` inside: that field is
+    /// not there.
+    pub fn proc_cpu(pid: i32) -> io::Result<(Option<char>, Option<u64>)> {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        let f: Vec<&str> = st
+            .rsplit_once(')')
+            .map_or("", |(_, r)| r)
+            .split_whitespace()
+            .collect();
+        let state = f.first().and_then(|s| s.chars().next());
+        // Fields 14 and 15 of the line are the 12th and 13th after the
+        // command's closing parenthesis (counted from field 3).
+        let tick = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
+        let ticks = tick(11).zip(tick(12)).map(|(u, s)| u + s);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let hz = if hz > 0 { hz as u64 } else { 100 };
+        Ok((state, ticks.map(|t| t.saturating_mul(1000) / hz)))
+    }
+
     /// A connected pair of seqpacket sockets (the service's socket type),
     /// for tests that play both ends.
     #[cfg(test)]

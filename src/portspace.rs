@@ -17,7 +17,7 @@
 use crate::engine::Errno;
 use crate::ipc::{self, Field, Header, Public, op, sock};
 use crate::log::{ERROR, INFO, WARN};
-use crate::runtime::{ServiceMode, service_mode, service_timeout};
+use crate::runtime::{ServiceMode, ServiceWatch, service_mode, service_timeout};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
@@ -528,6 +528,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// trip waits for its own, a pipelined bind's runs its `Done`.
 struct Link {
     fd: Arc<OwnedFd>,
+    /// The service's pid (`SO_PEERCRED`; 0 when unknown) and the messages
+    /// received on this connection: a waiting call's view of the
+    /// service's progress (`ServiceWatch`).
+    peer: i32,
+    received: Arc<std::sync::atomic::AtomicU64>,
     /// The process that connected (a forked child opens its own link).
     pid: u32,
     /// Which connection this is (the reader thread serves only its own).
@@ -732,14 +737,18 @@ impl HostPorts {
         // A send to a service that stopped reading fails after the
         // timeout instead of blocking (set once per connection).
         sock::set_timeouts(&fd, service_timeout(), false)?;
+        let peer = sock::peer(&fd).0;
         let fd = Arc::new(fd);
         let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (shared, rfd) = (self.link.clone(), fd.clone());
+        let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (shared, rfd, count) = (self.link.clone(), fd.clone(), received.clone());
         std::thread::Builder::new()
             .name("ibcm-ports".into())
-            .spawn(move || reader(&shared, &rfd, generation))?;
+            .spawn(move || reader(&shared, &rfd, generation, &count))?;
         *l = Some(Link {
             fd,
+            peer,
+            received,
             pid: std::process::id(),
             generation,
             seq: 1,
@@ -832,6 +841,7 @@ impl HostPorts {
         link.seq += 1;
         let seq = link.seq;
         let generation = link.generation;
+        let (peer, received) = (link.peer, link.received.clone());
         let slot = Arc::new(Slot::default());
         link.pending.insert(seq, Waiter::Sync(slot.clone()));
         if let Err(e) = link.send_all(Some(record(opc, seq, body))) {
@@ -842,23 +852,33 @@ impl HostPorts {
         }
         drop(l);
         // A service that does not answer within `service_timeout()`
-        // (`IBCM_SERVICE_TIMEOUT_MS`) is given up on: the connection is
-        // dropped (the service releases its bindings when it sees the
-        // end), this call fails with `ETIMEDOUT`, the others waiting on it
-        // with `ENODEV`, and the next call opens a new connection.
-        let deadline = std::time::Instant::now() + service_timeout();
+        // (`IBCM_SERVICE_TIMEOUT_MS`) and shows no progress
+        // (`ServiceWatch`: messages arriving, its CPU time growing), or
+        // that is still working without answering at `service_busy_max()`,
+        // is given up on: the connection is dropped (the service releases
+        // its bindings when it sees the end), this call fails with
+        // `ETIMEDOUT`, the others waiting on it with `ENODEV`, and the next
+        // call opens a new connection.
+        let count = || received.load(std::sync::atomic::Ordering::Relaxed);
+        let mut watch = ServiceWatch::new(peer, count());
         let mut v = lock(&slot.v);
         loop {
             if let Some(r) = v.take() {
                 return r;
             }
             let now = std::time::Instant::now();
-            if now >= deadline {
+            if now >= watch.check_at() {
+                drop(v);
+                let working = watch.working(count(), "rdma_cm ports", &format!("op {opc}"));
+                v = lock(&slot.v);
+                if working || v.is_some() {
+                    continue;
+                }
                 break;
             }
             v = slot
                 .cv
-                .wait_timeout(v, deadline - now)
+                .wait_timeout(v, watch.check_at() - now)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
         }
@@ -869,8 +889,9 @@ impl HostPorts {
             // `ENODEV`.
             k.pending.remove(&seq);
             let why = format!(
-                "no reply within {} ms (IBCM_SERVICE_TIMEOUT_MS)",
-                service_timeout().as_millis()
+                "no reply within {} ms (IBCM_SERVICE_TIMEOUT_MS){}",
+                service_timeout().as_millis(),
+                watch.note()
             );
             crate::log::always(
                 WARN,
@@ -1049,12 +1070,18 @@ impl Drop for HostPorts {
 
 /// The reader thread of link `generation`: replies to their waiters; when
 /// the last pipelined bind is answered, the held records leave.
-fn reader(shared: &Mutex<Option<Link>>, fd: &OwnedFd, generation: u64) {
+fn reader(
+    shared: &Mutex<Option<Link>>,
+    fd: &OwnedFd,
+    generation: u64,
+    received: &std::sync::atomic::AtomicU64,
+) {
     let mut buf = vec![0u8; ipc::MAX_RECORD];
     loop {
         let why = match sock::recv(fd, &mut buf) {
             Ok(0) => Some("closed by the service".to_string()),
             Ok(n) => {
+                received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let msg = &buf[..n];
                 let recs: Result<Vec<&[u8]>, Errno> = match Header::parse(msg) {
                     Ok((h, r)) if h.op == op::BATCH => ipc::unbatch(&msg[n - r.remaining()..]),

@@ -61,6 +61,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+mod busy;
 mod device;
 mod event_loop;
 mod id;
@@ -71,6 +72,8 @@ mod shard;
 mod spec;
 mod switch;
 
+pub(crate) use busy::Watch as ServiceWatch;
+pub use busy::{DEFAULT_SERVICE_BUSY_MAX_FLOOR, service_busy_max, service_busy_waits};
 pub use device::{Device, DeviceOptions, PortsHook};
 pub use event_loop::{ROUND_SLICE, delivery_round, in_delivery_round, set_delivery_round_end};
 pub use id::CmId;

@@ -8,6 +8,7 @@
 //! `required` (the service or `-ENODEV`). `loop:` devices always stay
 //! in-process.
 
+use super::ServiceWatch;
 use super::device::Device;
 use super::inner::{CmIdInner, Item, RustHandler};
 use super::lock;
@@ -149,8 +150,12 @@ pub struct Remote {
     /// The service's pid (`SO_PEERCRED`; 0 when unknown), looked up in
     /// `/proc` when it does not answer.
     peer_pid: i32,
-    /// `service_timeout()`: how long a round trip waits.
+    /// `service_timeout()`: how long a round trip waits before it looks
+    /// for progress (`busy::Watch`).
     timeout: Duration,
+    /// Records received on this connection (events, replies): progress
+    /// of the service for a caller still waiting for its own reply.
+    records_in: AtomicU64,
     /// The socket's read side: who reads it, what was read and not yet
     /// handled, the replies waiting for their callers.
     rx: Mutex<Rx>,
@@ -609,29 +614,52 @@ impl Remote {
         }
         .record();
         w.put(&name.as_bytes().to_vec());
-        let silent = |e: std::io::Error| {
+        // Each socket timeout is one period of the bound: the wait goes on
+        // while the service makes progress (`busy::Watch`: nothing else
+        // arrives before the open's reply, so its CPU time).
+        let mut watch: Option<ServiceWatch> = None;
+        let mut silent = |e: std::io::Error| {
             if e.kind() != std::io::ErrorKind::WouldBlock {
-                return Errno::ENODEV;
+                return Some(Errno::ENODEV);
+            }
+            let w = watch.get_or_insert_with(|| ServiceWatch::late(peer_pid, 0));
+            if w.working(0, name, "the open") {
+                return None;
             }
             SERVICE_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
             let peer = Peer::of(peer_pid);
             crate::log::always(
                 WARN,
                 format_args!(
-                    "{name}: the CM service (pid {peer_pid}, {}) did not answer the open within {} ms (IBCM_SERVICE_TIMEOUT_MS)",
+                    "{name}: the CM service (pid {peer_pid}, {}) did not answer the open within {} ms (IBCM_SERVICE_TIMEOUT_MS){}",
                     peer.describe(),
-                    timeout.as_millis()
+                    timeout.as_millis(),
+                    w.note()
                 ),
             );
-            if peer == Peer::Gone {
+            Some(if peer == Peer::Gone {
                 Errno::ENODEV
             } else {
                 Errno(errno::ETIMEDOUT)
+            })
+        };
+        let w = w.into_bytes();
+        while let Err(e) = sock::send(&fd, &w) {
+            if let Some(e) = silent(e) {
+                return Err(e);
+            }
+        }
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        let n = loop {
+            match sock::recv(&fd, &mut buf) {
+                Ok(n) => break n,
+                Err(e) => {
+                    if let Some(e) = silent(e) {
+                        return Err(e);
+                    }
+                }
             }
         };
-        sock::send(&fd, &w.into_bytes()).map_err(silent)?;
-        let mut buf = vec![0u8; ipc::MAX_RECORD];
-        let n = sock::recv(&fd, &mut buf).map_err(silent)?;
         let (h, mut r) = Header::parse(&buf[..n]).map_err(|_| Errno::ENODEV)?;
         if h.op != op::REPLY | op::OPEN || h.seq != 1 {
             return Err(Errno::ENODEV);
@@ -651,6 +679,7 @@ impl Remote {
             seq: AtomicU64::new(2),
             peer_pid,
             timeout,
+            records_in: AtomicU64::new(0),
             rx: Mutex::new(Rx {
                 reading: false,
                 backlog: VecDeque::new(),
@@ -722,9 +751,11 @@ impl Remote {
             lock(&self.rx).pending.remove(&seq);
             return Err(Errno::ENODEV);
         }
-        // The wait is bounded (`hung`); the clock is read in user space
-        // (vDSO): no system call more than an unbounded wait.
-        let deadline = Instant::now() + self.timeout;
+        // The wait is bounded (`hung`): each period of the bound without
+        // the reply it looks for progress of the service (`busy::Watch`)
+        // and goes on only if there was some. The clock is read in user
+        // space (vDSO): no system call more than an unbounded wait.
+        let mut watch = ServiceWatch::new(self.peer_pid, self.records());
         let mut rx = lock(&self.rx);
         let rec = loop {
             if let Some(Some(_)) = rx.pending.get(&seq) {
@@ -735,10 +766,17 @@ impl Remote {
                 return Err(Errno::ENODEV);
             }
             let now = Instant::now();
-            if now >= deadline {
+            if now >= watch.check_at() {
+                drop(rx);
+                let what = format!("a call (op {opc})");
+                let working = watch.working(self.records(), &self.describe(), &what);
+                rx = lock(&self.rx);
+                if working || matches!(rx.pending.get(&seq), Some(Some(_))) {
+                    continue;
+                }
                 rx.pending.remove(&seq);
                 drop(rx);
-                return Err(self.hung(&format!("a call (op {opc})")));
+                return Err(self.hung(&what, &watch.note()));
             }
             if !rx.reading {
                 // Nobody reads the socket (the reader thread may be
@@ -751,7 +789,7 @@ impl Remote {
                 continue;
             }
             rx.waiting += 1;
-            rx = match self.replied.wait_timeout(rx, deadline - now) {
+            rx = match self.replied.wait_timeout(rx, watch.check_at() - now) {
                 Ok((g, _)) => g,
                 Err(e) => e.into_inner().0,
             };
@@ -921,7 +959,7 @@ impl Remote {
         let mut out = lock(&self.out);
         if out.is_empty() {
             drop(out);
-            return sock::send(&self.fd, &rec).map_err(|e| self.send_failed(e));
+            return self.send_one(&rec);
         }
         out.push(rec);
         let held = std::mem::take(&mut *out);
@@ -947,17 +985,49 @@ impl Remote {
 
     /// Sends held records, several per message (`op::BATCH`).
     fn send_held(&self, held: Vec<Vec<u8>>) -> Result<(), ()> {
-        ipc::batch(held)
-            .iter()
-            .try_for_each(|m| sock::send(&self.fd, m))
-            .map_err(|e| self.send_failed(e))
+        ipc::batch(held).iter().try_for_each(|m| self.send_one(m))
+    }
+
+    /// Sends one message. A send that finds the socket full for a whole
+    /// period (`SO_SNDTIMEO`) sends again while the service makes progress
+    /// (`busy::Watch`: it is reading, just behind), and declares it hung
+    /// otherwise (a seqpacket send that timed out sent nothing).
+    fn send_one(&self, m: &[u8]) -> Result<(), ()> {
+        let mut watch: Option<ServiceWatch> = None;
+        loop {
+            match sock::send(&self.fd, m) {
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    // The socket's timeout was the first period.
+                    let w = watch
+                        .get_or_insert_with(|| ServiceWatch::late(self.peer_pid, self.records()));
+                    let what = "a send (its socket stayed full)";
+                    if !self.dead.load(Ordering::SeqCst)
+                        && w.working(self.records(), &self.describe(), what)
+                    {
+                        continue;
+                    }
+                    self.hung(what, &w.note());
+                    return Err(());
+                }
+                Err(e) => {
+                    self.send_failed(e);
+                    return Err(());
+                }
+            }
+        }
+    }
+
+    /// Records received on this connection so far.
+    fn records(&self) -> u64 {
+        self.records_in.load(Ordering::Relaxed)
     }
 
     /// A send failed: the service is gone, or did not take the record
     /// within the timeout (its socket stayed full: declared hung).
     fn send_failed(&self, e: std::io::Error) {
         if e.kind() == std::io::ErrorKind::WouldBlock {
-            self.hung("a send (its socket stayed full)");
+            self.hung("a send (its socket stayed full)", "");
         } else {
             self.mark_dead("send failed");
         }
@@ -971,14 +1041,14 @@ impl Remote {
     /// ids: nothing is left half-done on either side) — and later calls
     /// fail at once with `-ENODEV`. `ETIMEDOUT` for the caller (`ENODEV`
     /// when the service is gone).
-    fn hung(&self, what: &str) -> Errno {
+    fn hung(&self, what: &str, note: &str) -> Errno {
         SERVICE_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
         let peer = Peer::of(self.peer_pid);
         if !self.dead.swap(true, Ordering::SeqCst) {
             crate::log::always(
                 WARN,
                 format_args!(
-                    "{}: the CM service (pid {}, {}) did not answer {what} within {} ms (IBCM_SERVICE_TIMEOUT_MS): connection declared broken, calls now fail with -ENODEV",
+                    "{}: the CM service (pid {}, {}) did not answer {what} within {} ms (IBCM_SERVICE_TIMEOUT_MS){note}: connection declared broken, calls now fail with -ENODEV",
                     self.describe(),
                     self.peer_pid,
                     peer.describe(),
@@ -1411,6 +1481,8 @@ impl Remote {
                 Ok(())
             }
         };
+        self.records_in
+            .fetch_add(recs.len() as u64, Ordering::Relaxed);
         let mut rx = lock(&self.rx);
         rx.buf = buf;
         rx.backlog.extend(recs);

@@ -1,0 +1,270 @@
+//! Telling a busy CM service from a hung one.
+//!
+//! A wait on the service (a round trip's reply, a send into its full
+//! socket, the open's reply, a port-table call) is bounded by
+//! `IBCM_SERVICE_TIMEOUT_MS`. A service that is working through a long
+//! queue can cross that bound without being hung, so the bound is a
+//! *period*, not a deadline: after each period without the answer the
+//! waiter looks for progress since the last period — records that arrived
+//! on the connection (events, other replies), and the service's CPU time
+//! (`/proc/<pid>/stat` utime + stime) having grown by a meaningful amount
+//! while the process is not stopped — and waits another period if there
+//! was some. A service with no progress for one period, a stopped one, or
+//! one still not answering at the ceiling (`IBCM_SERVICE_BUSY_MAX_MS`: a
+//! livelocked thread burns CPU and never answers) is given up on as before.
+//!
+//! A service whose pid this process cannot see (`SO_PEERCRED` pid 0, or
+//! another PID namespace's pid: `/proc` has no such entry) is judged by
+//! the records that arrive only.
+
+use super::remote::service_timeout;
+use crate::ipc::sock;
+use crate::log::WARN;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The ceiling when `IBCM_SERVICE_BUSY_MAX_MS` is unset: ten bounds, and
+/// at least this.
+pub const DEFAULT_SERVICE_BUSY_MAX_FLOOR: Duration = Duration::from_secs(60);
+
+/// How long a wait on a service that keeps making progress may last in
+/// all: `IBCM_SERVICE_BUSY_MAX_MS` (milliseconds; read once per process;
+/// never less than [`service_timeout`]), else the larger of ten
+/// [`service_timeout`]s and [`DEFAULT_SERVICE_BUSY_MAX_FLOOR`].
+pub fn service_busy_max() -> Duration {
+    static T: OnceLock<Duration> = OnceLock::new();
+    *T.get_or_init(|| {
+        let bound = service_timeout();
+        let default = (bound * 10).max(DEFAULT_SERVICE_BUSY_MAX_FLOOR);
+        match std::env::var("IBCM_SERVICE_BUSY_MAX_MS") {
+            Err(_) => default,
+            Ok(v) => match v.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms).max(bound),
+                _ => {
+                    crate::log::always(
+                        WARN,
+                        format_args!(
+                            "IBCM_SERVICE_BUSY_MAX_MS={v:?} is not a number of milliseconds > 0: {} ms",
+                            default.as_millis()
+                        ),
+                    );
+                    default
+                }
+            },
+        }
+    })
+}
+
+/// Waits of this process that crossed [`service_timeout`] and went on
+/// because the service was working.
+static BUSY_WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// How many waits on the service crossed [`service_timeout`] and went on
+/// because the service was making progress (each wrote one log line).
+pub fn service_busy_waits() -> u64 {
+    BUSY_WAITS.load(Ordering::Relaxed)
+}
+
+/// Why a wait gave up.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum GaveUp {
+    /// One period without an answer and without progress.
+    NoProgress,
+    /// The process is stopped (`SIGSTOP`, a debugger).
+    Stopped,
+    /// It kept working but did not answer within [`service_busy_max`].
+    Ceiling,
+}
+
+/// One wait on the service: when to look for progress next, and what was
+/// seen at the last look.
+pub(crate) struct Watch {
+    pid: i32,
+    period: Duration,
+    start: Instant,
+    check_at: Instant,
+    records: u64,
+    cpu: Option<u64>,
+    told: bool,
+    /// A period was added to take the first CPU sample in.
+    probed: bool,
+    gave_up: Option<GaveUp>,
+}
+
+impl Watch {
+    /// A wait that starts now on the service `pid` (0: unknown), with
+    /// `records` the connection's count of records received so far. No
+    /// system call: `/proc` is read only when a period passes without
+    /// the answer, so the first CPU sample is taken then (and a service
+    /// that shows no other progress is given one more period to show
+    /// CPU time in).
+    pub(crate) fn new(pid: i32, records: u64) -> Watch {
+        Watch::started(pid, records, Instant::now())
+    }
+
+    /// A wait whose first period has just passed (a send or receive
+    /// bounded by the socket's own timeout): look for progress now.
+    pub(crate) fn late(pid: i32, records: u64) -> Watch {
+        let now = Instant::now();
+        Watch::started(
+            pid,
+            records,
+            now.checked_sub(service_timeout()).unwrap_or(now),
+        )
+    }
+
+    fn started(pid: i32, records: u64, start: Instant) -> Watch {
+        let period = service_timeout();
+        Watch {
+            pid,
+            period,
+            start,
+            check_at: start + period,
+            records,
+            cpu: None,
+            told: false,
+            probed: false,
+            gave_up: None,
+        }
+    }
+
+    /// When the wait looks for progress next (the end of the current
+    /// period).
+    pub(crate) fn check_at(&self) -> Instant {
+        self.check_at
+    }
+
+    /// At the end of a period without the answer (`records`: the
+    /// connection's count now): true — the service made progress, wait
+    /// one more period (the first time, one log line naming `who` and
+    /// `what`); false — give up (`gave_up` says why).
+    pub(crate) fn working(&mut self, records: u64, who: &str, what: &str) -> bool {
+        let waited = self.start.elapsed();
+        if waited >= service_busy_max() {
+            self.gave_up = Some(GaveUp::Ceiling);
+            return false;
+        }
+        let (state, cpu) = sample(self.pid);
+        if matches!(state, Some('T' | 't')) {
+            self.gave_up = Some(GaveUp::Stopped);
+            return false;
+        }
+        let more = records.saturating_sub(self.records);
+        let grew = match (self.cpu, cpu) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        let cpu_grew = grew.unwrap_or(0);
+        self.records = records;
+        if cpu.is_some() {
+            self.cpu = cpu;
+        }
+        // A tick or two of CPU is what an idle (or deadlocked) process's
+        // housekeeping costs; working is at least 2% of a period.
+        let min_cpu = (self.period.as_millis() as u64 / 50).max(20);
+        if more == 0 && cpu_grew < min_cpu {
+            if grew.is_none() && cpu.is_some() && !self.probed {
+                // The first CPU sample was just taken: one more period
+                // to see whether it grows.
+                self.probed = true;
+                self.check_at += self.period;
+                return true;
+            }
+            self.gave_up = Some(GaveUp::NoProgress);
+            return false;
+        }
+        if !self.told {
+            self.told = true;
+            let first = BUSY_WAITS.fetch_add(1, Ordering::Relaxed) == 0;
+            let args = format_args!(
+                "{who}: the CM service (pid {}) has not answered {what} for {} ms; it is working ({}{} records arrived), waiting (up to {} ms, IBCM_SERVICE_BUSY_MAX_MS)",
+                self.pid,
+                waited.as_millis(),
+                match (grew, cpu) {
+                    (Some(g), _) => format!("CPU +{g} ms, "),
+                    (None, Some(_)) => String::new(),
+                    (None, None) => "CPU time not visible here, ".to_string(),
+                },
+                more,
+                service_busy_max().as_millis()
+            );
+            // The first of the process always; later ones with IBCM_LOG
+            // (a long queue makes many calls wait alike).
+            if first {
+                crate::log::always(WARN, args);
+            } else if crate::log::enabled(WARN) {
+                crate::log::write(WARN, args);
+            }
+        }
+        self.check_at += self.period;
+        true
+    }
+
+    /// For the give-up log line: how long it waited and why it stopped,
+    /// empty when it gave up at the first period (the plain case).
+    pub(crate) fn note(&self) -> String {
+        match self.gave_up {
+            Some(GaveUp::NoProgress) if !self.told && !self.probed => String::new(),
+            Some(GaveUp::NoProgress) if !self.told => format!(
+                "; no progress (no records, no CPU time) in {} ms",
+                self.start.elapsed().as_millis()
+            ),
+            Some(GaveUp::NoProgress) => format!(
+                "; it had been working, then made no progress for {} ms ({} ms in all)",
+                self.period.as_millis(),
+                self.start.elapsed().as_millis()
+            ),
+            Some(GaveUp::Stopped) => format!(
+                "; it is stopped ({} ms in all)",
+                self.start.elapsed().as_millis()
+            ),
+            Some(GaveUp::Ceiling) => format!(
+                "; working but not answering up to the ceiling of {} ms (IBCM_SERVICE_BUSY_MAX_MS)",
+                service_busy_max().as_millis()
+            ),
+            None => String::new(),
+        }
+    }
+}
+
+/// The state and CPU time of `pid`; nothing when it is not visible here.
+fn sample(pid: i32) -> (Option<char>, Option<u64>) {
+    if pid <= 0 {
+        return (None, None);
+    }
+    sock::proc_cpu(pid).unwrap_or((None, None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_cpu_time_is_readable() {
+        let pid = std::process::id() as i32;
+        let (state, cpu) = sock::proc_cpu(pid).unwrap();
+        assert!(state.is_some());
+        let before = cpu.unwrap();
+        // Spins until 100 ms of CPU time show (a loaded machine gives this
+        // thread less than the wall clock): it never does if the fields
+        // read are the wrong ones.
+        let t = Instant::now();
+        let mut x = 0u64;
+        let mut after = before;
+        while after < before + 100 && t.elapsed() < Duration::from_secs(30) {
+            for _ in 0..1_000_000 {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            after = sock::proc_cpu(pid).unwrap().1.unwrap();
+        }
+        assert!(after >= before + 100, "{before} -> {after}");
+        assert!(after < before + 60_000, "{before} -> {after}");
+    }
+
+    #[test]
+    fn an_unseen_pid_has_no_cpu_time() {
+        assert_eq!(sample(0), (None, None));
+        assert_eq!(sample(-1), (None, None));
+    }
+}
