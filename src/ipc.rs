@@ -1149,44 +1149,45 @@ pub mod sock {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::path::Path;
 
-    /// The state letter and the flags word of process `pid` from
-    /// `/proc/<pid>/stat` (fields 3 and 9, counted after the command's
-    /// closing parenthesis): what each end of a service connection reads
-    /// of the other (`peer`'s pid). `Err`: unreadable (no such process, or
-    /// no `/proc` here); a `None` inside: that field is not there.
-    pub fn proc_stat(pid: i32) -> io::Result<(Option<char>, Option<u64>)> {
-        let st = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        let mut f = st
-            .rsplit_once(')')
-            .map_or("", |(_, r)| r)
-            .split_whitespace();
-        let state = f.next().and_then(|s| s.chars().next());
-        let flags = f.nth(5).and_then(|x| x.parse::<u64>().ok());
-        Ok((state, flags))
+    /// What `/proc/<pid>/stat` says of a process: what each end of a
+    /// service connection reads of the other (`peer`'s pid). Each field is
+    /// `None` when it is not there.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct ProcStat {
+        /// The state letter (field 3: `R`, `S`, `T`, `Z`, ...).
+        pub state: Option<char>,
+        /// The flags word (field 9; `PF_EXITING` is 0x4).
+        pub flags: Option<u64>,
+        /// The CPU time used so far, user + system (fields 14 and 15), in
+        /// milliseconds: how a client tells a busy service (its CPU time
+        /// grows) from a hung one.
+        pub cpu_ms: Option<u64>,
     }
 
-    /// The state letter and the CPU time used so far (user + system, in
-    /// milliseconds) of process `pid`, from `/proc/<pid>/stat` (fields 3,
-    /// 14 and 15): how a client tells a busy service (its CPU time grows)
-    /// from a hung one. `Err`: unreadable (no such process, another PID
-    /// namespace's pid, no `/proc` here); a `None` inside: that field is
-    /// not there.
-    pub fn proc_cpu(pid: i32) -> io::Result<(Option<char>, Option<u64>)> {
+    /// Reads `/proc/<pid>/stat` (fields counted after the command's
+    /// closing parenthesis, which may itself contain spaces). `Err`:
+    /// unreadable (no such process, another PID namespace's pid, no
+    /// `/proc` here).
+    pub fn proc_stat(pid: i32) -> io::Result<ProcStat> {
         let st = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
         let f: Vec<&str> = st
             .rsplit_once(')')
             .map_or("", |(_, r)| r)
             .split_whitespace()
             .collect();
-        let state = f.first().and_then(|s| s.chars().next());
-        // Fields 14 and 15 of the line are the 12th and 13th after the
-        // command's closing parenthesis (counted from field 3).
-        let tick = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
-        let ticks = tick(11).zip(tick(12)).map(|(u, s)| u + s);
+        let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         let hz = if hz > 0 { hz as u64 } else { 100 };
-        Ok((state, ticks.map(|t| t.saturating_mul(1000) / hz)))
+        Ok(ProcStat {
+            state: f.first().and_then(|s| s.chars().next()),
+            // Field 9 is the 7th after the parenthesis (counted from 3),
+            // fields 14 and 15 the 12th and 13th.
+            flags: num(6),
+            cpu_ms: num(11)
+                .zip(num(12))
+                .map(|(u, s)| (u + s).saturating_mul(1000) / hz),
+        })
     }
 
     /// A connected pair of seqpacket sockets (the service's socket type),

@@ -1689,7 +1689,11 @@ fn exiting(pid: i32) -> bool {
     }
     match sock::proc_stat(pid) {
         Err(_) => true,
-        Ok((Some(s), Some(flags))) => s == 'Z' || s == 'X' || flags & PF_EXITING != 0,
+        Ok(sock::ProcStat {
+            state: Some(s),
+            flags: Some(flags),
+            ..
+        }) => s == 'Z' || s == 'X' || flags & PF_EXITING != 0,
         Ok(_) => false,
     }
 }

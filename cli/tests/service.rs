@@ -1598,8 +1598,7 @@ fn within<T: Send + 'static>(
 /// What `/proc/<pid>/stat` says of `pid`'s state: `None` when there is no
 /// such process (exited and reaped).
 fn proc_state(pid: u32) -> Option<char> {
-    let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    st.rsplit(") ").next()?.chars().next()
+    ibcm::ipc::sock::proc_stat(pid as i32).ok()?.state
 }
 
 #[test]

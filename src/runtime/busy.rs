@@ -233,7 +233,7 @@ fn sample(pid: i32) -> (Option<char>, Option<u64>) {
     if pid <= 0 {
         return (None, None);
     }
-    sock::proc_cpu(pid).unwrap_or((None, None))
+    sock::proc_stat(pid).map_or((None, None), |st| (st.state, st.cpu_ms))
 }
 
 #[cfg(test)]
@@ -243,9 +243,9 @@ mod tests {
     #[test]
     fn own_cpu_time_is_readable() {
         let pid = std::process::id() as i32;
-        let (state, cpu) = sock::proc_cpu(pid).unwrap();
-        assert!(state.is_some());
-        let before = cpu.unwrap();
+        let st = sock::proc_stat(pid).unwrap();
+        assert!(st.state.is_some());
+        let before = st.cpu_ms.unwrap();
         // Spins until 100 ms of CPU time show (a loaded machine gives this
         // thread less than the wall clock): it never does if the fields
         // read are the wrong ones.
@@ -256,7 +256,7 @@ mod tests {
             for _ in 0..1_000_000 {
                 x = std::hint::black_box(x.wrapping_add(1));
             }
-            after = sock::proc_cpu(pid).unwrap().1.unwrap();
+            after = sock::proc_stat(pid).unwrap().cpu_ms.unwrap();
         }
         assert!(after >= before + 100, "{before} -> {after}");
         assert!(after < before + 60_000, "{before} -> {after}");

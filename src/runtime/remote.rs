@@ -118,10 +118,13 @@ impl Peer {
         }
         match sock::proc_stat(pid) {
             Err(_) if Path::new("/proc/self/stat").exists() => Peer::Gone,
-            Err(_) | Ok((None, _)) => Peer::Unknown,
-            Ok((Some('T' | 't'), _)) => Peer::Stopped,
-            Ok((Some('Z' | 'X' | 'x'), _)) => Peer::Gone,
-            Ok((Some(_), _)) => Peer::Running,
+            Err(_) => Peer::Unknown,
+            Ok(st) => match st.state {
+                None => Peer::Unknown,
+                Some('T' | 't') => Peer::Stopped,
+                Some('Z' | 'X' | 'x') => Peer::Gone,
+                Some(_) => Peer::Running,
+            },
         }
     }
 
@@ -472,12 +475,12 @@ fn wait_until(
 /// the kernel function it sleeps in, and its children (a daemon's service
 /// process not yet listening).
 fn doing(pid: i32) -> String {
-    let state = match sock::proc_stat(pid) {
-        Ok((Some('R'), _)) => "running",
-        Ok((Some('S'), _)) => "sleeping",
-        Ok((Some('D'), _)) => "in an uninterruptible wait",
-        Ok((Some('T' | 't'), _)) => "stopped",
-        Ok((Some('Z' | 'X' | 'x'), _)) => "exited",
+    let state = match sock::proc_stat(pid).ok().and_then(|st| st.state) {
+        Some('R') => "running",
+        Some('S') => "sleeping",
+        Some('D') => "in an uninterruptible wait",
+        Some('T' | 't') => "stopped",
+        Some('Z' | 'X' | 'x') => "exited",
         _ => "state unknown",
     };
     let mut s = state.to_string();

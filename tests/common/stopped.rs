@@ -14,7 +14,7 @@ pub fn all_stopped(pid: u32) -> bool {
     };
     tasks.filter_map(Result::ok).all(|t| {
         let tid = t.file_name().to_string_lossy().parse().unwrap_or(0);
-        ibcm::ipc::sock::proc_stat(tid).is_ok_and(|(s, _)| matches!(s, Some('T' | 't')))
+        ibcm::ipc::sock::proc_stat(tid).is_ok_and(|st| matches!(st.state, Some('T' | 't')))
     })
 }
 
