@@ -145,13 +145,14 @@ fn fake_service(
 
 type Asked = Vec<Result<QpAttr, String>>;
 
-/// A handler that answers a REP as librdmacm does (INIT, RTR, RTS) and
-/// hands the three answers over.
-fn rep_handler() -> (RustHandler, Receiver<Asked>) {
+/// A handler that, on an event of `kind`, asks for the QP attributes as
+/// librdmacm does (INIT, RTR, RTS: on a REP before the RTU, on a REQ in
+/// `rdma_accept` before the REP) and hands the three answers over.
+fn qp_handler(kind: EventType) -> (RustHandler, Receiver<Asked>) {
     let (tx, rx) = channel();
     let tx = Mutex::new(tx);
     let h: RustHandler = Arc::new(move |id, ev| {
-        if ev.kind == EventType::RepReceived {
+        if ev.kind == kind {
             let got = [qp_state::INIT, qp_state::RTR, qp_state::RTS]
                 .iter()
                 .map(|&s| id.init_qp_attr(s).map_err(|e| format!("{e:?}")))
@@ -194,7 +195,7 @@ fn a_rep_brings_its_qp_attributes_and_init_qp_attr_makes_no_round_trip() {
         asked.clone(),
     );
     let dev = Device::open_served(&net::soft(2), &socket).unwrap();
-    let (handler, events) = rep_handler();
+    let (handler, events) = qp_handler(EventType::RepReceived);
     let ids: Vec<_> = (0..3)
         .map(|_| {
             dev.create_id(None, std::ptr::null_mut(), Some(handler.clone()))
@@ -357,24 +358,6 @@ fn fake_listener_service(
     })
 }
 
-/// A handler that answers a REQ as librdmacm's accept does (INIT, RTR,
-/// RTS before the REP) and hands the three answers over.
-fn req_handler() -> (RustHandler, Receiver<Asked>) {
-    let (tx, rx) = channel();
-    let tx = Mutex::new(tx);
-    let h: RustHandler = Arc::new(move |id, ev| {
-        if ev.kind == EventType::ReqReceived {
-            let got = [qp_state::INIT, qp_state::RTR, qp_state::RTS]
-                .iter()
-                .map(|&s| id.init_qp_attr(s).map_err(|e| format!("{e:?}")))
-                .collect();
-            let _ = tx.lock().unwrap().send(got);
-        }
-        0
-    });
-    (h, rx)
-}
-
 /// The passive side: a listener marked with `set_qp_attrs_on_req` sends
 /// the mark in its LISTEN's message, and a REQ pushed with its QP
 /// attributes (the new id's, before the event that creates the id) is
@@ -412,7 +395,7 @@ fn a_marked_listeners_req_brings_its_qp_attributes_and_accept_makes_no_round_tri
         seen.clone(),
     );
     let dev = Device::open_served(&net::soft(2), &socket).unwrap();
-    let (handler, events) = req_handler();
+    let (handler, events) = qp_handler(EventType::ReqReceived);
     let listener = dev
         .create_id(None, std::ptr::null_mut(), Some(handler))
         .unwrap();
