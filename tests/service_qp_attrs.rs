@@ -294,67 +294,42 @@ fn fake_listener_service(
     asked: Arc<AtomicUsize>,
     seen: Arc<Mutex<Vec<(usize, u16)>>>,
 ) -> std::thread::JoinHandle<()> {
-    let l = sock::listen(&socket, |_| Ok(())).unwrap();
-    std::thread::spawn(move || {
-        let fd = sock::accept(&l).unwrap();
-        let mut buf = vec![0u8; ipc::MAX_RECORD];
-        let mut stats = 0;
-        for msg in 0.. {
-            let n = match sock::recv(&fd, &mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            let (h, r) = Header::parse(&buf[..n]).unwrap();
-            let recs: Vec<Vec<u8>> = if h.op == op::BATCH {
-                ipc::unbatch(&buf[n - r.remaining()..n])
-                    .unwrap()
-                    .into_iter()
-                    .map(<[u8]>::to_vec)
-                    .collect()
-            } else {
-                vec![buf[..n].to_vec()]
-            };
-            for rec in recs {
-                let (h, mut r) = Header::parse(&rec).unwrap();
-                seen.lock().unwrap().push((msg, h.op));
-                let rep = match h.op {
-                    op::OPEN => {
-                        let ip: IpAddr = net::ip(2).parse().unwrap();
-                        fake::opened(h, vec![PortInfo::roce(1, ip.into())])
-                    }
-                    op::CREATE_IDS => {
-                        let c = Created {
-                            handle: listener,
-                            public: public(listener, State::Idle, 1),
-                        };
-                        ipc::reply(h, 0, Public::default(), |w| {
-                            w.put(&vec![c].into_boxed_slice());
-                        })
-                    }
-                    op::LISTEN => ipc::reply(h, 0, public(listener, State::Listen, 2), |_| ()),
-                    op::INIT_QP_ATTR => {
-                        asked.fetch_add(1, Ordering::SeqCst);
-                        let state: u32 = r.get().unwrap();
-                        ipc::reply(h, 0, public(h.handle, State::ReqRcvd, 3), |w| {
-                            w.put(&served_attr(state));
-                        })
-                    }
-                    op::STAT => {
-                        for rec in pushes.get(stats).cloned().unwrap_or_default() {
-                            sock::send(&fd, &rec).unwrap();
-                        }
-                        stats += 1;
-                        ipc::reply(h, 0, Public::default(), |w| {
-                            w.put(&Stat::default());
-                        })
-                    }
-                    _ => continue,
-                };
-                if h.seq != 0 {
-                    sock::send(&fd, &rep).unwrap();
-                }
+    let mut stats = 0;
+    fake::serve_records(&socket, move |fd, msg, h, mut r| {
+        seen.lock().unwrap().push((msg, h.op));
+        Some(match h.op {
+            op::OPEN => {
+                let ip: IpAddr = net::ip(2).parse().unwrap();
+                fake::opened(h, vec![PortInfo::roce(1, ip.into())])
             }
-        }
+            op::CREATE_IDS => {
+                let c = Created {
+                    handle: listener,
+                    public: public(listener, State::Idle, 1),
+                };
+                ipc::reply(h, 0, Public::default(), |w| {
+                    w.put(&vec![c].into_boxed_slice());
+                })
+            }
+            op::LISTEN => ipc::reply(h, 0, public(listener, State::Listen, 2), |_| ()),
+            op::INIT_QP_ATTR => {
+                asked.fetch_add(1, Ordering::SeqCst);
+                let state: u32 = r.get().unwrap();
+                ipc::reply(h, 0, public(h.handle, State::ReqRcvd, 3), |w| {
+                    w.put(&served_attr(state));
+                })
+            }
+            op::STAT => {
+                for rec in pushes.get(stats).cloned().unwrap_or_default() {
+                    sock::send(fd, &rec).unwrap();
+                }
+                stats += 1;
+                ipc::reply(h, 0, Public::default(), |w| {
+                    w.put(&Stat::default());
+                })
+            }
+            _ => return None,
+        })
     })
 }
 

@@ -6,7 +6,7 @@
 
 use super::net;
 use ibcm::api::PortInfo;
-use ibcm::ipc::{self, Header, Opened, Public, Reader, sock};
+use ibcm::ipc::{self, Header, Opened, Public, Reader, op, sock};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
@@ -31,12 +31,11 @@ pub fn opened(h: Header, ports: Vec<PortInfo>) -> Vec<u8> {
     })
 }
 
-/// Serves the first connection to `socket` until it closes: each
-/// request's header and body go to `answer`, with the connection (to push
-/// records on), and the reply it returns is sent (`None`: nothing is).
-pub fn serve(
+/// Serves the first connection to `socket` until it closes, handing
+/// each message it reads to `each` with the connection.
+fn serve_messages(
     socket: &Path,
-    mut answer: impl FnMut(&OwnedFd, Header, Reader<'_>) -> Option<Vec<u8>> + Send + 'static,
+    mut each: impl FnMut(&OwnedFd, &[u8]) + Send + 'static,
 ) -> std::thread::JoinHandle<()> {
     let listener = sock::listen(socket, |_| Ok(())).unwrap();
     std::thread::spawn(move || {
@@ -47,10 +46,48 @@ pub fn serve(
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            let (h, r) = Header::parse(&buf[..n]).unwrap();
-            if let Some(rep) = answer(&fd, h, r) {
-                sock::send(&fd, &rep).unwrap();
+            each(&fd, &buf[..n]);
+        }
+    })
+}
+
+/// Serves the first connection to `socket` until it closes: each
+/// request's header and body go to `answer`, with the connection (to push
+/// records on), and the reply it returns is sent (`None`: nothing is).
+pub fn serve(
+    socket: &Path,
+    mut answer: impl FnMut(&OwnedFd, Header, Reader<'_>) -> Option<Vec<u8>> + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    serve_messages(socket, move |fd, msg| {
+        let (h, r) = Header::parse(msg).unwrap();
+        if let Some(rep) = answer(fd, h, r) {
+            sock::send(fd, &rep).unwrap();
+        }
+    })
+}
+
+/// As `serve`, but record by record: a `BATCH` message's records each go
+/// to `answer`, with the number of the message that brought them (from
+/// 0), and a reply is sent only to a request that waits for one (`seq`
+/// not 0).
+pub fn serve_records(
+    socket: &Path,
+    mut answer: impl FnMut(&OwnedFd, usize, Header, Reader<'_>) -> Option<Vec<u8>> + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let mut msg_no = 0;
+    serve_messages(socket, move |fd, msg| {
+        let (h, r) = Header::parse(msg).unwrap();
+        let recs: Vec<&[u8]> = if h.op == op::BATCH {
+            ipc::unbatch(&msg[msg.len() - r.remaining()..]).unwrap()
+        } else {
+            vec![msg]
+        };
+        for rec in recs {
+            let (h, r) = Header::parse(rec).unwrap();
+            if let Some(rep) = answer(fd, msg_no, h, r).filter(|_| h.seq != 0) {
+                sock::send(fd, &rep).unwrap();
             }
         }
+        msg_no += 1;
     })
 }
