@@ -1410,28 +1410,7 @@ fn a_burst_of_connects_travels_as_one_message_per_step() {
     assert_eq!(messages, 1, "{N} REPs arrived in {messages} messages");
     // What INIT_QP_ATTR answers now is what came with the REP.
     let (handle, a) = first.unwrap();
-    for (i, state) in [
-        ibcm::abi::IB_QPS_INIT,
-        ibcm::abi::IB_QPS_RTR,
-        ibcm::abi::IB_QPS_RTS,
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let seq = 10 + i as u64;
-        sock::send(
-            &raw,
-            &record(op::INIT_QP_ATTR, seq, handle, &state.to_le_bytes()),
-        )
-        .unwrap();
-        let n = sock::recv(&raw, &mut b).unwrap();
-        let (h, mut rd) = Header::parse(&b[..n]).unwrap();
-        assert_eq!((h.op, h.seq), (op::REPLY | op::INIT_QP_ATTR, seq));
-        assert_eq!(rd.get::<i32>().unwrap(), 0);
-        let _: ipc::Public = rd.get().unwrap();
-        let served: ibcm::api::QpAttr = rd.get().unwrap();
-        assert_eq!(Some(served), a.get(state), "state {state}");
-    }
+    served_as_pushed(&raw, handle, &a);
     assert_eq!(*reps.lock().unwrap(), vec![Ok(()); N]);
     let stat = srv.service_stat().unwrap();
     assert_eq!(stat.oneway_refused, 0);
@@ -1764,6 +1743,35 @@ fn concurrent_first_opens_start_one_service_that_serves_them_all() {
     assert!(gone, "the on-demand service did not leave when idle");
 }
 
+/// Asks the service on the raw connection `raw` for `handle`'s INIT, RTR
+/// and RTS attributes (`INIT_QP_ATTR` round trips) and checks each is
+/// what was pushed in `a` (the QP_ATTRS record before the id's event).
+fn served_as_pushed(raw: &std::os::fd::OwnedFd, handle: u64, a: &ipc::QpAttrs) {
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    for (k, state) in [
+        ibcm::abi::IB_QPS_INIT,
+        ibcm::abi::IB_QPS_RTR,
+        ibcm::abi::IB_QPS_RTS,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let seq = 10 + k as u64;
+        sock::send(
+            raw,
+            &record(op::INIT_QP_ATTR, seq, handle, &state.to_le_bytes()),
+        )
+        .unwrap();
+        let n = sock::recv(raw, &mut b).unwrap();
+        let (h, mut rd) = Header::parse(&b[..n]).unwrap();
+        assert_eq!((h.op, h.seq), (op::REPLY | op::INIT_QP_ATTR, seq));
+        assert_eq!(rd.get::<i32>().unwrap(), 0);
+        let _: ipc::Public = rd.get().unwrap();
+        let served: ibcm::api::QpAttr = rd.get().unwrap();
+        assert_eq!(Some(served), a.get(state), "state {state}");
+    }
+}
+
 /// A raw connection's lease of `n` ids on `dev` (after its OPEN).
 fn raw_open_lease(d: &Daemon, dev: &str, n: u32) -> (std::os::fd::OwnedFd, Vec<u64>) {
     let raw = sock::connect(&d.socket).unwrap();
@@ -1824,7 +1832,6 @@ fn a_marked_listener_gets_each_req_with_its_qp_attributes() {
         0
     );
     let path = cli.init_path(1, "127.0.9.40".parse().unwrap()).unwrap();
-    let mut b = vec![0u8; ipc::MAX_RECORD];
     let next_records = |raw: &std::os::fd::OwnedFd| loop {
         let mut b = vec![0u8; ipc::MAX_RECORD];
         let n = sock::recv(raw, &mut b).unwrap();
@@ -1887,28 +1894,7 @@ fn a_marked_listener_gets_each_req_with_its_qp_attributes() {
         assert_eq!(a.public, we.public, "the event's snapshot");
         assert_eq!(a.rtr.dest_qp_num, 300);
         // What INIT_QP_ATTR answers now is what came with the REQ.
-        for (k, state) in [
-            ibcm::abi::IB_QPS_INIT,
-            ibcm::abi::IB_QPS_RTR,
-            ibcm::abi::IB_QPS_RTS,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            let seq = 10 + k as u64;
-            sock::send(
-                &raw,
-                &record(op::INIT_QP_ATTR, seq, handle, &state.to_le_bytes()),
-            )
-            .unwrap();
-            let n = sock::recv(&raw, &mut b).unwrap();
-            let (h, mut rd) = Header::parse(&b[..n]).unwrap();
-            assert_eq!((h.op, h.seq), (op::REPLY | op::INIT_QP_ATTR, seq));
-            assert_eq!(rd.get::<i32>().unwrap(), 0);
-            let _: ipc::Public = rd.get().unwrap();
-            let served: ibcm::api::QpAttr = rd.get().unwrap();
-            assert_eq!(Some(served), a.get(state), "state {state}");
-        }
+        served_as_pushed(&raw, handle, &a);
     }
     drop(raw);
     for id in reqs {
