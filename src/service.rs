@@ -1613,15 +1613,20 @@ impl Conn {
                 continue;
             };
             // A read under way may have taken queued bytes not yet in `rx`.
-            while c.reading.load(Ordering::SeqCst) && t.elapsed() < limit {
+            // One look decides: a flag seen clear and then seen set by a
+            // second look (the next read began) is not a wait run out.
+            loop {
+                if !c.reading.load(Ordering::SeqCst) {
+                    let target = c.rx.load(Ordering::Acquire) + q as u64;
+                    targets.push((c, target));
+                    break;
+                }
+                if t.elapsed() >= limit {
+                    met = false;
+                    break;
+                }
                 pause();
             }
-            if c.reading.load(Ordering::SeqCst) {
-                met = false;
-                continue;
-            }
-            let target = c.rx.load(Ordering::Acquire) + q as u64;
-            targets.push((c, target));
         }
         loop {
             targets.retain(|(c, target)| !c.settled(*target));
