@@ -45,6 +45,20 @@ pub struct Binding {
     pub owner: u64,
 }
 
+impl Binding {
+    /// `owner`'s binding of `ip` with none of the options: no REUSEADDR,
+    /// no AFONLY, not listening.
+    pub fn plain(ip: IpAddr, owner: u64) -> Binding {
+        Binding {
+            ip,
+            reuse: false,
+            afonly: false,
+            listening: false,
+            owner,
+        }
+    }
+}
+
 /// Whether two bindings cover a common address.
 fn overlap(a: &Binding, b: &Binding) -> bool {
     if a.ip.is_unspecified() || b.ip.is_unspecified() {
@@ -267,13 +281,7 @@ impl PortTable {
                 (ps, p),
                 vec![Held {
                     holder,
-                    b: Binding {
-                        ip: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-                        reuse: false,
-                        afonly: false,
-                        listening: false,
-                        owner: 0,
-                    },
+                    b: Binding::plain(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0),
                     lease: true,
                 }],
             );
@@ -1236,11 +1244,8 @@ mod tests {
 
     fn b(ip: &str, reuse: bool, owner: u64) -> Binding {
         Binding {
-            ip: ip.parse().unwrap(),
             reuse,
-            afonly: false,
-            listening: false,
-            owner,
+            ..Binding::plain(ip.parse().unwrap(), owner)
         }
     }
 

@@ -384,6 +384,12 @@ impl IdPriv {
         self.public.get()
     }
 
+    /// Who holds the id's port in the port space (`Binding::owner`): its
+    /// address.
+    pub fn port_owner(&self) -> u64 {
+        self.public_ptr() as u64
+    }
+
     /// The public struct, for reading fields the application may have set
     /// (context, qp, pd).
     pub fn public(&self) -> &RdmaCmId {
@@ -630,7 +636,7 @@ fn teardown(id: &Arc<IdPriv>) {
         cms.append(&mut s.more_cms);
         (cms, s.lease.take(), s.ps, s.channel.clone())
     };
-    let owner = id.public_ptr() as usize;
+    let owner = id.port_owner();
     // Through the host CM service the port's release rides in the message
     // of the CM id's DESTROY (one send per destroy, not two); it goes on
     // its own when it cannot (docs/SERVICE.md, "Destroy in one message").
@@ -800,11 +806,9 @@ fn bind_locked(id: &Arc<IdPriv>, s: &mut IdState, addr: SocketAddr) -> Result<()
 /// The binding an id asks for at `ip`.
 fn binding(id: &IdPriv, s: &IdState, ip: IpAddr) -> Binding {
     Binding {
-        ip,
         reuse: s.reuseaddr,
         afonly: s.afonly,
-        listening: false,
-        owner: id.public_ptr() as usize,
+        ..Binding::plain(ip, id.port_owner())
     }
 }
 
@@ -820,7 +824,7 @@ fn bound_locked(
 ) -> Result<(), Errno> {
     if dev.is_some() {
         if let Err(e) = set_verbs(id, s, vb.as_ref()) {
-            ports().release(s.ps, port, id.public_ptr() as usize);
+            ports().release(s.ps, port, id.port_owner());
             return Err(e);
         }
     }
@@ -978,7 +982,7 @@ fn addr_timed_out(id: &Arc<IdPriv>, query: u64) {
 /// port link's reader thread): bind, resolve, report.
 fn addr_bound(id: &Arc<IdPriv>, r: Result<u16, Errno>, ip: IpAddr, dst: SocketAddr, query: u64) {
     let mut s = lock(&id.st);
-    let owner = id.public_ptr() as usize;
+    let owner = id.port_owner();
     if id.is_destroyed() || s.st != St::AddrQuery || s.addr_query != query {
         // Destroyed meanwhile, or timed out (ADDR_ERROR reported): the
         // port goes (the id holds no lease of this query to release).
@@ -1171,7 +1175,7 @@ pub fn listen(id: &Arc<IdPriv>) -> Result<(), Errno> {
         Some(d) => vec![d],
         None => select::wildcard_devices(src.ip(), s.afonly)?,
     };
-    ports().listen(s.ps, src.port(), id.public_ptr() as usize)?;
+    ports().listen(s.ps, src.port(), id.port_owner())?;
     let sid = cma::service_id(s.ps, src.port());
     let mut cms: Vec<CmId> = Vec::with_capacity(devs.len());
     for dev in &devs {

@@ -21,32 +21,11 @@
 use ibcm::api::Errno;
 use ibcm::log::ERROR;
 use ibcm::portspace::{self as host, HostPorts, PortTable};
-use std::net::IpAddr;
 use std::sync::Mutex;
 
-/// One binding's facts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Binding {
-    /// Unspecified = wildcard.
-    pub ip: IpAddr,
-    pub reuse: bool,
-    pub afonly: bool,
-    pub listening: bool,
-    /// Who holds it (the id's address).
-    pub owner: usize,
-}
-
-impl From<Binding> for host::Binding {
-    fn from(b: Binding) -> host::Binding {
-        host::Binding {
-            ip: b.ip,
-            reuse: b.reuse,
-            afonly: b.afonly,
-            listening: b.listening,
-            owner: b.owner as u64,
-        }
-    }
-}
+/// One binding's facts: the host table's own type, the owner an id's
+/// address (`IdPriv::port_owner`).
+pub use ibcm::portspace::Binding;
 
 /// A port space implementation.
 pub trait PortSpace: Send + Sync {
@@ -54,13 +33,13 @@ pub trait PortSpace: Send + Sync {
     fn bind(&self, ps: u16, port: u16, b: Binding) -> Result<u16, Errno>;
     /// Marks `owner`'s binding as listening; `EADDRINUSE` when another
     /// listener overlaps it.
-    fn listen(&self, ps: u16, port: u16, owner: usize) -> Result<(), Errno>;
+    fn listen(&self, ps: u16, port: u16, owner: u64) -> Result<(), Errno>;
     /// Drops `owner`'s binding of `port`.
-    fn release(&self, ps: u16, port: u16, owner: usize);
+    fn release(&self, ps: u16, port: u16, owner: u64);
     /// The release of `owner`'s (answered) binding as a record to ride in
     /// the message of the id's `DESTROY` (`CmId::destroy_releasing`);
     /// `None`: release it with `release`.
-    fn release_ticket(&self, _ps: u16, _port: u16, _owner: usize) -> Option<host::PortRelease> {
+    fn release_ticket(&self, _ps: u16, _port: u16, _owner: u64) -> Option<host::PortRelease> {
         None
     }
     /// An ephemeral bind whose port comes later, to `done` on another
@@ -100,15 +79,15 @@ impl ProcessPorts {
 impl PortSpace for ProcessPorts {
     fn bind(&self, ps: u16, port: u16, b: Binding) -> Result<u16, Errno> {
         let privileged = port != 0 && port < 1024 && may_bind_privileged();
-        self.table().bind(0, ps, port, b.into(), privileged)
+        self.table().bind(0, ps, port, b, privileged)
     }
 
-    fn listen(&self, ps: u16, port: u16, owner: usize) -> Result<(), Errno> {
-        self.table().listen(0, ps, port, owner as u64)
+    fn listen(&self, ps: u16, port: u16, owner: u64) -> Result<(), Errno> {
+        self.table().listen(0, ps, port, owner)
     }
 
-    fn release(&self, ps: u16, port: u16, owner: usize) {
-        self.table().release(0, ps, port, owner as u64)
+    fn release(&self, ps: u16, port: u16, owner: u64) {
+        self.table().release(0, ps, port, owner)
     }
 }
 
@@ -117,23 +96,23 @@ pub struct ServicePorts(pub HostPorts);
 
 impl PortSpace for ServicePorts {
     fn bind(&self, ps: u16, port: u16, b: Binding) -> Result<u16, Errno> {
-        self.0.bind(ps, port, b.into())
+        self.0.bind(ps, port, b)
     }
 
-    fn listen(&self, ps: u16, port: u16, owner: usize) -> Result<(), Errno> {
-        self.0.listen(ps, port, owner as u64)
+    fn listen(&self, ps: u16, port: u16, owner: u64) -> Result<(), Errno> {
+        self.0.listen(ps, port, owner)
     }
 
-    fn release(&self, ps: u16, port: u16, owner: usize) {
-        self.0.release(ps, port, owner as u64)
+    fn release(&self, ps: u16, port: u16, owner: u64) {
+        self.0.release(ps, port, owner)
     }
 
-    fn release_ticket(&self, ps: u16, port: u16, owner: usize) -> Option<host::PortRelease> {
-        self.0.release_ticket(ps, port, owner as u64)
+    fn release_ticket(&self, ps: u16, port: u16, owner: u64) -> Option<host::PortRelease> {
+        self.0.release_ticket(ps, port, owner)
     }
 
     fn bind_pipelined(&self, ps: u16, b: Binding, done: host::Done) -> Option<Result<(), Errno>> {
-        match self.0.bind_pipelined(ps, b.into(), done) {
+        match self.0.bind_pipelined(ps, b, done) {
             // A service without leases: the caller binds and waits.
             Err(host::EOPNOTSUPP) => None,
             r => Some(r),
@@ -149,10 +128,10 @@ impl PortSpace for NoPorts {
     fn bind(&self, _: u16, _: u16, _: Binding) -> Result<u16, Errno> {
         Err(Errno::ENODEV)
     }
-    fn listen(&self, _: u16, _: u16, _: usize) -> Result<(), Errno> {
+    fn listen(&self, _: u16, _: u16, _: u64) -> Result<(), Errno> {
         Err(Errno::ENODEV)
     }
-    fn release(&self, _: u16, _: u16, _: usize) {}
+    fn release(&self, _: u16, _: u16, _: u64) {}
 }
 
 /// The process's port space, chosen at its first use (module doc).
@@ -177,13 +156,10 @@ pub fn space() -> &'static dyn PortSpace {
 mod tests {
     use super::*;
 
-    fn b(ip: &str, reuse: bool, owner: usize) -> Binding {
+    fn b(ip: &str, reuse: bool, owner: u64) -> Binding {
         Binding {
-            ip: ip.parse().unwrap(),
             reuse,
-            afonly: false,
-            listening: false,
-            owner,
+            ..Binding::plain(ip.parse().unwrap(), owner)
         }
     }
 

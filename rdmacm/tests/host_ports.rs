@@ -48,7 +48,7 @@ mod stopped;
 use cma_common::{conn_param, sockaddr};
 use ibcm::cma::{RdmaCmEventType as R, port_space};
 use ibcm::ipc;
-use ibcm::portspace::{self as host, HostPorts};
+use ibcm::portspace::{self as host, Binding, HostPorts};
 use ibcm::service::{self, Limits, Options, Service};
 use ibcm_rdmacm::abi::*;
 use ibcm_rdmacm::exports::*;
@@ -195,17 +195,6 @@ impl Drop for Proc {
     }
 }
 
-/// A binding with no option set: `ip`'s port for `owner`.
-fn plain(ip: IpAddr, owner: u64) -> host::Binding {
-    host::Binding {
-        ip,
-        reuse: false,
-        afonly: false,
-        listening: false,
-        owner,
-    }
-}
-
 #[test]
 fn a_port_is_one_process_s_on_the_host_and_freed_by_its_death() {
     let socket = start_service("kill");
@@ -288,7 +277,7 @@ fn raw(fd: &std::os::fd::OwnedFd, opc: u16, seq: u64, body: &[u8]) -> i32 {
 fn a_hostile_client_cannot_touch_another_s_ports() {
     let socket = start_service("hostile");
     let ip: IpAddr = net::ip(4).parse().unwrap();
-    let b = |owner| plain(ip, owner);
+    let b = |owner| Binding::plain(ip, owner);
     let good = HostPorts::connect_at(&socket).unwrap();
     assert_eq!(good.bind(port_space::TCP, 7600, b(1)), Ok(7600));
     let bad = ipc::sock::connect(&socket).unwrap();
@@ -335,7 +324,7 @@ fn a_destroyed_listener_s_port_is_another_process_s_at_once() {
     let p = Proc::spawn(&socket, "listen-destroy", addr, false);
     p.expect("@listening", Duration::from_secs(10));
     let other = HostPorts::connect_at(&socket).unwrap();
-    let bd = plain(addr.ip(), 1);
+    let bd = Binding::plain(addr.ip(), 1);
     assert_eq!(
         other.bind(port_space::TCP, addr.port(), bd),
         Err(host::EADDRINUSE)
@@ -366,7 +355,7 @@ fn a_port_still_held_is_in_use_without_waiting_out_the_bound() {
     let p = Proc::spawn(&socket, "listen-destroy", addr, false);
     p.expect("@listening", Duration::from_secs(10));
     let other = HostPorts::connect_at(&socket).unwrap();
-    let bd = plain(addr.ip(), 1);
+    let bd = Binding::plain(addr.ip(), 1);
     let n = 20;
     let t = Instant::now();
     for _ in 0..n {
@@ -398,7 +387,7 @@ fn a_port_still_held_is_in_use_without_waiting_out_the_bound() {
 fn two_connections_of_one_process_conflicting_never_wait_for_each_other() {
     let (socket, svc) = start_service_with("self");
     let ip: IpAddr = net::ip(12).parse().unwrap();
-    let bd = |owner| plain(ip, owner);
+    let bd = |owner| Binding::plain(ip, owner);
     let a = HostPorts::connect_at(&socket).unwrap();
     let b = HostPorts::connect_at(&socket).unwrap();
     assert_eq!(a.bind(port_space::TCP, 7650, bd(1)), Ok(7650));
@@ -437,7 +426,7 @@ fn a_port_token_releases_only_its_own_process_s_bindings() {
     let ip = addr.ip();
     let bind_body = |port: u16, owner: u64| {
         let mut w = ipc::Writer(Vec::new());
-        host::put_bind(&mut w, port_space::TCP, port, &plain(ip, owner));
+        host::put_bind(&mut w, port_space::TCP, port, &Binding::plain(ip, owner));
         w.into_bytes()
     };
     let release_by = |holder: u64, secret: u64, port: u16, owner: u64| {
@@ -561,7 +550,7 @@ fn implicit_binds_of_two_processes_never_collide_and_destroy_frees_them() {
     let other = HostPorts::connect_at(&socket).unwrap();
     let ip: IpAddr = net::ip(5).parse().unwrap();
     for (k, p) in all.iter().enumerate() {
-        let bd = plain(ip, k as u64);
+        let bd = Binding::plain(ip, k as u64);
         assert_eq!(other.bind(port_space::TCP, *p, bd), Ok(*p), "port {p}");
     }
     assert_eq!(bound(&svc), all.len(), "bindings of the destroyed ids left");
@@ -639,7 +628,7 @@ fn a_hung_service_times_resolves_and_binds_out() {
 fn leased_ports_yield_to_explicit_binds() {
     let (socket, svc) = start_service_with("lease");
     let ip: IpAddr = net::ip(7).parse().unwrap();
-    let bd = |owner| plain(ip, owner);
+    let bd = |owner| Binding::plain(ip, owner);
     let raw_fd = ipc::sock::connect(&socket).unwrap();
     let lease = |n: u32, extra: &[u8], seq| {
         let mut w = ipc::Writer(Vec::new());
@@ -917,7 +906,12 @@ fn token_holder(addr: SocketAddr) {
     let socket = PathBuf::from(std::env::var("IBCM_SERVICE_SOCKET").unwrap());
     let fd = ipc::sock::connect(&socket).unwrap();
     let mut b = ipc::Writer(Vec::new());
-    host::put_bind(&mut b, port_space::TCP, addr.port(), &plain(addr.ip(), 1));
+    host::put_bind(
+        &mut b,
+        port_space::TCP,
+        addr.port(),
+        &Binding::plain(addr.ip(), 1),
+    );
     assert_eq!(raw(&fd, ipc::op::PORT_BIND, 1, &b.0), 0);
     let (err, tok) = request(&fd, ipc::op::PORT_TOKEN, 2, &[]);
     assert_eq!(err, 0);
