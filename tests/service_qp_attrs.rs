@@ -61,24 +61,19 @@ fn public(handle: u64, state: State, version: u64) -> Public {
     }
 }
 
+/// A record the service pushes on its own (`seq` 0) for `handle`.
+fn pushed(op: u16, handle: u64) -> ipc::Writer {
+    Header { op, seq: 0, handle }.record()
+}
+
 fn qp_attrs_record(handle: u64, a: &QpAttrs) -> Vec<u8> {
-    let mut w = Header {
-        op: op::QP_ATTRS,
-        seq: 0,
-        handle,
-    }
-    .record();
+    let mut w = pushed(op::QP_ATTRS, handle);
     w.put(a);
     w.into_bytes()
 }
 
 fn rep_event_record(handle: u64, p: &Public) -> Vec<u8> {
-    let mut w = Header {
-        op: op::EVENT,
-        seq: 0,
-        handle,
-    }
-    .record();
+    let mut w = pushed(op::EVENT, handle);
     let ev = Event {
         id: Handle(handle),
         kind: EventType::RepReceived,
@@ -93,19 +88,37 @@ fn rep_event_record(handle: u64, p: &Public) -> Vec<u8> {
     w.into_bytes()
 }
 
+/// What the fake service saw: the `INIT_QP_ATTR` requests it answered,
+/// and every request op with the number of the message that brought it.
+#[derive(Default)]
+struct Seen {
+    asked: AtomicUsize,
+    ops: Mutex<Vec<(usize, u16)>>,
+}
+
+impl Seen {
+    fn asked(&self) -> usize {
+        self.asked.load(Ordering::SeqCst)
+    }
+}
+
 /// A service of one connection: answers OPEN, leases the ids of `handles`
-/// one per `CREATE_IDS`, answers `INIT_QP_ATTR` with `served_attr`
-/// (counted in `asked`) and, on the k-th `STAT` request, pushes `pushes[k]`
-/// before its reply.
+/// one per `CREATE_IDS`, answers LISTEN, answers `INIT_QP_ATTR` with
+/// `served_attr` (the id in state `served`) and, on the k-th `STAT`
+/// request, pushes `pushes[k]` before its reply; what it saw goes to the
+/// `Seen` it returns.
 fn fake_service(
     socket: PathBuf,
     handles: Vec<u64>,
+    served: State,
     pushes: Vec<Vec<Vec<u8>>>,
-    asked: Arc<AtomicUsize>,
-) -> std::thread::JoinHandle<()> {
+) -> (std::thread::JoinHandle<()>, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let saw = seen.clone();
     let (mut leased, mut stats) = (0, 0);
-    fake::serve(&socket, move |fd, h, mut r| {
-        let rep = match h.op {
+    let svc = fake::serve_records(&socket, move |fd, msg, h, mut r| {
+        saw.ops.lock().unwrap().push((msg, h.op));
+        Some(match h.op {
             op::OPEN => {
                 let ip: IpAddr = net::ip(2).parse().unwrap();
                 fake::opened(h, vec![PortInfo::roce(1, ip.into())])
@@ -121,10 +134,11 @@ fn fake_service(
                     w.put(&vec![c].into_boxed_slice());
                 })
             }
+            op::LISTEN => ipc::reply(h, 0, public(h.handle, State::Listen, 2), |_| ()),
             op::INIT_QP_ATTR => {
-                asked.fetch_add(1, Ordering::SeqCst);
+                saw.asked.fetch_add(1, Ordering::SeqCst);
                 let state: u32 = r.get().unwrap();
-                ipc::reply(h, 0, public(h.handle, State::MraRepSent, 2), |w| {
+                ipc::reply(h, 0, public(h.handle, served, 3), |w| {
                     w.put(&served_attr(state));
                 })
             }
@@ -138,12 +152,35 @@ fn fake_service(
                 })
             }
             _ => return None,
-        };
-        (h.seq != 0).then_some(rep)
-    })
+        })
+    });
+    (svc, seen)
 }
 
 type Asked = Vec<Result<QpAttr, String>>;
+
+/// The states librdmacm asks `INIT_QP_ATTR` for, in its order.
+const STATES: [u32; 3] = [qp_state::INIT, qp_state::RTR, qp_state::RTS];
+
+/// The three answers when every call went to the service.
+fn served_all() -> Asked {
+    STATES.iter().map(|&s| Ok(served_attr(s))).collect()
+}
+
+/// The three answers when the attributes pushed with `p` gave them.
+fn pushed_all(p: Public) -> Asked {
+    let a = pushed_attrs(p);
+    vec![Ok(a.init), Ok(a.rtr), Ok(a.rts)]
+}
+
+/// Has the service push its next records (a `STAT` request) and returns
+/// the answers the handler got on the event they bring.
+fn next_event(dev: &Device, events: &Receiver<Asked>) -> Asked {
+    dev.service_stat().unwrap();
+    events
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the event's callback ran")
+}
 
 /// A handler that, on an event of `kind`, asks for the QP attributes as
 /// librdmacm does (INIT, RTR, RTS: on a REP before the RTU, on a REQ in
@@ -153,7 +190,7 @@ fn qp_handler(kind: EventType) -> (RustHandler, Receiver<Asked>) {
     let tx = Mutex::new(tx);
     let h: RustHandler = Arc::new(move |id, ev| {
         if ev.kind == kind {
-            let got = [qp_state::INIT, qp_state::RTR, qp_state::RTS]
+            let got = STATES
                 .iter()
                 .map(|&s| id.init_qp_attr(s).map_err(|e| format!("{e:?}")))
                 .collect();
@@ -187,12 +224,11 @@ fn a_rep_brings_its_qp_attributes_and_init_qp_attr_makes_no_round_trip() {
         qp_attrs_record(h3, &bad),
         rep_event_record(h3, &public(h3, State::MraRepSent, 30)),
     ];
-    let asked = Arc::new(AtomicUsize::new(0));
-    let svc = fake_service(
+    let (svc, seen) = fake_service(
         socket.clone(),
         vec![h1, h2, h3],
+        State::MraRepSent,
         vec![fresh, stale, broken],
-        asked.clone(),
     );
     let dev = Device::open_served(&net::soft(2), &socket).unwrap();
     let (handler, events) = qp_handler(EventType::RepReceived);
@@ -203,53 +239,32 @@ fn a_rep_brings_its_qp_attributes_and_init_qp_attr_makes_no_round_trip() {
         })
         .collect();
     assert_eq!(ids[0].handle(), h1);
-    let wait = Duration::from_secs(10);
 
     // The pushed attributes answer all three calls: no request reaches
     // the service.
-    dev.service_stat().unwrap();
-    let got = events.recv_timeout(wait).expect("the REP's callback ran");
-    let want = pushed_attrs(p1);
-    assert_eq!(got, vec![Ok(want.init), Ok(want.rtr), Ok(want.rts)]);
-    assert_eq!(
-        asked.load(Ordering::SeqCst),
-        0,
-        "no INIT_QP_ATTR round trip"
-    );
+    assert_eq!(next_event(&dev, &events), pushed_all(p1));
+    assert_eq!(seen.asked(), 0, "no INIT_QP_ATTR round trip");
     // Taking the RTS ones drops the set: a later call asks the service.
     assert_eq!(
         ids[0].init_qp_attr(qp_state::RTR),
         Ok(served_attr(qp_state::RTR))
     );
-    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    assert_eq!(seen.asked(), 1);
 
     // Stale attributes: every call goes to the service.
-    dev.service_stat().unwrap();
-    let got = events.recv_timeout(wait).expect("the REP's callback ran");
-    let served: Asked = [qp_state::INIT, qp_state::RTR, qp_state::RTS]
-        .iter()
-        .map(|&s| Ok(served_attr(s)))
-        .collect();
-    assert_eq!(got, served);
-    assert_eq!(asked.load(Ordering::SeqCst), 4);
+    assert_eq!(next_event(&dev, &events), served_all());
+    assert_eq!(seen.asked(), 4);
 
     // A malformed record is dropped: the same.
-    dev.service_stat().unwrap();
-    let got = events.recv_timeout(wait).expect("the REP's callback ran");
-    assert_eq!(got, served);
-    assert_eq!(asked.load(Ordering::SeqCst), 7);
+    assert_eq!(next_event(&dev, &events), served_all());
+    assert_eq!(seen.asked(), 7);
 
     dev.close();
     svc.join().unwrap();
 }
 
 fn req_event_record(handle: u64, p: &Public, listener: u64) -> Vec<u8> {
-    let mut w = Header {
-        op: op::EVENT,
-        seq: 0,
-        handle,
-    }
-    .record();
+    let mut w = pushed(op::EVENT, handle);
     let ev = Event {
         id: Handle(handle),
         kind: EventType::ReqReceived,
@@ -282,57 +297,6 @@ fn req_event_record(handle: u64, p: &Public, listener: u64) -> Vec<u8> {
     w.into_bytes()
 }
 
-/// A service of one connection for a listener: answers OPEN, leases
-/// `listener`, answers LISTEN and `INIT_QP_ATTR` (with `served_attr`,
-/// counted in `asked`), notes every request op it reads with the number
-/// of the message that brought it (`seen`), and, on the k-th `STAT`
-/// request, pushes `pushes[k]` before its reply.
-fn fake_listener_service(
-    socket: PathBuf,
-    listener: u64,
-    pushes: Vec<Vec<Vec<u8>>>,
-    asked: Arc<AtomicUsize>,
-    seen: Arc<Mutex<Vec<(usize, u16)>>>,
-) -> std::thread::JoinHandle<()> {
-    let mut stats = 0;
-    fake::serve_records(&socket, move |fd, msg, h, mut r| {
-        seen.lock().unwrap().push((msg, h.op));
-        Some(match h.op {
-            op::OPEN => {
-                let ip: IpAddr = net::ip(2).parse().unwrap();
-                fake::opened(h, vec![PortInfo::roce(1, ip.into())])
-            }
-            op::CREATE_IDS => {
-                let c = Created {
-                    handle: listener,
-                    public: public(listener, State::Idle, 1),
-                };
-                ipc::reply(h, 0, Public::default(), |w| {
-                    w.put(&vec![c].into_boxed_slice());
-                })
-            }
-            op::LISTEN => ipc::reply(h, 0, public(listener, State::Listen, 2), |_| ()),
-            op::INIT_QP_ATTR => {
-                asked.fetch_add(1, Ordering::SeqCst);
-                let state: u32 = r.get().unwrap();
-                ipc::reply(h, 0, public(h.handle, State::ReqRcvd, 3), |w| {
-                    w.put(&served_attr(state));
-                })
-            }
-            op::STAT => {
-                for rec in pushes.get(stats).cloned().unwrap_or_default() {
-                    sock::send(fd, &rec).unwrap();
-                }
-                stats += 1;
-                ipc::reply(h, 0, Public::default(), |w| {
-                    w.put(&Stat::default());
-                })
-            }
-            _ => return None,
-        })
-    })
-}
-
 /// The passive side: a listener marked with `set_qp_attrs_on_req` sends
 /// the mark in its LISTEN's message, and a REQ pushed with its QP
 /// attributes (the new id's, before the event that creates the id) is
@@ -360,14 +324,11 @@ fn a_marked_listeners_req_brings_its_qp_attributes_and_accept_makes_no_round_tri
         qp_attrs_record(0x3ff, &pushed_attrs(public(0x3ff, State::ReqRcvd, 30))),
         req_event_record(n3, &p3, l),
     ];
-    let asked = Arc::new(AtomicUsize::new(0));
-    let seen: Arc<Mutex<Vec<(usize, u16)>>> = Arc::default();
-    let svc = fake_listener_service(
+    let (svc, seen) = fake_service(
         socket.clone(),
-        l,
+        vec![l],
+        State::ReqRcvd,
         vec![fresh, stale, other],
-        asked.clone(),
-        seen.clone(),
     );
     let dev = Device::open_served(&net::soft(2), &socket).unwrap();
     let (handler, events) = qp_handler(EventType::ReqReceived);
@@ -378,38 +339,23 @@ fn a_marked_listeners_req_brings_its_qp_attributes_and_accept_makes_no_round_tri
     listener.set_qp_attrs_on_req(true).unwrap();
     listener.listen(0x4242).unwrap();
     // The mark rode in the LISTEN's message, just before it.
-    let s = seen.lock().unwrap().clone();
+    let s = seen.ops.lock().unwrap().clone();
     let mark = s
         .iter()
         .position(|&(_, o)| o == op::ONEWAY | op::QP_ATTRS_ON_REQ)
         .expect("the mark reached the service");
     assert_eq!(s.get(mark + 1).map(|&(_, o)| o), Some(op::LISTEN));
     assert_eq!(s[mark].0, s[mark + 1].0, "one message: {s:?}");
-    let wait = Duration::from_secs(10);
 
-    dev.service_stat().unwrap();
-    let got = events.recv_timeout(wait).expect("the REQ's callback ran");
-    let want = pushed_attrs(p1);
-    assert_eq!(got, vec![Ok(want.init), Ok(want.rtr), Ok(want.rts)]);
-    assert_eq!(
-        asked.load(Ordering::SeqCst),
-        0,
-        "no INIT_QP_ATTR round trip"
-    );
+    // n1: the pushed attributes answer the accept's three calls.
+    assert_eq!(next_event(&dev, &events), pushed_all(p1));
+    assert_eq!(seen.asked(), 0, "no INIT_QP_ATTR round trip");
 
-    let served: Asked = [qp_state::INIT, qp_state::RTR, qp_state::RTS]
-        .iter()
-        .map(|&s| Ok(served_attr(s)))
-        .collect();
-    dev.service_stat().unwrap();
-    let got = events.recv_timeout(wait).expect("the REQ's callback ran");
-    assert_eq!(got, served);
-    assert_eq!(asked.load(Ordering::SeqCst), 3);
-
-    dev.service_stat().unwrap();
-    let got = events.recv_timeout(wait).expect("the REQ's callback ran");
-    assert_eq!(got, served);
-    assert_eq!(asked.load(Ordering::SeqCst), 6);
+    // n2 (stale) and n3 (another id's): every call goes to the service.
+    assert_eq!(next_event(&dev, &events), served_all());
+    assert_eq!(seen.asked(), 3);
+    assert_eq!(next_event(&dev, &events), served_all());
+    assert_eq!(seen.asked(), 6);
 
     dev.close();
     svc.join().unwrap();
