@@ -11,6 +11,8 @@
 //! and `bytes_copy!` copy it in `ffi`'s conversions, and `tests/abi.rs` adds it to the
 //! members it compares with gcc's layout (the C header still lists every
 //! member on its own, so a name missing here fails that test).
+//! librdmacm names its `rdma_conn_param` / `ConnParam` run the same way
+//! (`conn_param_bytes!`, `rdmacm/src/lib.rs`), with these macros.
 
 /// The one-byte members of `struct sa_path_rec` from `sl` to `preference`
 /// (header order), shared with `PathRec`; used like [`req_param_bytes!`].
@@ -82,7 +84,10 @@ macro_rules! rep_param_bytes {
 /// A struct whose run of `u8` members comes from a list macro, spliced in
 /// where the declaration says `..u8s,` (so a `#[repr(C)]` mirror keeps the
 /// header's order): `req_param_bytes!(bytes_struct! { pub struct T { …,
-/// ..u8s, … } })`.
+/// ..u8s, … } })`. Exported for librdmacm's `rdma_conn_param` /
+/// `ConnParam` (`conn_param_bytes!` in `rdmacm/src/lib.rs`).
+#[doc(hidden)]
+#[macro_export]
 macro_rules! bytes_struct {
     (
         [$($b:ident)*]
@@ -105,7 +110,9 @@ macro_rules! bytes_struct {
 /// A struct expression whose run of members from a list macro is copied
 /// from `src`'s members of the same names, the others given (and the rest,
 /// after `..`, from a base): `req_param_bytes!(bytes_from! { p => T {
-/// other: value, … } })`.
+/// other: value, … } })`. Exported, as `bytes_struct!`.
+#[doc(hidden)]
+#[macro_export]
 macro_rules! bytes_from {
     ([$($b:ident)*] $src:ident => $T:ident { $($f:ident: $e:expr,)* ..$base:expr }) => {
         $T {

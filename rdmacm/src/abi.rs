@@ -87,20 +87,19 @@ pub struct RdmaCmId {
     pub qp_type: c_int,
 }
 
-/// `struct rdma_conn_param`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct RdmaConnParam {
-    pub private_data: *const c_void,
-    pub private_data_len: u8,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub flow_control: u8,
-    pub retry_count: u8,
-    pub rnr_retry_count: u8,
-    pub srq: u8,
-    pub qp_num: u32,
-}
+conn_param_bytes!(bytes_struct! {
+    /// `struct rdma_conn_param`. `..u8s` stands for the one-byte members
+    /// `responder_resources` … `srq` (`conn_param_bytes!`, `lib.rs`),
+    /// shared with `id::ConnParam`.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    pub struct RdmaConnParam {
+        pub private_data: *const c_void,
+        pub private_data_len: u8,
+        ..u8s,
+        pub qp_num: u32,
+    }
+});
 
 /// `struct rdma_ud_param`.
 #[repr(C)]

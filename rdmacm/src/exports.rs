@@ -57,16 +57,10 @@ unsafe fn read_conn_param(p: *const RdmaConnParam, max: usize) -> Result<Option<
         return Ok(None);
     };
     let data = unsafe { id::pdata(c.private_data, c.private_data_len as usize, max)? };
-    Ok(Some(ConnParam {
+    Ok(Some(conn_param_bytes!(bytes_from! { c => ConnParam {
         private_data: data.to_vec(),
-        responder_resources: c.responder_resources,
-        initiator_depth: c.initiator_depth,
-        flow_control: c.flow_control,
-        retry_count: c.retry_count,
-        rnr_retry_count: c.rnr_retry_count,
-        srq: c.srq,
         qp_num: c.qp_num,
-    }))
+    }})))
 }
 
 // ---------------------------------------------------------------------------

@@ -1238,18 +1238,17 @@ pub unsafe fn pdata<'a>(p: *const c_void, len: usize, max: usize) -> Result<&'a 
     Ok(unsafe { std::slice::from_raw_parts(p.cast(), len) })
 }
 
-/// Connection parameters of `rdma_connect` / `rdma_accept` in Rust form.
-#[derive(Clone, Default)]
-pub struct ConnParam {
-    pub private_data: Vec<u8>,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub flow_control: u8,
-    pub retry_count: u8,
-    pub rnr_retry_count: u8,
-    pub srq: u8,
-    pub qp_num: u32,
-}
+conn_param_bytes!(bytes_struct! {
+    /// Connection parameters of `rdma_connect` / `rdma_accept` in Rust
+    /// form. `..u8s` stands for `rdma_conn_param`'s one-byte members
+    /// `responder_resources` … `srq` (`conn_param_bytes!`, `lib.rs`).
+    #[derive(Clone, Default)]
+    pub struct ConnParam {
+        pub private_data: Vec<u8>,
+        ..u8s,
+        pub qp_num: u32,
+    }
+});
 
 /// `rdma_connect`.
 pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {

@@ -22,6 +22,27 @@
 
 #[macro_use]
 extern crate ibcm;
+
+/// The one-byte members of `struct rdma_conn_param` from
+/// `responder_resources` to `srq` (header order), shared with
+/// `id::ConnParam`: `conn_param_bytes!(then! { … })` expands to `then! {
+/// [names] … }` (as ibcm's `req_param_bytes!`, for `bytes_struct!` and
+/// `bytes_from!`). `tests/abi.rs` still names each member on its own.
+macro_rules! conn_param_bytes {
+    ($then:ident! { $($rest:tt)* }) => {
+        $then! {
+            [
+                responder_resources
+                initiator_depth
+                flow_control
+                retry_count
+                rnr_retry_count
+                srq
+            ]
+            $($rest)*
+        }
+    };
+}
 // Lets the unit tests include `tests/common/cma.rs`, which names the crate.
 #[cfg(test)]
 extern crate self as ibcm_rdmacm;
