@@ -481,15 +481,20 @@ fn forged_reqs_cannot_reflect_reps_at_a_bystander() {
     let tpl = captured_req(&net::ip(59), &net::ip(60), SERVICE);
     let attacker = bind(&net::ip(116));
     let bystander = bind(&net::ip(127));
+    // A REQ naming the bystander as its sender, asking for the most REP
+    // retries (MaxCMRetries 15, timeout 31: 2.3 h per try).
+    let naming_bystander = |id: u32| {
+        edit_req(&tpl, |r| {
+            r.local_comm_id = id;
+            r.local_qpn = id;
+            r.local_cm_response_timeout = 31;
+            r.max_cm_retries = 15;
+            r.primary.local_gid = gid(&net::ip(127));
+        })
+    };
 
     // (a) Off-path: sent by the attacker, naming the bystander.
-    let forged = edit_req(&tpl, |r| {
-        r.local_comm_id = 0x2001;
-        r.local_qpn = 0x2001;
-        r.local_cm_response_timeout = 31;
-        r.max_cm_retries = 15;
-        r.primary.local_gid = gid(&net::ip(127));
-    });
+    let forged = naming_bystander(0x2001);
     send(&attacker, v4(server), &forged);
     let to_bystander = receive(&bystander, Duration::from_millis(600));
     let to_attacker = receive(&attacker, Duration::from_millis(100));
@@ -508,13 +513,7 @@ fn forged_reqs_cannot_reflect_reps_at_a_bystander() {
     // (b) A spoofed source (the bystander's own address, as a raw-socket
     // attacker could send): REPs are bounded by rep_max_retries, whatever
     // the REQ's MaxCMRetries (15) and timeout (31: 2.3 h per try) ask.
-    let spoofed = edit_req(&tpl, |r| {
-        r.local_comm_id = 0x2002;
-        r.local_qpn = 0x2002;
-        r.local_cm_response_timeout = 31;
-        r.max_cm_retries = 15;
-        r.primary.local_gid = gid(&net::ip(127));
-    });
+    let spoofed = naming_bystander(0x2002);
     send(&bystander, v4(server), &spoofed);
     // Long enough for every REP the cap allows even on a loaded machine.
     let got = receive(&bystander, Duration::from_secs(3));
