@@ -1180,9 +1180,9 @@ fn records(msg: &[u8]) -> Vec<&[u8]> {
 /// `PROXY_TO`: every message passed on both ways, until the file
 /// `<socket>.slow` exists; from then on a message of the service that
 /// answers a `PORT_BIND` is slowed (`PROXY_MODE`): `cpu` — the first such
-/// is held while this process burns 2.5 bounds of CPU time, nothing
+/// is held while two threads of this process burn CPU for 2.5 bounds, nothing
 /// passing meanwhile; `records` — each of its records is passed as a
-/// message of its own, 0.4 bound after the one before (a busy service
+/// message of its own, 0.2 bound after the one before (a busy service
 /// answering a burst one by one). Until killed.
 fn slow_proxy() {
     let at = PathBuf::from(std::env::var("IBCM_SERVICE_SOCKET").unwrap());
@@ -1232,12 +1232,17 @@ fn slow_proxy() {
                     ipc::sock::send(&c, msg)
                 } else if mode == "cpu" {
                     if !burnt_once.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        // Two threads: on a loaded host each gets its
+                        // share of a CPU, the service's CPU time grows
+                        // by twice that.
+                        let other = std::thread::spawn(move || burn(bound * 5 / 2));
                         burn(bound * 5 / 2);
+                        other.join().unwrap();
                     }
                     ipc::sock::send(&c, msg)
                 } else {
                     records(msg).iter().try_for_each(|r| {
-                        std::thread::sleep(bound * 2 / 5);
+                        std::thread::sleep(bound / 5);
                         ipc::sock::send(&c, r)
                     })
                 };
@@ -1250,8 +1255,8 @@ fn slow_proxy() {
 }
 
 /// Behind a `slow-proxy` (`IBCM_SERVICE_TIMEOUT_MS` = `BUSY_BOUND_MS`):
-/// once told, one `rdma_resolve_addr` with `timeout_ms` 100 (ADDR_ERROR
-/// -ETIMEDOUT: the user's deadline) and six with `timeout_ms` 0, which
+/// once told, one `rdma_resolve_addr` with `timeout_ms` 1 (ADDR_ERROR
+/// -ETIMEDOUT: the user's deadline) and twelve with `timeout_ms` 0, which
 /// must all resolve, the last after more than the bound, with a busy
 /// wait counted.
 fn resolve_busy(addr: SocketAddr) {
@@ -1259,10 +1264,10 @@ fn resolve_busy(addr: SocketAddr) {
     let (mut src, mut dst) = (sockaddr(SocketAddr::new(addr.ip(), 0)), sockaddr(addr));
     let mut resolve =
         |id, ms| unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), ms) };
-    // Nine resolves while the service answers at once: the leases they
-    // take (1, 1, 2, 4, 8 ports) leave seven leased ports, so the seven
-    // below are pipelined without a lease round trip.
-    for _ in 0..9 {
+    // Seventeen resolves while the service answers at once: the leases
+    // they take (1, 1, 2, 4, 8, 16 ports) leave fifteen leased ports, so
+    // the thirteen below are pipelined without a lease round trip.
+    for _ in 0..17 {
         let id = new_id(ch, port_space::TCP);
         assert_eq!(resolve(id, 2000), 0, "errno {}", errno());
         assert_eq!(rdma_ack_cm_event(expect(ch, R::AddrResolved)), 0);
@@ -1273,14 +1278,14 @@ fn resolve_busy(addr: SocketAddr) {
     let busy = ibcm::api::service_busy_waits();
     let t = Instant::now();
     let user = new_id(ch, port_space::TCP);
-    assert_eq!(resolve(user, 100), 0, "errno {}", errno());
-    let ids: Vec<*mut RdmaCmId> = (0..6).map(|_| new_id(ch, port_space::TCP)).collect();
+    assert_eq!(resolve(user, 1), 0, "errno {}", errno());
+    let ids: Vec<*mut RdmaCmId> = (0..12).map(|_| new_id(ch, port_space::TCP)).collect();
     for id in &ids {
         assert_eq!(resolve(*id, 0), 0, "errno {}", errno());
     }
     let mut resolved = 0;
     let mut user_timed_out = false;
-    for _ in 0..7 {
+    for _ in 0..13 {
         let ev = next_raw(ch);
         let (id, k, st) = unsafe { ((*ev).id, (*ev).event, (*ev).status) };
         assert_eq!(rdma_ack_cm_event(ev), 0);
@@ -1300,7 +1305,7 @@ fn resolve_busy(addr: SocketAddr) {
     }
     let took = t.elapsed();
     assert!(user_timed_out);
-    assert_eq!(resolved, 6);
+    assert_eq!(resolved, 12);
     // The test's point: the wait crossed the bound, and went on.
     assert!(took > Duration::from_millis(BUSY_BOUND_MS), "{took:?}");
     assert!(
@@ -1352,6 +1357,7 @@ fn flood_holder(addr: SocketAddr) {
     });
     let sent = Arc::new(AtomicU64::new(0));
     let n = sent.clone();
+    let unread = fd.clone();
     std::thread::spawn(move || {
         for seq in 2.. {
             if ipc::sock::send(&fd, &token(seq)).is_err() {
@@ -1360,11 +1366,15 @@ fn flood_holder(addr: SocketAddr) {
             n.fetch_add(1, Relaxed);
         }
     });
+    // Stalled: no send went through and no reply came for 500 ms — the
+    // service's thread for that connection neither reads nor sends: it is
+    // blocked sending a reply nobody reads, and stays so.
     let t = Instant::now();
+    let look = || (sent.load(Relaxed), ipc::sock::queued(&unread).unwrap());
     loop {
-        let before = sent.load(Relaxed);
-        std::thread::sleep(Duration::from_millis(200));
-        if before > 0 && sent.load(Relaxed) == before {
+        let before = look();
+        std::thread::sleep(Duration::from_millis(500));
+        if before.0 > 0 && look() == before {
             break;
         }
         assert!(t.elapsed() < Duration::from_secs(30), "never stalled");
