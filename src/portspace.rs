@@ -623,6 +623,35 @@ fn record(opc: u16, seq: u64, body: impl FnOnce(&mut ipc::Writer)) -> Vec<u8> {
     w.into_bytes()
 }
 
+/// One pipelined bind's wait on the service (`HostPorts::bind_watch`).
+pub struct BindWatch {
+    watch: ServiceWatch,
+    received: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl BindWatch {
+    /// When to look for progress next (the end of the current period).
+    pub fn check_at(&self) -> std::time::Instant {
+        self.watch.check_at()
+    }
+
+    /// At `check_at` without the answer: true — the service made progress
+    /// (or this is the first look at its CPU time), wait to the next
+    /// `check_at`; false — give up (`note` says why): it is stopped, made
+    /// no progress for a period, or reached `IBCM_SERVICE_BUSY_MAX_MS`.
+    /// `who` and `what` name the wait in its one log line.
+    pub fn working(&mut self, who: &str, what: &str) -> bool {
+        let n = self.received.load(std::sync::atomic::Ordering::Relaxed);
+        self.watch.working(n, who, what)
+    }
+
+    /// Why the wait gave up, for its log line (empty after one plain
+    /// period).
+    pub fn note(&self) -> String {
+        self.watch.note()
+    }
+}
+
 /// A process's client of the host-wide port table in the CM service.
 pub struct HostPorts {
     path: PathBuf,
@@ -1014,6 +1043,24 @@ impl HostPorts {
             return Err(Errno::ENODEV);
         }
         Ok(())
+    }
+
+    /// A wait for the answer of a pipelined bind made just now
+    /// (`rdma_resolve_addr` with `timeout_ms` ≤ 0): the busy-service rule
+    /// of a round trip (`ServiceWatch`: it goes on per
+    /// `IBCM_SERVICE_TIMEOUT_MS` period while replies arrive on this
+    /// connection or the service's CPU time grows, up to
+    /// `IBCM_SERVICE_BUSY_MAX_MS`), for a caller that keeps the deadline
+    /// itself. `None` without a link.
+    pub fn bind_watch(&self) -> Option<BindWatch> {
+        let l = lock(&self.link);
+        let link = l.as_ref()?;
+        let received = link.received.clone();
+        let watch = ServiceWatch::new(
+            link.peer,
+            received.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        Some(BindWatch { watch, received })
     }
 
     /// Marks `owner`'s binding as listening.

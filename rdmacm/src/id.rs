@@ -129,6 +129,10 @@ pub struct IdState {
     /// one in ADDR_QUERY (an answer or a timeout for an older one is
     /// stale).
     addr_query: u64,
+    /// The one in ADDR_QUERY had `timeout_ms` ≤ 0: its wait for the
+    /// service goes on per service timeout while the service makes
+    /// progress (`addr_timed_out`).
+    addr_watch: Option<ibcm::portspace::BindWatch>,
 }
 
 // Raw pointers in IdState are the application's (PD, attributes).
@@ -373,6 +377,7 @@ impl IdPriv {
                 ep_qp_attr: None,
                 addrinfo: None,
                 addr_query: 0,
+                addr_watch: None,
             }),
             acked: Condvar::new(),
             reported: AtomicU64::new(0),
@@ -845,8 +850,9 @@ fn bound_locked(
 /// needed and reports ADDR_RESOLVED or ADDR_ERROR. Through the host CM
 /// service an implicit ephemeral bind does not wait for the service
 /// (`resolve_pipelined`): ADDR_ERROR `-ETIMEDOUT` if the service has not
-/// answered within `timeout_ms` (≤ 0: the service timeout,
-/// `IBCM_SERVICE_TIMEOUT_MS`).
+/// answered within `timeout_ms` (≤ 0: the service's own rule, as for a
+/// round trip: a period of `IBCM_SERVICE_TIMEOUT_MS` at a time while the
+/// service makes progress, up to `IBCM_SERVICE_BUSY_MAX_MS`).
 pub fn resolve_addr(
     id: &Arc<IdPriv>,
     src: Option<SocketAddr>,
@@ -916,9 +922,17 @@ fn resolve_pipelined(
         Some(Ok(())) => {
             // `done` cannot run before this: it takes the id's lock.
             s.st = St::AddrQuery;
+            // A positive `timeout_ms` is the user's deadline; with none
+            // (≤ 0) the wait is the service's, as a round trip's: one
+            // `IBCM_SERVICE_TIMEOUT_MS` period at a time while the service
+            // makes progress (docs/RDMACM.md, "Resolve timeouts").
+            s.addr_watch = None;
             let after = match u64::try_from(timeout_ms) {
                 Ok(ms) if ms > 0 => std::time::Duration::from_millis(ms),
-                _ => ibcm::api::service_timeout(),
+                _ => {
+                    s.addr_watch = ports().bind_watch();
+                    ibcm::api::service_timeout()
+                }
             };
             if let Err(e) = crate::deadline::arm(id, query, after, addr_timed_out) {
                 // No timeout can be kept: the query is abandoned (its
@@ -953,16 +967,44 @@ pub fn late_addr_answers() -> u64 {
 }
 
 /// `timeout_ms` of pipelined resolve `query` passed (on the timer
-/// thread): if the id still waits for that answer, ADDR_ERROR
+/// thread; with `timeout_ms` ≤ 0, a period of the service's timeout that
+/// ended without progress of the service, `BindWatch`): if the id still
+/// waits for that answer, ADDR_ERROR
 /// `-ETIMEDOUT`, as the kernel's address resolution reports a timeout.
 /// The id goes back to IDLE (no port was bound: the kernel's id would be
 /// ADDR_BOUND with its port; here it is usable for another
 /// `rdma_resolve_addr` or a `rdma_bind_addr`); the answer, if it comes, is
 /// stale (`addr_bound`).
 fn addr_timed_out(id: &Arc<IdPriv>, query: u64) {
+    let waiting =
+        |s: &IdState| !id.is_destroyed() && s.st == St::AddrQuery && s.addr_query == query;
     let mut s = lock(&id.st);
-    if id.is_destroyed() || s.st != St::AddrQuery || s.addr_query != query {
+    if !waiting(&s) {
         return;
+    }
+    let mut note = String::new();
+    if let Some(mut w) = s.addr_watch.take() {
+        // `timeout_ms` ≤ 0: a service still making progress is waited for
+        // one more period (its `/proc` read outside the id's lock).
+        drop(s);
+        let working = w.working("rdma_resolve_addr", "a pipelined bind (PORT_BIND)");
+        s = lock(&id.st);
+        if !waiting(&s) {
+            return;
+        }
+        if working {
+            let after = w
+                .check_at()
+                .saturating_duration_since(std::time::Instant::now());
+            s.addr_watch = Some(w);
+            if crate::deadline::arm(id, query, after, addr_timed_out).is_ok() {
+                return;
+            }
+            // No deadline can be kept: it times out now.
+            s.addr_watch = None;
+        } else {
+            note = w.note();
+        }
     }
     s.st = St::Idle;
     drop(s);
@@ -971,7 +1013,7 @@ fn addr_timed_out(id: &Arc<IdPriv>, query: u64) {
         ibcm::log::always(
             ibcm::log::WARN,
             format_args!(
-                "rdma_resolve_addr: the CM service did not answer within the timeout: ADDR_ERROR -ETIMEDOUT (a hung service; its late answer will be dropped)"
+                "rdma_resolve_addr: the CM service did not answer within the timeout: ADDR_ERROR -ETIMEDOUT (a hung service{note}; its late answer will be dropped)"
             ),
         );
     }
@@ -999,6 +1041,7 @@ fn addr_bound(id: &Arc<IdPriv>, r: Result<u16, Errno>, ip: IpAddr, dst: SocketAd
         return;
     }
     TIMEOUT_LOGGED.store(false, Ordering::Relaxed);
+    s.addr_watch = None;
     let result = r.and_then(|port| {
         let (dev, vb) = if ip.is_unspecified() {
             (None, None)

@@ -53,6 +53,12 @@ pub trait PortSpace: Send + Sync {
     ) -> Option<Result<(), Errno>> {
         None
     }
+    /// The wait for the answer of the pipelined bind just made, under the
+    /// busy-service rule (`rdma_resolve_addr` with `timeout_ms` ≤ 0):
+    /// `None` when this space has no service to watch.
+    fn bind_watch(&self) -> Option<host::BindWatch> {
+        None
+    }
 }
 
 pub const EADDRINUSE: Errno = host::EADDRINUSE;
@@ -117,6 +123,10 @@ impl PortSpace for ServicePorts {
             Err(host::EOPNOTSUPP) => None,
             r => Some(r),
         }
+    }
+
+    fn bind_watch(&self) -> Option<host::BindWatch> {
+        self.0.bind_watch()
     }
 }
 

@@ -36,7 +36,17 @@
 //!   `timeout_ms`, the service's late answer (once `SIGCONT`ed) is dropped
 //!   without a second event and the id resolves again; a synchronous bind
 //!   fails with ETIMEDOUT within `IBCM_SERVICE_TIMEOUT_MS`, and once the
-//!   service is continued a new bind works.
+//!   service is continued a new bind works; with `timeout_ms` 0 the
+//!   resolve against the stopped service fails after one bound too;
+//! * a busy service (a proxy process of this binary in front of the
+//!   service, holding back its answers to pipelined binds while it burns
+//!   CPU, or passing them on one by one, slowly): resolves with
+//!   `timeout_ms` 0 wait past `IBCM_SERVICE_TIMEOUT_MS` and resolve, one
+//!   with a positive `timeout_ms` still times out at it;
+//! * a process flooding its connections (one the service keeps up with,
+//!   one whose replies it never reads) cannot hold another process's
+//!   bind of its port past `SETTLE_MAX`: answered `EADDRINUSE`, counted
+//!   (`Service::settle_expired`), and the service serves others.
 
 #[path = "common/cma.rs"]
 mod cma_common;
@@ -621,6 +631,104 @@ fn a_hung_service_times_resolves_and_binds_out() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The bound a `resolve-busy` process waits in periods of.
+const BUSY_BOUND_MS: u64 = 300;
+
+/// A `resolve-busy` process behind a `slow-proxy` process in `mode` in
+/// front of a service of this process: the resolves with `timeout_ms` 0
+/// are answered after more than the bound, and resolve.
+fn busy_resolves_resolve(test: &str, mode: &str, ip: u16) {
+    let (socket, _svc) = start_service_with(test);
+    let proxy_socket = socket.with_file_name("proxy.sock");
+    let addr: SocketAddr = SocketAddr::from((net::addr(ip), 7700 + ip));
+    let bound = BUSY_BOUND_MS.to_string();
+    let proxy = Proc::spawn_env(
+        &proxy_socket,
+        "slow-proxy",
+        addr,
+        false,
+        &[
+            ("PROXY_TO", socket.to_str().unwrap()),
+            ("PROXY_MODE", mode),
+            ("IBCM_SERVICE_TIMEOUT_MS", &bound),
+        ],
+    );
+    proxy.expect("@serving", Duration::from_secs(30));
+    let c = Proc::spawn_env(
+        &proxy_socket,
+        "resolve-busy",
+        addr,
+        false,
+        &[("IBCM_SERVICE_TIMEOUT_MS", &bound)],
+    );
+    c.expect("@ready", Duration::from_secs(30));
+    std::fs::write(proxy_socket.with_extension("slow"), b"").unwrap();
+    go(&proxy_socket, 1);
+    c.expect("@resolved", Duration::from_secs(60));
+    c.finish();
+}
+
+/// A service whose answers to pipelined binds come one by one, slowly
+/// (records arriving on the port connection): every `rdma_resolve_addr`
+/// with `timeout_ms` 0 resolves, though some wait more than the bound.
+#[test]
+fn resolves_without_a_timeout_wait_for_a_service_answering_slowly() {
+    busy_resolves_resolve("busy-records", "records", 14);
+}
+
+/// A service that burns CPU for 2.5 bounds before it answers a pipelined
+/// bind (nothing arrives meanwhile): the resolves with `timeout_ms` 0
+/// resolve.
+#[test]
+fn resolves_without_a_timeout_wait_for_a_service_burning_cpu() {
+    busy_resolves_resolve("busy-cpu", "cpu", 15);
+}
+
+/// A process that holds a port and floods its connections without pause
+/// (one the service keeps up with, one whose replies it never reads, so
+/// its queue never drains) cannot hold another process's bind of that
+/// port: the bind is answered `EADDRINUSE` (after `SETTLE_MAX`), the
+/// expired wait counted, and the service goes on serving others.
+#[test]
+fn a_flooding_holder_cannot_hold_another_s_bind() {
+    let (socket, svc) = start_service_with("flood");
+    let addr: SocketAddr = SocketAddr::from((net::addr(13), 7660));
+    let p = Proc::spawn(&socket, "flood-holder", addr, false);
+    p.expect("@flooding", Duration::from_secs(30));
+    let expired = svc.settle_expired();
+    let other = std::sync::Arc::new(HostPorts::connect_at(&socket).unwrap());
+    let bd = plain(addr.ip(), 1);
+    let (tx, rx) = mpsc::channel();
+    let o = other.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(o.bind(port_space::TCP, addr.port(), bd));
+    });
+    // Generous: the bound is SETTLE_MAX (200 ms).
+    let r = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a bind of the flooding holder's port not answered within 20 s");
+    assert_eq!(r, Err(host::EADDRINUSE));
+    assert_eq!(
+        svc.settle_expired(),
+        expired + 1,
+        "the bind did not wait out the bound"
+    );
+    // Others are served: another port binds, the flood goes on.
+    assert_eq!(
+        other.bind(port_space::TCP, addr.port() + 1, bd),
+        Ok(addr.port() + 1)
+    );
+    assert!(
+        service::query_stat(&socket).is_ok(),
+        "the service stopped serving"
+    );
+    let mut p = p;
+    assert!(
+        p.child.try_wait().unwrap().is_none(),
+        "the flooding holder is gone"
+    );
+}
+
 /// `PORT_LEASE` through a raw connection: bad counts refused; a leased
 /// port is bound by another process's explicit bind (the lease revoked),
 /// and the holder's ephemeral binds take its other leased ports.
@@ -980,12 +1088,23 @@ fn resolve_hung(addr: SocketAddr) {
         t.elapsed()
     );
     assert_eq!(ibcm_rdmacm::id::addr_timeouts(), 1);
+    // With `timeout_ms` 0 the wait is the service's: a stopped service is
+    // not a busy one, ADDR_ERROR -ETIMEDOUT after one bound (1 s here),
+    // not after two (a service that makes no progress) or the ceiling.
+    let id0 = new_id(ch, port_space::TCP);
+    let t = Instant::now();
+    assert_eq!(resolve(id0, 0), 0, "errno {}", errno());
+    assert_eq!(next_event(ch), (R::AddrError as i32, -libc::ETIMEDOUT));
+    let took = t.elapsed();
+    assert!(took >= Duration::from_millis(1000), "{took:?}");
+    assert!(took < Duration::from_millis(1900), "{took:?}");
+    assert_eq!(ibcm_rdmacm::id::addr_timeouts(), 2);
     report("timed-out");
     // 2. Continued: its answer comes late, is dropped (no event), and the
     //    id resolves again.
     wait_go(2);
     let t = Instant::now();
-    while ibcm_rdmacm::id::late_addr_answers() == 0 {
+    while ibcm_rdmacm::id::late_addr_answers() < 2 {
         assert!(t.elapsed() < Duration::from_secs(10), "no late answer");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -1001,7 +1120,7 @@ fn resolve_hung(addr: SocketAddr) {
     );
     assert_eq!(resolve(id, 2000), 0, "errno {}", errno());
     assert_eq!(rdma_ack_cm_event(expect(ch, R::AddrResolved)), 0);
-    assert_eq!(ibcm_rdmacm::id::late_addr_answers(), 1);
+    assert_eq!(ibcm_rdmacm::id::late_addr_answers(), 2);
     report("late-dropped");
     // 3. Stopped again: a synchronous round trip (an explicit bind) fails
     //    with ETIMEDOUT within the service timeout (1 s here).
@@ -1026,7 +1145,236 @@ fn resolve_hung(addr: SocketAddr) {
     }
     assert_eq!(rdma_destroy_id(other), 0);
     assert_eq!(rdma_destroy_id(id), 0);
+    assert_eq!(rdma_destroy_id(id0), 0);
     report("bound");
+}
+
+/// Spins on this thread for `d`.
+fn burn(d: Duration) {
+    let t = Instant::now();
+    let mut x = 0u64;
+    while t.elapsed() < d {
+        for _ in 0..10_000 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
+}
+
+/// The records of a message (a `BATCH`'s, or the message itself).
+fn records(msg: &[u8]) -> Vec<&[u8]> {
+    let (h, r) = ipc::Header::parse(msg).unwrap();
+    if h.op == ipc::op::BATCH {
+        ipc::unbatch(&msg[msg.len() - r.remaining()..]).unwrap()
+    } else {
+        vec![msg]
+    }
+}
+
+/// A proxy at `IBCM_SERVICE_SOCKET` in front of the service at
+/// `PROXY_TO`: every message passed on both ways, until the file
+/// `<socket>.slow` exists; from then on a message of the service that
+/// answers a `PORT_BIND` is slowed (`PROXY_MODE`): `cpu` — the first such
+/// is held while two threads of this process burn CPU for 2.5 bounds, nothing
+/// passing meanwhile; `records` — each of its records is passed as a
+/// message of its own, 0.2 bound after the one before (a busy service
+/// answering a burst one by one). Until killed.
+fn slow_proxy() {
+    let at = PathBuf::from(std::env::var("IBCM_SERVICE_SOCKET").unwrap());
+    let to = PathBuf::from(std::env::var("PROXY_TO").unwrap());
+    let mode = std::env::var("PROXY_MODE").unwrap();
+    let slow = at.with_extension("slow");
+    let listener = ipc::sock::listen(&at, |_| Ok(())).unwrap();
+    report("serving");
+    let bound = Duration::from_millis(BUSY_BOUND_MS);
+    let burnt_once = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    loop {
+        let c = std::sync::Arc::new(ipc::sock::accept(&listener).unwrap());
+        let s = std::sync::Arc::new(ipc::sock::connect(&to).unwrap());
+        let (c2, s2) = (c.clone(), s.clone());
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; ipc::MAX_RECORD * 4];
+            loop {
+                match ipc::sock::recv(&c2, &mut buf) {
+                    Ok(n) if n > 0 => {
+                        if ipc::sock::send(&s2, &buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                    _ => {
+                        ipc::sock::shutdown(&s2);
+                        return;
+                    }
+                }
+            }
+        });
+        let (slow, mode, burnt_once) = (slow.clone(), mode.clone(), burnt_once.clone());
+        std::thread::spawn(move || {
+            let mut buf = vec![0u8; ipc::MAX_RECORD * 4];
+            loop {
+                let n = match ipc::sock::recv(&s, &mut buf) {
+                    Ok(n) if n > 0 => n,
+                    _ => {
+                        ipc::sock::shutdown(&c);
+                        return;
+                    }
+                };
+                let msg = &buf[..n];
+                let binds = records(msg).iter().any(|r| {
+                    ipc::Header::parse(r).unwrap().0.op == ipc::op::REPLY | ipc::op::PORT_BIND
+                });
+                let sent = if !binds || !slow.exists() {
+                    ipc::sock::send(&c, msg)
+                } else if mode == "cpu" {
+                    if !burnt_once.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                        // Two threads: on a loaded host each gets its
+                        // share of a CPU, the service's CPU time grows
+                        // by twice that.
+                        let other = std::thread::spawn(move || burn(bound * 5 / 2));
+                        burn(bound * 5 / 2);
+                        other.join().unwrap();
+                    }
+                    ipc::sock::send(&c, msg)
+                } else {
+                    records(msg).iter().try_for_each(|r| {
+                        std::thread::sleep(bound / 5);
+                        ipc::sock::send(&c, r)
+                    })
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// Behind a `slow-proxy` (`IBCM_SERVICE_TIMEOUT_MS` = `BUSY_BOUND_MS`):
+/// once told, one `rdma_resolve_addr` with `timeout_ms` 1 (ADDR_ERROR
+/// -ETIMEDOUT: the user's deadline) and twelve with `timeout_ms` 0, which
+/// must all resolve, the last after more than the bound, with a busy
+/// wait counted.
+fn resolve_busy(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let (mut src, mut dst) = (sockaddr(SocketAddr::new(addr.ip(), 0)), sockaddr(addr));
+    let mut resolve =
+        |id, ms| unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), ms) };
+    // Seventeen resolves while the service answers at once: the leases
+    // they take (1, 1, 2, 4, 8, 16 ports) leave fifteen leased ports, so
+    // the thirteen below are pipelined without a lease round trip.
+    for _ in 0..17 {
+        let id = new_id(ch, port_space::TCP);
+        assert_eq!(resolve(id, 2000), 0, "errno {}", errno());
+        assert_eq!(rdma_ack_cm_event(expect(ch, R::AddrResolved)), 0);
+        assert_eq!(rdma_destroy_id(id), 0);
+    }
+    report("ready");
+    wait_go(1);
+    let busy = ibcm::api::service_busy_waits();
+    let t = Instant::now();
+    let user = new_id(ch, port_space::TCP);
+    assert_eq!(resolve(user, 1), 0, "errno {}", errno());
+    let ids: Vec<*mut RdmaCmId> = (0..12).map(|_| new_id(ch, port_space::TCP)).collect();
+    for id in &ids {
+        assert_eq!(resolve(*id, 0), 0, "errno {}", errno());
+    }
+    let mut resolved = 0;
+    let mut user_timed_out = false;
+    for _ in 0..13 {
+        let ev = next_raw(ch);
+        let (id, k, st) = unsafe { ((*ev).id, (*ev).event, (*ev).status) };
+        assert_eq!(rdma_ack_cm_event(ev), 0);
+        if id == user {
+            assert_eq!((k, st), (R::AddrError as i32, -libc::ETIMEDOUT));
+            user_timed_out = true;
+        } else {
+            assert!(ids.contains(&id));
+            assert_eq!(
+                (k, st),
+                (R::AddrResolved as i32, 0),
+                "a resolve with timeout_ms 0 failed after {:?}",
+                t.elapsed()
+            );
+            resolved += 1;
+        }
+    }
+    let took = t.elapsed();
+    assert!(user_timed_out);
+    assert_eq!(resolved, 12);
+    // The test's point: the wait crossed the bound, and went on.
+    assert!(took > Duration::from_millis(BUSY_BOUND_MS), "{took:?}");
+    assert!(
+        ibcm::api::service_busy_waits() > busy,
+        "no busy wait counted"
+    );
+    assert_eq!(ibcm_rdmacm::id::addr_timeouts(), 1);
+    for id in ids {
+        assert_eq!(rdma_destroy_id(id), 0);
+    }
+    assert_eq!(rdma_destroy_id(user), 0);
+    report("resolved");
+}
+
+/// Binds the address's port on a raw connection, then floods without
+/// pause: that connection with `PORT_TOKEN` requests whose replies it
+/// never reads (the service's thread for it soon blocks sending them: its
+/// queue stays full), and a second connection with requests whose replies
+/// a thread reads. Reports once the first has stalled; then until killed.
+fn flood_holder(addr: SocketAddr) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let socket = PathBuf::from(std::env::var("IBCM_SERVICE_SOCKET").unwrap());
+    let fd = Arc::new(ipc::sock::connect(&socket).unwrap());
+    let mut b = ipc::Writer(Vec::new());
+    host::put_bind(&mut b, port_space::TCP, addr.port(), &plain(addr.ip(), 1));
+    assert_eq!(raw(&fd, ipc::op::PORT_BIND, 1, &b.0), 0);
+    let token = |seq: u64| {
+        ipc::Header {
+            op: ipc::op::PORT_TOKEN,
+            seq,
+            handle: 0,
+        }
+        .record()
+        .into_bytes()
+    };
+    let drained = Arc::new(ipc::sock::connect(&socket).unwrap());
+    let d = drained.clone();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        while ipc::sock::recv(&d, &mut buf).is_ok_and(|n| n > 0) {}
+    });
+    std::thread::spawn(move || {
+        for seq in 1.. {
+            if ipc::sock::send(&drained, &token(seq)).is_err() {
+                return;
+            }
+        }
+    });
+    let sent = Arc::new(AtomicU64::new(0));
+    let n = sent.clone();
+    let unread = fd.clone();
+    std::thread::spawn(move || {
+        for seq in 2.. {
+            if ipc::sock::send(&fd, &token(seq)).is_err() {
+                return;
+            }
+            n.fetch_add(1, Relaxed);
+        }
+    });
+    // Stalled: no send went through and no reply came for 500 ms — the
+    // service's thread for that connection neither reads nor sends: it is
+    // blocked sending a reply nobody reads, and stays so.
+    let t = Instant::now();
+    let look = || (sent.load(Relaxed), ipc::sock::queued(&unread).unwrap());
+    loop {
+        let before = look();
+        std::thread::sleep(Duration::from_millis(500));
+        if before.0 > 0 && look() == before {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "never stalled");
+    }
+    report("flooding");
+    std::thread::sleep(Duration::from_secs(120));
 }
 
 /// The entry of the child processes (`HOST_PORTS_ROLE`); not a test of
@@ -1048,6 +1396,9 @@ fn child() {
         "resolve-hung" => resolve_hung(addr),
         "listen-destroy" => listen_destroy(addr),
         "token-holder" => token_holder(addr),
+        "slow-proxy" => slow_proxy(),
+        "resolve-busy" => resolve_busy(addr),
+        "flood-holder" => flood_holder(addr),
         r => panic!("unknown role {r}"),
     }
 }
