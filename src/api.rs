@@ -76,7 +76,7 @@ pub use crate::path::{SOFT_PACKET_LIFE_TIME, path_from_port, select_sgid};
 pub use crate::runtime::{
     CmId, Device, DeviceOptions, DeviceSpec, LocalSwitch, PortsHook, ROUND_SLICE, RustHandler,
     delivery_round, in_delivery_round, listen_id, lookup, service_busy_max, service_busy_waits,
-    service_timeout, service_timeouts, set_delivery_round_end,
+    service_stopped_waits, service_timeout, service_timeouts, set_delivery_round_end,
 };
 pub use crate::wire::Gid;
 

@@ -66,6 +66,16 @@ pub fn service_busy_waits() -> u64 {
     BUSY_WAITS.load(Ordering::Relaxed)
 }
 
+/// Waits of this process that gave up because the service was stopped.
+static STOPPED_WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// How many waits on the service gave up at a look that found the service
+/// process stopped (`SIGSTOP`, a debugger), rather than after a period
+/// without progress or at the ceiling.
+pub fn service_stopped_waits() -> u64 {
+    STOPPED_WAITS.load(Ordering::Relaxed)
+}
+
 /// Why a wait gave up.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum GaveUp {
@@ -148,6 +158,7 @@ impl Watch {
         let (state, cpu) = sample(self.pid);
         if matches!(state, Some('T' | 't')) {
             self.gave_up = Some(GaveUp::Stopped);
+            STOPPED_WAITS.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         let more = records.saturating_sub(self.records);

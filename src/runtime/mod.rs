@@ -73,7 +73,9 @@ mod spec;
 mod switch;
 
 pub(crate) use busy::Watch as ServiceWatch;
-pub use busy::{DEFAULT_SERVICE_BUSY_MAX_FLOOR, service_busy_max, service_busy_waits};
+pub use busy::{
+    DEFAULT_SERVICE_BUSY_MAX_FLOOR, service_busy_max, service_busy_waits, service_stopped_waits,
+};
 pub use device::{Device, DeviceOptions, PortsHook};
 pub use event_loop::{ROUND_SLICE, delivery_round, in_delivery_round, set_delivery_round_end};
 pub use id::CmId;
