@@ -1662,6 +1662,60 @@ fn a_daemon_that_never_detaches_is_killed_and_reaped() {
     assert_eq!(proc_state(pid_in("daemon.pid")), None);
 }
 
+#[test]
+fn a_daemon_slow_to_start_but_working_is_waited_for() {
+    let dir = TempDir::new("service", "slowstart");
+    let socket = dir.0.join("ibcmd.sock");
+    // The real daemon after 1.5 s of computing (what a start looks like on
+    // a loaded or emulated CPU): longer than the 400 ms bound, but its CPU
+    // time grows all along, so the starter waits for it (busy::Watch).
+    let fake = dir.write(
+        "slow-daemon",
+        format!(
+            "#!/bin/bash\nend=$(( ${{EPOCHREALTIME//[.,]/}} + 1500000 ))\nwhile (( ${{EPOCHREALTIME//[.,]/}} < end )); do :; done\nexec {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_ibcm")
+        ),
+    );
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dev = &net::soft(36);
+    let mut l = ibcm()
+        .args(["listen", "--device", dev, "--count", "0", "--timeout", "20"])
+        .env("IBCM_SERVICE", "required")
+        .env("IBCM_SERVICE_SOCKET", &socket)
+        .env("IBCM_SERVICE_TIMEOUT_MS", "400")
+        .env("IBCM_SERVICE_IDLE_EXIT", "1")
+        .env("IBCM_DAEMON", &fake)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let said = collect_stdout(&mut l);
+    let listening = wait_for(Duration::from_secs(20), || {
+        said.lock().unwrap().contains("listening on") || l.try_wait().unwrap().is_some()
+    }) && said.lock().unwrap().contains("listening on");
+    let daemons = daemons_at(&socket);
+    let _ = l.kill();
+    let out = l.wait_with_output().unwrap();
+    let gone = wait_for(Duration::from_secs(10), || daemons_at(&socket).is_empty());
+    for pid in daemons_at(&socket) {
+        stopped::signal(pid, libc::SIGKILL);
+    }
+    let err = text(&out.stderr);
+    assert!(listening, "{}\n{err}", said.lock().unwrap());
+    assert_eq!(
+        daemons.len(),
+        1,
+        "services at the socket: {daemons:?}\n{err}"
+    );
+    assert!(
+        err.contains("its start (detach)") && err.contains("it is working"),
+        "{err}"
+    );
+    assert!(!err.contains("did not detach"), "{err}");
+    assert!(gone, "the on-demand service did not leave when idle");
+}
+
 /// The live `ibcm daemon` processes serving `socket`.
 fn daemons_at(socket: &Path) -> Vec<u32> {
     let want = socket.as_os_str().as_encoded_bytes();

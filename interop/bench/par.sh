@@ -11,6 +11,8 @@
 #                          (/sys/class/infiniband_cm: absent in the lab's Debian 12 guests, where
 #                          BENCH_PCAP's wire counts stand for both CMs)
 #   NAME.service.log       the service's log (with "service")
+#   NAME.stat.json         the service's counters once the clients have exited (`ibcm stat --json`,
+#                          with "service"; NAME.stat.err says why not, if not)
 # Exit status: 0 iff every client exited 0; otherwise the first failing client's status.
 set -u
 name=$1 k=$2 n=$3 peer=$4 service=${5:-}
@@ -50,6 +52,10 @@ for p in "${pids[@]}"; do
   [ $rc != 0 ] || rc=$s
 done
 [ -d /sys/class/infiniband_cm ] && echo "after $(kcm_counters)" >> "$dir/$name.kcm"
+if [ -n "$svc" ]; then
+  timeout 60 env -u LD_PRELOAD "$dir/ibcm" stat --json --socket "$IBCM_SERVICE_SOCKET" \
+    > "$dir/$name.stat.json" 2> "$dir/$name.stat.err"
+fi
 if [ -n "$svc" ]; then kill "$svc" 2>/dev/null; wait "$svc" 2>/dev/null; fi
 echo "$k clients of $n connections: exit status $rc"
 exit $rc

@@ -132,6 +132,16 @@ rdmacm_stop() {
   return 0
 }
 
+# rdmacm_stat NAME: where this guest's tools go through the service, its counters once the
+# scenario's tool has exited, to $LAB_DIR/NAME.$LAB_NAME.stat.json (`ibcm stat --json`: ids,
+# retries, timeouts, rejects, drops; the service lingers 30 s after its last client, and one that
+# does not answer in 20 s leaves the reason in the file's .err)
+rdmacm_stat() {
+  [ -n "$(rdmacm_env)" ] && [ "${SERVICE:-0}" = 1 ] || return 0
+  timeout 20 "$LAB_DIR/ibcm" stat --json > "$LAB_DIR/$1.$LAB_NAME.stat.json" \
+    2> "$LAB_DIR/$1.$LAB_NAME.stat.err" || true
+}
+
 # rdmacm_memwatch SECONDS: every SECONDS, one line to $LAB_DIR/$LAB_NAME.mem until the guest ends:
 # epoch seconds, MemAvailable, MemFree, Slab, SUnreclaim (kB, /proc/meminfo), then NAME:PID:RSS-kB
 # of every cmtime and ibcm process (where a 10,000-connection run's memory goes: the tool, the
@@ -205,6 +215,7 @@ rdmacm_guest() {
       while [ "$(rdmacm_ids)" != true ] && $(rdmacm_ids) 2>/dev/null | grep -q LISTEN && [ $i -lt 50 ]; do
         sleep 0.1; i=$((i + 1))
       done
+      rdmacm_stat "$name"
       rdmacm_mark "$name" end
     else
       i=0
@@ -217,6 +228,7 @@ rdmacm_guest() {
         [ -e "$LAB_DIR/A.$name.dead" ] || echo "the server never became ready" >> "$LAB_DIR/$name.note"
         echo "not-run" > "$LAB_DIR/$name.cli.rc"
       fi
+      rdmacm_stat "$name"
       lab_signal "$name.done"
     fi
   done < "$LAB_DIR/scenarios.run"

@@ -2,7 +2,8 @@
 //!
 //! A wait on the service (a round trip's reply, a send into its full
 //! socket, the open's reply, a port-table call) is bounded by
-//! `IBCM_SERVICE_TIMEOUT_MS`. A service that is working through a long
+//! `IBCM_SERVICE_TIMEOUT_MS`, and so is the start of an on-demand
+//! daemon (until it listens). A service that is working through a long
 //! queue can cross that bound without being hung, so the bound is a
 //! *period*, not a deadline: after each period without the answer the
 //! waiter looks for progress since the last period — records that arrived
@@ -91,6 +92,9 @@ pub(crate) enum GaveUp {
 /// seen at the last look.
 pub(crate) struct Watch {
     pid: i32,
+    /// Count the CPU time of `pid`'s children too (a starting daemon,
+    /// whose forked service does the work while it waits for it).
+    family: bool,
     period: Duration,
     start: Instant,
     check_at: Instant,
@@ -128,6 +132,7 @@ impl Watch {
         let period = service_timeout();
         Watch {
             pid,
+            family: false,
             period,
             start,
             check_at: start + period,
@@ -136,6 +141,15 @@ impl Watch {
             told: false,
             probed: false,
             gave_up: None,
+        }
+    }
+
+    /// The wait on a daemon being started (`pid`, no connection yet):
+    /// its progress is the CPU time of the daemon and of its children.
+    pub(crate) fn starting(pid: i32) -> Watch {
+        Watch {
+            family: true,
+            ..Watch::new(pid, 0)
         }
     }
 
@@ -155,7 +169,11 @@ impl Watch {
             self.gave_up = Some(GaveUp::Ceiling);
             return false;
         }
-        let (state, cpu) = sample(self.pid);
+        let (state, cpu) = if self.family {
+            sample_family(self.pid)
+        } else {
+            sample(self.pid)
+        };
         if matches!(state, Some('T' | 't')) {
             self.gave_up = Some(GaveUp::Stopped);
             STOPPED_WAITS.fetch_add(1, Ordering::Relaxed);
@@ -245,6 +263,26 @@ fn sample(pid: i32) -> (Option<char>, Option<u64>) {
         return (None, None);
     }
     sock::proc_stat(pid).map_or((None, None), |st| (st.state, st.cpu_ms))
+}
+
+/// The state of `pid` and the CPU time of it and its children (those
+/// alive now: `/proc/<pid>/task/*/children`).
+fn sample_family(pid: i32) -> (Option<char>, Option<u64>) {
+    let (state, cpu) = sample(pid);
+    let Some(mut cpu) = cpu else {
+        return (state, None);
+    };
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let Ok(c) = std::fs::read_to_string(t.path().join("children")) else {
+                continue;
+            };
+            for child in c.split_whitespace().filter_map(|x| x.parse::<i32>().ok()) {
+                cpu += sample(child).1.unwrap_or(0);
+            }
+        }
+    }
+    (state, Some(cpu))
 }
 
 #[cfg(test)]

@@ -369,8 +369,10 @@ pub(crate) fn connect_service(path: &Path, start: bool) -> std::io::Result<Owned
 /// `$IBCM_SERVICE_IDLE_EXIT` seconds (default 30) without clients.
 ///
 /// The daemon detaches (exits, its forked service going on) once it
-/// listens; the wait for that is bounded by [`service_timeout`]. One that
-/// has not detached by then (hung before listening) is killed with its
+/// listens; the wait for that is bounded by [`service_timeout`], as a
+/// period (`busy::Watch`: a daemon whose CPU time, or its forked
+/// service's, grows is waited for another one, up to the ceiling). One
+/// that has not detached by then (hung before listening) is killed with its
 /// whole process group — it runs in a group of its own, and its service
 /// process stays in it until it listens — and reaped, with a log line
 /// naming its binary, pid and what `/proc` says it was doing; the start
@@ -384,7 +386,6 @@ pub(crate) fn start_service(path: &Path) -> std::io::Result<()> {
         .unwrap_or(30);
     ibcm_log!(INFO, "starting the CM service: {} daemon", bin.display());
     let bound = service_timeout();
-    let deadline = Instant::now() + bound;
     // Not the caller's preloads (a drop-in librdmacm.so.1, stdbuf's
     // library): the daemon is a program of its own.
     let mut child = std::process::Command::new(&bin)
@@ -400,27 +401,36 @@ pub(crate) fn start_service(path: &Path) -> std::io::Result<()> {
     // SAFETY: the group is the child's own (`process_group(0)`), and the
     // child is not reaped yet: its pid (the group's id) is still ours.
     let kill_group = || unsafe { libc::kill(-pid, libc::SIGKILL) };
-    let status = match wait_until(&mut child, deadline) {
-        Ok(Some(status)) => status,
-        Err(e) => {
-            kill_group();
-            let _ = child.wait();
-            return Err(e);
-        }
-        Ok(None) => {
-            let doing = doing(pid);
-            kill_group();
-            let _ = child.wait();
-            let what = format!(
-                "{} daemon (pid {pid}, {doing}) did not detach within {} ms (IBCM_SERVICE_TIMEOUT_MS): killed with its process group",
-                bin.display(),
-                bound.as_millis()
-            );
-            crate::log::always(
-                WARN,
-                format_args!("the CM service at {} did not start: {what}", path.display()),
-            );
-            return Err(std::io::Error::other(what));
+    // The bound is a period, as for every wait on the service: a daemon
+    // that is working (its CPU time, or its forked service's, grows: a
+    // slow start on a loaded or emulated CPU) is waited for another one,
+    // up to the ceiling (`busy::Watch`).
+    let mut watch = ServiceWatch::starting(pid);
+    let status = loop {
+        match wait_until(&mut child, watch.check_at()) {
+            Ok(Some(status)) => break status,
+            Err(e) => {
+                kill_group();
+                let _ = child.wait();
+                return Err(e);
+            }
+            Ok(None) if watch.working(0, &bin.display().to_string(), "its start (detach)") => {}
+            Ok(None) => {
+                let doing = doing(pid);
+                kill_group();
+                let _ = child.wait();
+                let what = format!(
+                    "{} daemon (pid {pid}, {doing}) did not detach within {} ms (IBCM_SERVICE_TIMEOUT_MS{}): killed with its process group",
+                    bin.display(),
+                    bound.as_millis(),
+                    watch.note()
+                );
+                crate::log::always(
+                    WARN,
+                    format_args!("the CM service at {} did not start: {what}", path.display()),
+                );
+                return Err(std::io::Error::other(what));
+            }
         }
     };
     if !status.success() {
