@@ -289,7 +289,7 @@ impl UdpTransport {
     fn frame(
         &self,
         t: &Transmit,
-        prefix: IcrcPrefix,
+        prefix: &IcrcPrefix,
         id_delta: u32,
         out: &mut [u8; GSI_PAYLOAD_LEN],
     ) {
@@ -450,7 +450,7 @@ impl UdpTransport {
 /// the burst before it or handed it over whole (`UDP_GRO`); the ICRC for ID
 /// `i` is the one for ID 0 XOR a constant, so this costs one CRC and a scan
 /// of `BATCH` values. `prefix` is `inp`'s pseudo-header CRC.
-fn icrc_matches(inp: IcrcInput, prefix: IcrcPrefix, body: &[u8], icrc: u32) -> bool {
+fn icrc_matches(inp: IcrcInput, prefix: &IcrcPrefix, body: &[u8], icrc: u32) -> bool {
     let diff = prefix.icrc(body) ^ icrc;
     // A scan without an early exit: the compiler compares several at once.
     diff == 0
@@ -475,15 +475,11 @@ fn ipv4_id_deltas() -> &'static [u32; BATCH] {
 struct PrefixCache(Option<(IcrcInput, IcrcPrefix)>);
 
 impl PrefixCache {
-    fn get(&mut self, inp: IcrcInput) -> IcrcPrefix {
-        match self.0 {
-            Some((i, p)) if i == inp => p,
-            _ => {
-                let p = inp.prefix();
-                self.0 = Some((inp, p));
-                p
-            }
+    fn get(&mut self, inp: IcrcInput) -> &IcrcPrefix {
+        if !matches!(&self.0, Some((i, _)) if *i == inp) {
+            self.0 = Some((inp, inp.prefix()));
         }
+        &self.0.as_ref().expect("just filled").1
     }
 }
 
@@ -744,7 +740,7 @@ impl UdpTransport {
             };
             sc.dests.push(dest);
             sc.inputs.push(input);
-            sc.prefixes.push(sc.prefix_cache.get(input));
+            sc.prefixes.push(sc.prefix_cache.get(input).clone());
             sc.index.push(i);
         }
         let gso = self.gso.load(Ordering::Relaxed);
@@ -760,7 +756,7 @@ impl UdpTransport {
                 };
                 sc.frames.push([0u8; GSI_PAYLOAD_LEN]);
                 let f = sc.frames.last_mut().expect("just pushed");
-                self.frame(&chunk[sc.index[k]], sc.prefixes[k], id_delta, f);
+                self.frame(&chunk[sc.index[k]], &sc.prefixes[k], id_delta, f);
                 if live::active() {
                     let dst = Gid::from(sc.dests[k].ip());
                     self.tap
@@ -1019,27 +1015,32 @@ mod tests {
     fn icrc_check_accepts_gso_segment_ids_only() {
         let inp = IcrcInput::linux_ipv4([127, 0, 0, 1].into(), [127, 0, 0, 2].into(), 7, 4791);
         let body = [0x5au8; GSI_PAYLOAD_LEN - 4];
-        assert!(icrc_matches(inp, inp.prefix(), &body, inp.icrc(&body)));
+        assert!(icrc_matches(inp, &inp.prefix(), &body, inp.icrc(&body)));
         for id in [1u16, 17, BATCH as u16 - 1] {
             assert!(icrc_matches(
                 inp,
-                inp.prefix(),
+                &inp.prefix(),
                 &body,
                 inp.with_ip_id(id).icrc(&body)
             ));
         }
         assert!(!icrc_matches(
             inp,
-            inp.prefix(),
+            &inp.prefix(),
             &body,
             inp.with_ip_id(BATCH as u16).icrc(&body)
         ));
-        assert!(!icrc_matches(inp, inp.prefix(), &body, inp.icrc(&body) ^ 1));
+        assert!(!icrc_matches(
+            inp,
+            &inp.prefix(),
+            &body,
+            inp.icrc(&body) ^ 1
+        ));
         let v6 = IcrcInput::linux_ipv6("::1".parse().unwrap(), "::2".parse().unwrap(), 7, 4791);
-        assert!(icrc_matches(v6, v6.prefix(), &body, v6.icrc(&body)));
+        assert!(icrc_matches(v6, &v6.prefix(), &body, v6.icrc(&body)));
         assert!(!icrc_matches(
             v6,
-            v6.prefix(),
+            &v6.prefix(),
             &body,
             v6.icrc(&body) ^ roce::gsi_ipv4_id_delta(1)
         ));
@@ -1140,9 +1141,9 @@ mod tests {
         let mut good = [0u8; GSI_PAYLOAD_LEN];
         let inp = a.icrc_input(b.ip, b.port, true).unwrap();
         let t = &batch(&b, 1)[0];
-        a.frame(t, inp.prefix(), 0, &mut good);
+        a.frame(t, &inp.prefix(), 0, &mut good);
         let mut second = [0u8; GSI_PAYLOAD_LEN];
-        a.frame(t, inp.with_ip_id(1).prefix(), 0, &mut second);
+        a.frame(t, &inp.with_ip_id(1).prefix(), 0, &mut second);
         let mut data = Vec::new();
         data.extend_from_slice(&good);
         data.extend_from_slice(&second);

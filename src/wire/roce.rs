@@ -643,15 +643,22 @@ impl IcrcInput {
         mask_udp_header(&mut udp);
         buf[at..at + UDP_HDR_LEN].copy_from_slice(&udp);
         at += UDP_HDR_LEN;
-        IcrcPrefix(crc32(&buf[..at]))
+        IcrcPrefix(crc32fast::Hasher::new_with_initial(crc32(&buf[..at])))
     }
 }
 
 /// The CRC-32 of an ICRC pseudo-header (LRH mask, masked IP and UDP
 /// headers), from [`IcrcInput::prefix`]: the ICRC of a payload behind
-/// those headers continues from it over the payload alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct IcrcPrefix(u32);
+/// those headers continues from it over the payload alone. Held as a
+/// ready hasher, so each payload skips `crc32fast`'s CPU feature check.
+#[derive(Clone)]
+pub struct IcrcPrefix(crc32fast::Hasher);
+
+impl core::fmt::Debug for IcrcPrefix {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "IcrcPrefix({:#010x})", self.0.clone().finalize())
+    }
+}
 
 impl IcrcPrefix {
     /// The ICRC of `bth_and_rest` (UDP payload without the ICRC) behind
@@ -660,9 +667,9 @@ impl IcrcPrefix {
     /// 0xFF changes a CRC of fixed length by a constant XOR that depends
     /// only on the byte's value (CRC-32 is affine), looked up in a table.
     /// Other lengths feed a masked copy of the BTH and then the rest.
-    pub fn icrc(self, bth_and_rest: &[u8]) -> u32 {
+    pub fn icrc(&self, bth_and_rest: &[u8]) -> u32 {
         const BTH_MASKED: usize = 4;
-        let mut h = crc32fast::Hasher::new_with_initial(self.0);
+        let mut h = self.0.clone();
         if bth_and_rest.len() == GSI_BODY_LEN {
             h.update(bth_and_rest);
             return h.finalize() ^ gsi_bth_mask_delta(bth_and_rest[BTH_MASKED]);
@@ -837,7 +844,7 @@ pub fn emit_udp_payload(
     icrc: IcrcInput,
     out: &mut [u8; GSI_PAYLOAD_LEN],
 ) {
-    emit_udp_payload_after(bth, deth, mad, icrc.prefix(), out)
+    emit_udp_payload_after(bth, deth, mad, &icrc.prefix(), out)
 }
 
 /// [`emit_udp_payload`] behind headers whose pseudo-header CRC is already
@@ -846,7 +853,7 @@ pub fn emit_udp_payload_after(
     bth: &Bth,
     deth: &Deth,
     mad: &[u8; MAD_LEN],
-    prefix: IcrcPrefix,
+    prefix: &IcrcPrefix,
     out: &mut [u8; GSI_PAYLOAD_LEN],
 ) {
     bth.emit(&mut BthPacket::new_unchecked(&mut out[..BTH_LEN]));
