@@ -160,10 +160,19 @@ pub struct IdSlab<T> {
     free: VecDeque<u32>,
     len: usize,
     max_slots: u32,
-    /// The last ID located and its (slot, generation): one operation looks
-    /// its id up several times, and this skips the Feistel decode.
-    last: std::cell::Cell<(u32, u32, u16)>,
+    /// A direct-mapped cache of located IDs, indexed by the ID's low bits
+    /// (IDs look random): `(id, slot)`, or `(_, NO_SLOT)` when empty. One
+    /// operation looks its id up several times and a batch revisits the
+    /// ids in flight; a hit skips the Feistel decode and the generation
+    /// check. An entry names a live slot holding that ID: `insert_with`
+    /// fills it, `remove` empties it.
+    cache: Box<[std::cell::Cell<(u32, u32)>]>,
 }
+
+/// Entries of [`IdSlab`]'s lookup cache (a power of two; 8 bytes each).
+const LOOKUP_CACHE: usize = 1024;
+/// A lookup cache entry that names no slot.
+const NO_SLOT: u32 = u32::MAX;
 
 impl<T> IdSlab<T> {
     pub fn new(codec: IdCodec, shard: u32, shard_bits: u32, max_ids: u32) -> IdSlab<T> {
@@ -176,7 +185,7 @@ impl<T> IdSlab<T> {
             free: VecDeque::new(),
             len: 0,
             max_slots: max_ids.min(cap),
-            last: std::cell::Cell::new((0, u32::MAX, 0)),
+            cache: vec![std::cell::Cell::new((0, NO_SLOT)); LOOKUP_CACHE].into_boxed_slice(),
         }
     }
 
@@ -210,19 +219,26 @@ impl<T> IdSlab<T> {
         let id = self.codec.encode(self.plain(slot, generation));
         self.slots[slot as usize].val = Some(make(id));
         self.len += 1;
+        self.cache_entry(id).set((id, slot));
         Some(id)
     }
 
     #[inline]
+    fn cache_entry(&self, id: u32) -> &std::cell::Cell<(u32, u32)> {
+        &self.cache[id as usize & (LOOKUP_CACHE - 1)]
+    }
+
+    #[inline]
     fn locate(&self, id: u32) -> Option<usize> {
-        let (lid, lslot, lgen) = self.last.get();
-        if lid == id && lslot != u32::MAX {
-            let s = &self.slots[lslot as usize];
-            return (s.generation == lgen && s.val.is_some()).then_some(lslot as usize);
+        let e = self.cache_entry(id);
+        let (cid, cslot) = e.get();
+        if cid == id && cslot != NO_SLOT {
+            debug_assert!(self.locate_slow(id) == Some(cslot as usize));
+            return Some(cslot as usize);
         }
         let r = self.locate_slow(id);
         if let Some(i) = r {
-            self.last.set((id, i as u32, self.slots[i].generation));
+            e.set((id, i as u32));
         }
         r
     }
@@ -253,6 +269,7 @@ impl<T> IdSlab<T> {
 
     pub fn remove(&mut self, id: u32) -> Option<T> {
         let i = self.locate(id)?;
+        self.cache_entry(id).set((0, NO_SLOT));
         let s = &mut self.slots[i];
         let v = s.val.take();
         s.generation = (s.generation + 1) & ((1 << GEN_BITS) - 1) as u16;
@@ -337,5 +354,49 @@ mod tests {
         s.remove(ids[0]);
         let again = s.insert_with(|_| ()).unwrap();
         assert_ne!(again, ids[0], "generation must change on reuse");
+    }
+
+    /// The lookup cache never outlives its record: under churn on a small
+    /// table (slots reused at once, new generations, IDs colliding in the
+    /// cache) every live ID finds its own record and every removed ID
+    /// finds nothing, whichever was looked up last.
+    #[test]
+    fn slab_lookups_match_a_model_under_churn() {
+        let mut s: IdSlab<u64> = IdSlab::new(IdCodec::new(11), 0, 0, 48);
+        let mut live: std::collections::HashMap<u32, u64> = Default::default();
+        let mut dead: Vec<u32> = Vec::new();
+        let mut rng = 5u64;
+        let mut pick = |n: usize| {
+            rng = splitmix64(rng);
+            (rng % n as u64) as usize
+        };
+        for step in 0..200_000u64 {
+            match pick(4) {
+                0 if live.len() < 48 => {
+                    let id = s.insert_with(|_| step).unwrap();
+                    assert!(live.insert(id, step).is_none(), "live ID handed out again");
+                }
+                1 if !live.is_empty() => {
+                    let id = *live.keys().nth(pick(live.len())).unwrap();
+                    assert_eq!(s.remove(id), live.remove(&id));
+                    dead.push(id);
+                }
+                2 if !dead.is_empty() => {
+                    let id = dead[pick(dead.len())];
+                    if !live.contains_key(&id) {
+                        assert_eq!(s.get(id), None, "removed ID {id:#x} found a record");
+                        assert_eq!(s.remove(id), None);
+                    }
+                }
+                _ if !live.is_empty() => {
+                    let id = *live.keys().nth(pick(live.len())).unwrap();
+                    assert_eq!(s.get(id), live.get(&id));
+                    *s.get_mut(id).unwrap() += 1;
+                    *live.get_mut(&id).unwrap() += 1;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(s.len(), live.len());
     }
 }

@@ -49,7 +49,7 @@ use crate::capture::Direction;
 use crate::capture::live::{self, Tap};
 use crate::engine::{MadSource, PortInfo, Transmit};
 use crate::wire::Gid;
-use crate::wire::roce::{self, Bth, Deth, GSI_PAYLOAD_LEN, IcrcInput};
+use crate::wire::roce::{self, Bth, Deth, GSI_PAYLOAD_LEN, IcrcInput, IcrcPrefix};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::ops::Range;
@@ -283,13 +283,25 @@ impl UdpTransport {
         (ip.is_ipv4() == self.ip.is_ipv4()).then(|| SocketAddr::new(ip, self.port))
     }
 
-    /// Frames one MAD as a RoCEv2 GSI datagram behind the headers `icrc`
-    /// describes (the IP ID it will carry included).
-    fn frame(&self, t: &Transmit, icrc: IcrcInput, out: &mut [u8; GSI_PAYLOAD_LEN]) {
+    /// Frames one MAD as a RoCEv2 GSI datagram behind the headers whose
+    /// pseudo-header CRC is `prefix` (IP ID 0), its ICRC XORed with `id_delta`
+    /// for the IP ID it will carry (`ipv4_id_deltas`; 0 for ID 0 and IPv6).
+    fn frame(
+        &self,
+        t: &Transmit,
+        prefix: &IcrcPrefix,
+        id_delta: u32,
+        out: &mut [u8; GSI_PAYLOAD_LEN],
+    ) {
         let psn = self.psn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
         let mut bth = Bth::gsi(psn);
         bth.pkey = t.dest.pkey;
-        roce::emit_udp_payload(&bth, &Deth::GSI, &t.mad, icrc, out);
+        roce::emit_udp_payload_after(&bth, &Deth::GSI, &t.mad, prefix, out);
+        if id_delta != 0 {
+            let at = GSI_PAYLOAD_LEN - 4;
+            let icrc = u32::from_le_bytes(out[at..].try_into().expect("4 bytes")) ^ id_delta;
+            out[at..].copy_from_slice(&icrc.to_le_bytes());
+        }
     }
 
     fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
@@ -341,6 +353,7 @@ impl UdpTransport {
                     };
                 }
             };
+            let mut prefixes = std::mem::take(&mut rx.prefixes);
             for i in 0..n {
                 let (len, seg, from) = rx.entry(i);
                 let buf = rx.buf(i);
@@ -361,19 +374,26 @@ impl UdpTransport {
                         TransportStats::inc(&self.stats.rx_garbage);
                         continue;
                     };
-                    match self.accept(from, &buf[range], claimed) {
+                    match self.accept(from, &buf[range], claimed, &mut prefixes) {
                         Some(r) => out.push(r),
                         None => TransportStats::inc(&self.stats.rx_garbage),
                     }
                 }
             }
+            rx.prefixes = prefixes;
             Ok(n)
         })
     }
 
     /// Checks one datagram (`len` bytes long, `payload` what of it was
     /// kept) and turns it into a received MAD.
-    fn accept(&self, from: SocketAddr, payload: &[u8], len: usize) -> Option<Received> {
+    fn accept(
+        &self,
+        from: SocketAddr,
+        payload: &[u8],
+        len: usize,
+        prefixes: &mut PrefixCache,
+    ) -> Option<Received> {
         if len != GSI_PAYLOAD_LEN {
             crate::ibcm_log!(
                 crate::log::DEBUG,
@@ -394,7 +414,12 @@ impl UdpTransport {
             }
         };
         if let Some(inp) = self.icrc_input(from.ip(), from.port(), false)
-            && !icrc_matches(inp, &payload[..GSI_PAYLOAD_LEN - 4], d.icrc)
+            && !icrc_matches(
+                inp,
+                prefixes.get(inp),
+                &payload[..GSI_PAYLOAD_LEN - 4],
+                d.icrc,
+            )
         {
             TransportStats::inc(&self.stats.rx_icrc_unverified);
         }
@@ -424,15 +449,38 @@ impl UdpTransport {
 /// IP header and cannot tell which segment it got, whether the kernel split
 /// the burst before it or handed it over whole (`UDP_GRO`); the ICRC for ID
 /// `i` is the one for ID 0 XOR a constant, so this costs one CRC and a scan
-/// of `BATCH` values.
-fn icrc_matches(inp: IcrcInput, body: &[u8], icrc: u32) -> bool {
-    static DELTAS: std::sync::OnceLock<[u32; BATCH]> = std::sync::OnceLock::new();
-    let diff = inp.icrc(body) ^ icrc;
+/// of `BATCH` values. `prefix` is `inp`'s pseudo-header CRC.
+fn icrc_matches(inp: IcrcInput, prefix: &IcrcPrefix, body: &[u8], icrc: u32) -> bool {
+    let diff = prefix.icrc(body) ^ icrc;
+    // A scan without an early exit: the compiler compares several at once.
     diff == 0
         || (matches!(inp, IcrcInput::LinuxIpv4 { .. })
-            && DELTAS
-                .get_or_init(|| std::array::from_fn(|i| roce::gsi_ipv4_id_delta(i as u16)))
-                .contains(&diff))
+            && ipv4_id_deltas()
+                .iter()
+                .fold(false, |found, &d| found | (d == diff)))
+}
+
+/// Per IPv4 ID `i` < `BATCH`: what ID `i` instead of 0 XORs into a GSI
+/// datagram's ICRC ([`roce::gsi_ipv4_id_delta`]).
+fn ipv4_id_deltas() -> &'static [u32; BATCH] {
+    static DELTAS: std::sync::OnceLock<[u32; BATCH]> = std::sync::OnceLock::new();
+    DELTAS.get_or_init(|| std::array::from_fn(|i| roce::gsi_ipv4_id_delta(i as u16)))
+}
+
+/// The pseudo-header CRC of the last headers seen ([`IcrcInput::prefix`]),
+/// kept per thread beside its send or receive buffers: a burst goes to,
+/// or comes from, one peer, so the headers are built and fed once per
+/// peer change instead of once per datagram.
+#[derive(Default)]
+struct PrefixCache(Option<(IcrcInput, IcrcPrefix)>);
+
+impl PrefixCache {
+    fn get(&mut self, inp: IcrcInput) -> &IcrcPrefix {
+        if !matches!(&self.0, Some((i, _)) if *i == inp) {
+            self.0 = Some((inp, inp.prefix()));
+        }
+        &self.0.as_ref().expect("just filled").1
+    }
 }
 
 /// The datagrams of one received entry: `len` bytes arrived, the first
@@ -517,6 +565,7 @@ impl Ctrl {
 #[derive(Default)]
 struct RxScratch {
     slot: usize,
+    prefixes: PrefixCache,
     bufs: Vec<u8>,
     addrs: Vec<libc::sockaddr_storage>,
     ctrl: Vec<Ctrl>,
@@ -637,6 +686,9 @@ struct Scratch {
     index: Vec<usize>,
     dests: Vec<SocketAddr>,
     inputs: Vec<IcrcInput>,
+    /// Per frame: the pseudo-header CRC of its `inputs` entry.
+    prefixes: Vec<IcrcPrefix>,
+    prefix_cache: PrefixCache,
     /// Frames per message: a run to one peer (GSO) or a single frame.
     runs: Vec<Range<usize>>,
     addrs: Vec<(libc::sockaddr_storage, libc::socklen_t)>,
@@ -672,6 +724,7 @@ impl UdpTransport {
         sc.index.clear();
         sc.dests.clear();
         sc.inputs.clear();
+        sc.prefixes.clear();
         for (i, t) in chunk.iter().enumerate() {
             let dest = self.dest_addr(&t.dest.dgid);
             let input = dest.and_then(|d| self.icrc_input(d.ip(), d.port(), true));
@@ -687,6 +740,7 @@ impl UdpTransport {
             };
             sc.dests.push(dest);
             sc.inputs.push(input);
+            sc.prefixes.push(sc.prefix_cache.get(input).clone());
             sc.index.push(i);
         }
         let gso = self.gso.load(Ordering::Relaxed);
@@ -696,13 +750,13 @@ impl UdpTransport {
         for r in 0..sc.runs.len() {
             let run = sc.runs[r].clone();
             for (j, k) in run.enumerate() {
-                let mut f = [0u8; GSI_PAYLOAD_LEN];
-                self.frame(
-                    &chunk[sc.index[k]],
-                    sc.inputs[k].with_ip_id(j as u16),
-                    &mut f,
-                );
-                sc.frames.push(f);
+                let id_delta = match sc.inputs[k] {
+                    IcrcInput::LinuxIpv4 { .. } => ipv4_id_deltas()[j],
+                    IcrcInput::LinuxIpv6 { .. } => 0,
+                };
+                sc.frames.push([0u8; GSI_PAYLOAD_LEN]);
+                let f = sc.frames.last_mut().expect("just pushed");
+                self.frame(&chunk[sc.index[k]], &sc.prefixes[k], id_delta, f);
                 if live::active() {
                     let dst = Gid::from(sc.dests[k].ip());
                     self.tap
@@ -725,7 +779,7 @@ impl UdpTransport {
             let from = sc.runs[at].start;
             for k in from..sc.frames.len() {
                 let f = &mut sc.frames[k];
-                let icrc = sc.inputs[k].icrc(&f[..GSI_PAYLOAD_LEN - 4]);
+                let icrc = sc.prefixes[k].icrc(&f[..GSI_PAYLOAD_LEN - 4]);
                 f[GSI_PAYLOAD_LEN - 4..].copy_from_slice(&icrc.to_le_bytes());
             }
             runs(&sc.dests[from..], 1, &mut sc.runs);
@@ -961,20 +1015,32 @@ mod tests {
     fn icrc_check_accepts_gso_segment_ids_only() {
         let inp = IcrcInput::linux_ipv4([127, 0, 0, 1].into(), [127, 0, 0, 2].into(), 7, 4791);
         let body = [0x5au8; GSI_PAYLOAD_LEN - 4];
-        assert!(icrc_matches(inp, &body, inp.icrc(&body)));
+        assert!(icrc_matches(inp, &inp.prefix(), &body, inp.icrc(&body)));
         for id in [1u16, 17, BATCH as u16 - 1] {
-            assert!(icrc_matches(inp, &body, inp.with_ip_id(id).icrc(&body)));
+            assert!(icrc_matches(
+                inp,
+                &inp.prefix(),
+                &body,
+                inp.with_ip_id(id).icrc(&body)
+            ));
         }
         assert!(!icrc_matches(
             inp,
+            &inp.prefix(),
             &body,
             inp.with_ip_id(BATCH as u16).icrc(&body)
         ));
-        assert!(!icrc_matches(inp, &body, inp.icrc(&body) ^ 1));
+        assert!(!icrc_matches(
+            inp,
+            &inp.prefix(),
+            &body,
+            inp.icrc(&body) ^ 1
+        ));
         let v6 = IcrcInput::linux_ipv6("::1".parse().unwrap(), "::2".parse().unwrap(), 7, 4791);
-        assert!(icrc_matches(v6, &body, v6.icrc(&body)));
+        assert!(icrc_matches(v6, &v6.prefix(), &body, v6.icrc(&body)));
         assert!(!icrc_matches(
             v6,
+            &v6.prefix(),
             &body,
             v6.icrc(&body) ^ roce::gsi_ipv4_id_delta(1)
         ));
@@ -1075,9 +1141,9 @@ mod tests {
         let mut good = [0u8; GSI_PAYLOAD_LEN];
         let inp = a.icrc_input(b.ip, b.port, true).unwrap();
         let t = &batch(&b, 1)[0];
-        a.frame(t, inp, &mut good);
+        a.frame(t, &inp.prefix(), 0, &mut good);
         let mut second = [0u8; GSI_PAYLOAD_LEN];
-        a.frame(t, inp.with_ip_id(1), &mut second);
+        a.frame(t, &inp.with_ip_id(1).prefix(), 0, &mut second);
         let mut data = Vec::new();
         data.extend_from_slice(&good);
         data.extend_from_slice(&second);

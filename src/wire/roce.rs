@@ -614,20 +614,102 @@ impl IcrcInput {
     }
 
     /// The ICRC of `bth_and_rest` (UDP payload without the ICRC) behind
-    /// these headers.
+    /// these headers (the same as `self.prefix().icrc(bth_and_rest)`).
     pub fn icrc(&self, bth_and_rest: &[u8]) -> u32 {
-        let udp = self.udp_header();
-        match *self {
-            IcrcInput::LinuxIpv4 { .. } => {
-                icrc_ipv4(&self.ipv4_header().unwrap_or_default(), &udp, bth_and_rest)
-            }
-            IcrcInput::LinuxIpv6 { .. } => icrc_ipv6(
-                &self.ipv6_header().unwrap_or([0; IPV6_HDR_LEN]),
-                &udp,
-                bth_and_rest,
-            ),
-        }
+        self.prefix().icrc(bth_and_rest)
     }
+
+    /// The CRC of these headers' masked pseudo-header, to compute the
+    /// ICRC of many payloads behind the same headers without building and
+    /// feeding the headers again ([`IcrcPrefix::icrc`]).
+    pub fn prefix(&self) -> IcrcPrefix {
+        let mut buf = [0u8; ICRC_LRH_MASK.len() + IPV6_HDR_LEN + UDP_HDR_LEN];
+        let mut at = ICRC_LRH_MASK.len();
+        buf[..at].copy_from_slice(&ICRC_LRH_MASK);
+        match (self.ipv4_header(), self.ipv6_header()) {
+            (Some(h), _) => {
+                buf[at..at + IPV4_HDR_LEN].copy_from_slice(&h);
+                mask_ipv4_header(&mut buf[at..at + IPV4_HDR_LEN]);
+                at += IPV4_HDR_LEN;
+            }
+            (_, Some(h)) => {
+                buf[at..at + IPV6_HDR_LEN].copy_from_slice(&h);
+                mask_ipv6_header(&mut buf[at..at + IPV6_HDR_LEN]);
+                at += IPV6_HDR_LEN;
+            }
+            _ => unreachable!("IcrcInput is either IPv4 or IPv6"),
+        }
+        let mut udp = self.udp_header();
+        mask_udp_header(&mut udp);
+        buf[at..at + UDP_HDR_LEN].copy_from_slice(&udp);
+        at += UDP_HDR_LEN;
+        IcrcPrefix(crc32fast::Hasher::new_with_initial(crc32(&buf[..at])))
+    }
+}
+
+/// The CRC-32 of an ICRC pseudo-header (LRH mask, masked IP and UDP
+/// headers), from [`IcrcInput::prefix`]: the ICRC of a payload behind
+/// those headers continues from it over the payload alone. Held as a
+/// ready hasher, so each payload skips `crc32fast`'s CPU feature check.
+#[derive(Clone)]
+pub struct IcrcPrefix(crc32fast::Hasher);
+
+impl core::fmt::Debug for IcrcPrefix {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "IcrcPrefix({:#010x})", self.0.clone().finalize())
+    }
+}
+
+impl IcrcPrefix {
+    /// The ICRC of `bth_and_rest` (UDP payload without the ICRC) behind
+    /// the headers this prefix was computed for. A GSI datagram's payload
+    /// (276 bytes) is fed as it is, without a copy: masking BTH byte 4 to
+    /// 0xFF changes a CRC of fixed length by a constant XOR that depends
+    /// only on the byte's value (CRC-32 is affine), looked up in a table.
+    /// Other lengths feed a masked copy of the BTH and then the rest.
+    pub fn icrc(&self, bth_and_rest: &[u8]) -> u32 {
+        const BTH_MASKED: usize = 4;
+        let mut h = self.0.clone();
+        if bth_and_rest.len() == GSI_BODY_LEN {
+            h.update(bth_and_rest);
+            return h.finalize() ^ gsi_bth_mask_delta(bth_and_rest[BTH_MASKED]);
+        }
+        let mut bth = [0u8; BTH_LEN];
+        let n = bth_and_rest.len().min(BTH_LEN);
+        bth[..n].copy_from_slice(&bth_and_rest[..n]);
+        mask_bth(&mut bth[..n]);
+        h.update(&bth[..n]);
+        h.update(&bth_and_rest[n..]);
+        h.finalize()
+    }
+}
+
+/// A GSI datagram's UDP payload without its ICRC: what the ICRC covers
+/// after the pseudo-header.
+const GSI_BODY_LEN: usize = GSI_PAYLOAD_LEN - ICRC_LEN;
+
+/// What masking BTH byte 4 (value `b`) to 0xFF does to the CRC of a
+/// `GSI_BODY_LEN`-byte payload, whatever precedes and surrounds it: the
+/// two inputs have equal lengths and differ by `b ^ 0xFF` in that byte
+/// alone, so the CRCs differ by the CRC-without-init of that difference
+/// (a linear function of it: built from one value per bit).
+fn gsi_bth_mask_delta(b: u8) -> u32 {
+    static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let zeros = [0u8; GSI_BODY_LEN];
+        let base = crc32(&zeros);
+        let bits: [u32; 8] = std::array::from_fn(|bit| {
+            let mut d = zeros;
+            d[4] = 1 << bit;
+            crc32(&d) ^ base
+        });
+        std::array::from_fn(|x| {
+            (0..8)
+                .filter(|bit| x & (1 << bit) != 0)
+                .fold(0, |acc, bit| acc ^ bits[bit])
+        })
+    });
+    table[(b ^ 0xff) as usize]
 }
 
 /// How the ICRC of a GSI datagram over IPv4 depends on the IP ID: the
@@ -762,15 +844,26 @@ pub fn emit_udp_payload(
     icrc: IcrcInput,
     out: &mut [u8; GSI_PAYLOAD_LEN],
 ) {
+    emit_udp_payload_after(bth, deth, mad, &icrc.prefix(), out)
+}
+
+/// [`emit_udp_payload`] behind headers whose pseudo-header CRC is already
+/// known ([`IcrcInput::prefix`]).
+pub fn emit_udp_payload_after(
+    bth: &Bth,
+    deth: &Deth,
+    mad: &[u8; MAD_LEN],
+    prefix: &IcrcPrefix,
+    out: &mut [u8; GSI_PAYLOAD_LEN],
+) {
     bth.emit(&mut BthPacket::new_unchecked(&mut out[..BTH_LEN]));
     deth.emit(&mut DethPacket::new_unchecked(
         &mut out[BTH_LEN..BTH_LEN + DETH_LEN],
     ));
     let mad_start = BTH_LEN + DETH_LEN;
     out[mad_start..mad_start + MAD_LEN].copy_from_slice(mad);
-    let body_len = GSI_PAYLOAD_LEN - ICRC_LEN;
-    let crc = icrc.icrc(&out[..body_len]);
-    out[body_len..].copy_from_slice(&crc.to_le_bytes());
+    let crc = prefix.icrc(&out[..GSI_BODY_LEN]);
+    out[GSI_BODY_LEN..].copy_from_slice(&crc.to_le_bytes());
 }
 
 #[cfg(test)]
@@ -862,6 +955,41 @@ mod tests {
                     icrc_ipv4(&ip, &udp, &body)
                 };
                 prop_assert_eq!(got, crc32_bitwise(&bytes));
+            }
+        }
+
+        /// `IcrcInput::icrc` (a cached pseudo-header CRC continued over
+        /// the payload; a GSI-sized payload fed unmasked and corrected by
+        /// the BTH byte 4 table) is the pseudo-header route, for any BTH
+        /// byte 4, IP ID, payload length and both IP versions.
+        #[test]
+        fn icrc_by_prefix_matches_the_pseudo_header_route(
+            gsi_body in proptest::collection::vec(any::<u8>(), GSI_BODY_LEN),
+            other_body in proptest::collection::vec(any::<u8>(), 0..400),
+            id in any::<u16>(),
+            ports in any::<(u16, u16)>(),
+            a in any::<[u8; 16]>(),
+            b in any::<[u8; 16]>(),
+        ) {
+            let v4 = IcrcInput::linux_ipv4(
+                Ipv4Addr::from(<[u8; 4]>::try_from(&a[..4]).unwrap()),
+                Ipv4Addr::from(<[u8; 4]>::try_from(&b[..4]).unwrap()),
+                ports.0,
+                ports.1,
+            )
+            .with_ip_id(id);
+            let v6 = IcrcInput::linux_ipv6(Ipv6Addr::from(a), Ipv6Addr::from(b), ports.0, ports.1);
+            for inp in [v4, v6] {
+                let udp = inp.udp_header();
+                for body in [&gsi_body, &other_body] {
+                    let want = match (inp.ipv4_header(), inp.ipv6_header()) {
+                        (Some(h), _) => icrc_ipv4(&h, &udp, body),
+                        (_, Some(h)) => icrc_ipv6(&h, &udp, body),
+                        _ => unreachable!(),
+                    };
+                    prop_assert_eq!(inp.icrc(body), want);
+                    prop_assert_eq!(inp.prefix().icrc(body), want);
+                }
             }
         }
 
