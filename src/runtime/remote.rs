@@ -1293,13 +1293,18 @@ impl Remote {
         // Nobody waits for the reply: the service runs a connection's
         // records in order (a later call sees the id gone and its limits
         // counted), a destroy cannot fail for a live id, and this
-        // process's side (no callback after return) is kept here. It is
-        // sent at once, taking a batch's held records with it: held to
-        // the batch's end instead (round 9), the reader thread's wake-ups
-        // sent fewer messages but later, and the service's c=256 rate
-        // fell (docs/SERVICE.md, "Round 9"). A port release rides in the
-        // same message: one send, one service thread woken per
-        // `rdma_destroy_id` (docs/SERVICE.md, "Destroy in one message").
+        // process's side (no callback after return) is kept here. Inside
+        // a `Device::batch` on this thread (the reader thread's wake-up,
+        // where a callback's non-zero return destroys its id) it is held
+        // with the batch's one-way calls and leaves when the batch ends
+        // (`flush`), never later: about half the messages a process sent
+        // at c=256 were such lone destroys (docs/SERVICE.md, "Round 12").
+        // Elsewhere it is sent at once, taking held records with it. A
+        // port release is never held: it rides in the same message, sent
+        // at once (one send, one service thread woken per
+        // `rdma_destroy_id`, the release run before another process's
+        // bind can find the port taken: docs/SERVICE.md, "Destroy in one
+        // message").
         if !self.dead.load(Ordering::SeqCst) {
             let mut w = Header {
                 op: op::DESTROY,
@@ -1310,7 +1315,7 @@ impl Remote {
             w.put(&err);
             match port.take() {
                 None => {
-                    let _ = self.send_now(w.into_bytes());
+                    let _ = self.send_or_hold(w.into_bytes());
                 }
                 Some(rel) => {
                     if self.send_now_with(w.into_bytes(), rel.0.clone()).is_err() {
@@ -1383,7 +1388,8 @@ impl Remote {
 
     /// Sends a request whose reply nobody waits for (from the reader
     /// thread, which cannot wait for its own replies): sequence number 0,
-    /// so the service sends none.
+    /// so the service sends none. Inside a batch it is held to the
+    /// batch's end, as a callback's destroy is.
     fn send_detached(&self, opc: u16, handle: u64, body: impl FnOnce(&mut Writer)) {
         let mut w = Header {
             op: opc,
@@ -1392,7 +1398,7 @@ impl Remote {
         }
         .record();
         body(&mut w);
-        let _ = self.send_now(w.into_bytes());
+        let _ = self.send_or_hold(w.into_bytes());
     }
 
     fn reader(self: Arc<Self>) {
@@ -1957,9 +1963,9 @@ mod tests {
         idle.destroy().expect("destroy");
         assert_eq!(next(), vec![op::DESTROY]);
 
-        // Inside a batch a destroy is not held to the batch's end (round
-        // 9: that cost the c=256 rate): it leaves at once, taking the
-        // records held before it; what follows waits for the batch's end.
+        // Inside a batch a destroy is held like the batch's one-way calls
+        // (round 12): it leaves in order with them when the batch ends,
+        // not before.
         let req = ReqParams {
             service_id: 0x1234,
             qp_type: qp_type::RC,
@@ -1974,12 +1980,40 @@ mod tests {
         dev.batch(|| {
             a.send_req(&req).expect("send_req");
             a.destroy().expect("destroy");
-            assert_eq!(next(), vec![oneway(op::SEND_REQ), op::DESTROY]);
+            assert!(quiet(&rx).is_err(), "a destroy left before the batch's end");
             b.send_req(&req).expect("send_req");
         });
-        assert_eq!(next(), vec![oneway(op::SEND_REQ)]);
-        b.destroy().expect("destroy");
+        assert_eq!(
+            next(),
+            vec![oneway(op::SEND_REQ), op::DESTROY, oneway(op::SEND_REQ)]
+        );
+        // A batch holding only a destroy sends it at its end: nothing else
+        // needs to follow.
+        dev.batch(|| b.destroy().expect("destroy"));
         assert_eq!(next(), vec![op::DESTROY]);
+        assert_eq!(dev.live_ids(), 0);
+    }
+
+    /// A callback's non-zero return destroys its id on the reader thread,
+    /// inside the wake-up's batch: the `DESTROY` is held there and leaves
+    /// when the batch ends, even though the process sends nothing after.
+    #[test]
+    fn a_callback_s_destroy_leaves_at_the_end_of_the_reader_s_batch() {
+        let (ours, theirs) = crate::ipc::sock::pair();
+        let (tx, rx) = mpsc::channel();
+        let fd = theirs.try_clone().expect("fake service: dup");
+        std::thread::spawn(move || fake_service(theirs, tx));
+        let dev = Remote::open(ours, "soft:fake").expect("open through the fake service");
+        let next = || rx.recv_timeout(Duration::from_secs(5)).expect("a message");
+        let done: RustHandler = Arc::new(|_: &crate::runtime::CmId, _: &Event| 1);
+        let id = dev
+            .create_id(None, std::ptr::null_mut(), Some(done))
+            .expect("create_id");
+        let h = id.handle();
+        drop(id);
+        event(&fd, h, EventType::DrepReceived);
+        assert_eq!(next(), vec![op::DESTROY]);
+        assert_eq!(dev.live_ids(), 0);
     }
 
     /// `rdma_destroy_id` through the service: the port binding's release
