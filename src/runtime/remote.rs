@@ -110,6 +110,16 @@ pub fn reader_wake_batch() {
 /// service.
 pub const DEFAULT_SERVICE_TIMEOUT: Duration = Duration::from_millis(5000);
 
+thread_local! {
+    /// This thread's current `Device::batch` held a one-way call of its
+    /// own (`hold` with `urgent`), which the batch's end (`flush`) must
+    /// send. Per thread, not per connection: a batch that held nothing
+    /// (the reader's wake-up that ran no callback, say) never sends the
+    /// records another thread's batch is still holding. A thread is in
+    /// one batch at a time (`event_loop::in_batch`).
+    static BATCH_HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// How long a round trip to the service (an open, a call, a send that
 /// finds the socket full) waits before the service is declared hung:
 /// `IBCM_SERVICE_TIMEOUT_MS` (milliseconds, > 0; read once per process),
@@ -232,12 +242,6 @@ pub struct Remote {
     /// One-way calls made inside a `Device::batch`, sent as one message
     /// when it ends (or before anything else this connection sends).
     out: Mutex<Vec<Vec<u8>>>,
-    /// `out` holds a batch's record, which the batch's end must send
-    /// (changed under `out`'s lock). Without one, `out` holds only marks
-    /// of IDLE ids, which wait for the connection's next message even
-    /// past the end of a batch that sent nothing (another thread's, say
-    /// the reader's): they cost no message of their own.
-    urgent: AtomicBool,
     /// The QP attributes pushed for an id this process does not know yet
     /// (a marked listener's REQ: they come just before the event that
     /// creates the id), by handle: taken by that event. One at most — a
@@ -757,7 +761,6 @@ impl Remote {
             pool: Mutex::new(Vec::new()),
             leased: AtomicU64::new(0),
             out: Mutex::new(Vec::new()),
-            urgent: AtomicBool::new(false),
             req_attrs: Mutex::new(None),
         });
         let dev = Device::with_remote(remote.clone());
@@ -1007,11 +1010,10 @@ impl Remote {
         let mut out = lock(&self.out);
         out.push(rec);
         if urgent {
-            self.urgent.store(true, Ordering::Relaxed);
+            BATCH_HELD.with(|h| h.set(true));
         }
         if out.len() >= BATCH_RECORDS {
             let held = std::mem::take(&mut *out);
-            self.urgent.store(false, Ordering::Relaxed);
             return self.send_held(held);
         }
         Ok(())
@@ -1028,7 +1030,6 @@ impl Remote {
         }
         out.push(rec);
         let held = std::mem::take(&mut *out);
-        self.urgent.store(false, Ordering::Relaxed);
         // Sent under the lock: a record made later cannot overtake them.
         let r = self.send_held(held);
         drop(out);
@@ -1042,7 +1043,6 @@ impl Remote {
         out.push(rec);
         out.push(next);
         let held = std::mem::take(&mut *out);
-        self.urgent.store(false, Ordering::Relaxed);
         let r = self.send_held(held);
         drop(out);
         r
@@ -1130,11 +1130,18 @@ impl Remote {
         }
     }
 
-    /// The end of a `Device::batch`: its one-way calls leave now (with
-    /// the marks held before them); marks alone keep waiting.
+    /// The end of a `Device::batch` on this thread: the one-way calls it
+    /// held leave now (with whatever else is held before them: marks,
+    /// other threads' calls); a batch that held none of its own sends
+    /// nothing, so marks alone keep waiting and another thread's batch
+    /// keeps its records until its own end (or the connection's next
+    /// message).
     pub(super) fn flush(&self) {
+        if !BATCH_HELD.with(|h| h.replace(false)) {
+            return;
+        }
         let mut out = lock(&self.out);
-        if self.urgent.swap(false, Ordering::Relaxed) && !out.is_empty() {
+        if !out.is_empty() {
             let held = std::mem::take(&mut *out);
             let _ = self.send_held(held);
         }
