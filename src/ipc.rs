@@ -1813,6 +1813,59 @@ mod tests {
         assert!(matches!(got.event.param, EventParam::Req(ref p) if p.alternate_path.is_some()));
     }
 
+    /// The service writes a `QP_ATTRS` record into a reused event buffer
+    /// (`EVENT_RECORD` bytes): every field has a fixed size, and the
+    /// record fits without growing the buffer.
+    #[test]
+    fn a_qp_attrs_record_fits_a_reused_event_buffer() {
+        let ah = AhAttr {
+            port_num: u8::MAX,
+            sl: u8::MAX,
+            static_rate: u8::MAX,
+            has_grh: true,
+            dgid: Gid([0xfe; 16]),
+            sgid_index: u16::MAX,
+            flow_label: u32::MAX,
+            hop_limit: u8::MAX,
+            traffic_class: u8::MAX,
+            dlid: u32::MAX,
+            src_path_bits: u8::MAX,
+            dmac: [0xff; 6],
+            rec_type: PathRecType::RoceV2,
+        };
+        let qp = QpAttr {
+            mask: u32::MAX,
+            ah_attr: ah,
+            alt_ah_attr: ah,
+            ..QpAttr::default()
+        };
+        let a = QpAttrs {
+            public: Public {
+                version: u64::MAX,
+                ..Public::default()
+            },
+            init: qp,
+            rtr: qp,
+            rts: qp,
+        };
+        let h = Header {
+            op: op::QP_ATTRS,
+            seq: u64::MAX,
+            handle: u64::MAX,
+        };
+        let mut old = Vec::with_capacity(EVENT_RECORD);
+        old.resize(EVENT_RECORD, 0x55);
+        let ptr = old.as_ptr();
+        let mut w = h.record_in(old);
+        w.put(&a);
+        assert!(w.0.len() <= EVENT_RECORD, "{} bytes", w.0.len());
+        assert_eq!(w.0.as_ptr(), ptr, "the buffer grew");
+        let (got_h, mut r) = Header::parse(&w.0).unwrap();
+        assert_eq!(got_h.op, op::QP_ATTRS);
+        assert_eq!(r.get::<QpAttrs>().unwrap(), a);
+        r.end().unwrap();
+    }
+
     /// An EVENT record `n` (sequence and handle `n`) padded to `len` bytes
     /// of `n`.
     fn rec(n: u64, len: usize) -> Vec<u8> {

@@ -933,12 +933,14 @@ impl Conn {
             let attrs = if with_attrs { qp_attrs(id) } else { None };
             let (calls, public) = snapshot(id);
             if let Some((init, rtr, rts)) = attrs {
+                // In a reused event buffer: the record (fixed size, under
+                // `ipc::EVENT_RECORD`) costs no malloc, no growth, no free.
                 let mut w = Header {
                     op: op::QP_ATTRS,
                     seq: calls,
                     handle: ev.id.0,
                 }
-                .record();
+                .record_in(event_buf());
                 w.put(&QpAttrs {
                     public,
                     init,
