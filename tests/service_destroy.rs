@@ -8,45 +8,20 @@
 mod fake;
 #[path = "common/net.rs"]
 mod net;
+#[path = "common/served.rs"]
+mod served;
 
 use ibcm::api::{Device, Event, EventType, ReqParams, RustHandler, State, qp_type};
-use ibcm::service::{self, Limits, Options, Service};
+use ibcm::service;
 
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// A CM service in this process on a socket of its own (its threads end
-/// with the test binary).
-fn start_service(test: &str) -> (Arc<Service>, PathBuf) {
-    let socket = fake::temp_socket("svc-destroy", test);
-    let listener = service::bind(&socket).unwrap();
-    let svc = Service::new(Options {
-        socket: socket.clone(),
-        idle_exit: None,
-        limits: Limits::default(),
-    });
-    let s = svc.clone();
-    std::thread::spawn(move || s.run(listener));
-    (svc, socket)
-}
-
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    f()
-}
+use std::time::Duration;
 
 #[test]
 fn a_callback_s_destroy_reaches_the_service_when_nothing_follows() {
-    let (svc, socket) = start_service("idle");
+    let (svc, socket) = served::start_service("svc-destroy", "idle");
     let (server, client) = (net::soft(1), net::soft(2));
     let a = Device::open_served(&server, &socket).unwrap();
     let b = Device::open_served(&client, &socket).unwrap();
@@ -103,7 +78,7 @@ fn a_callback_s_destroy_reaches_the_service_when_nothing_follows() {
     assert_eq!(a.live_ids(), 1, "the process kept the id");
     let sdev = svc.device(&server).expect("the service serves the device");
     assert!(
-        wait_for(Duration::from_secs(2), || sdev.all_counters().live_ids == 1),
+        served::wait_for(Duration::from_secs(2), || sdev.all_counters().live_ids == 1),
         "the service kept the destroyed id: {} live",
         sdev.all_counters().live_ids
     );

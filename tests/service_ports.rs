@@ -14,48 +14,22 @@
 mod fake;
 #[path = "common/net.rs"]
 mod net;
+#[path = "common/served.rs"]
+mod served;
 
 use ibcm::api::{Device, Gid, GidEntry, GidType, PortInfo};
 use ibcm::ipc::{self, Header, Public, Stat, op, sock};
-use ibcm::service::{self, Limits, Options, Service};
 
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn temp_socket(test: &str) -> PathBuf {
     fake::temp_socket("svc-ports", test)
 }
 
-/// A CM service in this process on a socket of its own (its threads end
-/// with the test binary).
-fn start_service(test: &str) -> (Arc<Service>, PathBuf) {
-    let socket = temp_socket(test);
-    let listener = service::bind(&socket).unwrap();
-    let svc = Service::new(Options {
-        socket: socket.clone(),
-        idle_exit: None,
-        limits: Limits::default(),
-    });
-    let s = svc.clone();
-    std::thread::spawn(move || s.run(listener));
-    (svc, socket)
-}
-
 fn gid(ip: &str) -> Gid {
     Gid::from(ip.parse::<IpAddr>().unwrap())
-}
-
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    f()
 }
 
 /// The tables of `ports` with `g` appended to port 1's GIDs.
@@ -70,7 +44,7 @@ fn with_gid(ports: &[PortInfo], g: Gid) -> Vec<PortInfo> {
 
 #[test]
 fn a_served_process_gets_the_port_tables_the_service_installs() {
-    let (svc, socket) = start_service("push");
+    let (svc, socket) = served::start_service("svc-ports", "push");
     let name = &net::soft(1);
     let a = Device::open_served(name, &socket).unwrap();
     assert!(a.is_served());
@@ -86,7 +60,7 @@ fn a_served_process_gets_the_port_tables_the_service_installs() {
     let added = with_gid(&before, new_gid);
     sdev.update_ports(added.clone());
     assert!(
-        wait_for(Duration::from_secs(2), || a.query_gid(1, 1) == Ok(new_gid)),
+        served::wait_for(Duration::from_secs(2), || a.query_gid(1, 1) == Ok(new_gid)),
         "the new GID did not reach the served process: {:?}",
         a.ports()
     );
@@ -112,7 +86,7 @@ fn a_served_process_gets_the_port_tables_the_service_installs() {
     sdev.update_ports(before.to_vec());
     for (who, d) in [("a", &a), ("b", &b)] {
         assert!(
-            wait_for(Duration::from_secs(2), || *d.ports() == *before),
+            served::wait_for(Duration::from_secs(2), || *d.ports() == *before),
             "process {who} kept the removed GID: {:?}",
             d.ports()
         );
