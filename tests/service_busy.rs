@@ -13,6 +13,8 @@
 mod fake;
 #[path = "common/net.rs"]
 mod net;
+#[path = "common/served.rs"]
+mod served;
 
 use ibcm::api::{Device, Gid, PortInfo};
 use ibcm::ipc::{self, Header, Public, Stat, op, sock};
@@ -70,17 +72,6 @@ fn stat_reply(h: Header) -> Vec<u8> {
     ipc::reply(h, 0, Public::default(), |w| {
         w.put(&Stat::default());
     })
-}
-
-/// Spins on this thread for `d`.
-fn burn(d: Duration) {
-    let t = Instant::now();
-    let mut x = 0u64;
-    while t.elapsed() < d {
-        for _ in 0..10_000 {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-    }
 }
 
 /// A fake service that answers OPEN at once and handles STAT with `stat`.
@@ -153,7 +144,7 @@ fn a_service_burning_cpu_is_waited_for_past_the_bound() {
         if n == 1 {
             // Working on a long queue: nothing on this connection, CPU
             // time growing; the reply after 2.5 bounds.
-            burn(Duration::from_millis(BOUND_MS * 5 / 2));
+            served::burn(Duration::from_millis(BOUND_MS * 5 / 2));
         }
         Some(stat_reply(h))
     });
@@ -169,7 +160,7 @@ fn a_service_that_burns_cpu_and_never_answers_times_out_at_the_ceiling() {
     );
     let (d, server) = serve("livelock", |_, _| {
         // A livelocked thread: CPU time grows, no answer ever.
-        burn(Duration::from_millis(CEILING_MS + 3000));
+        served::burn(Duration::from_millis(CEILING_MS + 3000));
         None
     });
     let t = Instant::now();

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 #[test]
 fn a_callback_s_destroy_reaches_the_service_when_nothing_follows() {
-    let (svc, socket) = served::start_service("svc-destroy", "idle");
+    let (svc, socket) = served::start_service(fake::temp_socket("svc-destroy", "idle"));
     let (server, client) = (net::soft(1), net::soft(2));
     let a = Device::open_served(&server, &socket).unwrap();
     let b = Device::open_served(&client, &socket).unwrap();

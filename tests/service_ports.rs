@@ -44,7 +44,7 @@ fn with_gid(ports: &[PortInfo], g: Gid) -> Vec<PortInfo> {
 
 #[test]
 fn a_served_process_gets_the_port_tables_the_service_installs() {
-    let (svc, socket) = served::start_service("svc-ports", "push");
+    let (svc, socket) = served::start_service(temp_socket("push"));
     let name = &net::soft(1);
     let a = Device::open_served(name, &socket).unwrap();
     assert!(a.is_served());

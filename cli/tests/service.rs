@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::{TempDir, net, stopped};
+use common::{TempDir, net, served, stopped};
 use ibcm::api::{Device, Errno, EventType, ReqParams, RustHandler, qp_type};
 use ibcm::ipc::{self, Header, op, sock};
 use std::net::UdpSocket;
@@ -110,18 +110,6 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Waits until `f` holds (polling), at most `limit`.
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    while t.elapsed() < limit {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    f()
-}
-
 /// The child's stdout, collected as it comes by a thread of its own.
 fn collect_stdout(child: &mut Child) -> Arc<Mutex<String>> {
     let mut so = child.stdout.take().unwrap();
@@ -156,7 +144,7 @@ impl Listener {
     /// Waits until the listener has said it listens (its `listen` returned:
     /// through the service, the listen is registered there).
     fn wait_listening(&self) -> bool {
-        wait_for(Duration::from_secs(10), || {
+        served::wait_for(Duration::from_secs(10), || {
             self.out().contains("listening on")
         })
     }
@@ -222,13 +210,19 @@ fn a_killed_listener_frees_its_service_id() {
     let probe = Device::open_served(dev, &d.socket).unwrap();
     let base = service_ids(&probe);
     let mut l = Listener::spawn(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
-    assert!(wait_for(Duration::from_secs(5), || service_ids(&probe) == base + 1));
+    assert!(served::wait_for(Duration::from_secs(5), || service_ids(
+        &probe
+    ) == base + 1));
     l.child.kill().unwrap();
     l.child.wait().unwrap();
     // Released within a second: a new listener gets the service ID.
-    assert!(wait_for(Duration::from_secs(1), || service_ids(&probe) == base));
+    assert!(served::wait_for(Duration::from_secs(1), || service_ids(
+        &probe
+    ) == base));
     let mut l2 = Listener::spawn(&d, &["--device", dev, "--count", "1", "--timeout", "20"]);
-    assert!(wait_for(Duration::from_secs(5), || service_ids(&probe) == base + 1));
+    assert!(served::wait_for(Duration::from_secs(5), || service_ids(
+        &probe
+    ) == base + 1));
     let c = d
         .connect(dev, &net::ip(2), &["--timeout", "10"])
         .output()
@@ -243,13 +237,15 @@ fn a_client_killed_while_connected_gets_its_peer_a_dreq() {
     let dev = &net::soft(3);
     let probe = Device::open_served(dev, &d.socket).unwrap();
     let mut l = Listener::spawn(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
-    assert!(wait_for(Duration::from_secs(5), || service_ids(&probe) == 1));
+    assert!(served::wait_for(Duration::from_secs(5), || service_ids(
+        &probe
+    ) == 1));
     let mut c = d
         .connect(dev, &net::ip(3), &["--wait-disconnect", "--timeout", "30"])
         .spawn()
         .unwrap();
     assert!(
-        wait_for(Duration::from_secs(10), || l.out().contains("RTU_RECEIVED")),
+        served::wait_for(Duration::from_secs(10), || l.out().contains("RTU_RECEIVED")),
         "{}",
         l.out()
     );
@@ -289,7 +285,7 @@ fn a_client_killed_while_connected_gets_its_peer_a_dreq() {
     let killed = Instant::now();
     c.wait().unwrap();
     assert!(
-        wait_for(Duration::from_secs(1), || l.out().contains("DREQ_RECEIVED")),
+        served::wait_for(Duration::from_secs(1), || l.out().contains("DREQ_RECEIVED")),
         "no DREQ within 1 s of the kill: {}",
         l.out()
     );
@@ -297,7 +293,7 @@ fn a_client_killed_while_connected_gets_its_peer_a_dreq() {
     assert!(l.child.wait().unwrap().success(), "{}", l.out());
     // Everything the two processes had is gone (time wait included).
     assert!(
-        wait_for(Duration::from_secs(5), || service_ids(&probe) == 0),
+        served::wait_for(Duration::from_secs(5), || service_ids(&probe) == 0),
         "{} ids left",
         service_ids(&probe)
     );
@@ -340,7 +336,9 @@ fn a_client_killed_mid_connect_gets_its_peer_a_rej() {
         }
     }
     assert!(killed.elapsed() < Duration::from_secs(1));
-    assert!(wait_for(Duration::from_secs(1), || service_ids(&probe) == 0));
+    assert!(served::wait_for(Duration::from_secs(1), || service_ids(
+        &probe
+    ) == 0));
 }
 
 /// Sends `rec` (request number `seq`) on a raw connection; its reply's
@@ -490,7 +488,7 @@ fn recording_handler() -> (Arc<Mutex<Vec<EventType>>>, RustHandler) {
 /// delivery threads of a loaded CI machine); fails with the events seen.
 fn wait_for_req_error(got: &Mutex<Vec<EventType>>) {
     assert!(
-        wait_for(Duration::from_secs(5), || got
+        served::wait_for(Duration::from_secs(5), || got
             .lock()
             .unwrap()
             .contains(&EventType::ReqError)),
@@ -544,7 +542,9 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     let t = Instant::now();
-    assert!(wait_for(Duration::from_secs(2), || id.state().is_none()));
+    assert!(served::wait_for(Duration::from_secs(2), || id
+        .state()
+        .is_none()));
     let path = a.init_path(1, net::ip(8).parse().unwrap()).unwrap();
     let r = id.send_req(&ReqParams {
         primary_path: path,
@@ -628,7 +628,7 @@ fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
     let b = Device::open_served(dev, &d.socket).unwrap();
     let id2 = b.create_id(None, std::ptr::null_mut(), None).unwrap();
     assert!(
-        wait_for(Duration::from_secs(5), || id2.listen(0x7778).is_ok()),
+        served::wait_for(Duration::from_secs(5), || id2.listen(0x7778).is_ok()),
         "{}",
         d.log()
     );
@@ -657,7 +657,10 @@ fn auto_starts_the_service_on_the_first_open() {
         .spawn()
         .unwrap();
     let said = collect_stdout(&mut l);
-    assert!(wait_for(Duration::from_secs(10), || sock::connect(&socket).is_ok()));
+    assert!(served::wait_for(Duration::from_secs(10), || sock::connect(
+        &socket
+    )
+    .is_ok()));
     // The service is another process (started by the listener), which
     // the listener's device is served by: the address is shared.
     let service_pid = sock::peer(&sock::connect(&socket).unwrap()).0;
@@ -665,7 +668,7 @@ fn auto_starts_the_service_on_the_first_open() {
     // Connect only once the listener's listen has returned (under load the
     // socket appears long before the listener's listen is registered).
     assert!(
-        wait_for(Duration::from_secs(10), || said
+        served::wait_for(Duration::from_secs(10), || said
             .lock()
             .unwrap()
             .contains("listening on")),
@@ -687,7 +690,7 @@ fn auto_starts_the_service_on_the_first_open() {
     let lo = l.wait_with_output().unwrap();
     assert!(lo.status.success(), "{}", text(&lo.stderr));
     // Idle: the on-demand service leaves by itself.
-    let gone = wait_for(Duration::from_secs(10), || {
+    let gone = served::wait_for(Duration::from_secs(10), || {
         // Gone, or a zombie nobody has reaped yet.
         std::fs::read_to_string(format!("/proc/{service_pid}/stat")).map_or(true, |st| {
             st.rsplit(") ").next().is_some_and(|r| r.starts_with('Z'))
@@ -741,7 +744,10 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
         socket: socket.clone(),
         _dir: dir,
     };
-    assert!(wait_for(Duration::from_secs(10), || sock::connect(&socket).is_ok()));
+    assert!(served::wait_for(Duration::from_secs(10), || sock::connect(
+        &socket
+    )
+    .is_ok()));
     let dev = &net::soft(10);
     let a = Device::open_served(dev, &d.socket).unwrap();
     let ids: Vec<_> = (0..3)
@@ -758,7 +764,7 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
     // service's reaping of the readiness probe's connection above, which
     // counts against the limit of 2 until the service has seen it close.)
     let mut b = None;
-    assert!(wait_for(Duration::from_secs(2), || {
+    assert!(served::wait_for(Duration::from_secs(2), || {
         b = Device::open_served(dev, &d.socket).ok();
         b.is_some()
     }));
@@ -782,7 +788,7 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
     a.close();
     b.close();
     // Their connections are gone: room for new ones.
-    assert!(wait_for(Duration::from_secs(2), || {
+    assert!(served::wait_for(Duration::from_secs(2), || {
         Device::open_served(dev, &d.socket).is_ok_and(|c| {
             c.close();
             true
@@ -915,7 +921,7 @@ fn a_refused_oneway_call_surfaces_as_req_error_and_is_counted() {
         "state {s}"
     );
     assert!(
-        wait_for(Duration::from_secs(5), || !got.lock().unwrap().is_empty()),
+        served::wait_for(Duration::from_secs(5), || !got.lock().unwrap().is_empty()),
         "no event for the refused REQ"
     );
     std::thread::sleep(Duration::from_millis(100));
@@ -1176,7 +1182,7 @@ fn callbacks_make_round_trips_through_the_service() {
         "{seen:?}"
     );
     assert!(
-        wait_for(Duration::from_secs(5), || id.public().state
+        served::wait_for(Duration::from_secs(5), || id.public().state
             == ibcm::api::State::Established as u32),
         "state {}",
         id.public().state
@@ -1224,7 +1230,7 @@ fn a_capture_of_the_service_shows_mads_switched_between_its_devices() {
     assert!(l.child.wait().unwrap().success(), "{}", l.out());
     // The capture thread writes every 100 ms.
     let mut summary = String::new();
-    let seen = wait_for(Duration::from_secs(5), || {
+    let seen = served::wait_for(Duration::from_secs(5), || {
         let s = ibcm()
             .arg("decode")
             .arg("--summary")
@@ -1439,7 +1445,7 @@ fn run_within(c: &mut Command, limit: Duration) -> (std::process::Output, Durati
         let _ = std::io::Read::read_to_end(&mut err, &mut s);
         s
     });
-    let finished = wait_for(limit, || child.try_wait().unwrap().is_some());
+    let finished = served::wait_for(limit, || child.try_wait().unwrap().is_some());
     if !finished {
         let _ = child.kill();
     }
@@ -1619,7 +1625,7 @@ fn a_daemon_that_never_detaches_is_killed_and_reaped() {
     let mut l = client("auto").spawn().unwrap();
     let said = collect_stdout(&mut l);
     assert!(
-        wait_for(Duration::from_secs(15), || said
+        served::wait_for(Duration::from_secs(15), || said
             .lock()
             .unwrap()
             .contains("listening on")),
@@ -1637,7 +1643,7 @@ fn a_daemon_that_never_detaches_is_killed_and_reaped() {
     assert_eq!(proc_state(daemon), None, "the daemon was not reaped");
     // Its child was killed with it (reaped by whoever inherited it).
     assert!(
-        wait_for(Duration::from_secs(5), || matches!(
+        served::wait_for(Duration::from_secs(5), || matches!(
             proc_state(child),
             None | Some('Z')
         )),
@@ -1691,13 +1697,13 @@ fn a_daemon_slow_to_start_but_working_is_waited_for() {
         .spawn()
         .unwrap();
     let said = collect_stdout(&mut l);
-    let listening = wait_for(Duration::from_secs(20), || {
+    let listening = served::wait_for(Duration::from_secs(20), || {
         said.lock().unwrap().contains("listening on") || l.try_wait().unwrap().is_some()
     }) && said.lock().unwrap().contains("listening on");
     let daemons = daemons_at(&socket);
     let _ = l.kill();
     let out = l.wait_with_output().unwrap();
-    let gone = wait_for(Duration::from_secs(10), || daemons_at(&socket).is_empty());
+    let gone = served::wait_for(Duration::from_secs(10), || daemons_at(&socket).is_empty());
     for pid in daemons_at(&socket) {
         stopped::signal(pid, libc::SIGKILL);
     }
@@ -1757,7 +1763,7 @@ fn concurrent_first_opens_start_one_service_that_serves_them_all() {
         })
         .collect();
     for (c, said) in &mut clients {
-        let ok = wait_for(Duration::from_secs(15), || {
+        let ok = served::wait_for(Duration::from_secs(15), || {
             said.lock().unwrap().contains("listening on") || c.try_wait().unwrap().is_some()
         });
         assert!(
@@ -1779,7 +1785,7 @@ fn concurrent_first_opens_start_one_service_that_serves_them_all() {
     for (mut c, _) in clients {
         let _ = c.wait();
     }
-    let gone = wait_for(Duration::from_secs(10), || daemons_at(&socket).is_empty());
+    let gone = served::wait_for(Duration::from_secs(10), || daemons_at(&socket).is_empty());
     for pid in daemons_at(&socket) {
         stopped::signal(pid, libc::SIGKILL);
     }
@@ -2071,7 +2077,7 @@ fn a_connection_that_asks_gets_batch_wake_ups_and_no_other_does() {
     let asked = Listener { child, out };
     assert!(asked.wait_listening(), "{}", asked.out());
     assert!(
-        wait_for(Duration::from_secs(5), || batch_conn_threads(pid).len()
+        served::wait_for(Duration::from_secs(5), || batch_conn_threads(pid).len()
             == 2),
         "the library's connection asked for batch wake-ups"
     );

@@ -52,6 +52,8 @@
 mod cma_common;
 #[path = "../../tests/common/net.rs"]
 mod net;
+#[path = "../../tests/common/served.rs"]
+mod served;
 #[path = "../../tests/common/stopped.rs"]
 mod stopped;
 
@@ -87,15 +89,7 @@ fn start_service_with(test: &str) -> (PathBuf, std::sync::Arc<Service>) {
     let dir = std::env::temp_dir().join(format!("ibcm-host-ports-{}-{test}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("ibcmd.sock");
-    let listener = service::bind(&socket).unwrap();
-    let svc = Service::new(Options {
-        socket: socket.clone(),
-        idle_exit: None,
-        limits: Limits::default(),
-    });
-    let run = svc.clone();
-    std::thread::spawn(move || run.run(listener));
+    let (svc, socket) = served::start_service(dir.join("ibcmd.sock"));
     (socket, svc)
 }
 
@@ -1058,22 +1052,37 @@ fn next_event(ch: *mut RdmaEventChannel) -> (i32, i32) {
     r
 }
 
-/// Against a service the test stops and continues (steps `go1`..`go4`).
-fn resolve_hung(addr: SocketAddr) {
-    let ch = rdma_create_event_channel();
+/// `rdma_resolve_addr` of an id from `addr`'s IP (any port) to `addr`,
+/// with its `timeout_ms`.
+fn resolver(addr: SocketAddr) -> impl FnMut(*mut RdmaCmId, i32) -> i32 {
     let (mut src, mut dst) = (sockaddr(SocketAddr::new(addr.ip(), 0)), sockaddr(addr));
-    let mut resolve =
-        |id, ms| unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), ms) };
-    // Five resolves while the service runs: the port leases they take
-    // (1, 1, 2, then 4 ports: each lease is as large as the ephemeral
-    // binds made so far) leave three leased ports, so the resolve below
-    // is pipelined (no lease round trip) and waits only for its bind.
-    for _ in 0..5 {
+    move |id, ms| unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), ms) }
+}
+
+/// `n` resolves on `ch` that succeed, each id destroyed after: the port
+/// leases they take stay with the process for the resolves that follow.
+fn warm_leases(
+    ch: *mut RdmaEventChannel,
+    resolve: &mut impl FnMut(*mut RdmaCmId, i32) -> i32,
+    n: usize,
+) {
+    for _ in 0..n {
         let id = new_id(ch, port_space::TCP);
         assert_eq!(resolve(id, 2000), 0, "errno {}", errno());
         assert_eq!(rdma_ack_cm_event(expect(ch, R::AddrResolved)), 0);
         assert_eq!(rdma_destroy_id(id), 0);
     }
+}
+
+/// Against a service the test stops and continues (steps `go1`..`go4`).
+fn resolve_hung(addr: SocketAddr) {
+    let ch = rdma_create_event_channel();
+    let mut resolve = resolver(addr);
+    // Five resolves while the service runs: the port leases they take
+    // (1, 1, 2, then 4 ports: each lease is as large as the ephemeral
+    // binds made so far) leave three leased ports, so the resolve below
+    // is pipelined (no lease round trip) and waits only for its bind.
+    warm_leases(ch, &mut resolve, 5);
     report("ready");
     // 1. The service is stopped: ADDR_ERROR -ETIMEDOUT after timeout_ms
     //    (never before it), nothing more.
@@ -1152,17 +1161,6 @@ fn resolve_hung(addr: SocketAddr) {
     report("bound");
 }
 
-/// Spins on this thread for `d`.
-fn burn(d: Duration) {
-    let t = Instant::now();
-    let mut x = 0u64;
-    while t.elapsed() < d {
-        for _ in 0..10_000 {
-            x = std::hint::black_box(x.wrapping_add(1));
-        }
-    }
-}
-
 /// The records of a message (a `BATCH`'s, or the message itself).
 fn records(msg: &[u8]) -> Vec<&[u8]> {
     let (h, r) = ipc::Header::parse(msg).unwrap();
@@ -1232,8 +1230,8 @@ fn slow_proxy() {
                         // Two threads: on a loaded host each gets its
                         // share of a CPU, the service's CPU time grows
                         // by twice that.
-                        let other = std::thread::spawn(move || burn(bound * 5 / 2));
-                        burn(bound * 5 / 2);
+                        let other = std::thread::spawn(move || served::burn(bound * 5 / 2));
+                        served::burn(bound * 5 / 2);
                         other.join().unwrap();
                     }
                     ipc::sock::send(&c, msg)
@@ -1258,18 +1256,11 @@ fn slow_proxy() {
 /// wait counted.
 fn resolve_busy(addr: SocketAddr) {
     let ch = rdma_create_event_channel();
-    let (mut src, mut dst) = (sockaddr(SocketAddr::new(addr.ip(), 0)), sockaddr(addr));
-    let mut resolve =
-        |id, ms| unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), ms) };
+    let mut resolve = resolver(addr);
     // Seventeen resolves while the service answers at once: the leases
     // they take (1, 1, 2, 4, 8, 16 ports) leave fifteen leased ports, so
     // the thirteen below are pipelined without a lease round trip.
-    for _ in 0..17 {
-        let id = new_id(ch, port_space::TCP);
-        assert_eq!(resolve(id, 2000), 0, "errno {}", errno());
-        assert_eq!(rdma_ack_cm_event(expect(ch, R::AddrResolved)), 0);
-        assert_eq!(rdma_destroy_id(id), 0);
-    }
+    warm_leases(ch, &mut resolve, 17);
     report("ready");
     wait_go(1);
     let busy = ibcm::api::service_busy_waits();

@@ -1,7 +1,6 @@
-//! A real host CM service inside the test process, and a polling wait:
-//! what the served-process tests share. Included by path (`#[path]`) by
-//! `tests/service_ports.rs` and `tests/service_destroy.rs`, beside
-//! `common/fake_service.rs` (as `fake`, for its socket paths).
+//! A real host CM service inside the test process, a polling wait, and a
+//! CPU burner for "busy" peers: what the served-process tests of every
+//! crate share, each including this one file by path (`#[path]`).
 #![allow(dead_code)]
 
 use ibcm::service::{self, Limits, Options, Service};
@@ -9,10 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A CM service in this process on a socket of its own for `test` of the
-/// suite `suite` (its threads end with the test binary).
-pub fn start_service(suite: &str, test: &str) -> (Arc<Service>, PathBuf) {
-    let socket = super::fake::temp_socket(suite, test);
+/// A CM service in this process on `socket` (its threads end with the
+/// test binary).
+pub fn start_service(socket: PathBuf) -> (Arc<Service>, PathBuf) {
     let listener = service::bind(&socket).unwrap();
     let svc = Service::new(Options {
         socket: socket.clone(),
@@ -35,4 +33,15 @@ pub fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(5));
     }
     f()
+}
+
+/// Spins on this thread for `d`.
+pub fn burn(d: Duration) {
+    let t = Instant::now();
+    let mut x = 0u64;
+    while t.elapsed() < d {
+        for _ in 0..10_000 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+    }
 }

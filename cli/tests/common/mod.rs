@@ -5,6 +5,8 @@
 
 #[path = "../../../tests/common/net.rs"]
 pub mod net;
+#[path = "../../../tests/common/served.rs"]
+pub mod served;
 #[path = "../../../tests/common/stopped.rs"]
 pub mod stopped;
 
