@@ -28,7 +28,7 @@
 use crate::api::{
     CmId, Device, DeviceOptions, EventParam, EventType, LocalSwitch, PortInfo, QpAttr, RustHandler,
 };
-use crate::engine::ids::{FastMap, FastState};
+use crate::engine::ids::{FastMap, FastSet, FastState};
 use crate::engine::{Errno, errno, qp_state};
 use crate::ipc::{
     self, Created, DeviceStat, Header, IdInfo, IdList, Opened, Public, QpAttrs, Reader, Refused,
@@ -37,7 +37,7 @@ use crate::ipc::{
 use crate::log::{INFO, WARN};
 use crate::portspace::{self, PortTable};
 use crate::wire::Gid;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -193,7 +193,7 @@ struct Conn {
     /// Keyed by handle; the keys are the service's own (a process only
     /// looks up what it names), so a fast hash is safe here.
     ids: Mutex<FastMap<u64, Entry>>,
-    listeners: Mutex<HashSet<u64>>,
+    listeners: Mutex<FastSet<u64>>,
     out: Mutex<Outbox>,
     out_cv: Condvar,
     closed: AtomicBool,
@@ -336,7 +336,7 @@ impl Service {
                 ports_sent: Mutex::new(None),
                 ports_armed: AtomicBool::new(false),
                 ids: Mutex::new(FastMap::with_hasher(FastState::new(conn_seed()))),
-                listeners: Mutex::new(HashSet::new()),
+                listeners: Mutex::new(FastSet::with_hasher(FastState::new(conn_seed()))),
                 out: Mutex::new(Outbox::default()),
                 out_cv: Condvar::new(),
                 closed: AtomicBool::new(false),

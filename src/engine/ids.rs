@@ -139,6 +139,8 @@ impl std::hash::Hasher for FastHasher {
 
 /// A hash map with [`FastState`].
 pub type FastMap<K, V> = std::collections::HashMap<K, V, FastState>;
+/// A hash set with [`FastState`].
+pub type FastSet<K> = std::collections::HashSet<K, FastState>;
 
 /// Which shard an ID belongs to, given the device's shard bit count.
 #[inline]

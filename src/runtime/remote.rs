@@ -14,6 +14,7 @@ use super::inner::{CmIdInner, Item, RustHandler};
 use super::lock;
 use super::registry::register;
 use crate::abi::IbCmHandler;
+use crate::engine::ids::{FastMap, FastState};
 use crate::engine::*;
 use crate::fabric::{Received, Transport, TransportStats};
 use crate::ipc::{
@@ -21,7 +22,7 @@ use crate::ipc::{
     sock,
 };
 use crate::log::{ERROR, INFO, WARN};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -226,9 +227,9 @@ pub struct Remote {
     reader_done: AtomicBool,
     /// Live ids by service handle: the raw `Arc<CmIdInner>` an in-process
     /// shard's table holds (released by destroy).
-    ids: Mutex<HashMap<u64, usize>>,
+    ids: Mutex<FastMap<u64, usize>>,
     /// Extra owners of listeners shared by `insert_listen`, by shell.
-    shares: Mutex<HashMap<usize, u32>>,
+    shares: Mutex<FastMap<usize, u32>>,
     /// Ids with events to deliver, for the delivery thread.
     ready: Mutex<Ready>,
     /// Woken only when the delivery thread sleeps (`Ready::sleeping`).
@@ -265,7 +266,7 @@ struct Rx {
     /// socket again.
     backlog: VecDeque<Vec<u8>>,
     /// Replies by request number (`None` until it arrives).
-    pending: HashMap<u64, Option<Vec<u8>>>,
+    pending: FastMap<u64, Option<Vec<u8>>>,
     /// Threads waiting on `replied` (no wake-up syscall when none).
     waiting: usize,
     /// The receive buffer, lent to the holder of the token.
@@ -746,15 +747,15 @@ impl Remote {
             rx: Mutex::new(Rx {
                 reading: false,
                 backlog: VecDeque::new(),
-                pending: HashMap::new(),
+                pending: FastMap::with_hasher(FastState::new(1)),
                 waiting: 0,
                 buf: vec![0u8; ipc::MAX_RECORD],
             }),
             replied: Condvar::new(),
             dead: AtomicBool::new(false),
             reader_done: AtomicBool::new(false),
-            ids: Mutex::new(HashMap::new()),
-            shares: Mutex::new(HashMap::new()),
+            ids: Mutex::new(FastMap::with_hasher(FastState::new(2))),
+            shares: Mutex::new(FastMap::with_hasher(FastState::new(3))),
             ready: Mutex::new(Ready::default()),
             ready_cv: Condvar::new(),
             threads: Mutex::new(Vec::new()),
