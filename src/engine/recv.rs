@@ -49,28 +49,6 @@ fn drop_(cause: DropCause, why: &'static str) -> Handled {
     Err(Dropped::Other(cause, why))
 }
 
-/// A REJ built straight from a received MAD (`cm_issue_rej`): the IDs
-/// swapped, the same TID, no id involved.
-fn issue_rej(
-    tid: u64,
-    their_local: u32,
-    their_remote: u32,
-    code: MsgCode,
-    reason: u16,
-    ari: &[u8],
-) -> [u8; 256] {
-    let rej = Rej {
-        local_comm_id: their_remote,
-        remote_comm_id: their_local,
-        message_rejected: code,
-        ari_length: ari.len() as u8,
-        reason,
-        ari: pdata_area(ari),
-        private_data: [0; pdata::REJ],
-    };
-    CmMad::send(tid, 0, CmMsg::Rej(rej)).to_bytes()
-}
-
 /// The path record the passive side builds from a REQ (CM_RULES.md
 /// §path-from-req).
 fn path_from_req(
@@ -160,6 +138,28 @@ impl Engine {
         self.push_mad(dest, mad);
     }
 
+    /// A REJ built straight from a received MAD (`cm_issue_rej`; `tid`,
+    /// its local and remote comm IDs, `code`): the IDs swapped, the same
+    /// TID, no id involved, sent back where the MAD came from.
+    fn issue_rej(
+        &mut self,
+        src: &MadSource,
+        (tid, their_local, their_remote, code): (u64, u32, u32, MsgCode),
+        reason: u16,
+    ) {
+        let rej = Rej {
+            local_comm_id: their_remote,
+            remote_comm_id: their_local,
+            message_rejected: code,
+            ari_length: 0,
+            reason,
+            ari: [0; pdata::REJ_ARI],
+            private_data: [0; pdata::REJ],
+        };
+        let mad = CmMad::send(tid, 0, CmMsg::Rej(rej)).to_bytes();
+        self.push_mad(Self::reply_dest(src), mad);
+    }
+
     /// A REQ or REP (`tid`, its local and remote comm IDs, `code`) that
     /// names a QP another connection (`old`) holds: REJ(STALE_CONN) to its
     /// sender, a DREQ to the old connection, and the message dropped.
@@ -171,8 +171,7 @@ impl Engine {
         old: RemoteQpEntry,
         why: &'static str,
     ) -> Handled {
-        let rej = issue_rej(tid, local, remote, code, rej_reason::STALE_CONN, &[]);
-        self.push_mad(Self::reply_dest(src), rej);
+        self.issue_rej(src, (tid, local, remote, code), rej_reason::STALE_CONN);
         self.dreq_stale(now, old);
         drop_(DropCause::Mismatch, why)
     }
@@ -353,15 +352,8 @@ impl Engine {
             .map(|e| e.gid_type)
             .unwrap_or_default();
         let Ok(h) = self.create_id() else {
-            let rej = issue_rej(
-                mad.tid,
-                r.local_comm_id,
-                0,
-                MsgCode::Req,
-                rej_reason::NO_RESOURCES,
-                &[],
-            );
-            self.push_mad(Self::reply_dest(src), rej);
+            let to = (mad.tid, r.local_comm_id, 0, MsgCode::Req);
+            self.issue_rej(src, to, rej_reason::NO_RESOURCES);
             return drop_(DropCause::Overload, "id table full: REJ(NO_RESOURCES)");
         };
         let id = h.0 as u32;
@@ -406,15 +398,8 @@ impl Engine {
         self.ids.get_mut(id).unwrap().in_remote_qp = true;
         let Some(listener) = self.shared.listen_lookup(r.service_id) else {
             self.discard_new_id(id);
-            let rej = issue_rej(
-                mad.tid,
-                r.local_comm_id,
-                0,
-                MsgCode::Req,
-                rej_reason::INVALID_SERVICE_ID,
-                &[],
-            );
-            self.push_mad(Self::reply_dest(src), rej);
+            let to = (mad.tid, r.local_comm_id, 0, MsgCode::Req);
+            self.issue_rej(src, to, rej_reason::INVALID_SERVICE_ID);
             return drop_(DropCause::Ignored, "no listener: REJ(INVALID_SERVICE_ID)");
         };
         // Paths from the REQ, then the AV from the primary path.
