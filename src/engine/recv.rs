@@ -49,6 +49,19 @@ fn drop_(cause: DropCause, why: &'static str) -> Handled {
     Err(Dropped::Other(cause, why))
 }
 
+/// The MRA id `id` sent for the message `code` (its saved private data),
+/// again: the answer to a duplicate of that message.
+fn mra_again(id: u32, rec: &IdRec, code: MsgCode) -> [u8; 256] {
+    let mra = Mra {
+        local_comm_id: id,
+        remote_comm_id: rec.remote_id,
+        message_mraed: code,
+        service_timeout: MRA_SETTING,
+        private_data: pdata_area(rec.saved_pdata.as_deref().unwrap_or(&[])),
+    };
+    CmMad::send(rec.tid, 0, CmMsg::Mra(mra)).to_bytes()
+}
+
 /// The path record the passive side builds from a REQ (CM_RULES.md
 /// §path-from-req).
 fn path_from_req(
@@ -550,14 +563,7 @@ impl Engine {
         };
         match r.state {
             State::MraReqSent => {
-                let mra = Mra {
-                    local_comm_id: id,
-                    remote_comm_id: r.remote_id,
-                    message_mraed: MsgCode::Req,
-                    service_timeout: MRA_SETTING,
-                    private_data: pdata_area(r.saved_pdata.as_deref().unwrap_or(&[])),
-                };
-                let mad = CmMad::send(r.tid, 0, CmMsg::Mra(mra)).to_bytes();
+                let mad = mra_again(id, r, MsgCode::Req);
                 self.send_dup_response(Self::reply_dest(src), mad);
                 Ok(())
             }
@@ -784,23 +790,18 @@ impl Engine {
         };
         self.count_dup(attr::REP);
         let rec = self.ids.get(id).unwrap();
-        let pd = rec.saved_pdata.as_deref().unwrap_or(&[]);
-        let msg = match rec.state {
-            State::Established => CmMsg::Rtu(Rtu {
-                local_comm_id: id,
-                remote_comm_id: rec.remote_id,
-                private_data: pdata_area(pd),
-            }),
-            State::MraRepSent => CmMsg::Mra(Mra {
-                local_comm_id: id,
-                remote_comm_id: rec.remote_id,
-                message_mraed: MsgCode::Rep,
-                service_timeout: MRA_SETTING,
-                private_data: pdata_area(pd),
-            }),
+        let mad = match rec.state {
+            State::Established => {
+                let rtu = Rtu {
+                    local_comm_id: id,
+                    remote_comm_id: rec.remote_id,
+                    private_data: pdata_area(rec.saved_pdata.as_deref().unwrap_or(&[])),
+                };
+                CmMad::send(rec.tid, 0, CmMsg::Rtu(rtu)).to_bytes()
+            }
+            State::MraRepSent => mra_again(id, rec, MsgCode::Rep),
             _ => return drop_(DropCause::Duplicate, "duplicate REP"),
         };
-        let mad = CmMad::send(rec.tid, 0, msg).to_bytes();
         self.send_dup_response(Self::reply_dest(src), mad);
         Ok(())
     }
@@ -1029,14 +1030,7 @@ impl Engine {
         match rec.lap_state {
             LapState::Uninit | LapState::Idle => {}
             LapState::MraSent => {
-                let mra = Mra {
-                    local_comm_id: id,
-                    remote_comm_id: rec.remote_id,
-                    message_mraed: MsgCode::Other,
-                    service_timeout: MRA_SETTING,
-                    private_data: pdata_area(rec.saved_pdata.as_deref().unwrap_or(&[])),
-                };
-                let out = CmMad::send(rec.tid, 0, CmMsg::Mra(mra)).to_bytes();
+                let out = mra_again(id, rec, MsgCode::Other);
                 self.count_dup(attr::LAP);
                 self.send_dup_response(Self::reply_dest(src), out);
                 return Ok(());
