@@ -144,6 +144,12 @@ impl Engine {
         self.counters.rx_duplicates[attr_index(attr_id)] += 1;
     }
 
+    /// A duplicate that needs no answer: counted, then dropped.
+    fn dup_dropped(&mut self, attr_id: u16, why: &'static str) -> Handled {
+        self.count_dup(attr_id);
+        drop_(DropCause::Duplicate, why)
+    }
+
     /// Sends a MAD that answers a duplicate; counted as a retry, as the
     /// kernel flags such responses.
     fn send_dup_response(&mut self, dest: MadDest, mad: [u8; 256]) {
@@ -593,8 +599,7 @@ impl Engine {
             (State::RepSent, MsgCode::Rep) => State::MraRepRcvd,
             (State::Established, MsgCode::Other) if lap == LapState::Sent => State::Established,
             (State::MraReqRcvd | State::MraRepRcvd, _) => {
-                self.count_dup(attr::MRA);
-                return drop_(DropCause::Duplicate, "duplicate MRA");
+                return self.dup_dropped(attr::MRA, "duplicate MRA");
             }
             _ => {
                 return drop_(
@@ -717,8 +722,7 @@ impl Engine {
             r.local_qpn
         };
         if self.remote_ids.contains_key(&(guid, r.local_comm_id)) {
-            self.count_dup(attr::REP);
-            return drop_(DropCause::Duplicate, "REP for a connection already known");
+            return self.dup_dropped(attr::REP, "REP for a connection already known");
         }
         let me = RemoteQpEntry {
             shard: self.cfg.shard,
@@ -814,8 +818,7 @@ impl Engine {
         };
         let state = self.ids.get(id).unwrap().state;
         if !matches!(state, State::RepSent | State::MraRepRcvd) {
-            self.count_dup(attr::RTU);
-            return drop_(DropCause::Duplicate, "RTU in a state that does not take it");
+            return self.dup_dropped(attr::RTU, "RTU in a state that does not take it");
         }
         self.cancel_send(id);
         self.set_state(id, State::Established);
@@ -856,8 +859,7 @@ impl Engine {
                 return Ok(());
             }
             State::DreqRcvd => {
-                self.count_dup(attr::DREQ);
-                return drop_(DropCause::Duplicate, "duplicate DREQ");
+                return self.dup_dropped(attr::DREQ, "duplicate DREQ");
             }
             _ => {
                 return drop_(
@@ -904,8 +906,7 @@ impl Engine {
         };
         let key = (who, s.request_id);
         if self.sidr_remote.contains_key(&key) {
-            self.count_dup(attr::SIDR_REQ);
-            return drop_(DropCause::Duplicate, "duplicate SIDR_REQ");
+            return self.dup_dropped(attr::SIDR_REQ, "duplicate SIDR_REQ");
         }
         let Some((port, gid_index)) = self.find_gid(&src.dgid, PathRecType::Ib) else {
             return drop_(
@@ -1036,8 +1037,7 @@ impl Engine {
                 return Ok(());
             }
             _ => {
-                self.count_dup(attr::LAP);
-                return drop_(DropCause::Duplicate, "duplicate LAP");
+                return self.dup_dropped(attr::LAP, "duplicate LAP");
             }
         }
         // The alternate path the peer proposes, seen from our side.
