@@ -49,26 +49,17 @@ fn drop_(cause: DropCause, why: &'static str) -> Handled {
     Err(Dropped::Other(cause, why))
 }
 
-/// A REJ built straight from a received MAD (`cm_issue_rej`): the IDs
-/// swapped, the same TID, no id involved.
-fn issue_rej(
-    tid: u64,
-    their_local: u32,
-    their_remote: u32,
-    code: MsgCode,
-    reason: u16,
-    ari: &[u8],
-) -> [u8; 256] {
-    let rej = Rej {
-        local_comm_id: their_remote,
-        remote_comm_id: their_local,
-        message_rejected: code,
-        ari_length: ari.len() as u8,
-        reason,
-        ari: pdata_area(ari),
-        private_data: [0; pdata::REJ],
+/// The MRA id `id` sent for the message `code` (its saved private data),
+/// again: the answer to a duplicate of that message.
+fn mra_again(id: u32, rec: &IdRec, code: MsgCode) -> [u8; 256] {
+    let mra = Mra {
+        local_comm_id: id,
+        remote_comm_id: rec.remote_id,
+        message_mraed: code,
+        service_timeout: MRA_SETTING,
+        private_data: pdata_area(rec.saved_pdata.as_deref().unwrap_or(&[])),
     };
-    CmMad::send(tid, 0, CmMsg::Rej(rej)).to_bytes()
+    CmMad::send(rec.tid, 0, CmMsg::Mra(mra)).to_bytes()
 }
 
 /// The path record the passive side builds from a REQ (CM_RULES.md
@@ -153,11 +144,39 @@ impl Engine {
         self.counters.rx_duplicates[attr_index(attr_id)] += 1;
     }
 
+    /// A duplicate that needs no answer: counted, then dropped.
+    fn dup_dropped(&mut self, attr_id: u16, why: &'static str) -> Handled {
+        self.count_dup(attr_id);
+        drop_(DropCause::Duplicate, why)
+    }
+
     /// Sends a MAD that answers a duplicate; counted as a retry, as the
     /// kernel flags such responses.
     fn send_dup_response(&mut self, dest: MadDest, mad: [u8; 256]) {
         self.counters.tx_retries[attr_index(peek::attr_id_of(&mad))] += 1;
         self.push_mad(dest, mad);
+    }
+
+    /// A REJ built straight from a received MAD (`cm_issue_rej`; `tid`,
+    /// its local and remote comm IDs, `code`): the IDs swapped, the same
+    /// TID, no id involved, sent back where the MAD came from.
+    fn issue_rej(
+        &mut self,
+        src: &MadSource,
+        (tid, their_local, their_remote, code): (u64, u32, u32, MsgCode),
+        reason: u16,
+    ) {
+        let rej = Rej {
+            local_comm_id: their_remote,
+            remote_comm_id: their_local,
+            message_rejected: code,
+            ari_length: 0,
+            reason,
+            ari: [0; pdata::REJ_ARI],
+            private_data: [0; pdata::REJ],
+        };
+        let mad = CmMad::send(tid, 0, CmMsg::Rej(rej)).to_bytes();
+        self.push_mad(Self::reply_dest(src), mad);
     }
 
     /// A REQ or REP (`tid`, its local and remote comm IDs, `code`) that
@@ -171,8 +190,7 @@ impl Engine {
         old: RemoteQpEntry,
         why: &'static str,
     ) -> Handled {
-        let rej = issue_rej(tid, local, remote, code, rej_reason::STALE_CONN, &[]);
-        self.push_mad(Self::reply_dest(src), rej);
+        self.issue_rej(src, (tid, local, remote, code), rej_reason::STALE_CONN);
         self.dreq_stale(now, old);
         drop_(DropCause::Mismatch, why)
     }
@@ -353,15 +371,8 @@ impl Engine {
             .map(|e| e.gid_type)
             .unwrap_or_default();
         let Ok(h) = self.create_id() else {
-            let rej = issue_rej(
-                mad.tid,
-                r.local_comm_id,
-                0,
-                MsgCode::Req,
-                rej_reason::NO_RESOURCES,
-                &[],
-            );
-            self.push_mad(Self::reply_dest(src), rej);
+            let to = (mad.tid, r.local_comm_id, 0, MsgCode::Req);
+            self.issue_rej(src, to, rej_reason::NO_RESOURCES);
             return drop_(DropCause::Overload, "id table full: REJ(NO_RESOURCES)");
         };
         let id = h.0 as u32;
@@ -406,15 +417,8 @@ impl Engine {
         self.ids.get_mut(id).unwrap().in_remote_qp = true;
         let Some(listener) = self.shared.listen_lookup(r.service_id) else {
             self.discard_new_id(id);
-            let rej = issue_rej(
-                mad.tid,
-                r.local_comm_id,
-                0,
-                MsgCode::Req,
-                rej_reason::INVALID_SERVICE_ID,
-                &[],
-            );
-            self.push_mad(Self::reply_dest(src), rej);
+            let to = (mad.tid, r.local_comm_id, 0, MsgCode::Req);
+            self.issue_rej(src, to, rej_reason::INVALID_SERVICE_ID);
             return drop_(DropCause::Ignored, "no listener: REJ(INVALID_SERVICE_ID)");
         };
         // Paths from the REQ, then the AV from the primary path.
@@ -565,14 +569,7 @@ impl Engine {
         };
         match r.state {
             State::MraReqSent => {
-                let mra = Mra {
-                    local_comm_id: id,
-                    remote_comm_id: r.remote_id,
-                    message_mraed: MsgCode::Req,
-                    service_timeout: MRA_SETTING,
-                    private_data: pdata_area(r.saved_pdata.as_deref().unwrap_or(&[])),
-                };
-                let mad = CmMad::send(r.tid, 0, CmMsg::Mra(mra)).to_bytes();
+                let mad = mra_again(id, r, MsgCode::Req);
                 self.send_dup_response(Self::reply_dest(src), mad);
                 Ok(())
             }
@@ -602,8 +599,7 @@ impl Engine {
             (State::RepSent, MsgCode::Rep) => State::MraRepRcvd,
             (State::Established, MsgCode::Other) if lap == LapState::Sent => State::Established,
             (State::MraReqRcvd | State::MraRepRcvd, _) => {
-                self.count_dup(attr::MRA);
-                return drop_(DropCause::Duplicate, "duplicate MRA");
+                return self.dup_dropped(attr::MRA, "duplicate MRA");
             }
             _ => {
                 return drop_(
@@ -726,8 +722,7 @@ impl Engine {
             r.local_qpn
         };
         if self.remote_ids.contains_key(&(guid, r.local_comm_id)) {
-            self.count_dup(attr::REP);
-            return drop_(DropCause::Duplicate, "REP for a connection already known");
+            return self.dup_dropped(attr::REP, "REP for a connection already known");
         }
         let me = RemoteQpEntry {
             shard: self.cfg.shard,
@@ -799,23 +794,18 @@ impl Engine {
         };
         self.count_dup(attr::REP);
         let rec = self.ids.get(id).unwrap();
-        let pd = rec.saved_pdata.as_deref().unwrap_or(&[]);
-        let msg = match rec.state {
-            State::Established => CmMsg::Rtu(Rtu {
-                local_comm_id: id,
-                remote_comm_id: rec.remote_id,
-                private_data: pdata_area(pd),
-            }),
-            State::MraRepSent => CmMsg::Mra(Mra {
-                local_comm_id: id,
-                remote_comm_id: rec.remote_id,
-                message_mraed: MsgCode::Rep,
-                service_timeout: MRA_SETTING,
-                private_data: pdata_area(pd),
-            }),
+        let mad = match rec.state {
+            State::Established => {
+                let rtu = Rtu {
+                    local_comm_id: id,
+                    remote_comm_id: rec.remote_id,
+                    private_data: pdata_area(rec.saved_pdata.as_deref().unwrap_or(&[])),
+                };
+                CmMad::send(rec.tid, 0, CmMsg::Rtu(rtu)).to_bytes()
+            }
+            State::MraRepSent => mra_again(id, rec, MsgCode::Rep),
             _ => return drop_(DropCause::Duplicate, "duplicate REP"),
         };
-        let mad = CmMad::send(rec.tid, 0, msg).to_bytes();
         self.send_dup_response(Self::reply_dest(src), mad);
         Ok(())
     }
@@ -828,8 +818,7 @@ impl Engine {
         };
         let state = self.ids.get(id).unwrap().state;
         if !matches!(state, State::RepSent | State::MraRepRcvd) {
-            self.count_dup(attr::RTU);
-            return drop_(DropCause::Duplicate, "RTU in a state that does not take it");
+            return self.dup_dropped(attr::RTU, "RTU in a state that does not take it");
         }
         self.cancel_send(id);
         self.set_state(id, State::Established);
@@ -870,8 +859,7 @@ impl Engine {
                 return Ok(());
             }
             State::DreqRcvd => {
-                self.count_dup(attr::DREQ);
-                return drop_(DropCause::Duplicate, "duplicate DREQ");
+                return self.dup_dropped(attr::DREQ, "duplicate DREQ");
             }
             _ => {
                 return drop_(
@@ -918,8 +906,7 @@ impl Engine {
         };
         let key = (who, s.request_id);
         if self.sidr_remote.contains_key(&key) {
-            self.count_dup(attr::SIDR_REQ);
-            return drop_(DropCause::Duplicate, "duplicate SIDR_REQ");
+            return self.dup_dropped(attr::SIDR_REQ, "duplicate SIDR_REQ");
         }
         let Some((port, gid_index)) = self.find_gid(&src.dgid, PathRecType::Ib) else {
             return drop_(
@@ -1044,21 +1031,13 @@ impl Engine {
         match rec.lap_state {
             LapState::Uninit | LapState::Idle => {}
             LapState::MraSent => {
-                let mra = Mra {
-                    local_comm_id: id,
-                    remote_comm_id: rec.remote_id,
-                    message_mraed: MsgCode::Other,
-                    service_timeout: MRA_SETTING,
-                    private_data: pdata_area(rec.saved_pdata.as_deref().unwrap_or(&[])),
-                };
-                let out = CmMad::send(rec.tid, 0, CmMsg::Mra(mra)).to_bytes();
+                let out = mra_again(id, rec, MsgCode::Other);
                 self.count_dup(attr::LAP);
                 self.send_dup_response(Self::reply_dest(src), out);
                 return Ok(());
             }
             _ => {
-                self.count_dup(attr::LAP);
-                return drop_(DropCause::Duplicate, "duplicate LAP");
+                return self.dup_dropped(attr::LAP, "duplicate LAP");
             }
         }
         // The alternate path the peer proposes, seen from our side.

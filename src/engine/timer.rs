@@ -1040,6 +1040,26 @@ mod tests {
         Ok(())
     }
 
+    /// What `poll` returned when the wheel's clock is `clock`: the earliest
+    /// timer due by then, taken out of the model, or none due.
+    fn check_poll(
+        polled: Option<(TimerKey, u64)>,
+        model: &mut Model,
+        clock: u64,
+    ) -> Result<(), TestCaseError> {
+        match polled {
+            Some((k, id)) => {
+                let entry = model.remove(&id);
+                prop_assert_eq!(entry.map(|(_, k)| k), Some(k));
+                prop_assert!(entry.is_some_and(|(d, _)| d <= clock));
+            }
+            None => {
+                prop_assert!(model.values().all(|&(d, _)| d > clock));
+            }
+        }
+        Ok(())
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig {
             cases: 512,
@@ -1096,30 +1116,11 @@ mod tests {
                         }
                         prop_assert_eq!(w.elapsed(), now);
                     }
-                    Op::PollOne => {
-                        match w.poll(now) {
-                            Some((k, id)) => {
-                                let entry = model.remove(&id);
-                                prop_assert_eq!(entry.map(|(_, k)| k), Some(k));
-                                prop_assert!(entry.is_some_and(|(d, _)| d <= now));
-                            }
-                            None => {
-                                prop_assert!(model.values().all(|&(d, _)| d > now));
-                            }
-                        }
-                    }
+                    Op::PollOne => check_poll(w.poll(now), &mut model, now)?,
                     Op::PollBackwards(back) => {
+                        // A poll into the past polls at the wheel's clock.
                         let clock = w.elapsed();
-                        match w.poll(now.saturating_sub(back)) {
-                            Some((k, id)) => {
-                                let entry = model.remove(&id);
-                                prop_assert_eq!(entry.map(|(_, k)| k), Some(k));
-                                prop_assert!(entry.is_some_and(|(d, _)| d <= clock));
-                            }
-                            None => {
-                                prop_assert!(model.values().all(|&(d, _)| d > clock));
-                            }
-                        }
+                        check_poll(w.poll(now.saturating_sub(back)), &mut model, clock)?;
                         prop_assert_eq!(w.elapsed(), clock);
                     }
                 }

@@ -759,29 +759,19 @@ mod tests {
             local_comm_id: 1,
             remote_comm_id: 2,
             message_rejected: MsgCode::Req,
-            ari_length: 0,
             reason: rej_reason::CONSUMER_DEFINED,
-            ari: [0; pdata::REJ_ARI],
-            private_data: [0; pdata::REJ],
+            ..Rej::default()
         };
         let sidr = SidrRep {
             request_id: 1,
             status: 2,
-            info_length: 0,
-            vendor_id: 0,
-            qpn: 0,
-            service_id: 0,
-            qkey: 0,
-            info: [0; pdata::SIDR_REP_INFO],
-            private_data: [0; pdata::SIDR_REP],
+            ..SidrRep::default()
         };
         let apr = Apr {
             local_comm_id: 1,
             remote_comm_id: 2,
-            info_length: 0,
             ap_status: 3,
-            info: [0; pdata::APR_INFO],
-            private_data: [0; pdata::APR],
+            ..Apr::default()
         };
         let cases: [(CmMsg, usize, u8, u8); 3] = [
             // (message, byte of the length, how it sits in the byte)

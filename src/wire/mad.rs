@@ -1,6 +1,7 @@
 //! The 24-byte MAD common header (IBTA Vol 1 13.4.3) as the CM uses it.
 
-use super::{Error, MAD_HDR_LEN, Result, check_len, view_fields};
+use super::field::{wire_struct, wire_view};
+use super::{Error, MAD_HDR_LEN, Result, view_fields};
 
 /// MAD BaseVersion used by every CM MAD.
 pub const BASE_VERSION: u8 = 1;
@@ -100,68 +101,39 @@ pub mod attr {
     }
 }
 
-/// Zero-copy view of a MAD common header.
-#[derive(Debug, Clone)]
-pub struct MadPacket<T: AsRef<[u8]>> {
-    buffer: T,
-}
+wire_view!(
+    /// Zero-copy view of a MAD common header.
+    MadPacket, MAD_HDR_LEN
+);
 
-impl<T: AsRef<[u8]>> MadPacket<T> {
-    pub fn new_unchecked(buffer: T) -> Self {
-        MadPacket { buffer }
-    }
-    pub fn new_checked(buffer: T) -> Result<Self> {
-        check_len(buffer.as_ref(), MAD_HDR_LEN)?;
-        Ok(MadPacket { buffer })
-    }
-    pub fn into_inner(self) -> T {
-        self.buffer
-    }
-}
-
+// The reserved field is not a field of the representation (zero on emit).
 view_fields!(MadPacket {
-    base_version, set_base_version: u8 = (0, 0, 8);
-    mgmt_class, set_mgmt_class: u8 = (1, 0, 8);
-    class_version, set_class_version: u8 = (2, 0, 8);
-    /// Method including the response bit.
-    method, set_method: u8 = (3, 0, 8);
-    status, set_status: u16 = (4, 0, 16);
-    class_specific, set_class_specific: u16 = (6, 0, 16);
-    tid, set_tid: u64 = (8, 0, 64);
-    attr_id, set_attr_id: u16 = (16, 0, 16);
     reserved, set_reserved: u16 = (18, 0, 16);
-    attr_mod, set_attr_mod: u32 = (20, 0, 32);
 });
 
-/// A MAD common header as plain values (any management class).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct MadHeader {
-    pub base_version: u8,
-    pub mgmt_class: u8,
-    pub class_version: u8,
-    pub method: u8,
-    pub status: u16,
-    pub class_specific: u16,
-    pub tid: u64,
-    pub attr_id: u16,
-    pub attr_mod: u32,
+wire_struct! {
+    /// A MAD common header as plain values (any management class).
+    #[derive(Copy)]
+    MadHeader, MadPacket, "MAD" {
+        [
+            base_version / set_base_version: u8 = bits(0, 0, 8), "BaseVersion", Dec;
+            mgmt_class / set_mgmt_class: u8 = bits(1, 0, 8), "MgmtClass", Hex;
+            class_version / set_class_version: u8 = bits(2, 0, 8), "ClassVersion", Dec;
+            /// Method including the response bit.
+            method / set_method: u8 = bits(3, 0, 8), "Method", Hex;
+            status / set_status: u16 = bits(4, 0, 16), "Status", Hex => "mad_status";
+            class_specific / set_class_specific: u16 = bits(6, 0, 16), "ClassSpecific", Hex;
+            tid / set_tid: u64 = bits(8, 0, 64), "TransactionID", Hex;
+            attr_id / set_attr_id: u16 = bits(16, 0, 16), "AttributeID", Hex;
+            attr_mod / set_attr_mod: u32 = bits(20, 0, 32), "AttributeModifier", Hex;
+        ]
+    }
 }
 
 impl MadHeader {
     /// Reads the header fields; checks only the length.
     pub fn parse(buf: &[u8]) -> Result<MadHeader> {
-        let p = MadPacket::new_checked(buf)?;
-        Ok(MadHeader {
-            base_version: p.base_version(),
-            mgmt_class: p.mgmt_class(),
-            class_version: p.class_version(),
-            method: p.method(),
-            status: p.status(),
-            class_specific: p.class_specific(),
-            tid: p.tid(),
-            attr_id: p.attr_id(),
-            attr_mod: p.attr_mod(),
-        })
+        MadHeader::parse_fields(&MadPacket::new_checked(buf)?)
     }
 
     /// Checks that this is a CM MAD header (base version 1, class 0x07,
@@ -182,16 +154,8 @@ impl MadHeader {
     /// Writes the header; the reserved field is zeroed.
     pub fn emit(&self, buf: &mut [u8]) {
         let mut p = MadPacket::new_unchecked(buf);
-        p.set_base_version(self.base_version);
-        p.set_mgmt_class(self.mgmt_class);
-        p.set_class_version(self.class_version);
-        p.set_method(self.method);
-        p.set_status(self.status);
-        p.set_class_specific(self.class_specific);
-        p.set_tid(self.tid);
-        p.set_attr_id(self.attr_id);
+        self.emit_fields(&mut p);
         p.set_reserved(0);
-        p.set_attr_mod(self.attr_mod);
     }
 }
 
