@@ -84,8 +84,19 @@ pub mod op {
     /// one-way; an older service answers `-EOPNOTSUPP` (dropped). A value
     /// other than 0/1 is `-EPROTO`.
     pub const WAKE_BATCH: u16 = 22;
+    /// `bool`, on no id (handle 0; after OPEN): the service pushes the QP
+    /// attributes (`QP_ATTRS`) with this connection's `REP_RECEIVED`
+    /// events from now on (false, the default: it pushes none). A process
+    /// sends it once, when it first shows that it moves QPs with the CM's
+    /// attributes (its first `init_qp_attr`, a listener marked
+    /// `QP_ATTRS_ON_REQ`): a process that never asks (`ibcm bench`)
+    /// costs the service no `init_qp_attr` and encode per REP, and itself
+    /// no decode. Sent one-way; an older service (which pushes them with
+    /// every REP) answers `-EOPNOTSUPP` (dropped). A value other than 0/1
+    /// is `-EPROTO`.
+    pub const QP_ATTRS_ON_REP: u16 = 23;
     /// The highest request op of the CM calls.
-    pub const LAST: u16 = WAKE_BATCH;
+    pub const LAST: u16 = QP_ATTRS_ON_REP;
     /// rdma_cm's host-wide port table (`portspace`; no OPEN needed):
     /// port space, port, address, REUSEADDR, AFONLY, owner → `u16` port.
     pub const PORT_BIND: u16 = 0x100;
@@ -131,7 +142,8 @@ pub mod op {
     /// `Box<[PortInfo]>`; seq and handle 0. Checked by [`super::check_ports`]
     /// against the ports of the open before the process installs them.
     pub const PORTS: u16 = 0x0400;
-    /// Pushed by the service just before a `REP_RECEIVED` event, and
+    /// Pushed by the service just before a `REP_RECEIVED` event of a
+    /// connection that asked (`QP_ATTRS_ON_REP`), and
     /// before a `REQ_RECEIVED` event of a listener marked with
     /// `QP_ATTRS_ON_REQ` (`QpAttrs`; header seq and handle those of the
     /// event: for a REQ, the new id's, which the process learns from the
@@ -168,6 +180,7 @@ pub mod op {
                 | MRA_ON_REPORT
                 | QP_ATTRS_ON_REQ
                 | WAKE_BATCH
+                | QP_ATTRS_ON_REP
         )
     }
 }
@@ -232,24 +245,44 @@ pub fn batch_into(records: &[Vec<u8>], msg: &mut Vec<u8>) -> usize {
 
 /// The records of a `BATCH` message's body (`-EPROTO` for a short or
 /// nested one: no record is returned then).
-pub fn unbatch(mut body: &[u8]) -> Result<Vec<&[u8]>, Errno> {
-    let bad = Errno(errno::EPROTO);
+pub fn unbatch(body: &[u8]) -> Result<Vec<&[u8]>, Errno> {
     // Room for a burst of small records without growing.
     let mut out = Vec::with_capacity((body.len() / 64).clamp(1, 64));
-    while !body.is_empty() {
+    unbatch_with(body, |r| out.push(r))?;
+    Ok(out)
+}
+
+/// `unbatch` without a `Vec`: `each` is called with every record of the
+/// body, in order, in place (slices of `body`), once the whole body has
+/// been checked — on `-EPROTO` (a short or nested record, a length past
+/// the end) it is called for none.
+pub fn unbatch_with<'a>(body: &'a [u8], mut each: impl FnMut(&'a [u8])) -> Result<usize, Errno> {
+    let bad = Errno(errno::EPROTO);
+    let next = |body: &'a [u8]| -> Result<(&'a [u8], &'a [u8]), Errno> {
         let (len, rest) = body.split_first_chunk::<4>().ok_or(bad)?;
         let len = u32::from_le_bytes(*len) as usize;
         if len > rest.len() {
             return Err(bad);
         }
-        let (rec, rest) = rest.split_at(len);
+        Ok(rest.split_at(len))
+    };
+    let mut rest = body;
+    let mut n = 0;
+    while !rest.is_empty() {
+        let (rec, after) = next(rest)?;
         if Header::parse(rec)?.0.op == op::BATCH {
             return Err(bad);
         }
-        out.push(rec);
-        body = rest;
+        n += 1;
+        rest = after;
     }
-    Ok(out)
+    let mut rest = body;
+    while !rest.is_empty() {
+        let (rec, after) = next(rest)?;
+        each(rec);
+        rest = after;
+    }
+    Ok(n)
 }
 
 /// The common header.
@@ -810,6 +843,12 @@ pub struct Stat {
     /// One-way calls of this process the service refused (a race with an
     /// event in flight: `op::REFUSED`).
     pub oneway_refused: u64,
+    /// `QP_ATTRS` records pushed to this process (REPs after
+    /// `QP_ATTRS_ON_REP`, REQs of marked listeners).
+    pub qp_attrs_pushed: u64,
+    /// `INIT_QP_ATTR` requests of this process (round trips the pushed
+    /// attributes did not save).
+    pub qp_attr_requests: u64,
 }
 struct_field!(Stat {
     cm,
@@ -821,6 +860,8 @@ struct_field!(Stat {
     limit_refusals,
     bad_records,
     oneway_refused,
+    qp_attrs_pushed,
+    qp_attr_requests,
 });
 
 /// One id as `ibcm ids` shows it.
@@ -2041,5 +2082,55 @@ mod tests {
         let mut nested = (b.len() as u32).to_le_bytes().to_vec();
         nested.extend_from_slice(b);
         assert!(unbatch(&nested).is_err());
+    }
+
+    /// `unbatch_with` hands out a batch's records in place and in order,
+    /// and none at all of a body that is broken anywhere (a short length,
+    /// a length past the end, a record too short for a header, a nested
+    /// batch), however far into the body the damage is — and never panics
+    /// on any cut or corruption of a good body.
+    #[test]
+    fn unbatch_with_gives_records_in_place_or_none() {
+        let recs: Vec<Vec<u8>> = (1..=4).map(|n| rec(n, 30 + n as usize)).collect();
+        let m = &batch(recs.clone())[0];
+        let body = &m[HEADER..];
+        let mut got: Vec<&[u8]> = Vec::new();
+        assert_eq!(unbatch_with(body, |r| got.push(r)), Ok(4));
+        assert_eq!(got, recs.iter().map(|r| &r[..]).collect::<Vec<_>>());
+        // In place: slices of the body itself.
+        let span = body.as_ptr_range();
+        assert!(got.iter().all(|r| span.contains(&r.as_ptr())));
+        // Every cut of the body (but at a record boundary) is refused,
+        // and `each` is called for no record of it.
+        let mut bounds = vec![0];
+        for r in &recs {
+            bounds.push(bounds.last().unwrap() + 4 + r.len());
+        }
+        for cut in 0..body.len() {
+            let mut calls = 0;
+            let res = unbatch_with(&body[..cut], |_| calls += 1);
+            if let Some(k) = bounds.iter().position(|&b| b == cut) {
+                assert_eq!(res, Ok(k), "cut at {cut}");
+                assert_eq!(calls, k);
+            } else {
+                assert_eq!(res, Err(Errno(errno::EPROTO)), "cut at {cut}");
+                assert_eq!(calls, 0, "records handed out of a broken body (cut {cut})");
+            }
+        }
+        // A broken last record: none of the good ones before it.
+        let mut bad = body.to_vec();
+        let last = bounds[3];
+        bad[last..last + 4].copy_from_slice(&3u32.to_le_bytes());
+        let mut calls = 0;
+        assert!(unbatch_with(&bad, |_| calls += 1).is_err());
+        assert_eq!(calls, 0);
+        // Garbage of every byte value at every position: no panic.
+        for at in 0..body.len() {
+            for v in [0u8, 1, 0x7f, 0xff] {
+                let mut g = body.to_vec();
+                g[at] = v;
+                let _ = unbatch_with(&g, |r| assert!(r.len() >= HEADER));
+            }
+        }
     }
 }

@@ -200,6 +200,12 @@ struct Conn {
     refusals: AtomicU64,
     bad: AtomicU64,
     oneway_refused: AtomicU64,
+    /// The process asked for the QP attributes of its REPs
+    /// (`op::QP_ATTRS_ON_REP`): pushed before each `REP_RECEIVED`.
+    rep_attrs: AtomicBool,
+    /// `QP_ATTRS` records pushed, `INIT_QP_ATTR` requests run (`Stat`).
+    qp_attrs_pushed: AtomicU64,
+    qp_attr_requests: AtomicU64,
     /// The secret of this connection's `PORT_TOKEN`: with it, another
     /// connection of the same process releases this one's port bindings
     /// (`PORT_RELEASE_BY`).
@@ -343,6 +349,9 @@ impl Service {
                 refusals: AtomicU64::new(0),
                 bad: AtomicU64::new(0),
                 oneway_refused: AtomicU64::new(0),
+                rep_attrs: AtomicBool::new(false),
+                qp_attrs_pushed: AtomicU64::new(0),
+                qp_attr_requests: AtomicU64::new(0),
                 port_secret: secret(),
                 rx: AtomicU64::new(0),
                 ran: AtomicU64::new(0),
@@ -909,9 +918,13 @@ impl Conn {
             }
             // The QP attributes of a REQ of a marked listener (an
             // rdma_cm one, whose accept moves the QP to RTS before the
-            // REP) or of a REP go before the event: the process moves its
-            // QP with them instead of three round trips.
-            let mut with_attrs = ev.kind == EventType::RepReceived;
+            // REP) or of a REP of a process that asked for them
+            // (`QP_ATTRS_ON_REP`) go before the event: the process moves
+            // its QP with them instead of three round trips. A process
+            // that never asked (it moves no QP through the CM) costs no
+            // `init_qp_attr`, encode or decode per REP.
+            let mut with_attrs =
+                ev.kind == EventType::RepReceived && c.rep_attrs.load(Ordering::Relaxed);
             if let Some(l) = listener {
                 let mut ids = lock(&c.ids);
                 with_attrs = matches!(ev.param, EventParam::Req(_))
@@ -947,6 +960,7 @@ impl Conn {
                     rtr,
                     rts,
                 });
+                c.qp_attrs_pushed.fetch_add(1, Ordering::Relaxed);
                 c.push(w.into_bytes());
             }
             let mut w = Header {
@@ -1064,7 +1078,7 @@ impl Conn {
                             end = true;
                             break 'drain;
                         }
-                        replies.extend(self.records(&slot[..m]));
+                        self.records(&slot[..m], &mut replies);
                         self.ran.fetch_add(m as u64, Ordering::Release);
                     }
                     if got < want {
@@ -1080,17 +1094,19 @@ impl Conn {
         })
     }
 
-    fn records(self: &Arc<Self>, msg: &[u8]) -> Vec<Vec<u8>> {
+    /// Runs the records of one message (in place: no copy, no `Vec` of
+    /// a `BATCH`'s records), their replies appended to `replies`.
+    fn records(self: &Arc<Self>, msg: &[u8], replies: &mut Vec<Vec<u8>>) {
         if let Ok((h, r)) = Header::parse(msg)
             && h.op == op::BATCH
         {
-            let Ok(recs) = ipc::unbatch(&msg[msg.len() - r.remaining()..]) else {
+            let body = &msg[msg.len() - r.remaining()..];
+            if ipc::unbatch_with(body, |rec| replies.extend(self.request(rec))).is_err() {
                 self.bad.fetch_add(1, Ordering::Relaxed);
-                return Vec::new();
-            };
-            return recs.into_iter().filter_map(|r| self.request(r)).collect();
+            }
+            return;
         }
-        self.request(msg).into_iter().collect()
+        replies.extend(self.request(msg));
     }
 
     /// A one-way call the service refused: counted, logged and pushed to
@@ -1260,6 +1276,12 @@ impl Conn {
                 })?;
                 return Ok((Public::default(), out.0));
             }
+            op::QP_ATTRS_ON_REP => {
+                let on: bool = r.get()?;
+                r.end()?;
+                self.rep_attrs.store(on, Ordering::Relaxed);
+                return Ok((Public::default(), out.0));
+            }
             op::PORT_BIND
             | op::PORT_LISTEN
             | op::PORT_RELEASE
@@ -1338,6 +1360,8 @@ impl Conn {
                     limit_refusals: self.refusals.load(Ordering::Relaxed),
                     bad_records: self.bad.load(Ordering::Relaxed),
                     oneway_refused: self.oneway_refused.load(Ordering::Relaxed),
+                    qp_attrs_pushed: self.qp_attrs_pushed.load(Ordering::Relaxed),
+                    qp_attr_requests: self.qp_attr_requests.load(Ordering::Relaxed),
                 });
                 return Ok((Public::default(), out.0));
             }
@@ -1419,6 +1443,7 @@ impl Conn {
             op::INIT_QP_ATTR => {
                 let s: u32 = r.get()?;
                 r.end()?;
+                self.qp_attr_requests.fetch_add(1, Ordering::Relaxed);
                 out.put(&id.init_qp_attr(s)?);
             }
             op::SIDR_REQ => {

@@ -11,6 +11,8 @@
 mod fake;
 #[path = "common/net.rs"]
 mod net;
+#[path = "common/served.rs"]
+mod served;
 
 use ibcm::api::{Device, Event, EventParam, EventType, PortInfo, QpAttr, RustHandler, State};
 use ibcm::engine::{Handle, RepEvent, ReqEvent, qp_state};
@@ -359,4 +361,140 @@ fn a_marked_listeners_req_brings_its_qp_attributes_and_accept_makes_no_round_tri
 
     dev.close();
     svc.join().unwrap();
+}
+
+/// A fake-service process asks for its REPs' attributes once, with its
+/// first `init_qp_attr` (the mark rides in that call's message, just
+/// before it), and never again.
+#[test]
+fn the_first_init_qp_attr_asks_for_rep_attributes_once_in_its_own_message() {
+    let socket = fake::temp_socket("qpattrs", "ask");
+    let h1 = 0x401;
+    let (svc, seen) = fake_service(socket.clone(), vec![h1], State::MraRepSent, vec![]);
+    let dev = Device::open_served(&net::soft(2), &socket).unwrap();
+    let id = dev.create_id(None, std::ptr::null_mut(), None).unwrap();
+    dev.service_stat().unwrap();
+    let marks = |s: &[(usize, u16)]| {
+        s.iter()
+            .filter(|&&(_, o)| o == op::ONEWAY | op::QP_ATTRS_ON_REP)
+            .count()
+    };
+    assert_eq!(marks(&seen.ops.lock().unwrap()), 0, "not asked before");
+    for s in STATES {
+        assert_eq!(id.init_qp_attr(s), Ok(served_attr(s)));
+    }
+    assert_eq!(seen.asked(), 3);
+    let s = seen.ops.lock().unwrap().clone();
+    assert_eq!(marks(&s), 1, "asked once: {s:?}");
+    let mark = s
+        .iter()
+        .position(|&(_, o)| o == op::ONEWAY | op::QP_ATTRS_ON_REP)
+        .unwrap();
+    assert_eq!(
+        s.get(mark + 1).map(|&(_, o)| o),
+        Some(op::INIT_QP_ATTR),
+        "{s:?}"
+    );
+    assert_eq!(s[mark].0, s[mark + 1].0, "one message: {s:?}");
+    dev.close();
+    svc.join().unwrap();
+}
+
+/// Against a real service (two served devices of one service): a process
+/// that never called `init_qp_attr` is pushed no QP attributes with its
+/// REPs; its first calls are round trips (and ask for them); the REP of
+/// its next connection brings them, and its three calls make no round
+/// trip. Counted by the service (`Stat::qp_attrs_pushed`,
+/// `qp_attr_requests`).
+#[test]
+fn rep_attributes_are_pushed_only_to_a_process_that_asked() {
+    let (_svc, socket) = served::start_service(fake::temp_socket("qpattrs", "real"));
+    let (srv_name, cli_name) = (net::soft(51), net::soft(52));
+    let srv = Device::open_served(&srv_name, &socket).unwrap();
+    let cli = Device::open_served(&cli_name, &socket).unwrap();
+    // The server's QP number is the client's + 100.
+    let server: RustHandler = Arc::new(|id, ev| {
+        if let EventParam::Req(req) = &ev.param {
+            let rep = ibcm::api::RepParams {
+                qp_num: req.remote_qpn + 100,
+                starting_psn: 1,
+                ..Default::default()
+            };
+            return id.send_rep(&rep).map_or(-1, |()| 0);
+        }
+        0
+    });
+    let listener = srv
+        .create_id(None, std::ptr::null_mut(), Some(server))
+        .unwrap();
+    listener.listen(0x4343).unwrap();
+    let path = cli.init_path(1, net::ip(51).parse().unwrap()).unwrap();
+    // One connection; the REP's handler asks for the QP attributes (as
+    // librdmacm does) when `ask`: its answers.
+    // (Each connection its own QP number: the same one again would be a
+    // stale connection to the server.)
+    let qpn = AtomicUsize::new(10);
+    let connect = |ask: bool| -> (u32, Asked) {
+        let (tx, rx) = channel();
+        let tx = Mutex::new(tx);
+        let h: RustHandler = Arc::new(move |id, ev| {
+            if ev.kind == EventType::RepReceived {
+                let got: Asked = if ask {
+                    STATES
+                        .iter()
+                        .map(|&s| id.init_qp_attr(s).map_err(|e| format!("{e:?}")))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let _ = id.send_rtu(&[]);
+                let _ = tx.lock().unwrap().send(got);
+            }
+            0
+        });
+        let id = cli.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+        let qp_num = qpn.fetch_add(1, Ordering::SeqCst) as u32;
+        id.send_req(&ibcm::api::ReqParams {
+            primary_path: path,
+            service_id: 0x4343,
+            qp_num,
+            qp_type: ibcm::api::qp_type::RC,
+            ..Default::default()
+        })
+        .unwrap();
+        let got = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the REP's callback ran");
+        (qp_num, got)
+    };
+    let counts = || {
+        let s = cli.service_stat().unwrap();
+        (s.qp_attrs_pushed, s.qp_attr_requests)
+    };
+    // Never asked: nothing pushed.
+    assert!(connect(false).1.is_empty());
+    assert!(connect(false).1.is_empty());
+    assert_eq!(counts(), (0, 0), "(pushed, requests) before asking");
+    // The first calls ask the service, and ask for the attributes.
+    let (_, first) = connect(true);
+    assert!(first.iter().all(|a| a.is_ok()), "{first:?}");
+    assert_eq!(counts(), (0, 3));
+    // From now on each REP brings them: no round trip, the same answers
+    // (but for the PSNs and QP numbers of the new connection).
+    let (qp_num, second) = connect(true);
+    assert_eq!(counts(), (1, 3), "(pushed, requests) after asking");
+    let states: Vec<_> = second
+        .iter()
+        .map(|a| a.as_ref().map(|a| a.qp_state))
+        .collect();
+    assert_eq!(states, STATES.iter().map(|&s| Ok(s)).collect::<Vec<_>>());
+    assert_eq!(
+        second[1].as_ref().unwrap().dest_qp_num,
+        qp_num + 100,
+        "the RTR attributes name this connection's REP's QP"
+    );
+    connect(true);
+    assert_eq!(counts(), (2, 3));
+    srv.close();
+    cli.close();
 }

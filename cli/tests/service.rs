@@ -1269,7 +1269,8 @@ fn records_of(msg: &[u8]) -> Vec<Vec<u8>> {
 /// eight one-way `send_rep` leave as one `BATCH`, though each callback
 /// then sleeps: sent one by one they would reach the service apart), and
 /// the requester gets its eight REPs in one message, each just after its
-/// QP attributes (`op::QP_ATTRS`: what `INIT_QP_ATTR` answers then).
+/// QP attributes (`op::QP_ATTRS`: what `INIT_QP_ATTR` answers then; the
+/// requester asked for them, `op::QP_ATTRS_ON_REP`, in its REQs' message).
 #[test]
 fn a_burst_of_connects_travels_as_one_message_per_step() {
     const N: usize = 8;
@@ -1345,10 +1346,9 @@ fn a_burst_of_connects_travels_as_one_message_per_step() {
     let leased: Box<[ipc::Created]> = rd.get().unwrap();
     assert_eq!(leased.len(), N);
     let path = cli.init_path(1, "127.0.9.30".parse().unwrap()).unwrap();
-    let reqs: Vec<Vec<u8>> = leased
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
+    let ask = record(op::ONEWAY | op::QP_ATTRS_ON_REP, 0, 0, &[1]);
+    let reqs: Vec<Vec<u8>> = std::iter::once(ask)
+        .chain(leased.iter().enumerate().map(|(i, c)| {
             let mut w = Header {
                 op: op::ONEWAY | op::SEND_REQ,
                 seq: 0,
@@ -1367,7 +1367,7 @@ fn a_burst_of_connects_travels_as_one_message_per_step() {
                 ..ReqParams::default()
             });
             w.into_bytes()
-        })
+        }))
         .collect();
     let batch = ipc::batch(reqs);
     assert_eq!(batch.len(), 1);
