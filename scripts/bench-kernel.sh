@@ -57,7 +57,7 @@
 #   BENCH_LIBS_ENV   "LABEL:VAR=VALUE ..." (with BENCH_LIBS): extra environment of the preloaded
 #                    tools in LABEL's runs only, after BENCH_IBCM_ENV (a label may repeat, one VAR
 #                    each); two labels on one PATH then A/B a switch in one boot, e.g.
-#                    BENCH_LIBS="preempt=P batch=P" BENCH_LIBS_ENV="batch:IBCM_SERVICE_WAKE=batch"
+#                    BENCH_LIBS="svc=P inproc=P" BENCH_LIBS_ENV="inproc:IBCM_SERVICE=off"
 #   BENCH_IBCM_ENV   extra environment of the preloaded tools (IBCM_RDMACM_* switches)
 #   IBCM_LOG_LEVEL   IBCM_LOG of the preloaded tools (default info: the server's readiness line,
 #                    BENCH_LISTEN_RE, default "listen|opened device", is looked for in its log)

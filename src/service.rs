@@ -1249,17 +1249,6 @@ impl Conn {
                 out.put(&self.svc.device_stats().into_boxed_slice());
                 return Ok((Public::default(), out.0));
             }
-            op::WAKE_BATCH => {
-                let on: bool = r.get()?;
-                r.end()?;
-                // This runs on the connection's own thread: the one the
-                // process's sends wake.
-                ipc::sock::wake_batch(on).map_err(|e| {
-                    ibcm_log!(WARN, "process {}: SCHED_BATCH: {e}", self.pid);
-                    Errno::EINVAL
-                })?;
-                return Ok((Public::default(), out.0));
-            }
             op::PORT_BIND
             | op::PORT_LISTEN
             | op::PORT_RELEASE
