@@ -54,6 +54,10 @@
 #                    label's median (and kernel-kernel's, when it is one of the pairings: a
 #                    pairing that preloads nothing runs its plain scenarios once). The
 #                    BENCH_SAME_BOOT kcm-cmtime-N runs are left out.
+#   BENCH_LIBS_ENV   "LABEL:VAR=VALUE ..." (with BENCH_LIBS): extra environment of the preloaded
+#                    tools in LABEL's runs only, after BENCH_IBCM_ENV (a label may repeat, one VAR
+#                    each); two labels on one PATH then A/B a switch in one boot, e.g.
+#                    BENCH_LIBS="svc=P inproc=P" BENCH_LIBS_ENV="inproc:IBCM_SERVICE=off"
 #   BENCH_IBCM_ENV   extra environment of the preloaded tools (IBCM_RDMACM_* switches)
 #   IBCM_LOG_LEVEL   IBCM_LOG of the preloaded tools (default info: the server's readiness line,
 #                    BENCH_LISTEN_RE, default "listen|opened device", is looked for in its log)
@@ -74,6 +78,7 @@ CACHE="$ROOT/build/interop-verbs/cache"
 read -r -a NS <<< "${BENCH_N-100 1000}"
 read -r -a PARS <<< "${BENCH_PAR:-}"
 read -r -a LIBS <<< "${BENCH_LIBS:-}"
+read -r -a LIBS_ENV <<< "${BENCH_LIBS_ENV:-}"
 say() { echo "[bench-kernel] $*"; }
 
 PAIRS=("$@"); [ ${#PAIRS[@]} -gt 0 ] || read -r -a PAIRS <<< "$RDMACM_PAIRINGS"
@@ -99,6 +104,12 @@ if [ ${#LIBS[@]} -gt 0 ]; then
   done
   [[ ${BENCH_ROUNDS:-3} =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS: ${BENCH_ROUNDS} is not a count" >&2; exit 2; }
 fi
+for e in "${LIBS_ENV[@]}"; do
+  [[ $e =~ ^([a-z][a-z0-9]*):[A-Za-z_][A-Za-z0-9_]*=[A-Za-z0-9_.,/:=+-]*$ ]] ||
+    { echo "BENCH_LIBS_ENV: $e is not LABEL:VAR=VALUE" >&2; exit 2; }
+  [[ " ${LABELS[*]} " == *" ${BASH_REMATCH[1]} "* ]] ||
+    { echo "BENCH_LIBS_ENV: $e names no label of BENCH_LIBS" >&2; exit 2; }
+done
 if [ "$(id -u)" != 0 ]; then echo "bench-kernel: needs root (qemu guests, apt)" >&2; exit 2; fi
 mkdir -p "$OUT/runs"
 
@@ -125,12 +136,16 @@ kernel_server() {
 
 # lib_prefix LABEL SIDE(A|B): the command prefix that makes a preloading guest's tool load
 # BENCH_LIBS's library LABEL instead of lib/librdmacm.so.1 (stdbuf's library, appended by
-# guest.sh's rdmacm_run, kept); nothing for a guest that does not preload
+# guest.sh's rdmacm_run, kept), with BENCH_LIBS_ENV's variables of LABEL; nothing for a guest
+# that does not preload
 lib_prefix() {
-  local pre=$PAIR_PRELOAD_A
+  local pre=$PAIR_PRELOAD_A e
   [ "$2" = A ] || pre=$PAIR_PRELOAD_B
   [ "$pre" = 1 ] || return 0
   printf 'export LD_PRELOAD=$LAB_DIR/lib/%s/librdmacm.so.1${LD_PRELOAD#*librdmacm.so.1}; ' "$1"
+  for e in "${LIBS_ENV[@]}"; do
+    [ "${e%%:*}" != "$1" ] || printf 'export %s; ' "${e#*:}"
+  done
 }
 
 scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)

@@ -73,17 +73,12 @@ pub mod op {
     /// with an `-EOPNOTSUPP` reply the process drops; the process then
     /// asks as before). A value other than 0/1 is `-EPROTO`.
     pub const QP_ATTRS_ON_REQ: u16 = 21;
-    /// `bool`, on no id (handle 0; no OPEN needed): the connection's
-    /// service thread runs `SCHED_BATCH` (true) or `SCHED_OTHER` (false)
-    /// from now on (`sock::wake_batch`). A batch thread woken by this
-    /// process's send does not preempt the sender on its CPU (Linux:
-    /// "batch tasks do not preempt", the tick or the sender's next sleep
-    /// runs it), so a burst of one-way records (a loop of
-    /// `rdma_connect`, `rdma_disconnect`, `rdma_destroy_id` on a one-CPU
-    /// guest) is read in one wake-up instead of one switch each. Sent
-    /// one-way; an older service answers `-EOPNOTSUPP` (dropped). A value
-    /// other than 0/1 is `-EPROTO`.
-    pub const WAKE_BATCH: u16 = 22;
+    // 22 is reserved: it was `WAKE_BATCH` (the connection's service
+    // thread in `SCHED_BATCH`, asked by `IBCM_SERVICE_WAKE=batch`),
+    // removed 2026-12-02 after a same-boot A/B in the lab showed no effect
+    // (docs/PERFORMANCE.md §5, "WAKE_BATCH on and off in one boot"). A
+    // service answers it `-EOPNOTSUPP` like any unknown op; the library
+    // that sent it (one-way) dropped that answer. Do not reuse it.
     /// `bool`, on no id (handle 0; after OPEN): the service pushes the QP
     /// attributes (`QP_ATTRS`) with this connection's `REP_RECEIVED`
     /// events from now on (false, the default: it pushes none). A process
@@ -179,7 +174,6 @@ pub mod op {
                 | SEND_REJ
                 | MRA_ON_REPORT
                 | QP_ATTRS_ON_REQ
-                | WAKE_BATCH
                 | QP_ATTRS_ON_REP
         )
     }
@@ -1607,32 +1601,6 @@ pub mod sock {
     /// `recv_too`, its blocking `recv` (`SO_RCVTIMEO`) to `d`: a call
     /// that waited that long fails with `WouldBlock` (`EAGAIN`). Set once
     /// per connection; no cost per call.
-    /// The calling thread's scheduling policy: `SCHED_BATCH` (`true`) or
-    /// `SCHED_OTHER`, nice unchanged (any user may switch between them).
-    /// A `SCHED_BATCH` thread woken by another's send does not preempt
-    /// that sender (`op::WAKE_BATCH`): the service's connection thread and
-    /// the process's reader take a burst in one wake-up.
-    pub fn wake_batch(on: bool) -> io::Result<()> {
-        let policy = if on {
-            libc::SCHED_BATCH
-        } else {
-            libc::SCHED_OTHER
-        };
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: pid 0 is the calling thread; `param` is a valid struct.
-        if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    /// Whether thread `tid` runs `SCHED_BATCH` (`None`: no such thread).
-    pub fn is_wake_batch(tid: i32) -> Option<bool> {
-        // SAFETY: a plain query by thread id.
-        let p = unsafe { libc::sched_getscheduler(tid) };
-        (p >= 0).then_some(p == libc::SCHED_BATCH)
-    }
-
     pub fn set_timeouts(fd: &OwnedFd, d: std::time::Duration, recv_too: bool) -> io::Result<()> {
         let tv = libc::timeval {
             tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,

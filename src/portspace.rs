@@ -801,11 +801,6 @@ impl HostPorts {
         // the answer comes before that of any round trip made after this,
         // such as `connect`'s probe.
         let link = l.as_mut().expect("just set");
-        // Batch wake-ups of the service's thread for this link (a
-        // one-way message of its own, before the token).
-        if crate::runtime::wake_batch_wanted() {
-            link.send(vec![crate::runtime::wake_batch_record()])?;
-        }
         link.seq += 1;
         let seq = link.seq;
         link.pending.insert(seq, Waiter::Token);
@@ -1136,7 +1131,6 @@ fn reader(
     generation: u64,
     received: &std::sync::atomic::AtomicU64,
 ) {
-    crate::runtime::reader_wake_batch();
     let mut buf = vec![0u8; ipc::MAX_RECORD];
     loop {
         let why = match sock::recv(fd, &mut buf) {

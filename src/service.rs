@@ -1265,17 +1265,6 @@ impl Conn {
                 out.put(&self.svc.device_stats().into_boxed_slice());
                 return Ok((Public::default(), out.0));
             }
-            op::WAKE_BATCH => {
-                let on: bool = r.get()?;
-                r.end()?;
-                // This runs on the connection's own thread: the one the
-                // process's sends wake.
-                ipc::sock::wake_batch(on).map_err(|e| {
-                    ibcm_log!(WARN, "process {}: SCHED_BATCH: {e}", self.pid);
-                    Errno::EINVAL
-                })?;
-                return Ok((Public::default(), out.0));
-            }
             op::QP_ATTRS_ON_REP => {
                 let on: bool = r.get()?;
                 r.end()?;

@@ -1963,127 +1963,19 @@ fn a_marked_listener_gets_each_req_with_its_qp_attributes() {
     cli.close();
 }
 
-/// The service's connection threads (`ibcmd-c<N>`) that run
-/// `SCHED_BATCH`, by thread id.
-fn batch_conn_threads(pid: u32) -> Vec<i32> {
-    let mut out = Vec::new();
-    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let t = t.unwrap();
-        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-        let Ok(tid) = t.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        if comm.starts_with("ibcmd-c") && sock::is_wake_batch(tid) == Some(true) {
-            out.push(tid);
-        }
-    }
-    out.sort();
-    out
-}
-
-/// `WAKE_BATCH` (docs/PERFORMANCE.md §5, "The service pairing step by
-/// step"): the connection that asks gets its own service thread in
-/// `SCHED_BATCH` (so its sends no longer preempt it on a one-CPU host),
-/// no other connection's; `false` takes it back; a malformed value is
-/// refused (`-EPROTO`) and changes nothing; a process whose library opens
-/// a device through the service asks with `IBCM_SERVICE_WAKE=batch` (and
-/// its reader thread runs `SCHED_BATCH` too), not by default.
+/// Op 22 stays reserved: it was `WAKE_BATCH` (docs/PERFORMANCE.md §5,
+/// "WAKE_BATCH on and off in one boot"), removed. A library built while
+/// it existed sends it one-way once per connection when
+/// `IBCM_SERVICE_WAKE=batch`; the service answers it `-EOPNOTSUPP` like
+/// any op it does not know (that library drops the answer) and goes on
+/// serving the connection.
 #[test]
-fn a_connection_that_asks_gets_batch_wake_ups_and_no_other_does() {
-    let d = Daemon::start("wake_batch");
-    let pid = d.child.id();
+fn the_removed_wake_batch_op_is_refused_as_unknown() {
+    let d = Daemon::start("wake_batch_gone");
     let a = sock::connect(&d.socket).unwrap();
-    let b = sock::connect(&d.socket).unwrap();
-    let sync = |fd: &std::os::fd::OwnedFd, seq: u64| {
-        let (_, e) = raw_call(fd, seq, &record(op::HOST_STAT, seq, 0, &[]));
-        assert_eq!(e, 0);
-    };
-    sync(&a, 1);
-    sync(&b, 1);
-    assert_eq!(batch_conn_threads(pid), Vec::<i32>::new());
-    let wake = |fd: &std::os::fd::OwnedFd, v: u8| {
-        sock::send(fd, &record(op::WAKE_BATCH | op::ONEWAY, 0, 0, &[v])).unwrap();
-    };
-    wake(&a, 1);
-    sync(&a, 2);
-    let first = batch_conn_threads(pid);
-    assert_eq!(first.len(), 1, "a's thread only");
-    sync(&b, 2);
-    assert_eq!(batch_conn_threads(pid), first, "b did not ask");
-    wake(&b, 1);
-    sync(&b, 3);
-    let both = batch_conn_threads(pid);
-    assert_eq!(both.len(), 2);
-    wake(&a, 0);
-    sync(&a, 3);
-    let left = batch_conn_threads(pid);
-    assert_eq!(left.len(), 1);
-    assert_ne!(
-        left, first,
-        "a's thread went back to SCHED_OTHER, b's stayed"
-    );
-    // A malformed flag: refused with -EPROTO, nothing changed.
-    wake(&a, 7);
-    let (h, body) = pushed(&a);
-    assert_eq!(h.op, op::REFUSED);
-    let refused: ipc::Refused = ipc::Reader::new(&body).get().unwrap();
-    assert_eq!((refused.op, refused.err), (op::WAKE_BATCH, -71));
-    sync(&a, 4);
-    assert_eq!(batch_conn_threads(pid), left);
-    // The library asks with IBCM_SERVICE_WAKE=batch (for its device
-    // connection, and its reader runs batch), not by default.
-    let threads_of = |child: u32, name: &str| -> Vec<bool> {
-        let mut out = Vec::new();
-        for t in std::fs::read_dir(format!("/proc/{child}/task")).unwrap() {
-            let t = t.unwrap();
-            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-            if comm.trim_end() == name {
-                let tid = t.file_name().to_string_lossy().parse::<i32>().unwrap();
-                out.extend(sock::is_wake_batch(tid));
-            }
-        }
-        out
-    };
-    let plain = Listener::spawn(
-        &d,
-        &[
-            "--device",
-            &net::soft(36),
-            "--service-id",
-            "0x77",
-            "--count",
-            "1",
-            "--timeout",
-            "30",
-        ],
-    );
-    assert!(plain.wait_listening(), "{}", plain.out());
-    assert_eq!(batch_conn_threads(pid), left, "not asked by default");
-    assert_eq!(threads_of(plain.child.id(), "ibcm-svc-rx"), vec![false]);
-    let mut c = d.ibcm(&[
-        "listen",
-        "--device",
-        &net::soft(37),
-        "--service-id",
-        "0x78",
-        "--count",
-        "1",
-        "--timeout",
-        "30",
-    ]);
-    c.env("IBCM_SERVICE_WAKE", "batch");
-    let mut child = c.spawn().unwrap();
-    let out = collect_stdout(&mut child);
-    let asked = Listener { child, out };
-    assert!(asked.wait_listening(), "{}", asked.out());
-    assert!(
-        served::wait_for(Duration::from_secs(5), || batch_conn_threads(pid).len()
-            == 2),
-        "the library's connection asked for batch wake-ups"
-    );
-    assert_eq!(threads_of(asked.child.id(), "ibcm-svc-rx"), vec![true]);
-    for mut l in [plain, asked] {
-        let _ = l.child.kill();
-        let _ = l.child.wait();
-    }
+    let (h, e) = raw_call(&a, 0, &record(22 | op::ONEWAY, 0, 0, &[1]));
+    assert_eq!(h.op, op::REPLY | op::ONEWAY | 22);
+    assert_eq!(e, -95, "op 22 is refused -EOPNOTSUPP");
+    let (_, e) = raw_call(&a, 1, &record(op::HOST_STAT, 1, 0, &[]));
+    assert_eq!(e, 0, "the connection is still served");
 }

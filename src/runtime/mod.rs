@@ -83,8 +83,8 @@ pub use inner::{CmIdInner, RustHandler};
 pub use registry::{listen_id, lookup};
 pub(crate) use remote::connect_service;
 pub use remote::{
-    DEFAULT_SERVICE_TIMEOUT, Mode as ServiceMode, mode as service_mode, reader_wake_batch,
-    service_timeout, service_timeouts, wake_batch_record, wake_batch_wanted,
+    DEFAULT_SERVICE_TIMEOUT, Mode as ServiceMode, mode as service_mode, service_timeout,
+    service_timeouts,
 };
 pub use spec::{DeviceSpec, SOFT_VERBS_PORT};
 pub use switch::LocalSwitch;

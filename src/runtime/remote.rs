@@ -61,52 +61,6 @@ pub fn mode() -> Mode {
     }
 }
 
-/// Whether this process's connections to the service ask for batch
-/// wake-ups (`op::WAKE_BATCH`: the service's connection thread and this
-/// process's reader threads run `SCHED_BATCH`, so a woken reader does not
-/// preempt the thread that sent to it): `IBCM_SERVICE_WAKE=batch` (read
-/// once per process). Off by default (`preempt`) until the lab shows it
-/// pays (docs/PERFORMANCE.md §5, "The service pairing step by step").
-pub fn wake_batch_wanted() -> bool {
-    static W: OnceLock<bool> = OnceLock::new();
-    *W.get_or_init(|| match std::env::var("IBCM_SERVICE_WAKE") {
-        Err(_) => false,
-        Ok(v) => match v.trim() {
-            "batch" => true,
-            "preempt" | "" => false,
-            _ => {
-                crate::log::always(
-                    WARN,
-                    format_args!("IBCM_SERVICE_WAKE={v:?} is neither batch nor preempt: preempt"),
-                );
-                false
-            }
-        },
-    })
-}
-
-/// The one-way `WAKE_BATCH` record asking for batch wake-ups.
-pub fn wake_batch_record() -> Vec<u8> {
-    let mut w = Header {
-        op: op::WAKE_BATCH | op::ONEWAY,
-        seq: 0,
-        handle: 0,
-    }
-    .record();
-    w.put(&true);
-    w.into_bytes()
-}
-
-/// A reader thread of a service connection takes batch wake-ups when the
-/// process asks for them (a failure only costs the switches it saves).
-pub fn reader_wake_batch() {
-    if wake_batch_wanted()
-        && let Err(e) = sock::wake_batch(true)
-    {
-        ibcm_log!(crate::log::DEBUG, "CM service reader: SCHED_BATCH: {e}");
-    }
-}
-
 /// `IBCM_SERVICE_TIMEOUT_MS` unset: how long a round trip waits for the
 /// service.
 pub const DEFAULT_SERVICE_TIMEOUT: Duration = Duration::from_millis(5000);
@@ -871,12 +825,6 @@ impl Remote {
         });
         let dev = Device::with_remote(remote.clone());
         let _ = remote.dev.set(Arc::downgrade(&dev));
-        // Batch wake-ups of the service's thread for this connection
-        // (one one-way message per connection; a failed send shows in
-        // the next call).
-        if wake_batch_wanted() {
-            let _ = remote.send_one(&wake_batch_record());
-        }
         let mut t = lock(&remote.threads);
         let r = remote.clone();
         t.push(
@@ -1559,7 +1507,6 @@ impl Remote {
     }
 
     fn reader(self: Arc<Self>) {
-        reader_wake_batch();
         loop {
             let backlog = {
                 let mut rx = lock(&self.rx);
@@ -2112,7 +2059,6 @@ mod tests {
             let msg = &buf[..n];
             let (h, mut r) = Header::parse(msg).expect("fake service: header");
             match h.op {
-                o if o == op::WAKE_BATCH | op::ONEWAY => {}
                 op::OPEN => reply(&fd, h, |w| {
                     w.put(&Opened {
                         name: b"soft:fake".to_vec(),
@@ -2340,7 +2286,6 @@ mod tests {
                 }
                 let (h, _) = Header::parse(&buf[..n]).expect("fake service: header");
                 match h.op {
-                    o if o == op::WAKE_BATCH | op::ONEWAY => {}
                     op::OPEN => reply(&theirs, h, |w| {
                         w.put(&Opened {
                             name: b"soft:fake".to_vec(),
