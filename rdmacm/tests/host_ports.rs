@@ -112,6 +112,18 @@ impl Proc {
         unprivileged: bool,
         env: &[(&str, &str)],
     ) -> Proc {
+        Proc::spawn_to(socket, role, addr, unprivileged, env, Stdio::inherit())
+    }
+
+    /// `spawn_env` with the process's stderr to `stderr`.
+    fn spawn_to(
+        socket: &Path,
+        role: &str,
+        addr: SocketAddr,
+        unprivileged: bool,
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Proc {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         if unprivileged {
             // SAFETY: prctl only, between fork and exec.
@@ -140,7 +152,7 @@ impl Proc {
             .env("IBCM_RDMACM_DEVICE", "soft")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let out: ChildStdout = child.stdout.take().unwrap();
@@ -513,6 +525,78 @@ fn within(limit: Duration, f: impl Fn() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(5));
     }
     true
+}
+
+/// A CM service in a process of its own on a socket of `test`'s, its log
+/// (`IBCM_LOG=info`) in a file: the socket, the process and the log's
+/// path.
+fn logged_service(test: &str) -> (PathBuf, Proc, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("ibcm-host-ports-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (socket, log) = (dir.join("ibcmd.sock"), dir.join("service.log"));
+    let any = SocketAddr::from((net::addr(2), 0));
+    let svc = Proc::spawn_to(
+        &socket,
+        "service",
+        any,
+        false,
+        &[("IBCM_LOG", "info")],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    svc.expect("@serving", Duration::from_secs(10));
+    (socket, svc, log)
+}
+
+/// Whether the service's log at `log` gets a line containing `want`
+/// within 5 s.
+fn logged(log: &Path, want: &str) -> bool {
+    within(Duration::from_secs(5), || {
+        std::fs::read_to_string(log).is_ok_and(|l| l.contains(want))
+    })
+}
+
+/// The service's line when a process's connection ends says what
+/// happened: "closed its port connection" while the process lives on,
+/// "gone" only when it is.
+#[test]
+fn the_service_says_closed_for_a_live_process_and_gone_for_a_dead_one() {
+    let (socket, _svc, log) = logged_service("closed-log");
+    let ip: IpAddr = net::ip(5).parse().unwrap();
+    // This process: its port connection closed, the process alive.
+    let hp = HostPorts::connect_at(&socket).unwrap();
+    assert_eq!(
+        hp.bind(port_space::TCP, 7610, Binding::plain(ip, 1)),
+        Ok(7610)
+    );
+    drop(hp);
+    let me = std::process::id();
+    let line = format!("process {me} closed its port connection: its 1 rdma_cm port(s) released");
+    assert!(
+        logged(&log, &line),
+        "no {line:?} in:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains(&format!("process {me} gone")),
+        "a live process said gone"
+    );
+    // A process killed holding a port: gone.
+    let addr = SocketAddr::new(ip, 7611);
+    let server = Proc::spawn(&socket, "serve", addr, false);
+    server.expect("@listening", Duration::from_secs(10));
+    let pid = server.child.id();
+    let mut server = server;
+    server.child.kill().unwrap();
+    let _ = server.child.wait();
+    let line = format!("process {pid} gone: its 1 rdma_cm port(s) released");
+    assert!(
+        logged(&log, &line),
+        "no {line:?} in:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
 }
 
 /// Bindings (not leases) in the service's table.
