@@ -599,6 +599,34 @@ fn the_service_says_closed_for_a_live_process_and_gone_for_a_dead_one() {
     );
 }
 
+/// A forked child's binds through its parent's `HostPorts` go on a
+/// connection of its own (its pid, not a cached copy of its parent's):
+/// the service logs the child's pid with the child's port when it exits,
+/// and the parent's binding and connection are untouched.
+#[test]
+fn a_forked_child_binds_as_itself() {
+    let (socket, _svc, log) = logged_service("fork");
+    let addr = SocketAddr::from((net::addr(6), 7620));
+    let p = Proc::spawn(&socket, "fork-bind", addr, false);
+    let child = p.next(Duration::from_secs(10));
+    let gpid: u32 = child
+        .strip_prefix("@child ")
+        .unwrap_or_else(|| panic!("{child}"))
+        .parse()
+        .unwrap();
+    p.expect("@child-bound", Duration::from_secs(10));
+    p.expect("@parent-still-bound", Duration::from_secs(10));
+    let ppid = p.child.id();
+    assert_ne!(gpid, ppid);
+    let line = format!("process {gpid} gone: its 1 rdma_cm port(s) released");
+    assert!(
+        logged(&log, &line),
+        "no {line:?} in:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    p.finish();
+}
+
 /// Bindings (not leases) in the service's table.
 fn bound(svc: &Service) -> usize {
     let (all, leased) = svc.rdma_ports();
@@ -1056,6 +1084,57 @@ fn resolve_destroy(addr: SocketAddr) {
     std::thread::sleep(Duration::from_secs(3));
 }
 
+/// Binds the address through one `HostPorts` (the port table's client),
+/// forks; the child reports its pid, binds the next port through the same
+/// `HostPorts` (a connection of its own: the parent's is the parent's) and
+/// exits; the parent sees its own port still its own and the child's
+/// free once the child is gone. (Through librdmacm a child gets a fresh
+/// port space anyway, `rdmacm/src/fork.rs`: this is the table's own
+/// check.)
+fn fork_bind(addr: SocketAddr) {
+    let socket = PathBuf::from(std::env::var("IBCM_SERVICE_SOCKET").unwrap());
+    let hp = HostPorts::connect_at(&socket).unwrap();
+    let (ip, port) = (addr.ip(), addr.port());
+    let b = |owner| Binding::plain(ip, owner);
+    assert_eq!(hp.bind(port_space::TCP, port, b(1)), Ok(port));
+    std::io::stdout().lock().flush().unwrap();
+    // SAFETY: the child makes port-table calls (a connection and a
+    // reader thread of its own) and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", errno());
+    if pid == 0 {
+        report(&format!("child {}", std::process::id()));
+        let r = hp.bind(port_space::TCP, port + 1, b(2));
+        if r == Ok(port + 1) {
+            report("child-bound");
+        } else {
+            report(&format!("child-bind-failed {r:?}"));
+        }
+        // SAFETY: leaves the child without running the parent's
+        // destructors; its connection ends with it.
+        unsafe { libc::_exit(i32::from(r.is_err())) };
+    }
+    let mut st = 0;
+    // SAFETY: waits for this process's own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+    assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "{st}");
+    // The parent's port is still its own (bound on its connection, which
+    // the child did not touch); the child's is free.
+    assert_eq!(
+        hp.bind(port_space::TCP, port, b(3)),
+        Err(ibcm::api::Errno(libc::EADDRINUSE))
+    );
+    assert!(
+        within(Duration::from_secs(5), || hp.bind(
+            port_space::TCP,
+            port + 1,
+            b(4)
+        ) == Ok(port + 1)),
+        "the child's port stayed bound after it exited"
+    );
+    report("parent-still-bound");
+}
+
 /// A CM service on `IBCM_SERVICE_SOCKET` in this process, until killed.
 fn serve_service() {
     let socket = PathBuf::from(std::env::var("IBCM_SERVICE_SOCKET").unwrap());
@@ -1482,6 +1561,7 @@ fn child() {
         "slow-proxy" => slow_proxy(),
         "resolve-busy" => resolve_busy(addr),
         "flood-holder" => flood_holder(addr),
+        "fork-bind" => fork_bind(addr),
         r => panic!("unknown role {r}"),
     }
 }
