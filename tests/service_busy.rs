@@ -263,7 +263,7 @@ impl Drop for Reaped {
 }
 
 /// The fake service as a process of its own (`mode`: `starved` spins
-/// until 2.5 bounds after a STAT and then answers it, `asleep` never
+/// until 4 bounds after a STAT and then answers it, `asleep` never
 /// answers one), pinned to `cpu` under `SCHED_IDLE`.
 fn service_process(test: &str, mode: &str, cpu: usize) -> (std::path::PathBuf, Reaped) {
     let socket = fake::temp_socket("svc-busy", test);
@@ -315,10 +315,10 @@ fn fake_service_process() {
             n += 1;
             if n == 1 {
                 // Runnable all along: spinning on the wall clock until
-                // 2.5 bounds have passed (what CPU it gets is the
-                // burner's leftover).
+                // 4 bounds have passed (what CPU it gets is the burner's
+                // leftover).
                 let t = Instant::now();
-                while t.elapsed() < Duration::from_millis(BOUND_MS * 5 / 2) {
+                while t.elapsed() < Duration::from_millis(BOUND_MS * 4) {
                     std::hint::spin_loop();
                 }
             }
@@ -329,6 +329,19 @@ fn fake_service_process() {
     server.join().unwrap();
 }
 
+/// Whether no thread of `pid` is runnable (state `R`).
+fn asleep(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .all(|t| {
+            std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+                st.rsplit_once(')')
+                    .is_some_and(|(_, r)| !r.trim_start().starts_with('R'))
+            })
+        })
+}
+
 /// The CPU time of `child` (ms).
 fn cpu_of(child: &Reaped) -> u64 {
     sock::proc_stat(child.0.id() as i32)
@@ -337,31 +350,36 @@ fn cpu_of(child: &Reaped) -> u64 {
         .unwrap()
 }
 
-/// A call on a service starved of CPU for 2.5 bounds: `waited` — it gets
+/// A call on a service starved of CPU for 4 bounds: `waited` — it gets
 /// its reply after them (one busy wait counted, no timeout) and the
 /// connection serves the next call; else it fails at the second look
 /// (`ETIMEDOUT`, no busy wait counted, the connection declared broken). Either way the service
 /// got less CPU time in the whole wait than one period's progress needs
-/// (2% of a period, ≥ 20 ms): its CPU time alone never carried the wait.
+/// (2% of a period, ≥ 20 ms) on average: with the run-queue signal off
+/// its CPU time alone does not carry the wait.
 fn starved_service(test: &str, waited: bool) {
-    let (timeouts, busy) = (
-        ibcm::api::service_timeouts(),
-        ibcm::api::service_busy_waits(),
-    );
     let cpu = one_cpu();
     let (socket, service) = service_process(test, "starved", cpu);
+    // (Under `SCHED_IDLE` on a loaded host the open itself can wait for
+    // the service's CPU: counted from here.)
     let d = Device::open_served(&net::soft(2), &socket).unwrap();
     let burn = burner(cpu);
     // The burner running before the call.
     std::thread::sleep(Duration::from_millis(50));
+    let (timeouts, busy) = (
+        ibcm::api::service_timeouts(),
+        ibcm::api::service_busy_waits(),
+    );
     let before = cpu_of(&service);
     let t = Instant::now();
     let got = d.service_stat();
     let took = t.elapsed();
     let used = cpu_of(&service) - before;
     drop(burn);
+    // Under the 20 ms a period's CPU time must grow by, on average (the
+    // CPU time is counted in 10 ms ticks).
     assert!(
-        used < 20,
+        u128::from(used) * u128::from(BOUND_MS) < 20 * took.as_millis(),
         "the service was not starved ({used} ms CPU in {took:?}): the test shows nothing"
     );
     if waited {
@@ -369,9 +387,12 @@ fn starved_service(test: &str, waited: bool) {
             got.is_some(),
             "a starved service was declared hung ({took:?})"
         );
-        assert!(took >= Duration::from_millis(BOUND_MS * 5 / 2), "{took:?}");
+        assert!(took >= Duration::from_millis(BOUND_MS * 4), "{took:?}");
         assert_eq!(ibcm::api::service_timeouts(), timeouts);
-        assert_eq!(ibcm::api::service_busy_waits(), busy + 1, "one log line");
+        assert!(
+            ibcm::api::service_busy_waits() > busy,
+            "no busy wait ({took:?}, {used} ms CPU, {busy} before)"
+        );
         assert!(d.service_stat().is_some(), "declared broken after the wait");
     } else {
         assert!(
@@ -428,16 +449,23 @@ fn without_the_run_queue_wait_a_starved_service_times_out() {
 #[test]
 fn a_sleeping_service_beside_a_busy_cpu_times_out_after_two_bounds() {
     let _g = setup();
-    let (timeouts, busy) = (
-        ibcm::api::service_timeouts(),
-        ibcm::api::service_busy_waits(),
-    );
     // Deadlocked on a CPU another process keeps busy: it sleeps, so it
     // waits on no run queue.
     let cpu = one_cpu();
     let (socket, service) = service_process("asleep", "asleep", cpu);
     let d = Device::open_served(&net::soft(2), &socket).unwrap();
+    // Asleep before the burner comes (its thread between the OPEN's reply
+    // and its sleep would be starved, rightly seen waiting for a CPU).
+    let pid = service.0.id();
+    assert!(
+        served::wait_for(Duration::from_secs(30), || asleep(pid)),
+        "the service process never slept"
+    );
     let burn = burner(cpu);
+    let (timeouts, busy) = (
+        ibcm::api::service_timeouts(),
+        ibcm::api::service_busy_waits(),
+    );
     let t = Instant::now();
     assert!(d.service_stat().is_none());
     let took = t.elapsed();

@@ -119,6 +119,8 @@ pub(crate) struct Watch {
     cpu: Option<u64>,
     /// The service's threads' run-queue wait at the last look (ns).
     delay: Option<u64>,
+    /// Its threads runnable at the last look.
+    runnable: Vec<i32>,
     told: bool,
     /// A period was added to take the first CPU sample in.
     probed: bool,
@@ -158,6 +160,7 @@ impl Watch {
             records,
             cpu: None,
             delay: None,
+            runnable: Vec::new(),
             told: false,
             probed: false,
             gave_up: None,
@@ -193,7 +196,7 @@ impl Watch {
             state,
             cpu,
             delay,
-            runnable: runnable_now,
+            runnable: runnable_tids,
         } = if self.family {
             sample_family(self.pid)
         } else {
@@ -210,6 +213,10 @@ impl Watch {
             _ => None,
         };
         let cpu_grew = grew.unwrap_or(0);
+        // A thread runnable at this look and the last: starved (a
+        // sleeping process's wake-up is runnable for a moment).
+        let runnable_now = runnable_tids.iter().any(|t| self.runnable.contains(t));
+        self.runnable = runnable_tids;
         // Waiting for a CPU (ms): a runnable service starved of CPU is
         // working as fast as it is let; a sleeping one does not wait.
         let waited_cpu = match (self.delay, delay) {
@@ -229,9 +236,9 @@ impl Watch {
         // Or runnable for a quarter of the period, running or waiting
         // for a CPU (a sleeping process's wake-ups wait a few ms each on
         // a loaded machine, a starved one waits most of the period), or
-        // runnable now: the kernel adds a wait to the run delay when the
-        // thread gets the CPU, so a thread starved through the whole
-        // period shows only as runnable.
+        // runnable now and at the last look: the kernel adds a wait to the
+        // run delay when the thread gets the CPU, so a thread starved
+        // through the whole period shows only as runnable.
         let runnable = waited_cpu.is_some_and(|w| {
             runnable_now || w.saturating_add(cpu_grew) >= self.period.as_millis() as u64 / 4
         });
@@ -305,18 +312,18 @@ impl Watch {
 }
 
 /// What a look at the service process finds.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
 struct Sample {
     state: Option<char>,
     /// CPU time, ms.
     cpu: Option<u64>,
     /// Run-queue wait of its threads, ns.
     delay: Option<u64>,
-    /// One of its threads is runnable now (state `R`; not the thread
-    /// looking): on a CPU, or waiting for one (a wait the kernel adds to
-    /// the run delay only when the thread gets the CPU). Only where the
-    /// run delay is kept.
-    runnable: bool,
+    /// Its threads runnable now (state `R`; not the thread looking): on
+    /// a CPU, or waiting for one (a wait the kernel adds to the run delay
+    /// only when the thread gets the CPU). Only where the run delay is
+    /// kept.
+    runnable: Vec<i32>,
 }
 
 /// The state, CPU time and run-queue wait of `pid`; nothing when it is
@@ -329,9 +336,9 @@ fn sample(pid: i32) -> Sample {
         return Sample::default();
     };
     let (delay, runnable) = if run_delay_counts() {
-        run_delay(pid).map_or((None, false), |(d, r)| (Some(d), r))
+        run_delay(pid).map_or((None, Vec::new()), |(d, r)| (Some(d), r))
     } else {
-        (None, false)
+        (None, Vec::new())
     };
     Sample {
         state: st.state,
@@ -346,24 +353,28 @@ fn sample(pid: i32) -> Sample {
 /// `/proc/<pid>/task/<tid>/schedstat` (`/proc/<pid>/schedstat` is the
 /// main thread's only). `None` when the kernel keeps none (no such file:
 /// `CONFIG_SCHED_INFO` off; `0 0 0` for every thread: accounting off) or
-/// `pid` is not visible here; and whether one of those threads (not this
-/// one) is runnable now (state `R` in its `stat`).
-fn run_delay(pid: i32) -> Option<(u64, bool)> {
+/// `pid` is not visible here; and those threads (not this one) runnable
+/// now (state `R` in its `stat`).
+fn run_delay(pid: i32) -> Option<(u64, Vec<i32>)> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     // SAFETY: gettid has no preconditions.
     let me = unsafe { libc::gettid() }.to_string();
     let mut sum = 0u64;
     let mut kept = false;
-    let mut runnable = false;
+    let mut runnable = Vec::new();
     for t in tasks.flatten() {
         let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) else {
             continue;
         };
-        if !runnable && t.file_name().to_str() != Some(me.as_str()) {
-            runnable = std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+        let tid = t.file_name().to_str().unwrap_or("").to_string();
+        if tid != me
+            && std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
                 st.rsplit_once(')')
                     .is_some_and(|(_, r)| r.trim_start().starts_with('R'))
-            });
+            })
+            && let Ok(tid) = tid.parse()
+        {
+            runnable.push(tid);
         }
         let f: Vec<u64> = s
             .split_whitespace()
@@ -398,7 +409,7 @@ fn sample_family(pid: i32) -> Sample {
                 if let (Some(d), Some(e)) = (s.delay.as_mut(), c.delay) {
                     *d = d.saturating_add(e);
                 }
-                s.runnable |= c.runnable;
+                s.runnable.extend(c.runnable);
             }
         }
     }
@@ -457,7 +468,7 @@ mod tests {
         });
         let seen = (0..200).any(|_| {
             std::thread::sleep(Duration::from_millis(5));
-            run_delay(pid).is_some_and(|(_, r)| r)
+            run_delay(pid).is_some_and(|(_, r)| !r.is_empty())
         });
         stop.store(true, Ordering::Relaxed);
         t.join().unwrap();
