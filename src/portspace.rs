@@ -111,6 +111,45 @@ pub fn may_bind_privileged(pid: Option<i32>) -> bool {
         .is_some_and(|caps| caps & (1 << CAP_NET_BIND_SERVICE) != 0)
 }
 
+/// This process's pid, read once per process (glibc's `getpid` is a
+/// system call: `rdma_resolve_addr` made 3.2 of them per id for the fork
+/// checks below) and read again in a forked child: a `pthread_atfork`
+/// child handler, registered before the first read, clears it, so a child
+/// never takes its parent's pid (nor its parent's connection) for its own.
+fn my_pid() -> u32 {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    static AT_FORK: std::sync::Once = std::sync::Once::new();
+    extern "C" fn forked_child() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    AT_FORK.call_once(|| {
+        // SAFETY: a child handler that only stores an atomic.
+        let r = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+        if r == 0 {
+            ARMED.store(true, Ordering::Relaxed);
+        } else {
+            crate::log::always(
+                WARN,
+                format_args!(
+                    "rdma_cm ports: pthread_atfork failed ({r}): the pid is read at every use"
+                ),
+            );
+        }
+    });
+    let p = std::process::id();
+    // Kept only with the handler in place (else read at every use).
+    if ARMED.load(Ordering::Relaxed) {
+        PID.store(p, Ordering::Relaxed);
+    }
+    p
+}
+
 /// Where an ephemeral port search starts: a splitmix64 sequence seeded
 /// once per process from `getrandom` (the kernel picks ephemeral ports
 /// from its own generator too, not with a system call per bind; a
@@ -786,7 +825,7 @@ impl HostPorts {
             fd,
             peer,
             received,
-            pid: std::process::id(),
+            pid: my_pid(),
             generation,
             seq: 1,
             pending: HashMap::new(),
@@ -813,7 +852,7 @@ impl HostPorts {
 
     /// The link, (re)opened if needed.
     fn ensure<'a>(&self, l: &'a mut Option<Link>) -> Result<&'a mut Link, Errno> {
-        if l.as_ref().is_some_and(|k| k.pid != std::process::id()) {
+        if l.as_ref().is_some_and(|k| k.pid != my_pid()) {
             // A forked child: the parent's connection (and its reader
             // thread, its waiters, its leases) are the parent's. The
             // parent's reader thread does not exist here and never drops
@@ -1087,7 +1126,7 @@ impl HostPorts {
         let l = lock(&self.link);
         let link = l.as_ref()?;
         let (holder, secret) = link.token?;
-        if !link.held.is_empty() || link.pid != std::process::id() {
+        if !link.held.is_empty() || link.pid != my_pid() {
             return None;
         }
         drop(l);
@@ -1116,7 +1155,7 @@ impl Drop for HostPorts {
         let mut l = lock(&self.link);
         // (Not in a forked child: the socket is the parent's too, and a
         // shutdown would end the parent's connection.)
-        if let Some(k) = l.take().filter(|k| k.pid == std::process::id()) {
+        if let Some(k) = l.take().filter(|k| k.pid == my_pid()) {
             // SAFETY: shutdown of a socket this value owns a reference to.
             unsafe { libc::shutdown(std::os::fd::AsRawFd::as_raw_fd(&*k.fd), libc::SHUT_RDWR) };
         }

@@ -803,12 +803,23 @@ impl Conn {
     /// Destroys what the process left: as the kernel does for a process
     /// that dies holding ids.
     fn cleanup(&self) {
+        // Gone, or alive and closing this connection only (a device's, or
+        // its port connection: a client that declared the service hung).
+        let gone = || exiting(self.pid);
+        let closed = || {
+            if lock(&self.dev).is_some() {
+                "closed its device connection"
+            } else {
+                "closed its port connection"
+            }
+        };
         let ids: Vec<CmId> = lock(&self.ids).drain().map(|(_, e)| e.id).collect();
         if !ids.is_empty() {
             ibcm_log!(
                 INFO,
-                "process {} gone: destroying its {} id(s)",
+                "process {} {}: destroying its {} id(s)",
                 self.pid,
+                if gone() { "gone" } else { closed() },
                 ids.len()
             );
         }
@@ -823,8 +834,9 @@ impl Conn {
         if ports > 0 {
             ibcm_log!(
                 INFO,
-                "process {} gone: releasing its {ports} rdma_cm port(s)",
-                self.pid
+                "process {} {}: its {ports} rdma_cm port(s) released",
+                self.pid,
+                if gone() { "gone" } else { closed() }
             );
         }
         *lock(&self.dev) = None;

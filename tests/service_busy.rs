@@ -1,12 +1,13 @@
 //! A busy CM service is not a hung one: a round trip that waits longer
 //! than `IBCM_SERVICE_TIMEOUT_MS` goes on while the service makes
-//! progress (records arrive on the connection, its CPU time grows) and
-//! ends with `ETIMEDOUT` when it makes none, or at
+//! progress (records arrive on the connection, its CPU time grows, it waits
+//! for a CPU) and ends with `ETIMEDOUT` when it makes none, or at
 //! `IBCM_SERVICE_BUSY_MAX_MS` when it works without ever answering.
 //!
 //! The fake service is a thread of this process (its `SO_PEERCRED` pid is
-//! this process's): the tests run one at a time (`SERIAL`) so that one's
-//! CPU burn is not another's progress. The bounds are small, set for the
+//! this process's), or for the starved-service tests a process of its own:
+//! the tests run one at a time (`SERIAL`) so that one's CPU burn is not
+//! another's progress. The bounds are small, set for the
 //! whole binary before anything reads them.
 
 #[path = "common/fake_service.rs"]
@@ -200,4 +201,279 @@ fn a_silent_service_times_out_without_waiting_for_the_ceiling() {
     assert_eq!(ibcm::api::service_busy_waits(), busy);
     d.close();
     server.join().unwrap();
+}
+
+// A service starved of CPU: runnable, but another process has its CPU.
+// The fake service is a process of its own here (a re-run of this binary,
+// `fake_service_process`), so that its CPU time and run-queue wait are
+// its own: pinned to one CPU under `SCHED_IDLE` (weight 3), with a CPU
+// burner at nice 0 (weight 1024) pinned to the same CPU once it is open, it
+// gets a fraction of a per cent of that CPU and waits on its run queue the
+// rest.
+
+/// The CPU the starved service and its burner share: the first this
+/// process may run on.
+fn one_cpu() -> usize {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, filled by the call.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the set's own size; pid 0 is this thread.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    assert_eq!(
+        r,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: a valid set and an index below its size.
+        .find(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .expect("no CPU to run on")
+}
+
+/// `cmd`, pinned to `cpu` (and under `SCHED_IDLE` when `low`) from its
+/// start: every thread it makes inherits both.
+fn pinned(mut cmd: std::process::Command, cpu: usize, low: bool) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only system calls are made.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let p = libc::sched_param { sched_priority: 0 };
+            if low && libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.stdin(std::process::Stdio::null()).spawn().unwrap()
+}
+
+/// A child that ends when dropped (the test's own processes only).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The fake service as a process of its own (`mode`: `starved` spins
+/// until 4 bounds after a STAT and then answers it, `asleep` never
+/// answers one), pinned to `cpu` under `SCHED_IDLE`.
+fn service_process(test: &str, mode: &str, cpu: usize) -> (std::path::PathBuf, Reaped) {
+    let socket = fake::temp_socket("svc-busy", test);
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "fake_service_process",
+        "--ignored",
+        "--nocapture",
+    ])
+    .env("SVC_BUSY_CHILD_SOCKET", &socket)
+    .env("SVC_BUSY_CHILD_MODE", mode);
+    let child = Reaped(pinned(cmd, cpu, true));
+    assert!(
+        served::wait_for(Duration::from_secs(30), || socket.exists()),
+        "the service process did not listen"
+    );
+    (socket, child)
+}
+
+/// A CPU burner at nice 0 on `cpu`.
+fn burner(cpu: usize) -> Reaped {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args(["-c", "while :; do :; done"]);
+    Reaped(pinned(cmd, cpu, false))
+}
+
+/// The fake service of `service_process` (run only as that child).
+#[test]
+#[ignore = "the fake service process of the starved-service tests"]
+fn fake_service_process() {
+    let (Some(socket), Ok(mode)) = (
+        std::env::var_os("SVC_BUSY_CHILD_SOCKET"),
+        std::env::var("SVC_BUSY_CHILD_MODE"),
+    ) else {
+        return;
+    };
+    let mut n = 0;
+    let server = fake::serve(std::path::Path::new(&socket), move |fd, h, _| match h.op {
+        op::OPEN if mode == "asleep" => {
+            // Deadlocked once open: asleep, reading nothing more (a
+            // request that comes wakes nobody).
+            sock::send(fd, &fake::opened(h, ports())).unwrap();
+            std::thread::sleep(Duration::from_secs(3600));
+            None
+        }
+        op::OPEN => Some(fake::opened(h, ports())),
+        op::STAT => {
+            n += 1;
+            if n == 1 {
+                // Runnable all along: spinning on the wall clock until
+                // 4 bounds have passed (what CPU it gets is the burner's
+                // leftover).
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_millis(BOUND_MS * 4) {
+                    std::hint::spin_loop();
+                }
+            }
+            Some(stat_reply(h))
+        }
+        _ => None,
+    });
+    server.join().unwrap();
+}
+
+/// Whether no thread of `pid` is runnable (state `R`).
+fn asleep(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .all(|t| {
+            std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+                st.rsplit_once(')')
+                    .is_some_and(|(_, r)| !r.trim_start().starts_with('R'))
+            })
+        })
+}
+
+/// The CPU time of `child` (ms).
+fn cpu_of(child: &Reaped) -> u64 {
+    sock::proc_stat(child.0.id() as i32)
+        .unwrap()
+        .cpu_ms
+        .unwrap()
+}
+
+/// A call on a service starved of CPU for 4 bounds: `waited` — it gets
+/// its reply after them (one busy wait counted, no timeout) and the
+/// connection serves the next call; else it fails at the second look
+/// (`ETIMEDOUT`, no busy wait counted, the connection declared broken). Either way the service
+/// got less CPU time in the whole wait than one period's progress needs
+/// (2% of a period, ≥ 20 ms) on average: with the run-queue signal off
+/// its CPU time alone does not carry the wait.
+fn starved_service(test: &str, waited: bool) {
+    let cpu = one_cpu();
+    let (socket, service) = service_process(test, "starved", cpu);
+    // (Under `SCHED_IDLE` on a loaded host the open itself can wait for
+    // the service's CPU: counted from here.)
+    let d = Device::open_served(&net::soft(2), &socket).unwrap();
+    let burn = burner(cpu);
+    // The burner running before the call.
+    std::thread::sleep(Duration::from_millis(50));
+    let (timeouts, busy) = (
+        ibcm::api::service_timeouts(),
+        ibcm::api::service_busy_waits(),
+    );
+    let before = cpu_of(&service);
+    let t = Instant::now();
+    let got = d.service_stat();
+    let took = t.elapsed();
+    let used = cpu_of(&service) - before;
+    drop(burn);
+    // Under the 20 ms a period's CPU time must grow by, on average (the
+    // CPU time is counted in 10 ms ticks).
+    assert!(
+        u128::from(used) * u128::from(BOUND_MS) < 20 * took.as_millis(),
+        "the service was not starved ({used} ms CPU in {took:?}): the test shows nothing"
+    );
+    if waited {
+        assert!(
+            got.is_some(),
+            "a starved service was declared hung ({took:?})"
+        );
+        assert!(took >= Duration::from_millis(BOUND_MS * 4), "{took:?}");
+        assert_eq!(ibcm::api::service_timeouts(), timeouts);
+        assert!(
+            ibcm::api::service_busy_waits() > busy,
+            "no busy wait ({took:?}, {used} ms CPU, {busy} before)"
+        );
+        assert!(d.service_stat().is_some(), "declared broken after the wait");
+    } else {
+        assert!(
+            got.is_none(),
+            "served without the run-queue wait ({took:?})"
+        );
+        assert_eq!(ibcm::api::service_timeouts(), timeouts + 1);
+        // Never went on past the first CPU sample's period: no progress.
+        assert_eq!(ibcm::api::service_busy_waits(), busy, "{took:?}");
+    }
+    d.close();
+    drop(service);
+}
+
+#[test]
+fn a_service_starved_of_cpu_is_waited_for_past_the_bound() {
+    let _g = setup();
+    starved_service("starved", true);
+}
+
+/// `starved_service` with `IBCM_SERVICE_RUN_DELAY=off` (run only as the
+/// child of the next test).
+#[test]
+#[ignore = "run by without_the_run_queue_wait_a_starved_service_times_out"]
+fn starved_service_without_run_delay() {
+    if std::env::var_os("IBCM_SERVICE_RUN_DELAY").is_none() {
+        return;
+    }
+    let _g = setup();
+    starved_service("starved-off", false);
+}
+
+#[test]
+fn without_the_run_queue_wait_a_starved_service_times_out() {
+    let _g = setup();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "starved_service_without_run_delay",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("IBCM_SERVICE_RUN_DELAY", "off")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_sleeping_service_beside_a_busy_cpu_times_out_after_two_bounds() {
+    let _g = setup();
+    // Deadlocked on a CPU another process keeps busy: it sleeps, so it
+    // waits on no run queue.
+    let cpu = one_cpu();
+    let (socket, service) = service_process("asleep", "asleep", cpu);
+    let d = Device::open_served(&net::soft(2), &socket).unwrap();
+    // Asleep before the burner comes (its thread between the OPEN's reply
+    // and its sleep would be starved, rightly seen waiting for a CPU).
+    let pid = service.0.id();
+    assert!(
+        served::wait_for(Duration::from_secs(30), || asleep(pid)),
+        "the service process never slept"
+    );
+    let burn = burner(cpu);
+    let (timeouts, busy) = (
+        ibcm::api::service_timeouts(),
+        ibcm::api::service_busy_waits(),
+    );
+    let t = Instant::now();
+    assert!(d.service_stat().is_none());
+    let took = t.elapsed();
+    drop(burn);
+    assert!(took >= Duration::from_millis(BOUND_MS), "{took:?}");
+    assert!(took < Duration::from_millis(CEILING_MS), "{took:?}");
+    assert_eq!(ibcm::api::service_timeouts(), timeouts + 1);
+    assert_eq!(ibcm::api::service_busy_waits(), busy);
+    d.close();
+    drop(service);
 }

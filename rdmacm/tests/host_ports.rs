@@ -112,6 +112,18 @@ impl Proc {
         unprivileged: bool,
         env: &[(&str, &str)],
     ) -> Proc {
+        Proc::spawn_to(socket, role, addr, unprivileged, env, Stdio::inherit())
+    }
+
+    /// `spawn_env` with the process's stderr to `stderr`.
+    fn spawn_to(
+        socket: &Path,
+        role: &str,
+        addr: SocketAddr,
+        unprivileged: bool,
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Proc {
         let mut cmd = Command::new(std::env::current_exe().unwrap());
         if unprivileged {
             // SAFETY: prctl only, between fork and exec.
@@ -140,7 +152,7 @@ impl Proc {
             .env("IBCM_RDMACM_DEVICE", "soft")
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let out: ChildStdout = child.stdout.take().unwrap();
@@ -513,6 +525,106 @@ fn within(limit: Duration, f: impl Fn() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(5));
     }
     true
+}
+
+/// A CM service in a process of its own on a socket of `test`'s, its log
+/// (`IBCM_LOG=info`) in a file: the socket, the process and the log's
+/// path.
+fn logged_service(test: &str) -> (PathBuf, Proc, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("ibcm-host-ports-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (socket, log) = (dir.join("ibcmd.sock"), dir.join("service.log"));
+    let any = SocketAddr::from((net::addr(2), 0));
+    let svc = Proc::spawn_to(
+        &socket,
+        "service",
+        any,
+        false,
+        &[("IBCM_LOG", "info")],
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    svc.expect("@serving", Duration::from_secs(10));
+    (socket, svc, log)
+}
+
+/// Whether the service's log at `log` gets a line containing `want`
+/// within 5 s.
+fn logged(log: &Path, want: &str) -> bool {
+    within(Duration::from_secs(5), || {
+        std::fs::read_to_string(log).is_ok_and(|l| l.contains(want))
+    })
+}
+
+/// The service's line when a process's connection ends says what
+/// happened: "closed its port connection" while the process lives on,
+/// "gone" only when it is.
+#[test]
+fn the_service_says_closed_for_a_live_process_and_gone_for_a_dead_one() {
+    let (socket, _svc, log) = logged_service("closed-log");
+    let ip: IpAddr = net::ip(5).parse().unwrap();
+    // This process: its port connection closed, the process alive.
+    let hp = HostPorts::connect_at(&socket).unwrap();
+    assert_eq!(
+        hp.bind(port_space::TCP, 7610, Binding::plain(ip, 1)),
+        Ok(7610)
+    );
+    drop(hp);
+    let me = std::process::id();
+    let line = format!("process {me} closed its port connection: its 1 rdma_cm port(s) released");
+    assert!(
+        logged(&log, &line),
+        "no {line:?} in:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains(&format!("process {me} gone")),
+        "a live process said gone"
+    );
+    // A process killed holding a port: gone.
+    let addr = SocketAddr::new(ip, 7611);
+    let server = Proc::spawn(&socket, "serve", addr, false);
+    server.expect("@listening", Duration::from_secs(10));
+    let pid = server.child.id();
+    let mut server = server;
+    server.child.kill().unwrap();
+    let _ = server.child.wait();
+    let line = format!("process {pid} gone: its 1 rdma_cm port(s) released");
+    assert!(
+        logged(&log, &line),
+        "no {line:?} in:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+}
+
+/// A forked child's binds through its parent's `HostPorts` go on a
+/// connection of its own (its pid, not a cached copy of its parent's):
+/// the service logs the child's pid with the child's port when it exits,
+/// and the parent's binding and connection are untouched.
+#[test]
+fn a_forked_child_binds_as_itself() {
+    let (socket, _svc, log) = logged_service("fork");
+    let addr = SocketAddr::from((net::addr(6), 7620));
+    let p = Proc::spawn(&socket, "fork-bind", addr, false);
+    let child = p.next(Duration::from_secs(10));
+    let gpid: u32 = child
+        .strip_prefix("@child ")
+        .unwrap_or_else(|| panic!("{child}"))
+        .parse()
+        .unwrap();
+    p.expect("@child-bound", Duration::from_secs(10));
+    p.expect("@parent-still-bound", Duration::from_secs(10));
+    let ppid = p.child.id();
+    assert_ne!(gpid, ppid);
+    let line = format!("process {gpid} gone: its 1 rdma_cm port(s) released");
+    assert!(
+        logged(&log, &line),
+        "no {line:?} in:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    p.finish();
 }
 
 /// Bindings (not leases) in the service's table.
@@ -972,6 +1084,57 @@ fn resolve_destroy(addr: SocketAddr) {
     std::thread::sleep(Duration::from_secs(3));
 }
 
+/// Binds the address through one `HostPorts` (the port table's client),
+/// forks; the child reports its pid, binds the next port through the same
+/// `HostPorts` (a connection of its own: the parent's is the parent's) and
+/// exits; the parent sees its own port still its own and the child's
+/// free once the child is gone. (Through librdmacm a child gets a fresh
+/// port space anyway, `rdmacm/src/fork.rs`: this is the table's own
+/// check.)
+fn fork_bind(addr: SocketAddr) {
+    let socket = PathBuf::from(std::env::var("IBCM_SERVICE_SOCKET").unwrap());
+    let hp = HostPorts::connect_at(&socket).unwrap();
+    let (ip, port) = (addr.ip(), addr.port());
+    let b = |owner| Binding::plain(ip, owner);
+    assert_eq!(hp.bind(port_space::TCP, port, b(1)), Ok(port));
+    std::io::stdout().lock().flush().unwrap();
+    // SAFETY: the child makes port-table calls (a connection and a
+    // reader thread of its own) and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", errno());
+    if pid == 0 {
+        report(&format!("child {}", std::process::id()));
+        let r = hp.bind(port_space::TCP, port + 1, b(2));
+        if r == Ok(port + 1) {
+            report("child-bound");
+        } else {
+            report(&format!("child-bind-failed {r:?}"));
+        }
+        // SAFETY: leaves the child without running the parent's
+        // destructors; its connection ends with it.
+        unsafe { libc::_exit(i32::from(r.is_err())) };
+    }
+    let mut st = 0;
+    // SAFETY: waits for this process's own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
+    assert!(libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0, "{st}");
+    // The parent's port is still its own (bound on its connection, which
+    // the child did not touch); the child's is free.
+    assert_eq!(
+        hp.bind(port_space::TCP, port, b(3)),
+        Err(ibcm::api::Errno(libc::EADDRINUSE))
+    );
+    assert!(
+        within(Duration::from_secs(5), || hp.bind(
+            port_space::TCP,
+            port + 1,
+            b(4)
+        ) == Ok(port + 1)),
+        "the child's port stayed bound after it exited"
+    );
+    report("parent-still-bound");
+}
+
 /// A CM service on `IBCM_SERVICE_SOCKET` in this process, until killed.
 fn serve_service() {
     let socket = PathBuf::from(std::env::var("IBCM_SERVICE_SOCKET").unwrap());
@@ -1398,6 +1561,7 @@ fn child() {
         "slow-proxy" => slow_proxy(),
         "resolve-busy" => resolve_busy(addr),
         "flood-holder" => flood_holder(addr),
+        "fork-bind" => fork_bind(addr),
         r => panic!("unknown role {r}"),
     }
 }

@@ -8,9 +8,15 @@
 //! *period*, not a deadline: after each period without the answer the
 //! waiter looks for progress since the last period — records that arrived
 //! on the connection (events, other replies), and the service's CPU time
-//! (`/proc/<pid>/stat` utime + stime) having grown by a meaningful amount
-//! while the process is not stopped — and waits another period if there
-//! was some. A service with no progress for one period, a stopped one, or
+//! (`/proc/<pid>/stat` utime + stime) together with the time its threads
+//! waited on a run queue for a CPU (`/proc/<pid>/task/*/schedstat`, the
+//! second field) having grown by a meaningful amount while the process is
+//! not stopped — and waits another period if there was some. A service
+//! that is runnable but starved of CPU (another process has the only CPU)
+//! is not hung: its run-queue wait grows; a deadlocked one sleeps, and
+//! neither grows. Where the kernel keeps no run-queue wait (no
+//! `schedstat`: `CONFIG_SCHED_INFO` off) or `IBCM_SERVICE_RUN_DELAY=off`,
+//! the CPU time alone counts, as before. A service with no progress for one period, a stopped one, or
 //! one still not answering at the ceiling (`IBCM_SERVICE_BUSY_MAX_MS`: a
 //! livelocked thread burns CPU and never answers) is given up on as before.
 //!
@@ -57,6 +63,17 @@ pub fn service_busy_max() -> Duration {
     })
 }
 
+/// Whether the service's run-queue wait counts as progress:
+/// `IBCM_SERVICE_RUN_DELAY` unset or anything but `0` / `off` (read once
+/// per process).
+fn run_delay_counts() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("IBCM_SERVICE_RUN_DELAY")
+            .is_ok_and(|v| matches!(v.trim(), "0" | "off" | "no" | "false"))
+    })
+}
+
 /// Waits of this process that crossed [`service_timeout`] and went on
 /// because the service was working.
 static BUSY_WAITS: AtomicU64 = AtomicU64::new(0);
@@ -100,6 +117,10 @@ pub(crate) struct Watch {
     check_at: Instant,
     records: u64,
     cpu: Option<u64>,
+    /// The service's threads' run-queue wait at the last look (ns).
+    delay: Option<u64>,
+    /// Its threads runnable at the last look.
+    runnable: Vec<i32>,
     told: bool,
     /// A period was added to take the first CPU sample in.
     probed: bool,
@@ -138,6 +159,8 @@ impl Watch {
             check_at: start + period,
             records,
             cpu: None,
+            delay: None,
+            runnable: Vec::new(),
             told: false,
             probed: false,
             gave_up: None,
@@ -169,7 +192,12 @@ impl Watch {
             self.gave_up = Some(GaveUp::Ceiling);
             return false;
         }
-        let (state, cpu) = if self.family {
+        let Sample {
+            state,
+            cpu,
+            delay,
+            runnable: runnable_tids,
+        } = if self.family {
             sample_family(self.pid)
         } else {
             sample(self.pid)
@@ -185,14 +213,36 @@ impl Watch {
             _ => None,
         };
         let cpu_grew = grew.unwrap_or(0);
+        // A thread runnable at this look and the last: starved (a
+        // sleeping process's wake-up is runnable for a moment).
+        let runnable_now = runnable_tids.iter().any(|t| self.runnable.contains(t));
+        self.runnable = runnable_tids;
+        // Waiting for a CPU (ms): a runnable service starved of CPU is
+        // working as fast as it is let; a sleeping one does not wait.
+        let waited_cpu = match (self.delay, delay) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a) / 1_000_000),
+            _ => None,
+        };
         self.records = records;
         if cpu.is_some() {
             self.cpu = cpu;
         }
+        if delay.is_some() {
+            self.delay = delay;
+        }
         // A tick or two of CPU is what an idle (or deadlocked) process's
         // housekeeping costs; working is at least 2% of a period.
         let min_cpu = (self.period.as_millis() as u64 / 50).max(20);
-        if more == 0 && cpu_grew < min_cpu {
+        // Or runnable for a quarter of the period, running or waiting
+        // for a CPU (a sleeping process's wake-ups wait a few ms each on
+        // a loaded machine, a starved one waits most of the period), or
+        // runnable now and at the last look: the kernel adds a wait to the
+        // run delay when the thread gets the CPU, so a thread starved
+        // through the whole period shows only as runnable.
+        let runnable = waited_cpu.is_some_and(|w| {
+            runnable_now || w.saturating_add(cpu_grew) >= self.period.as_millis() as u64 / 4
+        });
+        if more == 0 && cpu_grew < min_cpu && !runnable {
             if grew.is_none() && cpu.is_some() && !self.probed {
                 // The first CPU sample was just taken: one more period
                 // to see whether it grows.
@@ -207,13 +257,17 @@ impl Watch {
             self.told = true;
             let first = BUSY_WAITS.fetch_add(1, Ordering::Relaxed) == 0;
             let args = format_args!(
-                "{who}: the CM service (pid {}) has not answered {what} for {} ms; it is working ({}{} records arrived), waiting (up to {} ms, IBCM_SERVICE_BUSY_MAX_MS)",
+                "{who}: the CM service (pid {}) has not answered {what} for {} ms; it is working ({}{}{} records arrived), waiting (up to {} ms, IBCM_SERVICE_BUSY_MAX_MS)",
                 self.pid,
                 waited.as_millis(),
                 match (grew, cpu) {
                     (Some(g), _) => format!("CPU +{g} ms, "),
                     (None, Some(_)) => String::new(),
                     (None, None) => "CPU time not visible here, ".to_string(),
+                },
+                match waited_cpu {
+                    Some(w) => format!("waiting for a CPU +{w} ms, "),
+                    None => String::new(),
                 },
                 more,
                 service_busy_max().as_millis()
@@ -236,7 +290,7 @@ impl Watch {
         match self.gave_up {
             Some(GaveUp::NoProgress) if !self.told && !self.probed => String::new(),
             Some(GaveUp::NoProgress) if !self.told => format!(
-                "; no progress (no records, no CPU time) in {} ms",
+                "; no progress (no records, no CPU time, no wait for a CPU) in {} ms",
                 self.start.elapsed().as_millis()
             ),
             Some(GaveUp::NoProgress) => format!(
@@ -257,20 +311,92 @@ impl Watch {
     }
 }
 
-/// The state and CPU time of `pid`; nothing when it is not visible here.
-fn sample(pid: i32) -> (Option<char>, Option<u64>) {
-    if pid <= 0 {
-        return (None, None);
-    }
-    sock::proc_stat(pid).map_or((None, None), |st| (st.state, st.cpu_ms))
+/// What a look at the service process finds.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+struct Sample {
+    state: Option<char>,
+    /// CPU time, ms.
+    cpu: Option<u64>,
+    /// Run-queue wait of its threads, ns.
+    delay: Option<u64>,
+    /// Its threads runnable now (state `R`; not the thread looking): on
+    /// a CPU, or waiting for one (a wait the kernel adds to the run delay
+    /// only when the thread gets the CPU). Only where the run delay is
+    /// kept.
+    runnable: Vec<i32>,
 }
 
-/// The state of `pid` and the CPU time of it and its children (those
-/// alive now: `/proc/<pid>/task/*/children`).
-fn sample_family(pid: i32) -> (Option<char>, Option<u64>) {
-    let (state, cpu) = sample(pid);
-    let Some(mut cpu) = cpu else {
-        return (state, None);
+/// The state, CPU time and run-queue wait of `pid`; nothing when it is
+/// not visible here.
+fn sample(pid: i32) -> Sample {
+    if pid <= 0 {
+        return Sample::default();
+    }
+    let Ok(st) = sock::proc_stat(pid) else {
+        return Sample::default();
+    };
+    let (delay, runnable) = if run_delay_counts() {
+        run_delay(pid).map_or((None, Vec::new()), |(d, r)| (Some(d), r))
+    } else {
+        (None, Vec::new())
+    };
+    Sample {
+        state: st.state,
+        cpu: st.cpu_ms,
+        delay,
+        runnable,
+    }
+}
+
+/// The time the threads of `pid` (those alive now) spent runnable and
+/// waiting on a run queue for a CPU, in ns: the second field of each
+/// `/proc/<pid>/task/<tid>/schedstat` (`/proc/<pid>/schedstat` is the
+/// main thread's only). `None` when the kernel keeps none (no such file:
+/// `CONFIG_SCHED_INFO` off; `0 0 0` for every thread: accounting off) or
+/// `pid` is not visible here; and those threads (not this one) runnable
+/// now (state `R` in its `stat`).
+fn run_delay(pid: i32) -> Option<(u64, Vec<i32>)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() }.to_string();
+    let mut sum = 0u64;
+    let mut kept = false;
+    let mut runnable = Vec::new();
+    for t in tasks.flatten() {
+        let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) else {
+            continue;
+        };
+        let tid = t.file_name().to_str().unwrap_or("").to_string();
+        if tid != me
+            && std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+                st.rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('R'))
+            })
+            && let Ok(tid) = tid.parse()
+        {
+            runnable.push(tid);
+        }
+        let f: Vec<u64> = s
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if let [ran, waited, slices] = f[..] {
+            kept |= ran != 0 || waited != 0 || slices != 0;
+            sum = sum.saturating_add(waited);
+        }
+    }
+    kept.then_some((sum, runnable))
+}
+
+/// The state of `pid` and the CPU time and run-queue wait of it and its
+/// children (those alive now: `/proc/<pid>/task/*/children`).
+fn sample_family(pid: i32) -> Sample {
+    let mut s = sample(pid);
+    let Some(mut cpu) = s.cpu else {
+        return Sample {
+            state: s.state,
+            ..Sample::default()
+        };
     };
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for t in tasks.flatten() {
@@ -278,11 +404,17 @@ fn sample_family(pid: i32) -> (Option<char>, Option<u64>) {
                 continue;
             };
             for child in c.split_whitespace().filter_map(|x| x.parse::<i32>().ok()) {
-                cpu += sample(child).1.unwrap_or(0);
+                let c = sample(child);
+                cpu += c.cpu.unwrap_or(0);
+                if let (Some(d), Some(e)) = (s.delay.as_mut(), c.delay) {
+                    *d = d.saturating_add(e);
+                }
+                s.runnable.extend(c.runnable);
             }
         }
     }
-    (state, Some(cpu))
+    s.cpu = Some(cpu);
+    s
 }
 
 #[cfg(test)]
@@ -313,7 +445,35 @@ mod tests {
 
     #[test]
     fn an_unseen_pid_has_no_cpu_time() {
-        assert_eq!(sample(0), (None, None));
-        assert_eq!(sample(-1), (None, None));
+        assert_eq!(sample(0), Sample::default());
+        assert_eq!(sample(-1), Sample::default());
+        assert_eq!(run_delay(-1), None);
+    }
+
+    #[test]
+    fn own_run_delay_is_readable_where_the_kernel_keeps_it() {
+        let pid = std::process::id() as i32;
+        if !std::path::Path::new("/proc/self/schedstat").exists() {
+            // No CONFIG_SCHED_INFO: the CPU time alone counts.
+            assert_eq!(run_delay(pid), None);
+            return;
+        }
+        // A second thread spinning: runnable now, seen from this one.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let t = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let seen = (0..200).any(|_| {
+            std::thread::sleep(Duration::from_millis(5));
+            run_delay(pid).is_some_and(|(_, r)| !r.is_empty())
+        });
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+        assert!(seen, "a spinning thread not seen runnable");
+        // This thread alone (the others asleep or gone) is not counted.
+        assert!(run_delay(pid).is_some());
     }
 }
