@@ -204,6 +204,48 @@ pub fn batch_one(records: &[Vec<u8>]) -> (usize, Vec<u8>) {
     (n, msg)
 }
 
+/// Record buffers one thread keeps for reuse (the service's event
+/// records, a process's sent records), so that a record costs no
+/// `malloc`/`free` in the steady state: at most `max` buffers, each with a
+/// capacity in `min_room..=max_room` (a larger one, a lease's or a port
+/// table's record, is let go); a new buffer gets `min_room`.
+pub struct Spares {
+    bufs: Vec<Vec<u8>>,
+    max: usize,
+    min_room: usize,
+    max_room: usize,
+}
+
+impl Spares {
+    pub const fn new(max: usize, min_room: usize, max_room: usize) -> Spares {
+        Spares {
+            bufs: Vec::new(),
+            max,
+            min_room,
+            max_room,
+        }
+    }
+
+    /// A kept buffer (empty, with its capacity), or a new one.
+    pub fn take(&mut self) -> Vec<u8> {
+        self.bufs
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(self.min_room))
+    }
+
+    /// Keeps sent records' buffers of a record's size, up to `max`.
+    pub fn keep(&mut self, recs: impl IntoIterator<Item = Vec<u8>>) {
+        for r in recs {
+            if self.bufs.len() >= self.max {
+                break;
+            }
+            if (self.min_room..=self.max_room).contains(&r.capacity()) {
+                self.bufs.push(r);
+            }
+        }
+    }
+}
+
 /// `batch_one` written into `msg` (cleared first), so a sender reuses one
 /// buffer: how many leading records it holds. When that is one, `msg` is
 /// left empty and the record is sent as it is.
@@ -1637,9 +1679,43 @@ pub mod sock {
 #[derive(Debug)]
 pub struct PortRelease(pub(crate) Vec<u8>);
 
+/// An EVENT record `n` (sequence and handle `n`) padded to `len` bytes
+/// of `n` (tests of the records' batching and backlog).
+#[cfg(test)]
+pub(crate) fn test_record(n: u64, len: usize) -> Vec<u8> {
+    let mut w = Header {
+        op: op::EVENT,
+        seq: n,
+        handle: n,
+    }
+    .record();
+    w.0.resize(len, n as u8);
+    w.into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_record as rec;
     use super::*;
+
+    /// `Spares` keeps only buffers of a record's size, at most `max`, and
+    /// hands them back before making a new one of `min_room`.
+    #[test]
+    fn spares_keep_record_sized_buffers_up_to_their_max() {
+        let mut s = Spares::new(2, 128, 1024);
+        let fresh = s.take();
+        assert_eq!((fresh.len(), fresh.capacity()), (0, 128));
+        s.keep([
+            Vec::with_capacity(64),
+            Vec::with_capacity(2048),
+            Vec::with_capacity(300),
+            Vec::with_capacity(1024),
+            Vec::with_capacity(128),
+        ]);
+        assert_eq!(s.take().capacity(), 1024);
+        assert_eq!(s.take().capacity(), 300);
+        assert_eq!(s.take().capacity(), 128, "a third kept past max");
+    }
 
     #[test]
     fn records_round_trip() {
@@ -1873,19 +1949,6 @@ mod tests {
         assert_eq!(got_h.op, op::QP_ATTRS);
         assert_eq!(r.get::<QpAttrs>().unwrap(), a);
         r.end().unwrap();
-    }
-
-    /// An EVENT record `n` (sequence and handle `n`) padded to `len` bytes
-    /// of `n`.
-    fn rec(n: u64, len: usize) -> Vec<u8> {
-        let mut w = Header {
-            op: op::EVENT,
-            seq: n,
-            handle: n,
-        }
-        .record();
-        w.0.resize(len, n as u8);
-        w.into_bytes()
     }
 
     /// `batch_into` reuses one buffer across messages and makes what

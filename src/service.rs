@@ -668,31 +668,21 @@ thread_local! {
     /// it encodes next: an event costs no `malloc`/`free` in the steady
     /// state (the thread that runs an engine is the one whose hold sends
     /// the events it produced).
-    static SPARE: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SPARE: std::cell::RefCell<ipc::Spares> = const {
+        std::cell::RefCell::new(ipc::Spares::new(SPARE_MAX, ipc::EVENT_RECORD, 2 * ipc::EVENT_RECORD))
+    };
     /// The `BATCH` message this thread assembles (`ipc::batch_into`).
     static BATCH_MSG: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A buffer for an event record (room for `ipc::EVENT_RECORD`).
 fn event_buf() -> Vec<u8> {
-    SPARE
-        .with(|s| s.borrow_mut().pop())
-        .unwrap_or_else(|| Vec::with_capacity(ipc::EVENT_RECORD))
+    SPARE.with(|s| s.borrow_mut().take())
 }
 
 /// Keeps sent records' buffers for `event_buf` (those of an event's size).
 fn recycle(recs: impl IntoIterator<Item = Vec<u8>>) {
-    SPARE.with(|s| {
-        let mut s = s.borrow_mut();
-        for r in recs {
-            if s.len() >= SPARE_MAX {
-                break;
-            }
-            if (ipc::EVENT_RECORD..=2 * ipc::EVENT_RECORD).contains(&r.capacity()) {
-                s.push(r);
-            }
-        }
-    });
+    SPARE.with(|s| s.borrow_mut().keep(recs))
 }
 
 /// Sends `recs` as `BATCH` messages (a lone record as it is) while the

@@ -76,7 +76,8 @@ thread_local! {
     /// Buffers of records this thread has sent, reused for the records it
     /// writes next (`rec_buf`): a one-way call costs no `malloc`/`free`
     /// in the steady state.
-    static SPARE: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SPARE: std::cell::RefCell<ipc::Spares> =
+        const { std::cell::RefCell::new(ipc::Spares::new(SPARE_MAX, REC_ROOM, SPARE_ROOM_MAX)) };
     /// The `BATCH` message this thread assembles (`send_held`).
     static BATCH_MSG: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -91,24 +92,12 @@ const SPARE_ROOM_MAX: usize = 1024;
 /// A buffer for a record this thread writes: a spare one, or a new one
 /// with `REC_ROOM`.
 fn rec_buf() -> Vec<u8> {
-    SPARE
-        .with(|s| s.borrow_mut().pop())
-        .unwrap_or_else(|| Vec::with_capacity(REC_ROOM))
+    SPARE.with(|s| s.borrow_mut().take())
 }
 
 /// Keeps sent records' buffers for `rec_buf` (those of a record's size).
 fn recycle(recs: impl IntoIterator<Item = Vec<u8>>) {
-    SPARE.with(|s| {
-        let mut s = s.borrow_mut();
-        for r in recs {
-            if s.len() >= SPARE_MAX {
-                break;
-            }
-            if (REC_ROOM..=SPARE_ROOM_MAX).contains(&r.capacity()) {
-                s.push(r);
-            }
-        }
-    });
+    SPARE.with(|s| s.borrow_mut().keep(recs))
 }
 
 /// How long a round trip to the service (an open, a call, a send that
@@ -1965,16 +1954,7 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
-    fn record(n: u64, len: usize) -> Vec<u8> {
-        let mut w = Header {
-            op: op::EVENT,
-            seq: n,
-            handle: n,
-        }
-        .record();
-        w.0.resize(len, n as u8);
-        w.into_bytes()
-    }
+    use ipc::test_record as record;
 
     /// The backlog keeps a lone record and a `BATCH`'s records in place,
     /// in socket order, across messages; a truncated or garbage message
