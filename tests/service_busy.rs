@@ -367,10 +367,10 @@ fn asleep(pid: u32) -> bool {
         .unwrap()
         .flatten()
         .all(|t| {
-            std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
-                st.rsplit_once(')')
-                    .is_some_and(|(_, r)| !r.trim_start().starts_with('R'))
-            })
+            t.file_name()
+                .to_str()
+                .and_then(|tid| tid.parse().ok())
+                .is_some_and(|tid| sock::proc_stat(tid).is_ok_and(|st| st.state != Some('R')))
         })
 }
 

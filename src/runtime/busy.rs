@@ -368,11 +368,8 @@ fn run_delay(pid: i32) -> Option<(u64, Vec<i32>)> {
         };
         let tid = t.file_name().to_str().unwrap_or("").to_string();
         if tid != me
-            && std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
-                st.rsplit_once(')')
-                    .is_some_and(|(_, r)| r.trim_start().starts_with('R'))
-            })
             && let Ok(tid) = tid.parse()
+            && sock::proc_stat(tid).is_ok_and(|st| st.state == Some('R'))
         {
             runnable.push(tid);
         }
