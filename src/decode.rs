@@ -356,11 +356,16 @@ fn shown(f: &FieldRef<'_>, out: &mut Vec<Field>) {
     };
     let small = n as u8;
     let field = match f.show {
-        Show::Hex | Show::Plain => {
+        Show::Hex | Show::Plain | Show::Method => {
             let FieldValue::Uint(_, bits) = f.value else {
                 unreachable!()
             };
-            hx(f.name, n, bits.div_ceil(4) as usize)
+            let field = hx(f.name, n, bits.div_ceil(4) as usize);
+            if f.show == Show::Method {
+                field.note(method::name(small))
+            } else {
+                field
+            }
         }
         Show::Dec => dec(f.name, n),
         Show::Timeout => dec(f.name, n).note(timeout_text(small)),
@@ -495,17 +500,17 @@ fn transport_rows(f: &RoceFrame) -> [Vec<Field>; 2] {
     [bth, deth]
 }
 
+/// The MAD header as `ibcm decode` shows it: the attribute's name when it
+/// has one, then every line of [`MadHeader::rows`] but the first (the
+/// class, which a CM MAD's parse checks).
 fn header_fields(h: &MadHeader) -> Vec<Field> {
     let mut v = Vec::with_capacity(7);
     if let Some(n) = attr::name(h.attr_id) {
         v.push(text("attr", n));
     }
-    v.push(hx("attr_id", h.attr_id, 4));
-    v.push(hx("method", h.method, 2).note(method::name(h.method)));
-    v.push(hx("mad_status", h.status, 4));
-    v.push(hx("class_specific", h.class_specific, 4));
-    v.push(hx("tid", h.tid, 16));
-    v.push(hx("attr_mod", h.attr_mod, 8));
+    for field in h.rows().iter().skip(1).flatten() {
+        shown(field, &mut v);
+    }
     v
 }
 
@@ -787,16 +792,14 @@ pub fn frame_text(f: &RoceFrame, t0_nanos: u64) -> String {
         h.tid,
         if f.icrc_ok { "ok" } else { "BAD" },
     );
-    let _ = writeln!(
-        out,
-        "    time={} method={:#04x} ({}) mad_status={:#06x} class_specific={:#06x} attr_mod={:#010x}",
-        utc_text(f.ts_nanos),
-        h.method,
-        method::name(h.method),
-        h.status,
-        h.class_specific,
-        h.attr_mod
+    // The header's fields but those of the line above.
+    let mut line = vec![text("time", utc_text(f.ts_nanos))];
+    line.extend(
+        header_fields(&h)
+            .into_iter()
+            .filter(|x| !matches!(x.name, "attr" | "attr_id" | "tid")),
     );
+    push_row(&mut out, &line);
     for row in transport_rows(f) {
         push_row(&mut out, &row);
     }

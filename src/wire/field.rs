@@ -34,6 +34,8 @@ pub enum Show {
     Hex,
     /// A count or small number: decimal.
     Dec,
+    /// A MAD method: hex, with its name.
+    Method,
     /// An IBTA timeout exponent (4.096 us * 2^t).
     Timeout,
     /// `enum ib_rate`.

@@ -115,16 +115,21 @@ wire_struct! {
     /// A MAD common header as plain values (any management class).
     #[derive(Copy)]
     MadHeader, MadPacket, "MAD" {
+        // The class (`check_cm`'s three fields): `ibcm decode` leaves this
+        // first line out.
         [
             base_version / set_base_version: u8 = bits(0, 0, 8), "BaseVersion", Dec;
             mgmt_class / set_mgmt_class: u8 = bits(1, 0, 8), "MgmtClass", Hex;
             class_version / set_class_version: u8 = bits(2, 0, 8), "ClassVersion", Dec;
+        ]
+        // What `ibcm decode` shows of the header, in its JSON key order.
+        [
+            attr_id / set_attr_id: u16 = bits(16, 0, 16), "AttributeID", Hex;
             /// Method including the response bit.
-            method / set_method: u8 = bits(3, 0, 8), "Method", Hex;
+            method / set_method: u8 = bits(3, 0, 8), "Method", Method;
             status / set_status: u16 = bits(4, 0, 16), "Status", Hex => "mad_status";
             class_specific / set_class_specific: u16 = bits(6, 0, 16), "ClassSpecific", Hex;
             tid / set_tid: u64 = bits(8, 0, 64), "TransactionID", Hex;
-            attr_id / set_attr_id: u16 = bits(16, 0, 16), "AttributeID", Hex;
             attr_mod / set_attr_mod: u32 = bits(20, 0, 32), "AttributeModifier", Hex;
         ]
     }
