@@ -1321,6 +1321,7 @@ macro_rules! zeroed_default {
 }
 
 zeroed_default!(
+    IbcmCounters,
     IbGidAttr,
     RdmaAhAttrU,
     IbGlobalRoute,
@@ -1346,6 +1347,39 @@ zeroed_default!(
 
 // ---------------------------------------------------------------- ibcm.h
 
+/// A C struct of `u64` members and arrays of them, member by member as the
+/// header has it, plus `members_mut()`: each member's name and values in
+/// that order (what `ffi` fills by name).
+macro_rules! u64_members {
+    ($(#[$m:meta])* pub struct $name:ident { $( pub $f:ident: $t:ty, )* }) => {
+        $(#[$m])*
+        pub struct $name { $( pub $f: $t, )* }
+
+        impl $name {
+            /// Each member's name and values (a scalar as one), in order.
+            pub fn members_mut(&mut self) -> [(&'static str, &mut [u64]); [$(stringify!($f)),*].len()] {
+                [$( (stringify!($f), U64s::u64s_mut(&mut self.$f)), )*]
+            }
+        }
+    };
+}
+
+/// A `u64` member or an array of them, as a slice.
+trait U64s {
+    fn u64s_mut(&mut self) -> &mut [u64];
+}
+impl U64s for u64 {
+    fn u64s_mut(&mut self) -> &mut [u64] {
+        core::slice::from_mut(self)
+    }
+}
+impl<const N: usize> U64s for [u64; N] {
+    fn u64s_mut(&mut self) -> &mut [u64] {
+        self
+    }
+}
+
+u64_members! {
 /// `struct ibcm_counters` (include/ibcm.h): what `ibcm_get_counters`
 /// copies out. Arrays are indexed by `enum ibcm_attr_index` (`tx`, `rx`,
 /// …: 0 ClassPortInfo, 1 REQ … 11 APR), REJ reason (`rej_tx`, `rej_rx`;
@@ -1376,6 +1410,7 @@ pub struct IbcmCounters {
     pub rx_clamped: u64,
     pub half_open_evicted: u64,
     pub rx_off_path: u64,
+}
 }
 
 // The same numbers as c-tests/abi_static.c.

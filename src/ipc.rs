@@ -712,16 +712,6 @@ struct_field!(SidrRepEvent {
     sgid_attr
 });
 struct_field!(GidEntry { gid, gid_type });
-struct_field!(TransportCounters {
-    rx_datagrams,
-    tx_datagrams,
-    rx_garbage,
-    rx_icrc_unverified,
-    tx_errors,
-    rx_errors,
-    tx_unroutable,
-});
-
 impl Field for PortInfo {
     fn put(&self, w: &mut Writer) {
         self.port_num.put(w);
@@ -747,62 +737,32 @@ impl Field for PortInfo {
     }
 }
 
-impl Field for Counters {
-    fn put(&self, w: &mut Writer) {
-        for row in [
-            &self.tx[..],
-            &self.rx,
-            &self.rx_duplicates,
-            &self.tx_retries,
-            &self.timeouts,
-            &self.rej_tx,
-            &self.rej_rx,
-            &self.drops,
-        ] {
-            for v in row {
-                v.put(w);
+/// A counters struct by its one field list (`fields()`, `fields_mut()`):
+/// every value in declaration order, so a counter is added at the end of
+/// its declaration (that order is the service protocol's).
+macro_rules! counters_field {
+    ($($t:ty),*) => {$(
+        impl Field for $t {
+            fn put(&self, w: &mut Writer) {
+                for (_, row) in self.fields() {
+                    for v in row {
+                        v.put(w);
+                    }
+                }
+            }
+            fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+                let mut c = <$t>::default();
+                for (_, row) in c.fields_mut() {
+                    for v in row {
+                        *v = r.get()?;
+                    }
+                }
+                Ok(c)
             }
         }
-        for v in [
-            self.ids_created,
-            self.ids_destroyed,
-            self.events,
-            self.rx_clamped,
-            self.half_open_evicted,
-            self.rx_off_path,
-        ] {
-            v.put(w);
-        }
-    }
-    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
-        let mut c = Counters::default();
-        for row in [
-            &mut c.tx[..],
-            &mut c.rx,
-            &mut c.rx_duplicates,
-            &mut c.tx_retries,
-            &mut c.timeouts,
-            &mut c.rej_tx,
-            &mut c.rej_rx,
-            &mut c.drops,
-        ] {
-            for v in row {
-                *v = r.get()?;
-            }
-        }
-        for v in [
-            &mut c.ids_created,
-            &mut c.ids_destroyed,
-            &mut c.events,
-            &mut c.rx_clamped,
-            &mut c.half_open_evicted,
-            &mut c.rx_off_path,
-        ] {
-            *v = r.get()?;
-        }
-        Ok(c)
-    }
+    )*};
 }
+counters_field!(Counters, TransportCounters);
 
 /// The public `ib_cm_id` fields of an id, in host order, sent with every
 /// reply about an id and every event so the process's copy follows the
@@ -1717,6 +1677,36 @@ mod tests {
         assert_eq!(s.take().capacity(), 128, "a third kept past max");
     }
 
+    /// The counters' wire positions are the service protocol's, whatever
+    /// the Rust declarations say: typed in here, not derived from them.
+    #[test]
+    fn counters_keep_their_wire_positions() {
+        let mut c = Counters::default();
+        c.tx[0] = 1;
+        c.timeouts[11] = 2;
+        c.rej_tx[0] = 3;
+        c.drops[0] = 4;
+        c.ids_created = 5;
+        c.rx_off_path = 6;
+        let t = TransportCounters {
+            rx_datagrams: 7,
+            tx_unroutable: 8,
+            ..TransportCounters::default()
+        };
+        let mut w = Writer(Vec::new());
+        w.put(&c).put(&t);
+        let b = w.into_bytes();
+        let at = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap());
+        assert_eq!(b.len(), 8 * (148 + 7));
+        let pinned = [(0, 1), (59, 2), (60, 3), (134, 4), (142, 5), (147, 6)];
+        for (i, v) in pinned.into_iter().chain([(148, 7), (154, 8)]) {
+            assert_eq!(at(i), v, "u64 {i} of the record");
+        }
+        let mut r = Reader::new(&b);
+        assert_eq!(r.get::<Counters>().unwrap(), c);
+        assert_eq!(r.get::<TransportCounters>().unwrap(), t);
+    }
+
     #[test]
     fn records_round_trip() {
         let p = ReqParams {
@@ -1805,17 +1795,10 @@ mod tests {
         bad[45] = 77; // parameter tag
         assert!(Reader::new(&bad).get::<WireEvent>().is_err());
         // Bytes from a fixed-seed generator never panic the decoder.
-        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut g = crate::testsupport::Junk(0x1234_5678_9abc_def0);
         for _ in 0..2000 {
-            let n = (x % 600) as usize;
-            let junk: Vec<u8> = (0..n)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let n = (g.0 % 600) as usize;
+            let junk = g.bytes(n);
             let _ = Reader::new(&junk).get::<WireEvent>();
             let _ = Reader::new(&junk).get::<ReqParams>();
             let _ = Header::parse(&junk);

@@ -23,4 +23,6 @@ pub mod runtime;
 pub mod service;
 pub mod sim;
 pub mod svg;
+#[doc(hidden)]
+pub mod testsupport;
 pub mod wire;

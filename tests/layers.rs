@@ -19,6 +19,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("c_enum", &[]),
     // Member runs a C mirror and its Rust twin share (list macros).
     ("members", &[]),
+    // What tests share (a junk-byte generator).
+    ("testsupport", &[]),
     ("wire", &["log"]),
     // The protocol engine (sans-IO).
     ("engine", &["wire", "log"]),
@@ -34,10 +36,20 @@ const LAYERS: &[(&str, &[&str])] = &[
     // Transports, threads, the Rust API, the C ABI.
     ("fabric", &["capture", "engine", "wire", "log"]),
     // The host CM service's protocol (below both of its ends).
-    ("ipc", &["fabric", "engine", "wire", "log"]),
+    // (`testsupport`: their unit tests' junk bytes.)
+    ("ipc", &["fabric", "engine", "wire", "log", "testsupport"]),
     (
         "runtime",
-        &["ipc", "fabric", "capture", "engine", "wire", "log", "abi"],
+        &[
+            "ipc",
+            "fabric",
+            "capture",
+            "engine",
+            "wire",
+            "log",
+            "abi",
+            "testsupport",
+        ],
     ),
     (
         "api",

@@ -421,21 +421,14 @@ fn a_hostile_client_neither_crashes_the_service_nor_reaches_other_ids() {
     assert!(e < 0);
     let (_, e) = raw_call(&bad, 6, &record(999, 6, 0, &[]));
     assert_eq!(e, -95);
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut g = ibcm::testsupport::Junk(0x9e37_79b9_7f4a_7c15);
     for i in 0..500u64 {
-        let n = 1 + (x % 300) as usize;
-        let junk: Vec<u8> = (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let n = 1 + (g.0 % 300) as usize;
+        let junk = g.bytes(n);
         // Valid headers with junk bodies are answered; junk headers dropped.
         let opc = (i % op::LAST as u64) as u16 + 1;
         if opc != op::OPEN {
-            let (_, e) = raw_call(&bad, 100 + i, &record(opc, 100 + i, x, &junk));
+            let (_, e) = raw_call(&bad, 100 + i, &record(opc, 100 + i, g.0, &junk));
             // (IDS needs no id: any 4 bytes are a valid first index.)
             let valid = opc == op::IDS && junk.len() == 4;
             assert!(e < 0 || valid, "junk op {opc} accepted");

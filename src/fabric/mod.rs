@@ -46,6 +46,19 @@ macro_rules! transport_counters {
             $($(#[$doc])* pub $name: u64,)*
         }
 
+        impl TransportCounters {
+            /// Each counter's name and value (as a one-element slice), in
+            /// declaration order.
+            pub fn fields(&self) -> [(&'static str, &[u64]); [$(stringify!($name)),*].len()] {
+                [$((stringify!($name), std::slice::from_ref(&self.$name)),)*]
+            }
+
+            /// [`Self::fields`], writable.
+            pub fn fields_mut(&mut self) -> [(&'static str, &mut [u64]); [$(stringify!($name)),*].len()] {
+                [$((stringify!($name), std::slice::from_mut(&mut self.$name)),)*]
+            }
+        }
+
         impl TransportStats {
             pub fn snapshot(&self) -> TransportCounters {
                 TransportCounters {

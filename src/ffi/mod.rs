@@ -232,34 +232,32 @@ pub unsafe extern "C" fn ibcm_gid_from_string(ip: *const c_char, gid: *mut IbGid
     })
 }
 
-/// A device's counters in the C layout, member by member.
+/// Every counter of a device by name: the CM's and the transport's
+/// (each struct's one list), then the device's own two.
+fn counter_sources(d: &DeviceCounters) -> impl Iterator<Item = (&'static str, &[u64])> {
+    let own = [
+        ("live_ids", std::slice::from_ref(&d.live_ids)),
+        ("pending_timers", std::slice::from_ref(&d.pending_timers)),
+    ];
+    d.cm.fields()
+        .into_iter()
+        .chain(d.transport.fields())
+        .chain(own)
+}
+
+/// A device's counters in the C layout: each member of `struct
+/// ibcm_counters` from the counter of its name (`c_counters_name_every_counter_once`
+/// checks that each has exactly one).
 fn counters_to_c(d: &DeviceCounters) -> IbcmCounters {
-    let (c, t) = (&d.cm, &d.transport);
-    IbcmCounters {
-        tx: c.tx,
-        rx: c.rx,
-        rx_duplicates: c.rx_duplicates,
-        tx_retries: c.tx_retries,
-        timeouts: c.timeouts,
-        rej_tx: c.rej_tx,
-        rej_rx: c.rej_rx,
-        drops: c.drops,
-        ids_created: c.ids_created,
-        ids_destroyed: c.ids_destroyed,
-        events: c.events,
-        live_ids: d.live_ids,
-        pending_timers: d.pending_timers,
-        rx_datagrams: t.rx_datagrams,
-        tx_datagrams: t.tx_datagrams,
-        rx_garbage: t.rx_garbage,
-        rx_icrc_unverified: t.rx_icrc_unverified,
-        tx_errors: t.tx_errors,
-        rx_errors: t.rx_errors,
-        tx_unroutable: t.tx_unroutable,
-        rx_clamped: c.rx_clamped,
-        half_open_evicted: c.half_open_evicted,
-        rx_off_path: c.rx_off_path,
+    let mut c = IbcmCounters::default();
+    for (name, member) in c.members_mut() {
+        if let Some((_, v)) =
+            counter_sources(d).find(|(n, v)| *n == name && v.len() == member.len())
+        {
+            member.copy_from_slice(v);
+        }
     }
+    c
 }
 
 /// `ibcm_get_counters`.
@@ -650,6 +648,26 @@ mod tests {
             [c.rx_clamped, c.half_open_evicted, c.rx_off_path],
             [21, 22, 23]
         );
+    }
+
+    /// The C struct and the Rust counters drift apart when either gains,
+    /// loses or resizes a counter: each C member must have exactly one
+    /// counter of its name and length, and each counter one member.
+    #[test]
+    fn c_counters_name_every_counter_once() {
+        let d = DeviceCounters::default();
+        let mut c = IbcmCounters::default();
+        let members: Vec<(&str, usize)> =
+            c.members_mut().iter().map(|(n, v)| (*n, v.len())).collect();
+        let sources: Vec<(&str, usize)> = counter_sources(&d).map(|(n, v)| (n, v.len())).collect();
+        for m in &members {
+            let n = sources.iter().filter(|s| *s == m).count();
+            assert_eq!(n, 1, "counters named and sized as C member {m:?}");
+        }
+        for s in &sources {
+            assert!(members.contains(s), "counter {s:?} has no C member");
+        }
+        assert_eq!(members.len(), sources.len());
     }
 
     #[test]

@@ -1997,16 +1997,9 @@ mod tests {
         assert_eq!(b.pop(), Some(&r1[..]));
         // Garbage of every kind at every length: no panic, no record of it
         // (a valid header with any body is a record).
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut g = crate::testsupport::Junk(0x9e37_79b9_7f4a_7c15);
         for n in 1..400 {
-            let junk: Vec<u8> = (0..n)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let junk = g.bytes(n);
             b.unpack(&junk);
             while let Some(r) = b.pop() {
                 assert!(Header::parse(r).is_ok());
