@@ -82,6 +82,45 @@ pub fn always(l: u8, args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// This process's pid, read once per process (glibc's `getpid` is a
+/// system call: `rdma_resolve_addr` made 3.2 of them per id for its fork
+/// checks) and read again in a forked child: a `pthread_atfork` child
+/// handler, registered before the first read, clears it, so a child never
+/// takes its parent's pid (nor what its parent owns) for its own. The one
+/// pid cache of the library and of librdmacm (log lines keep their own
+/// `getpid`: this warns through them).
+pub fn pid() -> u32 {
+    use std::sync::atomic::{AtomicBool, AtomicU32};
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    static AT_FORK: std::sync::Once = std::sync::Once::new();
+    extern "C" fn forked_child() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    let p = PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    AT_FORK.call_once(|| {
+        // SAFETY: a child handler that only stores an atomic.
+        let r = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+        if r == 0 {
+            ARMED.store(true, Ordering::Relaxed);
+        } else {
+            always(
+                WARN,
+                format_args!("pthread_atfork failed ({r}): the pid is read at every use"),
+            );
+        }
+    });
+    let p = std::process::id();
+    // Kept only with the handler in place (else read at every use).
+    if ARMED.load(Ordering::Relaxed) {
+        PID.store(p, Ordering::Relaxed);
+    }
+    p
+}
+
 /// `ibcm_log!(WARN, "...", args)`.
 #[macro_export]
 macro_rules! ibcm_log {
@@ -99,6 +138,31 @@ mod tests {
         assert_eq!(super::parse_level("debug"), super::DEBUG);
         assert_eq!(super::parse_level("off"), 0);
         assert_eq!(super::parse_level("2"), super::WARN);
+    }
+
+    /// A forked child reads its own pid through `pid()`, not the parent's
+    /// cached one.
+    #[test]
+    fn forked_child_sees_its_own_pid() {
+        let parent = super::pid();
+        assert_eq!(parent, std::process::id());
+        assert_eq!(super::pid(), parent, "cached");
+        // SAFETY: the child only reads atomics, calls getpid and _exits.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork");
+        if child == 0 {
+            let ok = super::pid() == unsafe { libc::getpid() } as u32;
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(libc::WIFEXITED(status), "child status {status:#x}");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "the child saw its parent's pid"
+        );
+        assert_eq!(super::pid(), parent);
     }
 
     /// Records every `write` call it gets.

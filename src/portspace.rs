@@ -111,43 +111,11 @@ pub fn may_bind_privileged(pid: Option<i32>) -> bool {
         .is_some_and(|caps| caps & (1 << CAP_NET_BIND_SERVICE) != 0)
 }
 
-/// This process's pid, read once per process (glibc's `getpid` is a
-/// system call: `rdma_resolve_addr` made 3.2 of them per id for the fork
-/// checks below) and read again in a forked child: a `pthread_atfork`
-/// child handler, registered before the first read, clears it, so a child
-/// never takes its parent's pid (nor its parent's connection) for its own.
+/// This process's pid, cached and reset in a forked child
+/// ([`crate::log::pid`]), so a child never takes its parent's connection
+/// for its own.
 fn my_pid() -> u32 {
-    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-    static PID: AtomicU32 = AtomicU32::new(0);
-    static ARMED: AtomicBool = AtomicBool::new(false);
-    static AT_FORK: std::sync::Once = std::sync::Once::new();
-    extern "C" fn forked_child() {
-        PID.store(0, Ordering::Relaxed);
-    }
-    let p = PID.load(Ordering::Relaxed);
-    if p != 0 {
-        return p;
-    }
-    AT_FORK.call_once(|| {
-        // SAFETY: a child handler that only stores an atomic.
-        let r = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
-        if r == 0 {
-            ARMED.store(true, Ordering::Relaxed);
-        } else {
-            crate::log::always(
-                WARN,
-                format_args!(
-                    "rdma_cm ports: pthread_atfork failed ({r}): the pid is read at every use"
-                ),
-            );
-        }
-    });
-    let p = std::process::id();
-    // Kept only with the handler in place (else read at every use).
-    if ARMED.load(Ordering::Relaxed) {
-        PID.store(p, Ordering::Relaxed);
-    }
-    p
+    crate::log::pid()
 }
 
 /// Where an ephemeral port search starts: a splitmix64 sequence seeded

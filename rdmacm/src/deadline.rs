@@ -84,7 +84,7 @@ pub fn arm(
     let s = shared();
     let at = Instant::now() + after;
     let mut t = lock(&s.t);
-    let me = std::process::id();
+    let me = ibcm::log::pid();
     if t.pid != me {
         std::thread::Builder::new()
             .name("rdmacm-timeout".into())

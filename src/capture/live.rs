@@ -59,7 +59,7 @@ static OWNER: AtomicU32 = AtomicU32::new(0);
 
 fn inherited() -> bool {
     let o = OWNER.load(Ordering::Relaxed);
-    o != 0 && o != std::process::id()
+    o != 0 && o != crate::log::pid()
 }
 
 /// `pthread_atfork` child handler: records stop at once in the child.
@@ -153,7 +153,7 @@ pub fn start(path: &Path, limit: u64) -> Result<(), Errno> {
         error: None,
         writer: Some(writer),
     });
-    OWNER.store(std::process::id(), Ordering::Relaxed);
+    OWNER.store(crate::log::pid(), Ordering::Relaxed);
     drop(out);
     static AT_EXIT: Once = Once::new();
     AT_EXIT.call_once(|| unsafe {
