@@ -153,8 +153,9 @@ pub type FastSet<K> = std::collections::HashSet<K, FastState>;
 /// 64×64→128-bit multiply by a secret factor, the halves xored together
 /// (the folded multiply of foldhash and aHash), and the state starts from a
 /// second secret. A difference in any bits of a word spreads over the
-/// whole product by an amount that depends on the secret factor, so no
-/// family of keys collides whatever the key (as [`FastState`]'s do); one
+/// whole product by an amount that depends on the secret factor, so
+/// [`FastState`]'s family does not carry over and none is known that
+/// collides whatever the secrets (not a cryptographic hash, though); one
 /// multiply per word, as [`FastState`].
 #[derive(Debug, Clone, Copy)]
 pub struct PeerState {
