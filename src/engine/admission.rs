@@ -30,7 +30,7 @@
 //! removal is lazy and every operation is amortised O(1). Queues are
 //! compacted when stale entries outnumber live ones.
 
-use super::ids::FastMap;
+use super::ids::PeerMap;
 use crate::wire::Gid;
 use std::collections::VecDeque;
 
@@ -42,7 +42,7 @@ pub(crate) struct Entry {
 }
 
 #[derive(Debug, Default)]
-struct Source {
+pub(super) struct Source {
     /// Half-open connections from this source (any half-open state).
     count: u32,
     /// Its REP-waiting connections, oldest first (may hold stale entries).
@@ -54,7 +54,7 @@ struct Source {
 pub(crate) struct Admission {
     /// Every REP-waiting connection, oldest first (may hold stale entries).
     global: VecDeque<Entry>,
-    sources: FastMap<Gid, Source>,
+    pub(super) sources: PeerMap<Gid, Source>,
     next_seq: u64,
 }
 
@@ -62,7 +62,7 @@ impl Admission {
     pub fn new(seed: u64) -> Admission {
         Admission {
             global: VecDeque::new(),
-            sources: FastMap::with_hasher(super::ids::FastState::new(seed)),
+            sources: PeerMap::with_hasher(super::ids::PeerState::new(seed)),
             next_seq: 1,
         }
     }

@@ -142,9 +142,9 @@ pub struct Engine {
     ids: IdSlab<IdRec>,
     timers: TimerWheel<TimerRef>,
     /// (remote CA GUID, remote comm ID) → local ID.
-    remote_ids: ids::FastMap<(u64, u32), u32>,
+    remote_ids: ids::PeerMap<(u64, u32), u32>,
     /// (requester GID, request ID) → local ID, for SIDR duplicates.
-    sidr_remote: ids::FastMap<(Gid, u32), u32>,
+    sidr_remote: ids::PeerMap<(Gid, u32), u32>,
     /// MADs to send; `tx_head` of them were already polled.
     transmits: Vec<Transmit>,
     tx_head: usize,
@@ -279,8 +279,8 @@ impl Engine {
             shared,
             ids,
             timers: TimerWheel::new(),
-            remote_ids: ids::FastMap::with_hasher(ids::FastState::new(rng)),
-            sidr_remote: ids::FastMap::with_hasher(ids::FastState::new(rng ^ 1)),
+            remote_ids: ids::PeerMap::with_hasher(ids::PeerState::new(rng)),
+            sidr_remote: ids::PeerMap::with_hasher(ids::PeerState::new(rng ^ 1)),
             transmits: Vec::new(),
             tx_head: 0,
             events: VecDeque::new(),

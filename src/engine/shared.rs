@@ -7,7 +7,7 @@
 //! message path takes at most a read lock on the listen table and one of 16
 //! remote-QPN sub-locks.
 
-use super::ids::{FastMap, FastState, IdCodec};
+use super::ids::{IdCodec, PeerMap, PeerState};
 use super::types::*;
 use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,8 +41,8 @@ const QP_LOCKS: usize = 16;
 pub struct Shared {
     pub codec: IdCodec,
     pub shard_bits: u32,
-    listen: RwLock<FastMap<u64, ListenEntry>>,
-    remote_qp: [Mutex<FastMap<(u64, u32), RemoteQpEntry>>; QP_LOCKS],
+    pub(super) listen: RwLock<PeerMap<u64, ListenEntry>>,
+    pub(super) remote_qp: [Mutex<PeerMap<(u64, u32), RemoteQpEntry>>; QP_LOCKS],
     next_service_id: AtomicU64,
 }
 
@@ -55,9 +55,9 @@ impl Shared {
         Shared {
             codec: IdCodec::new(seed),
             shard_bits,
-            listen: RwLock::new(FastMap::with_hasher(FastState::new(seed ^ 2))),
+            listen: RwLock::new(PeerMap::with_hasher(PeerState::new(seed ^ 2))),
             remote_qp: std::array::from_fn(|i| {
-                Mutex::new(FastMap::with_hasher(FastState::new(seed ^ (i as u64 + 3))))
+                Mutex::new(PeerMap::with_hasher(PeerState::new(seed ^ (i as u64 + 3))))
             }),
             next_service_id: AtomicU64::new(ASSIGN_SERVICE_ID),
         }
@@ -123,7 +123,7 @@ impl Shared {
         self.listen.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    fn qp_lock(&self, guid: u64, qpn: u32) -> &Mutex<FastMap<(u64, u32), RemoteQpEntry>> {
+    fn qp_lock(&self, guid: u64, qpn: u32) -> &Mutex<PeerMap<(u64, u32), RemoteQpEntry>> {
         let h = (guid ^ (qpn as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) >> 7;
         &self.remote_qp[(h as usize) % QP_LOCKS]
     }
