@@ -637,18 +637,6 @@ fn canonical(name: &str) -> String {
     name.to_string()
 }
 
-/// Inserts into a connection's `ids`, keeping the table's room at four
-/// times its live ids or more: ids come and go at the connection's rate,
-/// and a table whose removals' tombstones have used up its room rehashes
-/// every entry in place; with room to spare that happens rarely.
-fn insert_id(ids: &mut FastMap<u64, Entry>, handle: u64, e: Entry) {
-    let want = 4 * (ids.len() + 1);
-    if ids.capacity() < want {
-        ids.reserve(want - ids.len());
-    }
-    ids.insert(handle, e);
-}
-
 /// A snapshot of an id's public fields, numbered: the read and the number
 /// are taken under one lock, so a later number never carries an older
 /// state (`Public::version`).
@@ -966,7 +954,7 @@ impl Conn {
                     EventParam::Req(p) => Some(p.primary_path.dgid),
                     _ => None,
                 };
-                insert_id(&mut ids, id.handle(), Entry::new(id.clone(), peer));
+                ids.insert(id.handle(), Entry::new(id.clone(), peer));
             }
             let attrs = if with_attrs { qp_attrs(id) } else { None };
             let (calls, public) = snapshot(id);
@@ -1335,7 +1323,7 @@ impl Conn {
                 let id = dev.create_id(None, std::ptr::null_mut(), Some(self.handler()))?;
                 let hd = id.handle();
                 let p = public(&id);
-                insert_id(&mut lock(&self.ids), hd, Entry::new(id, None));
+                lock(&self.ids).insert(hd, Entry::new(id, None));
                 out.put(&hd);
                 return Ok((p, out.0));
             }
@@ -1369,7 +1357,7 @@ impl Conn {
                     });
                     let mut e = Entry::new(id, None);
                     e.pooled = true;
-                    insert_id(&mut lock(&self.ids), handle, e);
+                    lock(&self.ids).insert(handle, e);
                 }
                 out.put(&leased.into_boxed_slice());
                 return Ok((Public::default(), out.0));
