@@ -1493,7 +1493,7 @@ impl Conn {
                 let p = if oneway {
                     Public::default()
                 } else {
-                    public(&id)
+                    public(id)
                 };
                 lock(&self.ids).remove(&h.handle);
                 lock(&self.listeners).remove(&h.handle);
@@ -1505,7 +1505,7 @@ impl Conn {
         if oneway {
             return Ok((Public::default(), out.0));
         }
-        Ok((public(&id), out.0))
+        Ok((public(id), out.0))
     }
 }
 

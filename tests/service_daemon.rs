@@ -116,7 +116,7 @@ fn each_id_of_a_connection_gets_its_own_events() {
             .create_id(None, std::ptr::null_mut(), Some(record))
             .unwrap();
         id.send_req(&ReqParams {
-            primary_path: path.clone(),
+            primary_path: path,
             service_id: 0x5e15,
             qp_num: 0x20 + round,
             qp_type: qp_type::RC,
