@@ -222,6 +222,10 @@ struct Conn {
     /// This connection's thread is in `settle`: nobody waits for it (two
     /// connections never wait for each other).
     settling: AtomicBool,
+    /// The handler all of this connection's ids share (built with the
+    /// first): it keeps nothing of any one id (each event names its own),
+    /// so an id costs a reference count, not a closure's allocation.
+    events: std::sync::OnceLock<RustHandler>,
 }
 
 /// Binds the socket (`0660`, group `ibcm` if that group exists, else
@@ -357,6 +361,7 @@ impl Service {
                 ran: AtomicU64::new(0),
                 reading: AtomicBool::new(false),
                 settling: AtomicBool::new(false),
+                events: std::sync::OnceLock::new(),
             });
             lock(&self.conns).insert(conn.id, Arc::downgrade(&conn));
             let c = conn.clone();
@@ -898,8 +903,14 @@ impl Conn {
         self.out_cv.notify_all();
     }
 
-    /// The handler of this connection's ids: encode, queue, return.
+    /// The handler of this connection's ids (one, shared: see `events`).
     fn handler(self: &Arc<Self>) -> RustHandler {
+        self.events.get_or_init(|| self.new_handler()).clone()
+    }
+
+    /// Builds the handler of this connection's ids: encode, queue, return.
+    /// It holds the connection weakly (the connection holds it).
+    fn new_handler(self: &Arc<Self>) -> RustHandler {
         let me: Weak<Conn> = Arc::downgrade(self);
         Arc::new(move |id, ev| {
             let listener = match &ev.param {
@@ -1050,6 +1061,7 @@ impl Conn {
     fn wakeup(self: &Arc<Self>, slots: &mut Vec<Vec<u8>>) -> (Vec<Vec<u8>>, bool) {
         self.svc.hold(|| {
             let dev = lock(&self.dev).clone();
+            let held = dev.clone();
             let mut run = || {
                 let mut replies = Vec::new();
                 let mut end = false;
@@ -1080,7 +1092,7 @@ impl Conn {
                             end = true;
                             break 'drain;
                         }
-                        self.records(&slot[..m], &mut replies);
+                        self.records(&slot[..m], &mut replies, held.as_ref());
                         self.ran.fetch_add(m as u64, Ordering::Release);
                     }
                     if got < want {
@@ -1098,17 +1110,24 @@ impl Conn {
 
     /// Runs the records of one message (in place: no copy, no `Vec` of
     /// a `BATCH`'s records), their replies appended to `replies`.
-    fn records(self: &Arc<Self>, msg: &[u8], replies: &mut Vec<Vec<u8>>) {
+    /// `dev` is the device as the wake-up began (none before OPEN: then
+    /// each request reads it).
+    fn records(
+        self: &Arc<Self>,
+        msg: &[u8],
+        replies: &mut Vec<Vec<u8>>,
+        dev: Option<&Arc<Device>>,
+    ) {
         if let Ok((h, r)) = Header::parse(msg)
             && h.op == op::BATCH
         {
             let body = &msg[msg.len() - r.remaining()..];
-            if ipc::unbatch_with(body, |rec| replies.extend(self.request(rec))).is_err() {
+            if ipc::unbatch_with(body, |rec| replies.extend(self.request(rec, dev))).is_err() {
                 self.bad.fetch_add(1, Ordering::Relaxed);
             }
             return;
         }
-        replies.extend(self.request(msg));
+        replies.extend(self.request(msg, dev));
     }
 
     /// A one-way call the service refused: counted, logged and pushed to
@@ -1149,7 +1168,7 @@ impl Conn {
 
     /// Decodes and runs one request; the reply to send (none for a record
     /// too broken to answer).
-    fn request(self: &Arc<Self>, rec: &[u8]) -> Option<Vec<u8>> {
+    fn request(self: &Arc<Self>, rec: &[u8], dev: Option<&Arc<Device>>) -> Option<Vec<u8>> {
         let Ok((h, mut r)) = Header::parse(rec) else {
             self.bad.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -1170,12 +1189,12 @@ impl Conn {
             let res = match found {
                 // Counted as run whatever the result (the process counts
                 // what it sent), under the lock snapshots take.
-                Some(id) => id.clone().with_oneway_calls(|n| {
-                    let res = self.run(h, &mut r, Some(id));
+                Some(id) => id.with_oneway_calls(|n| {
+                    let res = self.run(h, &mut r, Some(&id), dev);
                     *n += 1;
                     res
                 }),
-                None => self.run(h, &mut r, None),
+                None => self.run(h, &mut r, None, dev),
             };
             if let Err(e) = res {
                 if e == Errno(errno::EPROTO) {
@@ -1185,7 +1204,7 @@ impl Conn {
             }
             return None;
         }
-        let res = self.run(h, &mut r, None);
+        let res = self.run(h, &mut r, None, dev);
         if h.seq == 0 {
             // Nobody waits for it (a refusal is counted like any other).
             return None;
@@ -1203,13 +1222,16 @@ impl Conn {
     }
 
     /// Runs one request; `found` is its id when the caller has looked it
-    /// up already (a one-way call).
+    /// up already (a one-way call: nobody reads its reply, so no snapshot
+    /// of the id is taken for one); `dev` the device if the caller has it.
     fn run(
         self: &Arc<Self>,
         h: Header,
         r: &mut Reader<'_>,
-        found: Option<CmId>,
+        found: Option<&CmId>,
+        dev: Option<&Arc<Device>>,
     ) -> Result<(Public, Vec<u8>), Errno> {
+        let oneway = found.is_some();
         let proto = Errno(errno::EPROTO);
         let mut out = ipc::Writer(Vec::new());
         if h.op == op::OPEN {
@@ -1283,7 +1305,14 @@ impl Conn {
             }
             _ => {}
         }
-        let dev = lock(&self.dev).clone().ok_or(Errno::ENODEV)?;
+        let opened;
+        let dev = match dev {
+            Some(d) => d,
+            None => {
+                opened = lock(&self.dev).clone().ok_or(Errno::ENODEV)?;
+                &opened
+            }
+        };
         match h.op {
             op::CREATE_ID => {
                 r.end()?;
@@ -1338,14 +1367,14 @@ impl Conn {
                 let c = dev.all_counters();
                 let clients = lock(&self.svc.devices)
                     .values()
-                    .find(|s| Arc::ptr_eq(&s.dev, &dev))
+                    .find(|s| Arc::ptr_eq(&s.dev, dev))
                     .map_or(0, |s| s.clients as u64);
                 let mine = lock(&self.ids).values().filter(|e| !e.pooled).count();
                 out.put(&Stat {
                     cm: c.cm,
                     transport: c.transport,
                     live_ids: mine as u64,
-                    device_ids: c.live_ids.saturating_sub(self.svc.pooled(&dev)),
+                    device_ids: c.live_ids.saturating_sub(self.svc.pooled(dev)),
                     pending_timers: c.pending_timers,
                     clients,
                     limit_refusals: self.refusals.load(Ordering::Relaxed),
@@ -1360,15 +1389,19 @@ impl Conn {
         }
         // Calls on one of this connection's ids (a leased one is in use
         // from its first call on).
+        let looked;
         let id = match found {
             Some(id) => id,
-            None => lock(&self.ids)
-                .get_mut(&h.handle)
-                .map(|e| {
-                    e.pooled = false;
-                    e.id.clone()
-                })
-                .ok_or(Errno::EINVAL)?,
+            None => {
+                looked = lock(&self.ids)
+                    .get_mut(&h.handle)
+                    .map(|e| {
+                        e.pooled = false;
+                        e.id.clone()
+                    })
+                    .ok_or(Errno::EINVAL)?;
+                &looked
+            }
         };
         match h.op {
             op::LISTEN => {
@@ -1457,7 +1490,11 @@ impl Conn {
             op::DESTROY => {
                 let err: i32 = r.get()?;
                 r.end()?;
-                let p = public(&id);
+                let p = if oneway {
+                    Public::default()
+                } else {
+                    public(id)
+                };
                 lock(&self.ids).remove(&h.handle);
                 lock(&self.listeners).remove(&h.handle);
                 id.destroy_with(err)?;
@@ -1465,7 +1502,10 @@ impl Conn {
             }
             _ => return Err(proto),
         }
-        Ok((public(&id), out.0))
+        if oneway {
+            return Ok((Public::default(), out.0));
+        }
+        Ok((public(id), out.0))
     }
 }
 
