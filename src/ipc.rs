@@ -780,14 +780,37 @@ pub struct Public {
     pub service_id: u64,
     pub version: u64,
 }
-struct_field!(Public {
-    state,
-    lap_state,
-    local_id,
-    remote_id,
-    service_id,
-    version
-});
+/// Encoded as its fields in order (32 bytes); decoded from one 32-byte
+/// take (every reply about an id and every event carries one: one length
+/// check instead of six).
+impl Field for Public {
+    fn put(&self, w: &mut Writer) {
+        w.put(&self.state)
+            .put(&self.lap_state)
+            .put(&self.local_id)
+            .put(&self.remote_id)
+            .put(&self.service_id)
+            .put(&self.version);
+    }
+    fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+        let b: &[u8; PUBLIC_BYTES] = r.take(PUBLIC_BYTES)?.try_into().expect("length taken");
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let u64_at = |i: usize| {
+            u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes of a 32-byte array"))
+        };
+        Ok(Public {
+            state: u32_at(0),
+            lap_state: u32_at(4),
+            local_id: u32_at(8),
+            remote_id: u32_at(12),
+            service_id: u64_at(16),
+            version: u64_at(24),
+        })
+    }
+}
+
+/// `Public`'s encoded size.
+const PUBLIC_BYTES: usize = 32;
 
 /// One id leased by `CREATE_IDS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1110,7 +1133,13 @@ impl Field for WireEvent {
             9 => EventParam::SidrRep(r.get()?),
             _ => return Err(Errno(errno::EPROTO)),
         };
-        let mad: Option<[u8; 256]> = r.get()?;
+        // The MAD goes from the record straight into its box (one copy;
+        // `Option<[u8; 256]>` went through two 256-byte temporaries).
+        let mad = if bool::get(r)? {
+            Some(boxed_mad(r.take(256)?))
+        } else {
+            None
+        };
         Ok(WireEvent {
             public,
             listener,
@@ -1119,10 +1148,15 @@ impl Field for WireEvent {
                 kind,
                 param,
                 local_id,
-                mad: mad.map(Box::new),
+                mad,
             },
         })
     }
+}
+
+/// A boxed copy of a MAD's 256 bytes, copied once from the record.
+fn boxed_mad(b: &[u8]) -> Box<[u8; 256]> {
+    Box::<[u8]>::from(b).try_into().expect("a MAD is 256 bytes")
 }
 
 fn event_type(v: u8) -> Option<EventType> {
@@ -1758,6 +1792,65 @@ mod tests {
             default_socket(),
             std::path::PathBuf::from(format!("/run/ibcm/ibcmd.{ino}.sock"))
         );
+    }
+
+    /// `Public` from one 32-byte take: each field at its own offset
+    /// (distinct values), nothing read past it; an event's MAD copied
+    /// whole into its box; every cut of an event record (in the public
+    /// fields, in the MAD) and a MAD flag other than 0/1 refused.
+    #[test]
+    fn public_fields_and_the_mad_decode_in_place() {
+        let p = Public {
+            state: 0x0403_0201,
+            lap_state: 0x0807_0605,
+            local_id: 0x0c0b_0a09,
+            remote_id: 0x100f_0e0d,
+            service_id: 0x1817_1615_1413_1211,
+            version: 0x201f_1e1d_1c1b_1a19,
+        };
+        let mut w = Writer(Vec::new());
+        w.put(&p).put(&0xeeu8);
+        let b = w.into_bytes();
+        assert_eq!(b.len(), PUBLIC_BYTES + 1);
+        let mut r = Reader::new(&b);
+        assert_eq!(r.get::<Public>(), Ok(p));
+        assert_eq!(r.get::<u8>(), Ok(0xee), "read past the public fields");
+        for n in 0..PUBLIC_BYTES {
+            assert!(Reader::new(&b[..n]).get::<Public>().is_err(), "cut at {n}");
+        }
+        let mut mad = [0u8; 256];
+        for (i, m) in mad.iter_mut().enumerate() {
+            *m = i as u8;
+        }
+        let ev = WireEvent {
+            public: p,
+            listener: 7,
+            event: Event {
+                id: Handle(0),
+                kind: EventType::DreqReceived,
+                param: EventParam::None,
+                local_id: 5,
+                mad: Some(Box::new(mad)),
+            },
+        };
+        let mut w = Writer(Vec::new());
+        w.put(&ev);
+        let b = w.into_bytes();
+        let got: WireEvent = Reader::new(&b).get().unwrap();
+        assert_eq!(got.public, p);
+        assert_eq!(got.event.mad.as_deref(), Some(&mad));
+        for n in 0..b.len() {
+            assert!(
+                Reader::new(&b[..n]).get::<WireEvent>().is_err(),
+                "event cut at {n} of {} accepted",
+                b.len()
+            );
+        }
+        let flag = b.len() - 257;
+        assert_eq!(b[flag], 1);
+        let mut bad = b.clone();
+        bad[flag] = 2;
+        assert!(Reader::new(&bad).get::<WireEvent>().is_err());
     }
 
     #[test]

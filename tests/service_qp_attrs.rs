@@ -498,3 +498,68 @@ fn rep_attributes_are_pushed_only_to_a_process_that_asked() {
     srv.close();
     cli.close();
 }
+
+/// Against a real service: an id said to move a QP before its REQ
+/// (`CmId::want_qp_attrs_on_rep`, what librdmacm's `rdma_connect` of an
+/// id with a QP does) gets the attributes with the process's very first
+/// REP: its three `init_qp_attr` calls make no round trip.
+#[test]
+fn an_id_that_will_move_a_qp_gets_the_first_reps_attributes() {
+    let (_svc, socket) = served::start_service(fake::temp_socket("qpattrs", "first"));
+    let (srv_name, cli_name) = (net::soft(53), net::soft(54));
+    let srv = Device::open_served(&srv_name, &socket).unwrap();
+    let cli = Device::open_served(&cli_name, &socket).unwrap();
+    let server: RustHandler = Arc::new(|id, ev| {
+        if let EventParam::Req(req) = &ev.param {
+            let rep = ibcm::api::RepParams {
+                qp_num: req.remote_qpn + 100,
+                starting_psn: 1,
+                ..Default::default()
+            };
+            return id.send_rep(&rep).map_or(-1, |()| 0);
+        }
+        0
+    });
+    let listener = srv
+        .create_id(None, std::ptr::null_mut(), Some(server))
+        .unwrap();
+    listener.listen(0x4344).unwrap();
+    let path = cli.init_path(1, net::ip(53).parse().unwrap()).unwrap();
+    let (tx, rx) = channel();
+    let tx = Mutex::new(tx);
+    let h: RustHandler = Arc::new(move |id, ev| {
+        if ev.kind == EventType::RepReceived {
+            let got: Asked = STATES
+                .iter()
+                .map(|&s| id.init_qp_attr(s).map_err(|e| format!("{e:?}")))
+                .collect();
+            let _ = id.send_rtu(&[]);
+            let _ = tx.lock().unwrap().send(got);
+        }
+        0
+    });
+    let id = cli.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    id.want_qp_attrs_on_rep();
+    id.send_req(&ibcm::api::ReqParams {
+        primary_path: path,
+        service_id: 0x4344,
+        qp_num: 20,
+        qp_type: ibcm::api::qp_type::RC,
+        ..Default::default()
+    })
+    .unwrap();
+    let got = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the REP's callback ran");
+    let s = cli.service_stat().unwrap();
+    assert_eq!(
+        (s.qp_attrs_pushed, s.qp_attr_requests),
+        (1, 0),
+        "(pushed, requests) of the first connection"
+    );
+    let states: Vec<_> = got.iter().map(|a| a.as_ref().map(|a| a.qp_state)).collect();
+    assert_eq!(states, STATES.iter().map(|&s| Ok(s)).collect::<Vec<_>>());
+    assert_eq!(got[1].as_ref().unwrap().dest_qp_num, 120);
+    srv.close();
+    cli.close();
+}

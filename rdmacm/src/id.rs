@@ -1359,6 +1359,13 @@ pub fn connect(id: &Arc<IdPriv>, p: Option<ConnParam>) -> Result<(), Errno> {
             // The REQ's SRQ bit: whether the id's QP has an SRQ
             // (librdmacm), else what the application says.
             let srq = crate::qp::srq_bit(id.public().qp, p.srq);
+            // An id with a QP moves it with the CM's attributes when its
+            // REP comes (`connect_retrieved`): through the host CM
+            // service, the REP brings them (no `INIT_QP_ATTR` round trip,
+            // from the process's first connection on).
+            if self::has_qp(&s) {
+                cm.want_qp_attrs_on_rep();
+            }
             // The engine prepares the REP's MRA when it reports it: see
             // `on_event`.
             cm.set_prepare_mra_on_report(true).and_then(|()| {
@@ -2329,6 +2336,58 @@ mod tests {
         assert!(!after.contains(&EventType::RtuReceived), "{after:?}");
         assert_eq!(rdma_destroy_id(id), 0);
         l.destroy().unwrap();
+    }
+
+    /// Through the host CM service (one in this process, both devices
+    /// served by it): the first `rdma_connect` of a process, on an id
+    /// with a QP, asks for the REP's QP attributes in the REQ's message,
+    /// so that first REP already brings them (pushed 1) and its QP moves
+    /// make no `INIT_QP_ATTR` round trip (requests 0).
+    #[test]
+    fn the_first_connect_with_a_qp_gets_its_reps_qp_attributes_through_the_service() {
+        setup();
+        let dir = std::env::temp_dir().join(format!("ibcm-rdmacm-{}-repattrs", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("ibcmd.sock");
+        let listener = ibcm::service::bind(&socket).unwrap();
+        let svc = ibcm::service::Service::new(ibcm::service::Options {
+            socket: socket.clone(),
+            idle_exit: None,
+            limits: ibcm::service::Limits::default(),
+        });
+        std::thread::spawn(move || svc.run(listener));
+        let srv = Device::open_served(&net::soft(8), &socket).unwrap();
+        let cli = Device::open_served(&net::soft(9), &socket).unwrap();
+        crate::select::test_use_device(&net::soft(9), cli.clone());
+        let h: ibcm::api::RustHandler = Arc::new(move |id, ev| {
+            if ev.kind == EventType::ReqReceived {
+                let rep = ibcm::api::RepParams {
+                    qp_num: 0x4444,
+                    starting_psn: 9,
+                    ..ibcm::api::RepParams::default()
+                };
+                return id.send_rep(&rep).map_or(1, |()| 0);
+            }
+            0
+        });
+        let l = srv.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+        l.listen(cma::service_id(port_space::TCP, 7484)).unwrap();
+        let counts = || {
+            let s = cli.service_stat().unwrap();
+            (s.qp_attrs_pushed, s.qp_attr_requests)
+        };
+        assert_eq!(counts(), (0, 0));
+        let id = routed(std::ptr::null_mut(), 9, 8, 7484, Ok(()));
+        let mut cp = conn_param(b"", 0x1237);
+        // SAFETY: a live id and parameters of ours.
+        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        // SAFETY: the id's own last event, kept until its next call.
+        assert_eq!(unsafe { (*(*id).event).event }, R::Established as c_int);
+        assert_eq!(counts(), (1, 0), "(pushed, requests) of the first connect");
+        assert_eq!(rdma_destroy_id(id), 0);
+        l.destroy().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -121,6 +121,15 @@ pub fn open(name: &str) -> Result<Arc<Device>, Errno> {
     Ok(d)
 }
 
+/// Makes `dev` the device `open(name)` gives (a test's served device).
+#[cfg(test)]
+pub(crate) fn test_use_device(name: &str, dev: Arc<Device>) {
+    devices()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_string(), dev);
+}
+
 fn soft_name(ip: IpAddr) -> String {
     match ip {
         IpAddr::V4(a) => format!("soft:{a}"),

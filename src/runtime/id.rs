@@ -358,6 +358,21 @@ impl CmId {
         Ok(())
     }
 
+    /// This id (and so its process) will move a QP with `init_qp_attr`
+    /// when its REP comes (librdmacm's `rdma_connect` on an id with a
+    /// QP): through the host CM service, asks the service once per
+    /// process to push the QP attributes with every REP
+    /// (`op::QP_ATTRS_ON_REP`), so that even the process's first
+    /// connection makes no `INIT_QP_ATTR` round trip. Call it before
+    /// `send_req` (the mark rides in that message). Without pushed
+    /// attributes (an older service) `init_qp_attr` still asks: a round
+    /// trip, never a stale answer. In-process it does nothing.
+    pub fn want_qp_attrs_on_rep(&self) {
+        if let Some(r) = self.remote() {
+            r.want_rep_attrs();
+        }
+    }
+
     pub fn notify(&self, event: u32) -> ApiResult {
         if let Some(r) = self.remote() {
             return r.call_unit(&self.0, op::NOTIFY, |w| {

@@ -1013,7 +1013,9 @@ impl Remote {
     }
 
     /// This process moves QPs with the CM's attributes (it called
-    /// `init_qp_attr`, or marked a listener `QP_ATTRS_ON_REQ`): the first
+    /// `init_qp_attr`, marked a listener `QP_ATTRS_ON_REQ`, or said so
+    /// with `CmId::want_qp_attrs_on_rep`: librdmacm's connect of an id
+    /// with a QP): the first
     /// time, asks the service to push the QP attributes of its REPs from
     /// now on (`op::QP_ATTRS_ON_REP`). The record is held: it rides in
     /// the message of whatever this connection sends next (the
@@ -1022,7 +1024,7 @@ impl Remote {
     /// their attributes. Until then an id's `init_qp_attr` asks the
     /// service (a round trip, never a stale answer). A process that never
     /// calls it (`ibcm bench`) is pushed none.
-    fn want_rep_attrs(&self) {
+    pub(super) fn want_rep_attrs(&self) {
         if self.rep_attrs.load(Ordering::Relaxed) || self.rep_attrs.swap(true, Ordering::Relaxed) {
             return;
         }
