@@ -54,6 +54,12 @@
 #                    label's median (and kernel-kernel's, when it is one of the pairings: a
 #                    pairing that preloads nothing runs its plain scenarios once). The
 #                    BENCH_SAME_BOOT kcm-cmtime-N runs are left out.
+#                    PATH "kernel": the label's runs are the kernel CM's (the preload taken off; a
+#                    guest booted without the kernel CM loads it for them and unloads it for the
+#                    others' runs), in the guests of any pairing with an ibcm side, e.g.
+#                    BENCH_LIBS="kcm=kernel ibcm=target/rdmacm/librdmacm.so.1" kernel-ibcm: the
+#                    kernel-kernel reference in the same boot, alternating; every ratio is then to
+#                    that label's median (list it second in another boot to swap the order)
 #   BENCH_LIBS_ENV   "LABEL:VAR=VALUE ..." (with BENCH_LIBS): extra environment of the preloaded
 #                    tools in LABEL's runs only, after BENCH_IBCM_ENV (a label may repeat, one VAR
 #                    each); two labels on one PATH then A/B a switch in one boot, e.g.
@@ -91,17 +97,24 @@ done
 for kn in "${PARS[@]}"; do
   [[ $kn =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || { echo "BENCH_PAR: $kn is not KxN (clients x connections)" >&2; exit 2; }
 done
-LABELS=()
+LABELS=() KLABEL= LIB1=
 if [ ${#LIBS[@]} -gt 0 ]; then
   [ ${#LIBS[@]} -ge 2 ] || { echo "BENCH_LIBS: two libraries or more (LABEL=PATH ...)" >&2; exit 2; }
   for l in "${LIBS[@]}"; do
     [[ $l =~ ^([a-z][a-z0-9]*)=(.+)$ ]] || { echo "BENCH_LIBS: $l is not LABEL=PATH" >&2; exit 2; }
-    [ -f "${BASH_REMATCH[2]}" ] || { echo "BENCH_LIBS: no library at ${BASH_REMATCH[2]}" >&2; exit 2; }
+    if [ "${BASH_REMATCH[2]}" = kernel ]; then
+      [ -z "$KLABEL" ] || { echo "BENCH_LIBS: two kernel labels" >&2; exit 2; }
+      KLABEL=${BASH_REMATCH[1]}
+    else
+      [ -f "${BASH_REMATCH[2]}" ] || { echo "BENCH_LIBS: no library at ${BASH_REMATCH[2]}" >&2; exit 2; }
+      [ -n "$LIB1" ] || LIB1=${BASH_REMATCH[2]}
+    fi
     for x in "${LABELS[@]}"; do
       [ "$x" != "${BASH_REMATCH[1]}" ] || { echo "BENCH_LIBS: label $x twice" >&2; exit 2; }
     done
     LABELS+=("${BASH_REMATCH[1]}")
   done
+  [ -n "$LIB1" ] || { echo "BENCH_LIBS: no library but the kernel's" >&2; exit 2; }
   [[ ${BENCH_ROUNDS:-3} =~ ^[1-9][0-9]*$ ]] || { echo "BENCH_ROUNDS: ${BENCH_ROUNDS} is not a count" >&2; exit 2; }
 fi
 for e in "${LIBS_ENV[@]}"; do
@@ -118,7 +131,7 @@ if [ "${BENCH_PCAP:-0}${BENCH_PAR_SERVICE:-0}${BENCH_SERVICE:-0}" != 000 ] && [ 
   (cd "$ROOT" && cargo build --release --bins -q)   # the decoder of the captures, the service
 fi
 LIB="${BENCH_LIB:-$ROOT/target/rdmacm/librdmacm.so.1}"
-[ ${#LIBS[@]} -eq 0 ] || LIB=${LIBS[0]#*=}
+[ ${#LIBS[@]} -eq 0 ] || LIB=$LIB1
 if [ ! -f "$LIB" ] && [ -z "${BENCH_LIB:-}" ]; then
   for p in "${PAIRS[@]}"; do
     if [ "$p" != kernel-kernel ]; then make -s -C "$ROOT" rdmacm; break; fi
@@ -138,9 +151,21 @@ kernel_server() {
 # BENCH_LIBS's library LABEL instead of lib/librdmacm.so.1 (stdbuf's library, appended by
 # guest.sh's rdmacm_run, kept), with BENCH_LIBS_ENV's variables of LABEL; nothing for a guest
 # that does not preload
+# The kernel's label (KLABEL, BENCH_LIBS's LABEL=kernel): ibcm's preload taken off, and in a guest
+# booted without the kernel CM its modules loaded first ($KCM_ON); every other label's run in such
+# a guest unloads them first ($KCM_OFF: ibcm's umad agent needs the CM class free)
+KCM_ON='[ -d /sys/module/rdma_ucm ] || { mkdir -p /tmp/kmod/lib && ln -sfn /run/modules /tmp/kmod/lib/modules && modprobe -d /tmp/kmod rdma_ucm; } || { echo "KCM: modprobe rdma_ucm failed" >&2; exit 97; }; i=0; until [ -e /dev/infiniband/rdma_cm ] || [ $i -ge 50 ]; do sleep 0.1; i=$((i + 1)); done; '
+KCM_OFF='i=0; while [ -d /sys/module/ib_cm ] && [ $i -lt 100 ]; do modprobe -d /tmp/kmod -r rdma_ucm rdma_cm iw_cm ib_cm 2>/dev/null || sleep 0.1; i=$((i + 1)); done; [ ! -d /sys/module/ib_cm ] || { echo "KCM: ib_cm still loaded" >&2; exit 98; }; '
 lib_prefix() {
-  local pre=$PAIR_PRELOAD_A e
-  [ "$2" = A ] || pre=$PAIR_PRELOAD_B
+  local pre=$PAIR_PRELOAD_A mods=$PAIR_MODS_A e
+  [ "$2" = A ] || pre=$PAIR_PRELOAD_B mods=$PAIR_MODS_B
+  if [ "$1" = "$KLABEL" ]; then
+    [ "$mods" != "$RDMACM_NOCM" ] || printf '%s' "$KCM_ON"
+    # stdbuf's library stays (the client's lines keep their stamp.sh times)
+    [ "$pre" != 1 ] || printf 'export LD_PRELOAD=${LD_PRELOAD#*librdmacm.so.1}; '
+    return 0
+  fi
+  [ -z "$KLABEL" ] || [ "$mods" != "$RDMACM_NOCM" ] || printf '%s' "$KCM_OFF"
   [ "$pre" = 1 ] || return 0
   printf 'export LD_PRELOAD=$LAB_DIR/lib/%s/librdmacm.so.1${LD_PRELOAD#*librdmacm.so.1}; ' "$1"
   for e in "${LIBS_ENV[@]}"; do
@@ -154,6 +179,13 @@ scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
     if [ ${#LABELS[@]} -gt 0 ] && [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" != 00 ]; then
       for ((r = 1; r <= ${BENCH_ROUNDS:-3}; r++)); do
         for l in "${LABELS[@]}"; do
+          if [ "$l" = "$KLABEL" ]; then
+            # the kernel CM: its listener shows in `rdma res`, not in ibcm's log
+            printf '%s\t%s\tout:%s\t1\t%s\t%s\n' "cmtime-$n-$l-$r" "${BENCH_BOUND:-$((60 + n / 10))}" "$KREADY" \
+              "$(lib_prefix "$l" A)$(kernel_server "${BENCH_SERVER_WRAP:+$BENCH_SERVER_WRAP }cmtime -b \$IP -c $n")" \
+              "$(lib_prefix "$l" B)$st/cmtime-$n-$l-$r.ts ${BENCH_CLIENT_WRAP:+$BENCH_CLIENT_WRAP }cmtime -s \$PEER -c $n"
+            continue
+          fi
           printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-$n-$l-$r" "${BENCH_BOUND:-$((60 + n / 10))}" \
             "$(lib_prefix "$l" A)${BENCH_SERVER_WRAP:+$BENCH_SERVER_WRAP }cmtime -b \$IP -c $n" \
             "$(lib_prefix "$l" B)$st/cmtime-$n-$l-$r.ts ${BENCH_CLIENT_WRAP:+$BENCH_CLIENT_WRAP }cmtime -s \$PEER -c $n"
@@ -207,12 +239,16 @@ pairing() { # pairing NAME
   if [ "${BENCH_SAME_BOOT:-1}" = 1 ] && [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" = 11 ] &&
      [ "$ma" = "$RDMACM_WITHCM" ] && [ "$mb" = "$RDMACM_WITHCM" ]; then same=1; fi
   scenarios "$same" > "$run/scenarios.run"
+  [ -z "$KLABEL" ] || echo "$KLABEL" > "$run/kernel.label"   # bench_kernel.py: the ratios' base
   [ "${BENCH_PCAP:-0}" != 1 ] || pcap="$run/A.pcap"
   total=$(awk -F'\t' '{s += $2 + 20} END {print s + 30}' "$run/scenarios.run")
   if [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" != 00 ]; then
     if [ ! -f "$LIB" ]; then echo "no library at $LIB" > "$run/skipped"; say "$p: skipped (no $LIB)"; return 0; fi
     cp -L "$LIB" "$run/lib/librdmacm.so.1"
-    for l in "${LIBS[@]}"; do mkdir -p "$run/lib/${l%%=*}"; cp -L "${l#*=}" "$run/lib/${l%%=*}/librdmacm.so.1"; done
+    for l in "${LIBS[@]}"; do
+      [ "${l%%=*}" != "$KLABEL" ] || continue
+      mkdir -p "$run/lib/${l%%=*}"; cp -L "${l#*=}" "$run/lib/${l%%=*}/librdmacm.so.1"
+    done
   fi
   cp "$ROOT/interop/rdmacm/guest.sh" "$ROOT/interop/bench/stamp.sh" "$ROOT/interop/bench/par.sh" "$run/"
   [ "${BENCH_PAR_SERVICE:-0}" != 1 ] && [ "$PAIR_SERVICE" != 1 ] || cp "$ROOT/target/release/ibcm" "$run/ibcm"

@@ -20,7 +20,9 @@ and writes OUT/bench-kernel.md (also printed) and OUT/bench-kernel.json:
     from the boot's first sample) and the largest RSS of a cmtime / ibcm process;
   * libraries against each other in one boot (BENCH_LIBS, cmtime-N-LABEL-ROUND): one row per run
     with the host's load at its start (OUT/runs/PAIRING/host.load, sampled by the host) and its
-    connect step against the first label's median, then each library's median.
+    connect and disconnect steps against the first label's medians (the kernel CM's label,
+    BENCH_LIBS's LABEL=kernel, when there is one: OUT/runs/PAIRING/kernel.label), then each
+    library's median, and every step's median and spread per library.
 """
 import json
 import os
@@ -275,6 +277,8 @@ def collect(out, pairing):
     res["host_before"] = read(os.path.join(run, "host.before")).strip().splitlines()[0:1]
     res["host_before"] = res["host_before"][0] if res["host_before"] else ""
     res["host_after"] = read(os.path.join(run, "host.after")).strip()
+    # BENCH_LIBS's label of the kernel CM (LABEL=kernel): the base of that pairing's ratios
+    res["kernel_label"] = read(os.path.join(run, "kernel.label")).strip() or None
     wall = re.search(r"^wall: ([\d.]+) s", read(os.path.join(run, "pair.log")), re.M)
     res["wall_s"] = float(wall.group(1)) if wall else None
     loads = host_loads(run)
@@ -424,7 +428,7 @@ def render(data):
         md += wire_rows(pairs, res, name)
     for p in pairs:
         md += same_boot_tables(p, res[p].get("scenarios", {}))
-        md += lib_tables(p, res[p].get("scenarios", {}), ref if p != REF else {})
+        md += lib_tables(p, res[p].get("scenarios", {}), ref if p != REF else {}, res[p].get("kernel_label"))
     pars = sorted({n for r in res.values() for n, s in r.get("scenarios", {}).items()
                    if "par" in s and not n.startswith("kcm-")},
                   key=lambda n: [int(x) for x in PAR.match(n).groups()])
@@ -481,10 +485,15 @@ def median(vs):
     return vs[h] if len(vs) % 2 else (vs[h - 1] + vs[h]) / 2
 
 
-def lib_tables(pairing, scen, ref=None):
+STEPS = ("create id", "resolve addr", "resolve route", "create qp", "connect", "disconnect", "destroy")
+
+
+def lib_tables(pairing, scen, ref=None, base_label=None):
     """BENCH_LIBS: the runs of each library in one boot, in the order they ran; with the
     kernel-kernel scenarios of the same invocation (`ref`, another boot), each library's median
-    against its connect step too."""
+    against its connect step too. The ratios are to `base_label`'s medians (the kernel CM's label,
+    BENCH_LIBS's LABEL=kernel, in the same boot), else to the first label's; then every step's
+    median and spread per label."""
     md = []
     runs = {}
     for name, s in scen.items():
@@ -498,10 +507,15 @@ def lib_tables(pairing, scen, ref=None):
     for n in sorted(runs):
         rows = runs[n]  # scenarios.run's order: the order they ran in
         labels = list(dict.fromkeys(s["lib"] for s in rows))
-        done = {lb: [v for s in rows if s["lib"] == lb and (v := step(s, "connect")) is not None] for lb in labels}
-        base = median(done[labels[0]])
+        bl = base_label if base_label in labels else labels[0]
+
+        def values(lb, st):
+            return [v for s in rows if s["lib"] == lb and (v := step(s, st)) is not None]
+
+        done = {lb: values(lb, "connect") for lb in labels}
+        base, dbase = median(done[bl]), median(values(bl, "disconnect"))
         md += ["", f"## cmtime -c {n} in one boot of {pairing}: libraries alternating (µs per connection; "
-               f"× = connect over {labels[0]}'s median)", ""]
+               f"× = connect, disconnect over {bl}'s median)", ""]
         wire = any(s.get("wire") for s in rows)
         md.append("| run | library | host load at start (max during) | connect | disconnect | failed | client exit |"
                   + (" wire: REQ→REP / REP→RTU p50 ms, re-sent |" if wire else ""))
@@ -511,7 +525,7 @@ def lib_tables(pairing, scen, ref=None):
             load = "—" if at is None else f"{at:.2f} ({peak:.2f})"
             c, d = step(s, "connect"), step(s, "disconnect")
             failed = ", ".join(f"{v} {e}" for e, v in sorted(s.get("failed", {}).items())) or "0"
-            row = (f"| {s['round']} | {s['lib']} | {load} | {fmt(c, ratio(c, base))} | {fmt(d, None)} | "
+            row = (f"| {s['round']} | {s['lib']} | {load} | {fmt(c, ratio(c, base))} | {fmt(d, ratio(d, dbase))} | "
                    f"{failed} | {s['client_rc']}{': ' + s['error'] if s.get('error') else ''} |")
             if wire:
                 w = s.get("wire") or {}
@@ -529,6 +543,19 @@ def lib_tables(pairing, scen, ref=None):
             spread = f"{min(vs):.1f} – {max(vs):.1f}" if vs else "—"
             md.append(f"| {lb} | {total} ({len(vs)}) | {fmt(med, ratio(med, base))} | {spread} |"
                       + (f" {fmt(ratio(med, kk), None, 2)} |" if kk else ""))
+        steps = [st for st in STEPS if any(step(s, st) is not None for s in rows)]
+        if len(steps) > 1:
+            md += ["", f"| step: median (min – max), µs per connection | " + " | ".join(labels) + " |",
+                   "|---|" + "---|" * len(labels)]
+            for st in steps:
+                bm = median(values(bl, st))
+                cells = []
+                for lb in labels:
+                    vs = values(lb, st)
+                    med = median(vs)
+                    cells.append("—" if med is None else
+                                 f"{fmt(med, ratio(med, bm) if lb != bl else None)} ({min(vs):.1f} – {max(vs):.1f})")
+                md.append(f"| {st} | " + " | ".join(cells) + " |")
     return md
 
 

@@ -244,6 +244,37 @@ class Libraries(unittest.TestCase):
         self.assertIn("| old | 1 (1) | 10.0 (×1.00) | 10.0 – 10.0 | 1.25 |", md)
         self.assertIn("| new | 1 (0) | — | — | — |", md)
 
+    def test_kernel_label_is_the_base(self):
+        """BENCH_LIBS with LABEL=kernel: every ratio is to the kernel's runs of the same boot, even
+        when ibcm's label ran first; every step gets its median and spread per label."""
+        def cm(connect, disconnect):
+            return ("step              total ms     max ms     min us  us / conn\n"
+                    f"create id    : {0.1:11.2f}{0.01:11.2f}{9.0:11.2f}{20.0:11.2f}\n"
+                    f"connect      : {connect / 10:11.2f}{9.0:11.2f}{800.0:11.2f}{connect:11.2f}\n"
+                    f"disconnect   : {disconnect / 10:11.2f}{9.0:11.2f}{800.0:11.2f}{disconnect:11.2f}\n")
+
+        with tempfile.TemporaryDirectory() as root:
+            runs = [("cmtime-100-ibcm-1", 900.0, 300.0), ("cmtime-100-kcm-1", 1000.0, 400.0),
+                    ("cmtime-100-ibcm-2", 700.0, 500.0), ("cmtime-100-kcm-2", 1400.0, 600.0),
+                    ("cmtime-100-ibcm-3", 800.0, 800.0), ("cmtime-100-kcm-3", 1200.0, 200.0)]
+            files = {"scenarios.run": "".join(f"{n}\t70\tlisten\t1\ts\tc\n" for n, _, _ in runs),
+                     "kernel.label": "kcm\n"}
+            for n, c, d in runs:
+                files[f"{n}.cli.out"], files[f"{n}.cli.rc"] = cm(c, d), "0\n"
+            write_run(root, "kernel-ibcm", files)
+            md, data = report(root, "kernel-ibcm")
+        self.assertEqual(data["results"]["kernel-ibcm"]["kernel_label"], "kcm")
+        # kcm's medians: connect 1200, disconnect 400
+        self.assertIn("× = connect, disconnect over kcm's median", md)
+        self.assertIn("| 1 | ibcm | — | 900.0 (×0.75) | 300.0 (×0.75) | 0 | 0 |", md)
+        self.assertIn("| 2 | kcm | — | 1400.0 (×1.17) | 600.0 (×1.50) | 0 | 0 |", md)
+        self.assertIn("| ibcm | 3 (3) | 800.0 (×0.67) | 700.0 – 900.0 |", md)
+        self.assertIn("| kcm | 3 (3) | 1200.0 (×1.00) | 1000.0 – 1400.0 |", md)
+        self.assertIn("| step: median (min – max), µs per connection | ibcm | kcm |", md)
+        self.assertIn("| connect | 800.0 (×0.67) (700.0 – 900.0) | 1200.0 (1000.0 – 1400.0) |", md)
+        self.assertIn("| disconnect | 500.0 (×1.25) (300.0 – 800.0) | 400.0 (200.0 – 600.0) |", md)
+        self.assertIn("| create id | 20.0 (×1.00) (20.0 – 20.0) | 20.0 (20.0 – 20.0) |", md)
+
     def test_guest_memory(self):
         with tempfile.TemporaryDirectory() as root:
             pairing_dir(root, "ibcm-ibcm-umad", CMTIME, "")
