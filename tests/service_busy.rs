@@ -183,7 +183,7 @@ fn a_service_that_burns_cpu_and_never_answers_times_out_at_the_ceiling() {
 }
 
 #[test]
-fn a_silent_service_times_out_without_waiting_for_the_ceiling() {
+fn a_silent_service_of_this_process_times_out() {
     let _g = setup();
     let (timeouts, busy) = (
         ibcm::api::service_timeouts(),
@@ -194,15 +194,26 @@ fn a_silent_service_times_out_without_waiting_for_the_ceiling() {
     let t = Instant::now();
     assert!(d.service_stat().is_none());
     let took = t.elapsed();
-    // One period, and one more to see the CPU time not grow.
+    // One period, and one more to see the CPU time not grow; never past
+    // the ceiling. On a quiet host that is two bounds; on a loaded one
+    // this fake service is this process, whose own threads (the caller's
+    // among them) wait for a CPU, which rightly counts as progress for a
+    // period, up to the ceiling. That the wait ends well before the
+    // ceiling is checked by the sleeping service of a process of its own
+    // (`a_sleeping_service_beside_a_busy_cpu_times_out_after_two_bounds`),
+    // whose threads this test's load cannot reach.
     assert!(took >= Duration::from_millis(BOUND_MS), "{took:?}");
-    assert!(took < Duration::from_millis(CEILING_MS), "{took:?}");
+    assert!(
+        took < Duration::from_millis(CEILING_MS + BOUND_MS + 1500),
+        "{took:?}"
+    );
     assert_eq!(ibcm::api::service_timeouts(), timeouts + 1);
-    // (No check that no busy wait was counted: this fake service is this
-    // process, whose own threads wait for a CPU when something else loads
-    // the host, and that rightly counts as progress for a period. The
-    // sleeping service of its own process below checks it.)
+    // (No check of the busy waits either, for the same reason.)
     let _ = busy;
+    // Declared broken: later calls fail at once.
+    let t = Instant::now();
+    assert!(d.service_stat().is_none());
+    assert!(t.elapsed() < Duration::from_millis(BOUND_MS));
     d.close();
     server.join().unwrap();
 }
