@@ -44,6 +44,7 @@
 use crate::abi::*;
 use crate::id::IdPriv;
 use ibcm::api::Errno;
+use ibcm::cma::RdmaCmEventType as R;
 use std::cell::{RefCell, UnsafeCell};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;
@@ -325,15 +326,32 @@ impl Channel {
     /// `rdma_get_cm_event` does (`ucma_process_join`: the id's QP is
     /// attached now; `ucma_process_conn_resp`: the id's QP goes to RTS and
     /// the RTU is sent now, on the application's thread).
+    ///
+    /// A REJECTED or DISCONNECTED of an id whose CONNECT_RESPONSE was
+    /// retrieved as CONNECT_ERROR is not reported: completed here and the
+    /// next event taken, as librdmacm does (`connect_error`); a REJECTED
+    /// that is reported moves its id's QP to ERR.
     pub fn pop(&self) -> Result<Box<EventBox>, Errno> {
-        let mut b = self.pop_queued()?;
-        if b.mc.is_some() {
-            crate::mcast::retrieved(&mut b);
+        loop {
+            let mut b = self.pop_queued()?;
+            if b.mc.is_some() {
+                crate::mcast::retrieved(&mut b);
+            }
+            if b.completes_connect {
+                crate::id::connect_retrieved(&mut b);
+            }
+            let rejected = b.ev.event == R::Rejected as c_int;
+            if (rejected || b.ev.event == R::Disconnected as c_int)
+                && !crate::id::end_retrieved(&b.subject, rejected)
+            {
+                // Counted as reported by the take: now as completed too
+                // (librdmacm's `ucma_complete_event`), so that a destroy
+                // waiting for its acks does not wait for this one.
+                b.acct.note_completed();
+                continue;
+            }
+            return Ok(b);
         }
-        if b.completes_connect {
-            crate::id::connect_retrieved(&mut b);
-        }
-        Ok(b)
     }
 
     fn pop_queued(&self) -> Result<Box<EventBox>, Errno> {

@@ -114,6 +114,10 @@ pub struct IdState {
     pub remote_ece: Ece,
     pub disconnected: bool,
     pub dreq_received: bool,
+    /// Its CONNECT_RESPONSE was retrieved as CONNECT_ERROR (librdmacm's
+    /// `connect_error`): the REJECTED and DISCONNECTED events that follow
+    /// are not reported ([`crate::channel::Channel::pop`]).
+    pub connect_error: bool,
     pub remote_qpn: u32,
     /// From the peer's REQ, in our view (as the CONNECT_REQUEST reports
     /// them): (responder resources, initiator depth).
@@ -370,6 +374,7 @@ impl IdPriv {
                 remote_ece: Ece::default(),
                 disconnected: false,
                 dreq_received: false,
+                connect_error: false,
                 remote_qpn: 0,
                 peer_resources: (0, 0),
                 psn: random_psn(),
@@ -2013,13 +2018,16 @@ fn qp_to_rts(cm: &CmId, s: &IdState) -> Result<(), Errno> {
 /// `rdma_get_cm_event`, or a synchronous `rdma_connect` waiting for it).
 /// With a QP the connection is completed now, on the application's
 /// thread, as librdmacm's `ucma_process_conn_resp`: the QP to RTS, the
-/// RTU, the id connected and the event turned into ESTABLISHED; a failure
-/// rejects the REP and turns it into CONNECT_ERROR with the error. An id
-/// without a QP gets the CONNECT_RESPONSE (`rdma_establish` sends the
-/// RTU). An id that left ConnectResponse meanwhile (destroyed,
-/// disconnected, or its connection rejected or timed out, reported by the
-/// events after this one) sends nothing: CONNECT_ERROR, `-EINVAL` (what
-/// librdmacm's `rdma_establish` on the kernel CM returns then).
+/// RTU, the id connected and the event turned into ESTABLISHED. A failure
+/// turns it into CONNECT_ERROR as librdmacm reports it (status -1, the
+/// error in `errno`, the QP moved to ERR, the id marked `connect_error`
+/// so that its later REJECTED and DISCONNECTED are not reported); a QP
+/// that could not reach RTS also rejects the REP. An id without a QP gets
+/// the CONNECT_RESPONSE (`rdma_establish` sends the RTU). An id that left
+/// ConnectResponse meanwhile (destroyed, disconnected, or its connection
+/// rejected or timed out, reported by the events after this one) sends
+/// nothing: CONNECT_ERROR with `EINVAL` (the kernel refuses librdmacm's
+/// ACCEPT for such an id).
 pub(crate) fn connect_retrieved(b: &mut EventBox) {
     let id = b.subject.clone();
     let mut s = lock(&id.st);
@@ -2039,8 +2047,7 @@ pub(crate) fn connect_retrieved(b: &mut EventBox) {
                     ""
                 }
             );
-            b.ev.event = R::ConnectError as c_int;
-            b.ev.status = -libc::EINVAL;
+            connect_error(b, &mut s, Errno::EINVAL);
             return;
         }
     };
@@ -2056,10 +2063,48 @@ pub(crate) fn connect_retrieved(b: &mut EventBox) {
             );
             let _ = cm.send_rej(REJ_CONSUMER_DEFINED, &[], &[]);
             s.st = St::Failed;
-            b.ev.event = R::ConnectError as c_int;
-            b.ev.status = -e.0;
+            connect_error(b, &mut s, e);
         }
     }
+}
+
+/// A CONNECT_RESPONSE retrieved as CONNECT_ERROR (librdmacm's
+/// `rdma_get_cm_event` when `ucma_process_conn_resp` fails): status -1
+/// and `e` in the retrieving thread's `errno` (what librdmacm's failed
+/// call left there), the id's QP to ERR, the id marked.
+fn connect_error(b: &mut EventBox, s: &mut IdState, e: Errno) {
+    qp_to_err(s);
+    s.connect_error = true;
+    b.ev.event = R::ConnectError as c_int;
+    b.ev.status = -1;
+    crate::exports::set_errno(e.0);
+}
+
+/// librdmacm's `ucma_modify_qp_err`: the id's QP (if any) to ERR; a
+/// failure is logged, not reported.
+pub(crate) fn qp_to_err(s: &IdState) {
+    if let Some(r) = s.qpres {
+        // SAFETY: the id's live QP (destroy_qp takes it under the id's
+        // lock, which the caller holds).
+        if let Err(e) = unsafe { verbs::to_error(r.qp) } {
+            ibcm_log!(DEBUG, "librdmacm (ibcm): QP to ERR: {e}");
+        }
+    }
+}
+
+/// Retrieving a REJECTED or DISCONNECTED event of `id`: whether it is
+/// reported (librdmacm drops both for an id whose CONNECT_RESPONSE was
+/// retrieved as CONNECT_ERROR); a reported REJECTED moves the id's QP to
+/// ERR, as librdmacm's `rdma_get_cm_event` does.
+pub(crate) fn end_retrieved(id: &IdPriv, rejected: bool) -> bool {
+    let s = lock(&id.st);
+    if s.connect_error {
+        return false;
+    }
+    if rejected {
+        qp_to_err(&s);
+    }
+    true
 }
 
 fn on_event(id: &Arc<IdPriv>, ev: &Event) {
@@ -2183,6 +2228,17 @@ mod tests {
     /// A plain IB CM peer on `soft:ip(n)` listening on TCP port `port`: it
     /// answers a REQ with a REP (QPN 0x4444) and reports every other event.
     fn peer(n: u16, port: u16) -> (Arc<Device>, CmId, mpsc::Receiver<EventType>) {
+        peer_with(n, port, false)
+    }
+
+    /// `peer`, which with `rej_after_rep` sends a REJ (consumer defined)
+    /// right after each REP: the connection is rejected before the
+    /// application retrieves its CONNECT_RESPONSE.
+    fn peer_with(
+        n: u16,
+        port: u16,
+        rej_after_rep: bool,
+    ) -> (Arc<Device>, CmId, mpsc::Receiver<EventType>) {
         let dev = Device::open(&net::soft(n), ibcm::api::DeviceOptions::default()).unwrap();
         let (tx, rx) = mpsc::channel();
         let tx = Mutex::new(tx);
@@ -2193,7 +2249,13 @@ mod tests {
                     starting_psn: 9,
                     ..ibcm::api::RepParams::default()
                 };
-                return id.send_rep(&rep).map_or(1, |()| 0);
+                if let Err(e) = id.send_rep(&rep) {
+                    return e.0;
+                }
+                if rej_after_rep {
+                    id.send_rej(REJ_CONSUMER_DEFINED, &[], &[]).unwrap();
+                }
+                return 0;
             }
             let _ = lock(&tx).send(ev.kind);
             0
@@ -2318,8 +2380,10 @@ mod tests {
             Ok(EventType::RtuReceived)
         );
         assert_eq!(rdma_destroy_id(id), 0);
-        // The QP cannot go to RTS: the REP is rejected, the connect fails
-        // with the error, no RTU.
+        // The QP cannot go to RTS: the REP is rejected, the connect fails,
+        // no RTU. The event is CONNECT_ERROR with status -1 (errno EIO
+        // then), which librdmacm's `ucma_complete` turns into errno
+        // -(-1) = EPERM for the synchronous call.
         let id = routed(std::ptr::null_mut(), 5, 4, 7482, Err(Errno(libc::EIO)));
         // Another QPN: the peer still holds the first connection (its DREQ
         // unanswered), and the same QPN again would be a stale connection.
@@ -2328,8 +2392,13 @@ mod tests {
         assert_eq!(unsafe { rdma_connect(id, &mut cp) }, -1);
         assert_eq!(
             std::io::Error::last_os_error().raw_os_error(),
-            Some(libc::EIO)
+            Some(libc::EPERM)
         );
+        // SAFETY: the id's own last event, kept until its next call.
+        unsafe {
+            assert_eq!((*(*id).event).event, R::ConnectError as c_int);
+            assert_eq!((*(*id).event).status, -1);
+        }
         assert_eq!(lock(&lookup(id).unwrap().st).st, St::Failed);
         let after = seen(&rx, Duration::from_millis(500));
         assert!(after.contains(&EventType::RejReceived), "{after:?}");
@@ -2405,5 +2474,122 @@ mod tests {
         assert!(!after.contains(&EventType::RtuReceived), "{after:?}");
         rdma_destroy_event_channel(ch);
         l.destroy().unwrap();
+    }
+
+    /// Whether `f` holds within 5 s.
+    fn wait_until(f: impl Fn() -> bool) -> bool {
+        let end = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < end {
+            if f() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        f()
+    }
+
+    /// The next event of `ch` with the `errno` its retrieval left (kind,
+    /// status, errno), acked.
+    fn next_errno(ch: *mut RdmaEventChannel) -> (c_int, c_int, i32) {
+        assert!(readable(ch), "no event in 5 s");
+        let mut ev = std::ptr::null_mut();
+        crate::exports::set_errno(0);
+        // SAFETY: a live channel and an out pointer of ours.
+        unsafe {
+            assert_eq!(rdma_get_cm_event(ch, &mut ev), 0);
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap();
+            let r = ((*ev).event, (*ev).status, e);
+            assert_eq!(rdma_ack_cm_event(ev), 0);
+            r
+        }
+    }
+
+    /// Whether `ch` has an event queued now (non-blocking retrieval);
+    /// one that is there is acked.
+    fn pending(ch: *mut RdmaEventChannel) -> Option<c_int> {
+        // SAFETY: a live channel of ours.
+        let fd = unsafe { (*ch).fd };
+        // SAFETY: fcntl on our own fd.
+        unsafe {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+        let mut ev = std::ptr::null_mut();
+        // SAFETY: a live channel and an out pointer of ours.
+        unsafe {
+            if rdma_get_cm_event(ch, &mut ev) != 0 {
+                assert_eq!(
+                    std::io::Error::last_os_error().raw_os_error(),
+                    Some(libc::EAGAIN)
+                );
+                return None;
+            }
+            let k = (*ev).event;
+            assert_eq!(rdma_ack_cm_event(ev), 0);
+            Some(k)
+        }
+    }
+
+    /// librdmacm (`rdma_get_cm_event`): a CONNECT_RESPONSE whose
+    /// connection was rejected before its retrieval comes out as
+    /// CONNECT_ERROR with status -1 and errno EINVAL, and the REJECTED
+    /// behind it is not reported; the id's destroy does not wait for it.
+    #[test]
+    fn a_response_rejected_before_its_retrieval_is_a_connect_error_and_hides_the_rejected() {
+        setup();
+        let (_dev, l, rx) = peer_with(10, 7485, true);
+        let ch = rdma_create_event_channel();
+        let id = routed(ch, 11, 10, 7485, Ok(()));
+        let mut cp = conn_param(b"", 0x1238);
+        // SAFETY: a live id and parameters of ours.
+        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        // Both the REP's and the REJ's events are queued before the
+        // application looks.
+        assert!(readable(ch), "no CONNECT_RESPONSE in 5 s");
+        assert!(
+            wait_until(|| { lock(&lookup(id).unwrap().st).st == St::Failed }),
+            "the REJ did not come"
+        );
+        assert_eq!(next_errno(ch), (R::ConnectError as c_int, -1, libc::EINVAL));
+        assert!(lock(&lookup(id).unwrap().st).connect_error);
+        assert_eq!(pending(ch), None, "the REJECTED was reported");
+        let after = seen(&rx, Duration::from_millis(300));
+        assert!(!after.contains(&EventType::RtuReceived), "{after:?}");
+        assert_eq!(rdma_destroy_id(id), 0);
+        rdma_destroy_event_channel(ch);
+        l.destroy().unwrap();
+    }
+
+    /// A QP that cannot reach RTS when the application retrieves the
+    /// CONNECT_RESPONSE: CONNECT_ERROR, status -1, the error in errno, a
+    /// REJ to the peer; an id without that mark still gets its REJECTED.
+    #[test]
+    fn a_failed_rts_is_a_connect_error_with_the_error_in_errno() {
+        setup();
+        let (_dev, l, rx) = peer(12, 7486);
+        let ch = rdma_create_event_channel();
+        let id = routed(ch, 13, 12, 7486, Err(Errno(libc::EIO)));
+        let mut cp = conn_param(b"", 0x1239);
+        // SAFETY: a live id and parameters of ours.
+        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        assert_eq!(next_errno(ch), (R::ConnectError as c_int, -1, libc::EIO));
+        let after = seen(&rx, Duration::from_millis(500));
+        assert!(after.contains(&EventType::RejReceived), "{after:?}");
+        assert_eq!(pending(ch), None);
+        assert_eq!(rdma_destroy_id(id), 0);
+        // Without the mark the REJECTED is reported (an id the peer
+        // rejects while the application has not looked yet, no QP).
+        let (_dev2, l2, _rx2) = peer_with(14, 7487, true);
+        let id = routed(ch, 15, 14, 7487, Ok(()));
+        lock(&lookup(id).unwrap().st).test_qp = None;
+        cp.qp_num += 1;
+        // SAFETY: as above.
+        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        assert_eq!(next(ch).0, R::ConnectResponse as c_int);
+        assert_eq!(next(ch).0, R::Rejected as c_int);
+        assert_eq!(rdma_destroy_id(id), 0);
+        rdma_destroy_event_channel(ch);
+        l.destroy().unwrap();
+        l2.destroy().unwrap();
     }
 }
