@@ -400,20 +400,25 @@ fn the_first_init_qp_attr_asks_for_rep_attributes_once_in_its_own_message() {
     svc.join().unwrap();
 }
 
-/// Against a real service (two served devices of one service): a process
-/// that never called `init_qp_attr` is pushed no QP attributes with its
-/// REPs; its first calls are round trips (and ask for them); the REP of
-/// its next connection brings them, and its three calls make no round
-/// trip. Counted by the service (`Stat::qp_attrs_pushed`,
-/// `qp_attr_requests`).
-#[test]
-fn rep_attributes_are_pushed_only_to_a_process_that_asked() {
-    let (_svc, socket) = served::start_service(fake::temp_socket("qpattrs", "real"));
-    let (srv_name, cli_name) = (net::soft(51), net::soft(52));
-    let srv = Device::open_served(&srv_name, &socket).unwrap();
-    let cli = Device::open_served(&cli_name, &socket).unwrap();
-    // The server's QP number is the client's + 100.
-    let server: RustHandler = Arc::new(|id, ev| {
+/// A real service serving two devices, `soft(server)` with a listener on
+/// `sid` that answers each REQ with a REP (QP number the client's + 100)
+/// and `soft(client)`, and the client's path to the server.
+fn served_pair(
+    tag: &str,
+    server: u16,
+    client: u16,
+    sid: u64,
+) -> (
+    Arc<ibcm::service::Service>,
+    Arc<Device>,
+    Arc<Device>,
+    ibcm::api::CmId,
+    ibcm::api::PathRec,
+) {
+    let (svc, socket) = served::start_service(fake::temp_socket("qpattrs", tag));
+    let srv = Device::open_served(&net::soft(server), &socket).unwrap();
+    let cli = Device::open_served(&net::soft(client), &socket).unwrap();
+    let handler: RustHandler = Arc::new(|id, ev| {
         if let EventParam::Req(req) = &ev.param {
             let rep = ibcm::api::RepParams {
                 qp_num: req.remote_qpn + 100,
@@ -425,10 +430,22 @@ fn rep_attributes_are_pushed_only_to_a_process_that_asked() {
         0
     });
     let listener = srv
-        .create_id(None, std::ptr::null_mut(), Some(server))
+        .create_id(None, std::ptr::null_mut(), Some(handler))
         .unwrap();
-    listener.listen(0x4343).unwrap();
-    let path = cli.init_path(1, net::ip(51).parse().unwrap()).unwrap();
+    listener.listen(sid).unwrap();
+    let path = cli.init_path(1, net::ip(server).parse().unwrap()).unwrap();
+    (svc, srv, cli, listener, path)
+}
+
+/// Against a real service (two served devices of one service): a process
+/// that never called `init_qp_attr` is pushed no QP attributes with its
+/// REPs; its first calls are round trips (and ask for them); the REP of
+/// its next connection brings them, and its three calls make no round
+/// trip. Counted by the service (`Stat::qp_attrs_pushed`,
+/// `qp_attr_requests`).
+#[test]
+fn rep_attributes_are_pushed_only_to_a_process_that_asked() {
+    let (_svc, srv, cli, _listener, path) = served_pair("real", 51, 52, 0x4343);
     // One connection; the REP's handler asks for the QP attributes (as
     // librdmacm does) when `ask`: its answers.
     // (Each connection its own QP number: the same one again would be a
@@ -505,26 +522,7 @@ fn rep_attributes_are_pushed_only_to_a_process_that_asked() {
 /// REP: its three `init_qp_attr` calls make no round trip.
 #[test]
 fn an_id_that_will_move_a_qp_gets_the_first_reps_attributes() {
-    let (_svc, socket) = served::start_service(fake::temp_socket("qpattrs", "first"));
-    let (srv_name, cli_name) = (net::soft(53), net::soft(54));
-    let srv = Device::open_served(&srv_name, &socket).unwrap();
-    let cli = Device::open_served(&cli_name, &socket).unwrap();
-    let server: RustHandler = Arc::new(|id, ev| {
-        if let EventParam::Req(req) = &ev.param {
-            let rep = ibcm::api::RepParams {
-                qp_num: req.remote_qpn + 100,
-                starting_psn: 1,
-                ..Default::default()
-            };
-            return id.send_rep(&rep).map_or(-1, |()| 0);
-        }
-        0
-    });
-    let listener = srv
-        .create_id(None, std::ptr::null_mut(), Some(server))
-        .unwrap();
-    listener.listen(0x4344).unwrap();
-    let path = cli.init_path(1, net::ip(53).parse().unwrap()).unwrap();
+    let (_svc, srv, cli, _listener, path) = served_pair("first", 53, 54, 0x4344);
     let (tx, rx) = channel();
     let tx = Mutex::new(tx);
     let h: RustHandler = Arc::new(move |id, ev| {

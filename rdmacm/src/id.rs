@@ -2299,6 +2299,13 @@ mod tests {
         id
     }
 
+    /// `rdma_connect` of `id` with QPN `qpn` and no private data.
+    fn connect(id: *mut RdmaCmId, qpn: u32) -> c_int {
+        let mut cp = conn_param(b"", qpn);
+        // SAFETY: a live id and parameters of ours.
+        unsafe { rdma_connect(id, &mut cp) }
+    }
+
     /// Whether `ch`'s fd becomes readable (an event queued) within 5 s.
     fn readable(ch: *mut RdmaEventChannel) -> bool {
         let mut p = libc::pollfd {
@@ -2341,9 +2348,7 @@ mod tests {
         let (_dev, l, rx) = peer(2, 7481);
         let ch = rdma_create_event_channel();
         let id = routed(ch, 3, 2, 7481, Ok(()));
-        let mut cp = conn_param(b"", 0x1236);
-        // SAFETY: a live id and parameters of ours.
-        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        assert_eq!(connect(id, 0x1236), 0);
         // The REP is in: its event waits for the application, and no RTU
         // has left.
         assert!(readable(ch), "no CONNECT_RESPONSE in 5 s");
@@ -2370,9 +2375,7 @@ mod tests {
         setup();
         let (_dev, l, rx) = peer(4, 7482);
         let id = routed(std::ptr::null_mut(), 5, 4, 7482, Ok(()));
-        let mut cp = conn_param(b"", 0x1236);
-        // SAFETY: a live id and parameters of ours.
-        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        assert_eq!(connect(id, 0x1236), 0);
         // SAFETY: the id's own last event, kept until its next call.
         assert_eq!(unsafe { (*(*id).event).event }, R::Established as c_int);
         assert_eq!(
@@ -2387,9 +2390,7 @@ mod tests {
         let id = routed(std::ptr::null_mut(), 5, 4, 7482, Err(Errno(libc::EIO)));
         // Another QPN: the peer still holds the first connection (its DREQ
         // unanswered), and the same QPN again would be a stale connection.
-        cp.qp_num += 1;
-        // SAFETY: as above.
-        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, -1);
+        assert_eq!(connect(id, 0x1237), -1);
         assert_eq!(
             std::io::Error::last_os_error().raw_os_error(),
             Some(libc::EPERM)
@@ -2448,9 +2449,7 @@ mod tests {
         };
         assert_eq!(counts(), (0, 0));
         let id = routed(std::ptr::null_mut(), 9, 8, 7484, Ok(()));
-        let mut cp = conn_param(b"", 0x1237);
-        // SAFETY: a live id and parameters of ours.
-        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        assert_eq!(connect(id, 0x1237), 0);
         // SAFETY: the id's own last event, kept until its next call.
         assert_eq!(unsafe { (*(*id).event).event }, R::Established as c_int);
         assert_eq!(counts(), (1, 0), "(pushed, requests) of the first connect");
@@ -2465,9 +2464,7 @@ mod tests {
         let (_dev, l, rx) = peer(6, 7483);
         let ch = rdma_create_event_channel();
         let id = routed(ch, 7, 6, 7483, Ok(()));
-        let mut cp = conn_param(b"", 0x1236);
-        // SAFETY: a live id and parameters of ours.
-        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        assert_eq!(connect(id, 0x1236), 0);
         assert!(readable(ch), "no CONNECT_RESPONSE in 5 s");
         assert_eq!(rdma_destroy_id(id), 0);
         let after = seen(&rx, Duration::from_millis(500));
@@ -2540,9 +2537,7 @@ mod tests {
         let (_dev, l, rx) = peer_with(10, 7485, true);
         let ch = rdma_create_event_channel();
         let id = routed(ch, 11, 10, 7485, Ok(()));
-        let mut cp = conn_param(b"", 0x1238);
-        // SAFETY: a live id and parameters of ours.
-        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        assert_eq!(connect(id, 0x1238), 0);
         // Both the REP's and the REJ's events are queued before the
         // application looks.
         assert!(readable(ch), "no CONNECT_RESPONSE in 5 s");
@@ -2569,9 +2564,7 @@ mod tests {
         let (_dev, l, rx) = peer(12, 7486);
         let ch = rdma_create_event_channel();
         let id = routed(ch, 13, 12, 7486, Err(Errno(libc::EIO)));
-        let mut cp = conn_param(b"", 0x1239);
-        // SAFETY: a live id and parameters of ours.
-        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        assert_eq!(connect(id, 0x1239), 0);
         assert_eq!(next_errno(ch), (R::ConnectError as c_int, -1, libc::EIO));
         let after = seen(&rx, Duration::from_millis(500));
         assert!(after.contains(&EventType::RejReceived), "{after:?}");
@@ -2582,9 +2575,7 @@ mod tests {
         let (_dev2, l2, _rx2) = peer_with(14, 7487, true);
         let id = routed(ch, 15, 14, 7487, Ok(()));
         lock(&lookup(id).unwrap().st).test_qp = None;
-        cp.qp_num += 1;
-        // SAFETY: as above.
-        assert_eq!(unsafe { rdma_connect(id, &mut cp) }, 0);
+        assert_eq!(connect(id, 0x123a), 0);
         assert_eq!(next(ch).0, R::ConnectResponse as c_int);
         assert_eq!(next(ch).0, R::Rejected as c_int);
         assert_eq!(rdma_destroy_id(id), 0);

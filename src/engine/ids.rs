@@ -97,6 +97,38 @@ impl FastState {
     }
 }
 
+/// The `Hasher` methods both engine hashers share: bytes in 8-byte
+/// little-endian words (the last one zero-padded) and every integer as
+/// one word, all through the hasher's own `write_u64`.
+macro_rules! word_hasher_writes {
+    () => {
+        #[inline]
+        fn write(&mut self, bytes: &[u8]) {
+            for c in bytes.chunks(8) {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                self.write_u64(u64::from_le_bytes(w));
+            }
+        }
+        #[inline]
+        fn write_u32(&mut self, x: u32) {
+            self.write_u64(x as u64);
+        }
+        #[inline]
+        fn write_u16(&mut self, x: u16) {
+            self.write_u64(x as u64);
+        }
+        #[inline]
+        fn write_u8(&mut self, x: u8) {
+            self.write_u64(x as u64);
+        }
+        #[inline]
+        fn write_usize(&mut self, x: usize) {
+            self.write_u64(x as u64);
+        }
+    };
+}
+
 impl std::hash::BuildHasher for FastState {
     type Hasher = FastHasher;
     fn build_hasher(&self) -> FastHasher {
@@ -107,33 +139,10 @@ impl std::hash::BuildHasher for FastState {
 pub struct FastHasher(u64);
 
 impl std::hash::Hasher for FastHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            self.write_u64(u64::from_le_bytes(w));
-        }
-    }
+    word_hasher_writes!();
     #[inline]
     fn write_u64(&mut self, x: u64) {
         self.0 = (self.0.rotate_left(23) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-    #[inline]
-    fn write_u32(&mut self, x: u32) {
-        self.write_u64(x as u64);
-    }
-    #[inline]
-    fn write_u16(&mut self, x: u16) {
-        self.write_u64(x as u64);
-    }
-    #[inline]
-    fn write_u8(&mut self, x: u8) {
-        self.write_u64(x as u64);
-    }
-    #[inline]
-    fn write_usize(&mut self, x: usize) {
-        self.write_u64(x as u64);
     }
     #[inline]
     fn finish(&self) -> u64 {
@@ -200,33 +209,10 @@ fn folded_multiply(a: u64, b: u64) -> u64 {
 }
 
 impl std::hash::Hasher for PeerHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for c in bytes.chunks(8) {
-            let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
-            self.write_u64(u64::from_le_bytes(w));
-        }
-    }
+    word_hasher_writes!();
     #[inline]
     fn write_u64(&mut self, x: u64) {
         self.h = folded_multiply(self.h ^ x, self.factor);
-    }
-    #[inline]
-    fn write_u32(&mut self, x: u32) {
-        self.write_u64(x as u64);
-    }
-    #[inline]
-    fn write_u16(&mut self, x: u16) {
-        self.write_u64(x as u64);
-    }
-    #[inline]
-    fn write_u8(&mut self, x: u8) {
-        self.write_u64(x as u64);
-    }
-    #[inline]
-    fn write_usize(&mut self, x: usize) {
-        self.write_u64(x as u64);
     }
     #[inline]
     fn finish(&self) -> u64 {
