@@ -439,6 +439,85 @@ macro_rules! int_field {
 }
 int_field!(u8, u16, u32, u64, i32);
 
+/// Fields of a fixed size (or a bounded one: an `Option` of them) written
+/// into a stack array at an offset, so that a record's fixed part is
+/// appended with one `extend_from_slice` instead of one bounds-checked,
+/// capacity-checked push per field (`put_fixed`). Every offset is a
+/// constant once inlined. The bytes are exactly `Field::put`'s.
+trait Fixed {
+    fn write(&self, b: &mut [u8], at: &mut usize);
+}
+
+macro_rules! int_fixed {
+    ($($t:ty),*) => {$(
+        impl Fixed for $t {
+            #[inline(always)]
+            fn write(&self, b: &mut [u8], at: &mut usize) {
+                const N: usize = std::mem::size_of::<$t>();
+                b[*at..*at + N].copy_from_slice(&self.to_le_bytes());
+                *at += N;
+            }
+        }
+    )*};
+}
+int_fixed!(u8, u16, u32, u64, i32);
+
+impl Fixed for bool {
+    #[inline(always)]
+    fn write(&self, b: &mut [u8], at: &mut usize) {
+        (*self as u8).write(b, at)
+    }
+}
+
+impl<const N: usize> Fixed for [u8; N] {
+    #[inline(always)]
+    fn write(&self, b: &mut [u8], at: &mut usize) {
+        b[*at..*at + N].copy_from_slice(self);
+        *at += N;
+    }
+}
+
+impl Fixed for Gid {
+    #[inline(always)]
+    fn write(&self, b: &mut [u8], at: &mut usize) {
+        self.0.write(b, at)
+    }
+}
+
+impl<A: Fixed, B: Fixed> Fixed for (A, B) {
+    #[inline(always)]
+    fn write(&self, b: &mut [u8], at: &mut usize) {
+        self.0.write(b, at);
+        self.1.write(b, at);
+    }
+}
+
+impl<T: Fixed> Fixed for Option<T> {
+    #[inline(always)]
+    fn write(&self, b: &mut [u8], at: &mut usize) {
+        match self {
+            None => false.write(b, at),
+            Some(v) => {
+                true.write(b, at);
+                v.write(b, at)
+            }
+        }
+    }
+}
+
+/// The most `put_fixed` writes at once (an event's head with a REQ's two
+/// paths: 254 bytes).
+const FIXED_ROOM: usize = 320;
+
+/// Appends what `fill` writes (at most `FIXED_ROOM` bytes) with one copy.
+#[inline(always)]
+fn put_fixed(w: &mut Writer, fill: impl FnOnce(&mut [u8], &mut usize)) {
+    let mut b = [0u8; FIXED_ROOM];
+    let mut at = 0;
+    fill(&mut b, &mut at);
+    w.0.extend_from_slice(&b[..at]);
+}
+
 impl Field for bool {
     fn put(&self, w: &mut Writer) {
         (*self as u8).put(w)
@@ -546,6 +625,12 @@ macro_rules! enum_field {
                 f(u8::get(r)?).ok_or(Errno(errno::EPROTO))
             }
         }
+        impl Fixed for $t {
+            #[inline(always)]
+            fn write(&self, b: &mut [u8], at: &mut usize) {
+                (*self as u8).write(b, at)
+            }
+        }
     };
 }
 enum_field!(PathRecType, |v| PathRecType::from_u32(v as u32));
@@ -571,7 +656,28 @@ macro_rules! struct_field {
     };
 }
 
-struct_field!(PathRec {
+/// `struct_field!` for structs of `Fixed` fields: the same bytes, put at
+/// once (`put_fixed`), and `Fixed` itself (nested in an event's head).
+macro_rules! fixed_field {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl Field for $t {
+            fn put(&self, w: &mut Writer) {
+                put_fixed(w, |b, at| self.write(b, at))
+            }
+            fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
+                Ok($t { $($f: Field::get(r)?,)* })
+            }
+        }
+        impl Fixed for $t {
+            #[inline(always)]
+            fn write(&self, b: &mut [u8], at: &mut usize) {
+                $(self.$f.write(b, at);)*
+            }
+        }
+    };
+}
+
+fixed_field!(PathRec {
     dgid,
     sgid,
     service_id,
@@ -598,7 +704,7 @@ struct_field!(PathRec {
     route_resolved,
     dmac,
 });
-struct_field!(Ece {
+fixed_field!(Ece {
     vendor_id,
     attr_mod
 });
@@ -690,7 +796,7 @@ struct_field!(SidrRepParams {
     private_data,
     ece
 });
-struct_field!(RepEvent {
+fixed_field!(RepEvent {
     remote_ca_guid,
     remote_qkey,
     remote_qpn,
@@ -785,12 +891,7 @@ pub struct Public {
 /// check instead of six).
 impl Field for Public {
     fn put(&self, w: &mut Writer) {
-        w.put(&self.state)
-            .put(&self.lap_state)
-            .put(&self.local_id)
-            .put(&self.remote_id)
-            .put(&self.service_id)
-            .put(&self.version);
+        put_fixed(w, |b, at| self.write(b, at))
     }
     fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
         let b: &[u8; PUBLIC_BYTES] = r.take(PUBLIC_BYTES)?.try_into().expect("length taken");
@@ -806,6 +907,18 @@ impl Field for Public {
             service_id: u64_at(16),
             version: u64_at(24),
         })
+    }
+}
+
+impl Fixed for Public {
+    #[inline(always)]
+    fn write(&self, b: &mut [u8], at: &mut usize) {
+        self.state.write(b, at);
+        self.lap_state.write(b, at);
+        self.local_id.write(b, at);
+        self.remote_id.write(b, at);
+        self.service_id.write(b, at);
+        self.version.write(b, at);
     }
 }
 
@@ -1004,58 +1117,67 @@ pub const EVENT_RECORD: usize = 1024;
 /// Encodes an event as `WireEvent` does, from references: the service's
 /// handler writes the engine's event without cloning it.
 pub fn put_event(w: &mut Writer, public: &Public, listener: u64, ev: &Event) {
-    public.put(w);
-    listener.put(w);
-    (ev.kind as u32 as u8).put(w);
-    ev.local_id.put(w);
-    match &ev.param {
-        EventParam::None => 0u8.put(w),
-        EventParam::SendStatus(s) => {
+    // The head, and the parameters of the events every connection has
+    // (REQ, REP, none), in one copy; the rarer ones field by field.
+    let mut tail = None;
+    put_fixed(w, |b, at| {
+        public.write(b, at);
+        listener.write(b, at);
+        (ev.kind as u32 as u8).write(b, at);
+        ev.local_id.write(b, at);
+        match &ev.param {
+            EventParam::None => 0u8.write(b, at),
+            EventParam::Req(p) => {
+                2u8.write(b, at);
+                p.bth_pkey.write(b, at);
+                p.port.write(b, at);
+                p.primary_path.write(b, at);
+                p.alternate_path.write(b, at);
+                p.sgid_attr.write(b, at);
+                p.remote_ca_guid.write(b, at);
+                p.remote_qkey.write(b, at);
+                p.remote_qpn.write(b, at);
+                p.qp_type.write(b, at);
+                p.starting_psn.write(b, at);
+                p.responder_resources.write(b, at);
+                p.initiator_depth.write(b, at);
+                p.local_cm_response_timeout.write(b, at);
+                p.flow_control.write(b, at);
+                p.remote_cm_response_timeout.write(b, at);
+                p.retry_count.write(b, at);
+                p.rnr_retry_count.write(b, at);
+                p.srq.write(b, at);
+                p.ece.write(b, at);
+            }
+            EventParam::Rep(p) => {
+                3u8.write(b, at);
+                p.write(b, at)
+            }
+            other => tail = Some(other),
+        }
+    });
+    match tail {
+        None => {}
+        Some(EventParam::SendStatus(s)) => {
             1u8.put(w);
             s.put(w)
         }
-        EventParam::Req(p) => {
-            2u8.put(w);
-            w.put(&p.bth_pkey)
-                .put(&p.port)
-                .put(&p.primary_path)
-                .put(&p.alternate_path)
-                .put(&p.sgid_attr)
-                .put(&p.remote_ca_guid)
-                .put(&p.remote_qkey)
-                .put(&p.remote_qpn)
-                .put(&p.qp_type)
-                .put(&p.starting_psn)
-                .put(&p.responder_resources)
-                .put(&p.initiator_depth)
-                .put(&p.local_cm_response_timeout)
-                .put(&p.flow_control)
-                .put(&p.remote_cm_response_timeout)
-                .put(&p.retry_count)
-                .put(&p.rnr_retry_count)
-                .put(&p.srq)
-                .put(&p.ece);
-        }
-        EventParam::Rep(p) => {
-            3u8.put(w);
-            p.put(w)
-        }
-        EventParam::Rej { reason, ari_length } => {
+        Some(EventParam::Rej { reason, ari_length }) => {
             w.put(&4u8).put(reason).put(ari_length);
         }
-        EventParam::Mra { service_timeout } => {
+        Some(EventParam::Mra { service_timeout }) => {
             w.put(&5u8).put(service_timeout);
         }
-        EventParam::Lap { alternate_path } => {
+        Some(EventParam::Lap { alternate_path }) => {
             w.put(&6u8).put(&**alternate_path);
         }
-        EventParam::Apr {
+        Some(EventParam::Apr {
             ap_status,
             info_len,
-        } => {
+        }) => {
             w.put(&7u8).put(ap_status).put(info_len);
         }
-        EventParam::SidrReq(p) => {
+        Some(EventParam::SidrReq(p)) => {
             w.put(&8u8)
                 .put(&p.service_id)
                 .put(&p.sgid_attr)
@@ -1063,12 +1185,22 @@ pub fn put_event(w: &mut Writer, public: &Public, listener: u64, ev: &Event) {
                 .put(&p.port)
                 .put(&p.pkey);
         }
-        EventParam::SidrRep(p) => {
+        Some(EventParam::SidrRep(p)) => {
             9u8.put(w);
             p.put(w)
         }
+        Some(EventParam::None | EventParam::Req(_) | EventParam::Rep(_)) => {
+            unreachable!("written with the head")
+        }
     }
-    ev.mad.as_deref().copied().put(w);
+    // The MAD as `Option<[u8; 256]>` puts it, without the copy into one.
+    match ev.mad.as_deref() {
+        Some(m) => {
+            w.0.push(1);
+            w.0.extend_from_slice(m);
+        }
+        None => w.0.push(0),
+    }
 }
 
 impl Field for WireEvent {
@@ -1972,6 +2104,176 @@ mod tests {
         let got: WireEvent = r.get().unwrap();
         assert_eq!(got.listener, u64::MAX);
         assert!(matches!(got.event.param, EventParam::Req(ref p) if p.alternate_path.is_some()));
+    }
+
+    /// `put_event` writes an event's head and a REQ's or REP's
+    /// parameters at once (`put_fixed`), the rarer ones field by field:
+    /// every kind of event, its fields drawn at random (so a field at
+    /// another offset or of another width reads back as another value),
+    /// encoded into one reused buffer full of older records' bytes, one
+    /// after the other, decodes (field by field, `WireEvent::get`) to the
+    /// same event with no byte left over, and is byte for byte what a
+    /// fresh buffer gets.
+    #[test]
+    fn events_encoded_at_once_into_a_reused_buffer_decode_to_their_fields() {
+        let mut g = crate::testsupport::Junk(0x5eed_0016_c0de_0001);
+        let mut u = |bits: u32| g.next_u64() & (u64::MAX >> (64 - bits));
+        let mut path = |u: &mut dyn FnMut(u32) -> u64| PathRec {
+            dgid: Gid((u(64) as u128 | (u(64) as u128) << 64).to_le_bytes()),
+            sgid: Gid((u(64) as u128 | (u(64) as u128) << 64).to_le_bytes()),
+            service_id: u(64),
+            flow_label: u(32) as u32,
+            hop_limit: u(8) as u8,
+            traffic_class: u(8) as u8,
+            reversible: u(8) as u8,
+            numb_path: u(8) as u8,
+            pkey: u(16) as u16,
+            qos_class: u(16) as u16,
+            sl: u(8) as u8,
+            mtu_selector: u(8) as u8,
+            mtu: u(8) as u8,
+            rate_selector: u(8) as u8,
+            rate: u(8) as u8,
+            packet_life_time_selector: u(8) as u8,
+            packet_life_time: u(8) as u8,
+            preference: u(8) as u8,
+            rec_type: PathRecType::from_u32(u(2) as u32).unwrap(),
+            flags: u(32) as u32,
+            dlid: u(32) as u32,
+            slid: u(32) as u32,
+            raw_traffic: u(8) as u8,
+            route_resolved: u(1) == 1,
+            dmac: u(48).to_le_bytes()[..6].try_into().unwrap(),
+        };
+        let listener = u(64);
+        let mut params = Vec::new();
+        for alt in [true, false] {
+            params.push(EventParam::Req(Box::new(ReqEvent {
+                listen_id: Handle(listener),
+                bth_pkey: u(16) as u16,
+                port: u(8) as u8,
+                primary_path: path(&mut u),
+                alternate_path: alt.then(|| path(&mut u)),
+                sgid_attr: (u(8) as u8, u(16) as u16),
+                remote_ca_guid: u(64),
+                remote_qkey: u(32) as u32,
+                remote_qpn: u(32) as u32,
+                qp_type: u(32) as u32,
+                starting_psn: u(32) as u32,
+                responder_resources: u(8) as u8,
+                initiator_depth: u(8) as u8,
+                local_cm_response_timeout: u(8) as u8,
+                flow_control: u(8) as u8,
+                remote_cm_response_timeout: u(8) as u8,
+                retry_count: u(8) as u8,
+                rnr_retry_count: u(8) as u8,
+                srq: u(8) as u8,
+                ece: Ece {
+                    vendor_id: u(32) as u32,
+                    attr_mod: u(32) as u32,
+                },
+            })));
+        }
+        params.push(EventParam::Rep(RepEvent {
+            remote_ca_guid: u(64),
+            remote_qkey: u(32) as u32,
+            remote_qpn: u(32) as u32,
+            starting_psn: u(32) as u32,
+            responder_resources: u(8) as u8,
+            initiator_depth: u(8) as u8,
+            target_ack_delay: u(8) as u8,
+            failover_accepted: u(8) as u8,
+            flow_control: u(8) as u8,
+            rnr_retry_count: u(8) as u8,
+            srq: u(8) as u8,
+            ece: Ece {
+                vendor_id: u(32) as u32,
+                attr_mod: u(32) as u32,
+            },
+        }));
+        params.push(EventParam::None);
+        params.push(EventParam::SendStatus(u(32) as u32));
+        params.push(EventParam::Rej {
+            reason: u(32) as u32,
+            ari_length: u(8) as u8,
+        });
+        params.push(EventParam::Mra {
+            service_timeout: u(8) as u8,
+        });
+        params.push(EventParam::Lap {
+            alternate_path: Box::new(path(&mut u)),
+        });
+        params.push(EventParam::Apr {
+            ap_status: u(32) as u32,
+            info_len: u(8) as u8,
+        });
+        params.push(EventParam::SidrReq(SidrReqEvent {
+            listen_id: Handle(listener),
+            service_id: u(64),
+            sgid_attr: (u(8) as u8, u(16) as u16),
+            bth_pkey: u(16) as u16,
+            port: u(8) as u8,
+            pkey: u(16) as u16,
+        }));
+        params.push(EventParam::SidrRep(SidrRepEvent {
+            status: u(32) as u32,
+            qkey: u(32) as u32,
+            qpn: u(32) as u32,
+            info_len: u(8) as u8,
+            sgid_attr: (u(8) as u8, u(16) as u16),
+        }));
+        // One buffer, reused for every record, starting full of junk.
+        let mut buf = vec![0x55u8; EVENT_RECORD];
+        let mut kinds = 0;
+        for (i, param) in params.into_iter().enumerate() {
+            let mut mad = [0u8; 256];
+            mad.iter_mut().for_each(|m| *m = u(8) as u8);
+            let public = Public {
+                state: u(32) as u32,
+                lap_state: u(32) as u32,
+                local_id: u(32) as u32,
+                remote_id: u(32) as u32,
+                service_id: u(64),
+                version: u(64),
+            };
+            let ev = Event {
+                id: Handle(0),
+                kind: EventType::ALL[i % EventType::ALL.len()],
+                param,
+                local_id: u(32) as u32,
+                mad: (i % 2 == 0).then(|| Box::new(mad)),
+            };
+            let h = Header {
+                op: op::EVENT,
+                seq: u(64),
+                handle: u(64),
+            };
+            let mut w = h.record_in(buf);
+            put_event(&mut w, &public, listener, &ev);
+            let mut fresh = h.record();
+            put_event(&mut fresh, &public, listener, &ev);
+            assert_eq!(w.0, fresh.0, "event {i}: the reused buffer's bytes differ");
+            let (got_h, mut r) = Header::parse(&w.0).unwrap();
+            assert_eq!((got_h.seq, got_h.handle), (h.seq, h.handle));
+            let got: WireEvent = r.get().unwrap();
+            assert_eq!(r.end(), Ok(()), "event {i}: bytes left over");
+            assert_eq!(got.public, public, "event {i}");
+            assert_eq!(got.listener, listener, "event {i}");
+            assert_eq!(got.event.kind, ev.kind, "event {i}");
+            assert_eq!(got.event.local_id, ev.local_id, "event {i}");
+            assert_eq!(got.event.mad.as_deref(), ev.mad.as_deref(), "event {i}");
+            assert_eq!(
+                format!("{:?}", got.event.param),
+                format!("{:?}", ev.param),
+                "event {i}"
+            );
+            // The next record goes into this one's buffer, stale bytes
+            // past its new end.
+            buf = w.into_bytes();
+            buf.resize(EVENT_RECORD, 0xaa);
+            kinds += 1;
+        }
+        assert_eq!(kinds, 11);
     }
 
     /// The service writes a `QP_ATTRS` record into a reused event buffer
