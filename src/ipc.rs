@@ -1286,9 +1286,11 @@ impl Field for WireEvent {
     }
 }
 
-/// A boxed copy of a MAD's 256 bytes, copied once from the record.
+/// A boxed copy of a MAD's 256 bytes, copied once from the record into
+/// a box of this thread's pool when it has one (the thread that delivers
+/// the event gives the box back to its pool: `recycle_event_mad`).
 fn boxed_mad(b: &[u8]) -> Box<[u8; 256]> {
-    Box::<[u8]>::from(b).try_into().expect("a MAD is 256 bytes")
+    crate::engine::boxed_event_mad(b)
 }
 
 fn event_type(v: u8) -> Option<EventType> {
@@ -1985,6 +1987,37 @@ mod tests {
         assert!(Reader::new(&bad).get::<WireEvent>().is_err());
     }
 
+    /// A served process decodes an event's MAD into a box of its
+    /// thread's pool (the boxes its deliveries gave back): the box is
+    /// reused, and holds this record's bytes, none of the stale ones.
+    #[test]
+    fn an_events_mad_is_decoded_into_a_recycled_box_with_its_own_bytes() {
+        let stale = Box::new([0xee; 256]);
+        let addr = &*stale as *const [u8; 256];
+        crate::engine::recycle_event_mad(stale);
+        let mut mad = [0u8; 256];
+        for (i, m) in mad.iter_mut().enumerate() {
+            *m = (i as u8).wrapping_mul(7);
+        }
+        let ev = WireEvent {
+            public: Public::default(),
+            listener: 0,
+            event: Event {
+                id: Handle(0),
+                kind: EventType::RepReceived,
+                param: EventParam::None,
+                local_id: 9,
+                mad: Some(Box::new(mad)),
+            },
+        };
+        let mut w = Writer(Vec::new());
+        w.put(&ev);
+        let got: WireEvent = Reader::new(&w.0).get().unwrap();
+        let b = got.event.mad.expect("the MAD");
+        assert_eq!(&*b as *const [u8; 256], addr, "the pool's box not reused");
+        assert_eq!(*b, mad, "stale bytes in the reused box");
+    }
+
     #[test]
     fn events_round_trip_and_garbage_is_refused() {
         let ev = WireEvent {
@@ -2118,7 +2151,7 @@ mod tests {
     fn events_encoded_at_once_into_a_reused_buffer_decode_to_their_fields() {
         let mut g = crate::testsupport::Junk(0x5eed_0016_c0de_0001);
         let mut u = |bits: u32| g.next_u64() & (u64::MAX >> (64 - bits));
-        let mut path = |u: &mut dyn FnMut(u32) -> u64| PathRec {
+        let path = |u: &mut dyn FnMut(u32) -> u64| PathRec {
             dgid: Gid((u(64) as u128 | (u(64) as u128) << 64).to_le_bytes()),
             sgid: Gid((u(64) as u128 | (u(64) as u128) << 64).to_le_bytes()),
             service_id: u(64),

@@ -192,8 +192,9 @@ pub fn recycle_event_mad(b: Box<[u8; 256]>) {
 }
 
 /// A boxed copy of a received MAD's first 256 bytes, in a recycled box
-/// when this thread has one.
-fn boxed_event_mad(m: &[u8]) -> Box<[u8; 256]> {
+/// when this thread has one (also a served process's decode of an event's
+/// MAD, `ipc`: its delivering thread recycles the box here).
+pub(crate) fn boxed_event_mad(m: &[u8]) -> Box<[u8; 256]> {
     let m: &[u8; 256] = m[..256].try_into().expect("a MAD is 256 bytes");
     match SPARE_EVENT_MAD.try_with(|p| p.borrow_mut().pop()) {
         Ok(Some(mut b)) => {
