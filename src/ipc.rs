@@ -251,15 +251,7 @@ impl Spares {
 /// left empty and the record is sent as it is.
 pub fn batch_into(records: &[Vec<u8>], msg: &mut Vec<u8>) -> usize {
     msg.clear();
-    let mut size = HEADER;
-    let mut n = 0;
-    for r in records {
-        if n > 0 && size + 4 + r.len() > MAX_RECORD {
-            break;
-        }
-        size += 4 + r.len();
-        n += 1;
-    }
+    let (n, size) = batch_count(records, usize::MAX);
     if n == 1 {
         return 1;
     }
@@ -277,6 +269,22 @@ pub fn batch_into(records: &[Vec<u8>], msg: &mut Vec<u8>) -> usize {
     }
     *msg = w.0;
     n
+}
+
+/// How many leading records of `records` (not empty) one message holds
+/// (at least one, at most `max`: as many as fit `MAX_RECORD`), and the
+/// size of that message as a `BATCH`.
+fn batch_count(records: &[Vec<u8>], max: usize) -> (usize, usize) {
+    let mut size = HEADER;
+    let mut n = 0;
+    for r in records {
+        if n > 0 && (n == max || size + 4 + r.len() > MAX_RECORD) {
+            break;
+        }
+        size += 4 + r.len();
+        n += 1;
+    }
+    (n, size)
 }
 
 /// The records of a `BATCH` message's body (`-EPROTO` for a short or
@@ -348,6 +356,17 @@ impl Header {
         let mut w = Writer(buf);
         self.put_into(&mut w);
         w
+    }
+
+    /// The header's bytes, as `put_into` writes them.
+    fn bytes(self) -> [u8; HEADER] {
+        let mut b = [0u8; HEADER];
+        let mut at = 0;
+        self.op.write(&mut b, &mut at);
+        0u16.write(&mut b, &mut at);
+        self.seq.write(&mut b, &mut at);
+        self.handle.write(&mut b, &mut at);
+        b
     }
 
     fn put_into(self, w: &mut Writer) {
@@ -1365,6 +1384,7 @@ pub mod sock {
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::path::Path;
+    use super::{Header, op};
 
     /// What `/proc/<pid>/stat` says of a process: what each end of a
     /// service connection reads of the other (`peer`'s pid). Each field is
@@ -1668,6 +1688,68 @@ pub mod sock {
     /// would block (never raises SIGPIPE).
     pub fn try_send(fd: &OwnedFd, rec: &[u8]) -> io::Result<bool> {
         unless_would_block(send_with(fd, rec, libc::MSG_DONTWAIT)).map(|n| n.is_some())
+    }
+
+    /// The most records `try_send_batch` puts in one message: two iovecs
+    /// each (length, bytes) and the header's, within `IOV_MAX` (1024).
+    pub const BATCH_IOVECS: usize = 511;
+
+    thread_local! {
+        /// `try_send_batch`'s lengths and iovecs, reused (emptied before
+        /// each use: the pointers of the last call are never read).
+        static IOV: std::cell::RefCell<(Vec<[u8; 4]>, Vec<libc::iovec>)> =
+            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    }
+
+    /// Sends, without waiting, the first message `batch_one` makes of
+    /// `records` (not empty; at most `BATCH_IOVECS` records in it) without
+    /// copying the records: one `sendmsg` whose iovecs are the `BATCH`
+    /// header, then each record's length and bytes (a lone record as it
+    /// is). How many records it held, or `None` when the socket had no
+    /// room: a `SOCK_SEQPACKET` message leaves whole or not at all, so
+    /// nothing was sent then.
+    pub fn try_send_batch(fd: &OwnedFd, records: &[Vec<u8>]) -> io::Result<Option<usize>> {
+        let (n, _) = super::batch_count(records, BATCH_IOVECS);
+        if n == 1 {
+            return Ok(try_send(fd, &records[0])?.then_some(1));
+        }
+        let head = Header {
+            op: op::BATCH,
+            seq: 0,
+            handle: 0,
+        }
+        .bytes();
+        IOV.with(|s| {
+            let (lens, iov) = &mut *s.borrow_mut();
+            lens.clear();
+            iov.clear();
+            // Every length first: `iov` points into `lens`, which must not
+            // move after.
+            lens.extend(records[..n].iter().map(|r| (r.len() as u32).to_le_bytes()));
+            let v = |p: *const u8, len: usize| libc::iovec {
+                iov_base: p as *mut libc::c_void,
+                iov_len: len,
+            };
+            iov.push(v(head.as_ptr(), head.len()));
+            for (r, l) in records[..n].iter().zip(lens.iter()) {
+                iov.push(v(l.as_ptr(), 4));
+                iov.push(v(r.as_ptr(), r.len()));
+            }
+            // SAFETY: an all-zero msghdr is a valid empty header; its
+            // iovecs point at `head`, `lens` and the records, all alive
+            // and unchanged until `sendmsg` returns.
+            let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+            m.msg_iov = iov.as_mut_ptr();
+            m.msg_iovlen = iov.len() as _;
+            let sent = uninterrupted(|| unsafe {
+                libc::sendmsg(
+                    fd.as_raw_fd(),
+                    &m,
+                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                )
+            });
+            unless_would_block(sent).map(|s| s.map(|_| n))
+        })
     }
 
     /// Receives one record into `buf`; `Ok(0)` when the peer has gone. A

@@ -676,8 +676,6 @@ thread_local! {
     static SPARE: std::cell::RefCell<ipc::Spares> = const {
         std::cell::RefCell::new(ipc::Spares::new(SPARE_MAX, ipc::EVENT_RECORD, 2 * ipc::EVENT_RECORD))
     };
-    /// The `BATCH` message this thread assembles (`ipc::batch_into`).
-    static BATCH_MSG: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A buffer for an event record (room for `ipc::EVENT_RECORD`).
@@ -691,26 +689,18 @@ fn recycle(recs: impl IntoIterator<Item = Vec<u8>>) {
 }
 
 /// Sends `recs` as `BATCH` messages (a lone record as it is) while the
-/// socket has room, assembling each in this thread's reused buffer: how
-/// many were sent (`Err` when the socket failed).
+/// socket has room, each from the records in place (`sock::try_send_batch`:
+/// iovecs, no copy): how many were sent, always a leading run of them
+/// (`Err` when the socket failed).
 fn send_batches(fd: &OwnedFd, recs: &[Vec<u8>]) -> std::io::Result<usize> {
-    BATCH_MSG.with(|m| {
-        let mut msg = m.borrow_mut();
-        let mut sent = 0;
-        while sent < recs.len() {
-            let n = ipc::batch_into(&recs[sent..], &mut msg);
-            let out = if n == 1 { &recs[sent][..] } else { &msg[..] };
-            if !sock::try_send(fd, out)? {
-                break;
-            }
-            sent += n;
+    let mut sent = 0;
+    while sent < recs.len() {
+        match sock::try_send_batch(fd, &recs[sent..])? {
+            Some(n) => sent += n,
+            None => break,
         }
-        // A burst far above the usual is not kept.
-        if msg.capacity() > ipc::MAX_RECORD + ipc::HEADER {
-            *msg = Vec::new();
-        }
-        Ok(sent)
-    })
+    }
+    Ok(sent)
 }
 
 /// The id's public fields and how many one-way calls on it had run when
@@ -1886,6 +1876,95 @@ pub fn query_stat(socket: &Path) -> std::io::Result<Vec<DeviceStat>> {
 #[cfg(test)]
 mod tests {
     use super::exiting;
+
+    /// Held records leave as `BATCH` messages built from iovecs over the
+    /// records (`send_batches`): across a socket that fills again and
+    /// again (`EAGAIN`: the rest is kept and sent later, as
+    /// `flush_held` does), every record arrives once, whole, in order;
+    /// a message never holds more records than its iovecs allow, and its
+    /// bytes are what `ipc::batch_one` makes.
+    #[test]
+    fn held_records_leave_once_each_in_order_across_a_full_socket() {
+        use crate::ipc::{self, Header, op, sock};
+        use std::os::fd::AsRawFd;
+        let rec = |i: u64| {
+            let mut w = Header {
+                op: op::EVENT,
+                seq: i,
+                handle: !i,
+            }
+            .record();
+            w.0.extend((0..(i * 37 % 700)).map(|k| (i + k) as u8));
+            w.into_bytes()
+        };
+        // The message of a lone record is the record; of many, a BATCH
+        // capped at `BATCH_IOVECS` records.
+        let (a, b) = sock::pair();
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        let tiny: Vec<Vec<u8>> = (0..1200).map(|i| rec(i * 700)).collect();
+        for n in [1, 2, 1200] {
+            let got = sock::try_send_batch(&a, &tiny[..n]).unwrap();
+            assert_eq!(got, Some(n.min(sock::BATCH_IOVECS)));
+            let m = sock::recv(&b, &mut buf).unwrap();
+            let want = ipc::batch_one(&tiny[..n.min(sock::BATCH_IOVECS)]).1;
+            assert!(buf[..m] == want[..], "{n} records: not batch_one's bytes");
+        }
+        // A small send buffer: the socket fills every few messages.
+        let (a, b) = sock::pair();
+        let small: libc::c_int = 96 * 1024;
+        // SAFETY: a valid socket and option value.
+        let r = unsafe {
+            libc::setsockopt(
+                a.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                &small as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0);
+        let recs: Vec<Vec<u8>> = (0..3000).map(rec).collect();
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let (mut at, mut full, mut msgs, mut stalled) = (0, 0, 0, 0);
+        let mut bufs: Vec<Vec<u8>> = vec![vec![0u8; ipc::MAX_RECORD]];
+        let mut lens = [0usize; 1];
+        while got.len() < recs.len() {
+            // Bursts of uneven size, as holds end.
+            let end = (at + 1 + (at * 7919) % 300).min(recs.len());
+            let sent = super::send_batches(&a, &recs[at..end]).unwrap();
+            if at + sent < end {
+                full += 1;
+            }
+            at += sent;
+            let n = sock::try_recv_many(&b, &mut bufs, &mut lens).unwrap();
+            // Nothing sent and nothing queued: records were lost.
+            stalled = if sent == 0 && n == 0 { stalled + 1 } else { 0 };
+            assert!(
+                stalled < 100,
+                "stalled with {} of {} records arrived",
+                got.len(),
+                recs.len()
+            );
+            for (m, &l) in bufs.iter().zip(&lens[..n]) {
+                msgs += 1;
+                let (h, r) = Header::parse(&m[..l]).unwrap();
+                if h.op == op::BATCH {
+                    let body = &m[l - r.remaining()..l];
+                    let k = ipc::unbatch_with(body, |rec| got.push(rec.to_vec())).unwrap();
+                    assert!(k <= sock::BATCH_IOVECS);
+                } else {
+                    got.push(m[..l].to_vec());
+                }
+            }
+        }
+        assert_eq!(at, recs.len());
+        assert!(full > 0, "the socket never filled");
+        assert!(msgs < recs.len(), "no record was batched");
+        assert_eq!(got.len(), recs.len());
+        for (i, (g, r)) in got.iter().zip(&recs).enumerate() {
+            assert!(g == r, "record {i} is not the {i}th sent");
+        }
+    }
 
     /// A live process is not exiting; an exited one not yet reaped (a
     /// zombie) and one gone altogether are.
