@@ -1381,10 +1381,10 @@ pub const SOCKET_DIR: &str = "/run/ibcm";
 
 /// `SOCK_SEQPACKET` Unix sockets: one record per message.
 pub mod sock {
+    use super::{Header, op};
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::path::Path;
-    use super::{Header, op};
 
     /// What `/proc/<pid>/stat` says of a process: what each end of a
     /// service connection reads of the other (`peer`'s pid). Each field is
@@ -1742,11 +1742,7 @@ pub mod sock {
             m.msg_iov = iov.as_mut_ptr();
             m.msg_iovlen = iov.len() as _;
             let sent = uninterrupted(|| unsafe {
-                libc::sendmsg(
-                    fd.as_raw_fd(),
-                    &m,
-                    libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-                )
+                libc::sendmsg(fd.as_raw_fd(), &m, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
             });
             unless_would_block(sent).map(|s| s.map(|_| n))
         })
