@@ -463,8 +463,10 @@ int_field!(u8, u16, u32, u64, i32);
 /// appended with one `extend_from_slice` instead of one bounds-checked,
 /// capacity-checked push per field (`put_fixed`). Every offset is a
 /// constant once inlined. The bytes are exactly `Field::put`'s.
-trait Fixed {
+trait Fixed: Sized {
     fn write(&self, b: &mut [u8], at: &mut usize);
+    /// Reads the value `write` wrote at `at` (checked like `Field::get`).
+    fn read(b: &[u8], at: &mut usize) -> Result<Self, Errno>;
 }
 
 macro_rules! int_fixed {
@@ -476,6 +478,13 @@ macro_rules! int_fixed {
                 b[*at..*at + N].copy_from_slice(&self.to_le_bytes());
                 *at += N;
             }
+            #[inline(always)]
+            fn read(b: &[u8], at: &mut usize) -> Result<Self, Errno> {
+                const N: usize = std::mem::size_of::<$t>();
+                let v = <$t>::from_le_bytes(b[*at..*at + N].try_into().expect("N bytes"));
+                *at += N;
+                Ok(v)
+            }
         }
     )*};
 }
@@ -486,6 +495,14 @@ impl Fixed for bool {
     fn write(&self, b: &mut [u8], at: &mut usize) {
         (*self as u8).write(b, at)
     }
+    #[inline(always)]
+    fn read(b: &[u8], at: &mut usize) -> Result<Self, Errno> {
+        match u8::read(b, at)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Errno(errno::EPROTO)),
+        }
+    }
 }
 
 impl<const N: usize> Fixed for [u8; N] {
@@ -494,12 +511,22 @@ impl<const N: usize> Fixed for [u8; N] {
         b[*at..*at + N].copy_from_slice(self);
         *at += N;
     }
+    #[inline(always)]
+    fn read(b: &[u8], at: &mut usize) -> Result<Self, Errno> {
+        let v = b[*at..*at + N].try_into().expect("N bytes");
+        *at += N;
+        Ok(v)
+    }
 }
 
 impl Fixed for Gid {
     #[inline(always)]
     fn write(&self, b: &mut [u8], at: &mut usize) {
         self.0.write(b, at)
+    }
+    #[inline(always)]
+    fn read(b: &[u8], at: &mut usize) -> Result<Self, Errno> {
+        Ok(Gid(<[u8; 16]>::read(b, at)?))
     }
 }
 
@@ -508,6 +535,10 @@ impl<A: Fixed, B: Fixed> Fixed for (A, B) {
     fn write(&self, b: &mut [u8], at: &mut usize) {
         self.0.write(b, at);
         self.1.write(b, at);
+    }
+    #[inline(always)]
+    fn read(b: &[u8], at: &mut usize) -> Result<Self, Errno> {
+        Ok((A::read(b, at)?, B::read(b, at)?))
     }
 }
 
@@ -521,6 +552,14 @@ impl<T: Fixed> Fixed for Option<T> {
                 v.write(b, at)
             }
         }
+    }
+    #[inline(always)]
+    fn read(b: &[u8], at: &mut usize) -> Result<Self, Errno> {
+        Ok(if bool::read(b, at)? {
+            Some(T::read(b, at)?)
+        } else {
+            None
+        })
     }
 }
 
@@ -649,6 +688,11 @@ macro_rules! enum_field {
             fn write(&self, b: &mut [u8], at: &mut usize) {
                 (*self as u8).write(b, at)
             }
+            #[inline(always)]
+            fn read(b: &[u8], at: &mut usize) -> Result<Self, Errno> {
+                let f: fn(u8) -> Option<$t> = $from;
+                f(u8::read(b, at)?).ok_or(Errno(errno::EPROTO))
+            }
         }
     };
 }
@@ -675,16 +719,22 @@ macro_rules! struct_field {
     };
 }
 
-/// `struct_field!` for structs of `Fixed` fields: the same bytes, put at
-/// once (`put_fixed`), and `Fixed` itself (nested in an event's head).
+/// `struct_field!` for structs of `Fixed` fields, `$n` bytes encoded:
+/// the same bytes, put at once (`put_fixed`) and read from one `$n`-byte
+/// take (one length check; every offset a constant once inlined), and
+/// `Fixed` itself (nested in an event's head).
 macro_rules! fixed_field {
-    ($t:ident { $($f:ident),* $(,)? }) => {
+    ($t:ident [$n:expr] { $($f:ident),* $(,)? }) => {
         impl Field for $t {
             fn put(&self, w: &mut Writer) {
                 put_fixed(w, |b, at| self.write(b, at))
             }
             fn get(r: &mut Reader<'_>) -> Result<Self, Errno> {
-                Ok($t { $($f: Field::get(r)?,)* })
+                let b: &[u8; $n] = r.take($n)?.try_into().expect("length taken");
+                let mut at = 0;
+                let v = Self::read(b, &mut at)?;
+                debug_assert_eq!(at, $n, "{}'s encoded size", stringify!($t));
+                Ok(v)
             }
         }
         impl Fixed for $t {
@@ -692,11 +742,17 @@ macro_rules! fixed_field {
             fn write(&self, b: &mut [u8], at: &mut usize) {
                 $(self.$f.write(b, at);)*
             }
+            #[inline(always)]
+            fn read(b: &[u8], at: &mut usize) -> Result<Self, Errno> {
+                Ok($t { $($f: Fixed::read(b, at)?,)* })
+            }
         }
     };
 }
 
-fixed_field!(PathRec {
+/// `PathRec`'s encoded size.
+const PATH_BYTES: usize = 81;
+fixed_field!(PathRec[PATH_BYTES] {
     dgid,
     sgid,
     service_id,
@@ -723,7 +779,7 @@ fixed_field!(PathRec {
     route_resolved,
     dmac,
 });
-fixed_field!(Ece {
+fixed_field!(Ece[8] {
     vendor_id,
     attr_mod
 });
@@ -815,7 +871,7 @@ struct_field!(SidrRepParams {
     private_data,
     ece
 });
-fixed_field!(RepEvent {
+fixed_field!(RepEvent[35] {
     remote_ca_guid,
     remote_qkey,
     remote_qpn,
@@ -938,6 +994,17 @@ impl Fixed for Public {
         self.remote_id.write(b, at);
         self.service_id.write(b, at);
         self.version.write(b, at);
+    }
+    #[inline(always)]
+    fn read(b: &[u8], at: &mut usize) -> Result<Self, Errno> {
+        Ok(Public {
+            state: Fixed::read(b, at)?,
+            lap_state: Fixed::read(b, at)?,
+            local_id: Fixed::read(b, at)?,
+            remote_id: Fixed::read(b, at)?,
+            service_id: Fixed::read(b, at)?,
+            version: Fixed::read(b, at)?,
+        })
     }
 }
 
@@ -2094,6 +2161,64 @@ mod tests {
         let b = got.event.mad.expect("the MAD");
         assert_eq!(&*b as *const [u8; 256], addr, "the pool's box not reused");
         assert_eq!(*b, mad, "stale bytes in the reused box");
+    }
+
+    /// A path record is read from one `PATH_BYTES` take at constant
+    /// offsets: each field back at its own offset (fields drawn to differ),
+    /// nothing read past it, every cut refused, and a bad `rec_type` or
+    /// `route_resolved` byte refused as field by field reading did.
+    #[test]
+    fn a_path_record_decodes_from_one_take_with_its_checks() {
+        let mut g = crate::testsupport::Junk(0x9a7b_0016_0000_0081);
+        let mut bytes = |n: usize| g.bytes(n);
+        let p = PathRec {
+            dgid: Gid(bytes(16).try_into().unwrap()),
+            sgid: Gid(bytes(16).try_into().unwrap()),
+            service_id: u64::from_le_bytes(bytes(8).try_into().unwrap()),
+            flow_label: 0x0a0b_0c0d,
+            hop_limit: 1,
+            traffic_class: 2,
+            reversible: 3,
+            numb_path: 4,
+            pkey: 0x0506,
+            qos_class: 0x0708,
+            sl: 9,
+            mtu_selector: 10,
+            mtu: 11,
+            rate_selector: 12,
+            rate: 13,
+            packet_life_time_selector: 14,
+            packet_life_time: 15,
+            preference: 16,
+            rec_type: PathRecType::RoceV2,
+            flags: 0x1112_1314,
+            dlid: 0x1516_1718,
+            slid: 0x191a_1b1c,
+            raw_traffic: 29,
+            route_resolved: true,
+            dmac: [30, 31, 32, 33, 34, 35],
+        };
+        let mut w = Writer(Vec::new());
+        w.put(&p).put(&0xeeu8);
+        let b = w.into_bytes();
+        assert_eq!(b.len(), PATH_BYTES + 1);
+        let mut r = Reader::new(&b);
+        let got: PathRec = r.get().unwrap();
+        assert_eq!(format!("{got:?}"), format!("{p:?}"));
+        assert_eq!(r.get::<u8>(), Ok(0xee), "read past the path record");
+        for n in 0..PATH_BYTES {
+            assert!(Reader::new(&b[..n]).get::<PathRec>().is_err(), "cut at {n}");
+        }
+        // rec_type after the 60 bytes before it; route_resolved 13 later.
+        for (at, bad) in [(60, 9u8), (74, 2)] {
+            assert_eq!(b[at], if at == 60 { 2 } else { 1 });
+            let mut x = b.clone();
+            x[at] = bad;
+            assert!(
+                Reader::new(&x).get::<PathRec>().is_err(),
+                "{bad} at {at} accepted"
+            );
+        }
     }
 
     #[test]
