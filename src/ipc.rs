@@ -2097,24 +2097,8 @@ mod tests {
         for n in 0..PUBLIC_BYTES {
             assert!(Reader::new(&b[..n]).get::<Public>().is_err(), "cut at {n}");
         }
-        let mut mad = [0u8; 256];
-        for (i, m) in mad.iter_mut().enumerate() {
-            *m = i as u8;
-        }
-        let ev = WireEvent {
-            public: p,
-            listener: 7,
-            event: Event {
-                id: Handle(0),
-                kind: EventType::DreqReceived,
-                param: EventParam::None,
-                local_id: 5,
-                mad: Some(Box::new(mad)),
-            },
-        };
-        let mut w = Writer(Vec::new());
-        w.put(&ev);
-        let b = w.into_bytes();
+        let mad = patterned_mad(1);
+        let b = encoded_event(p, 7, EventType::DreqReceived, 5, mad);
         let got: WireEvent = Reader::new(&b).get().unwrap();
         assert_eq!(got.public, p);
         assert_eq!(got.event.mad.as_deref(), Some(&mad));
@@ -2132,6 +2116,35 @@ mod tests {
         assert!(Reader::new(&bad).get::<WireEvent>().is_err());
     }
 
+    /// A MAD whose byte i is i × `mul` (mod 256).
+    fn patterned_mad(mul: u8) -> [u8; 256] {
+        std::array::from_fn(|i| (i as u8).wrapping_mul(mul))
+    }
+
+    /// The wire bytes of an event of `kind` on `local_id` carrying `mad`.
+    fn encoded_event(
+        public: Public,
+        listener: u64,
+        kind: EventType,
+        local_id: u32,
+        mad: [u8; 256],
+    ) -> Vec<u8> {
+        let ev = WireEvent {
+            public,
+            listener,
+            event: Event {
+                id: Handle(0),
+                kind,
+                param: EventParam::None,
+                local_id,
+                mad: Some(Box::new(mad)),
+            },
+        };
+        let mut w = Writer(Vec::new());
+        w.put(&ev);
+        w.into_bytes()
+    }
+
     /// A served process decodes an event's MAD into a box of its
     /// thread's pool (the boxes its deliveries gave back): the box is
     /// reused, and holds this record's bytes, none of the stale ones.
@@ -2140,24 +2153,9 @@ mod tests {
         let stale = Box::new([0xee; 256]);
         let addr = &*stale as *const [u8; 256];
         crate::engine::recycle_event_mad(stale);
-        let mut mad = [0u8; 256];
-        for (i, m) in mad.iter_mut().enumerate() {
-            *m = (i as u8).wrapping_mul(7);
-        }
-        let ev = WireEvent {
-            public: Public::default(),
-            listener: 0,
-            event: Event {
-                id: Handle(0),
-                kind: EventType::RepReceived,
-                param: EventParam::None,
-                local_id: 9,
-                mad: Some(Box::new(mad)),
-            },
-        };
-        let mut w = Writer(Vec::new());
-        w.put(&ev);
-        let got: WireEvent = Reader::new(&w.0).get().unwrap();
+        let mad = patterned_mad(7);
+        let w = encoded_event(Public::default(), 0, EventType::RepReceived, 9, mad);
+        let got: WireEvent = Reader::new(&w).get().unwrap();
         let b = got.event.mad.expect("the MAD");
         assert_eq!(&*b as *const [u8; 256], addr, "the pool's box not reused");
         assert_eq!(*b, mad, "stale bytes in the reused box");
