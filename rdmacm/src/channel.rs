@@ -46,7 +46,7 @@ use crate::id::IdPriv;
 use ibcm::api::Errno;
 use ibcm::cma::RdmaCmEventType as R;
 use std::cell::{RefCell, UnsafeCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -482,12 +482,12 @@ fn read_nowait(fd: c_int, waiter: bool) -> u64 {
 }
 
 /// Channels the application holds, by address.
-pub fn channels() -> &'static Mutex<HashMap<usize, Arc<Channel>>> {
+pub fn channels() -> &'static Mutex<ibcm::engine::ids::FastMap<usize, Arc<Channel>>> {
     &crate::fork::globals().channels
 }
 
 /// Events handed out and not yet acked, by address.
-pub fn outstanding() -> &'static Mutex<HashMap<usize, Box<EventBox>>> {
+pub fn outstanding() -> &'static Mutex<ibcm::engine::ids::FastMap<usize, Box<EventBox>>> {
     &crate::fork::globals().outstanding
 }
 

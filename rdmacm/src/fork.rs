@@ -35,6 +35,7 @@ use crate::channel::{Channel, EventBox, lock};
 use crate::id::IdPriv;
 use crate::ports::PortSpace;
 use ibcm::api::{Device, Errno};
+use ibcm::engine::ids::FastMap;
 use ibcm::log::DEBUG;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -56,17 +57,17 @@ pub struct Inherited {
 pub struct Globals {
     /// Ids the application holds (and children not yet reported), by
     /// address.
-    pub ids: Mutex<HashMap<usize, Arc<IdPriv>>>,
+    pub ids: Mutex<FastMap<usize, Arc<IdPriv>>>,
     /// Ids by their ibcm `ib_cm_id` address, for the event handler.
-    pub by_cm: Mutex<HashMap<usize, Weak<IdPriv>>>,
+    pub by_cm: Mutex<FastMap<usize, Weak<IdPriv>>>,
     /// The port spaces, chosen at the first bind (`ports::space`): the
     /// host's through the CM service, or the process's own. A child of
     /// `fork()` chooses again (its own service connection).
     pub ports: std::sync::OnceLock<Box<dyn PortSpace>>,
     /// Channels the application holds, by address.
-    pub channels: Mutex<HashMap<usize, Arc<Channel>>>,
+    pub channels: Mutex<FastMap<usize, Arc<Channel>>>,
     /// Events handed out and not yet acked, by address.
-    pub outstanding: Mutex<HashMap<usize, Box<EventBox>>>,
+    pub outstanding: Mutex<FastMap<usize, Box<EventBox>>>,
     /// ibcm devices by name (`select::open`).
     pub devices: Mutex<HashMap<String, Arc<Device>>>,
     pub inherited: Mutex<Inherited>,
@@ -103,9 +104,9 @@ pub fn globals() -> &'static Globals {
 
 /// The locks held across `fork()`, by the forking thread.
 struct Held {
-    ids: MutexGuard<'static, HashMap<usize, Arc<IdPriv>>>,
-    channels: MutexGuard<'static, HashMap<usize, Arc<Channel>>>,
-    outstanding: MutexGuard<'static, HashMap<usize, Box<EventBox>>>,
+    ids: MutexGuard<'static, FastMap<usize, Arc<IdPriv>>>,
+    channels: MutexGuard<'static, FastMap<usize, Arc<Channel>>>,
+    outstanding: MutexGuard<'static, FastMap<usize, Box<EventBox>>>,
     inherited: MutexGuard<'static, Inherited>,
     _verbs: crate::verbs::ForkHold,
     _stderr: std::io::StderrLock<'static>,
