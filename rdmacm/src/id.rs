@@ -16,7 +16,6 @@ use ibcm::api::{
 use ibcm::cma::{self, IpHeader, RdmaCmEventType as R, port_space};
 use ibcm::log::DEBUG;
 use std::cell::UnsafeCell;
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -157,12 +156,12 @@ unsafe impl Send for IdPriv {}
 unsafe impl Sync for IdPriv {}
 
 /// Ids the application holds (and children not yet reported), by address.
-fn ids() -> &'static Mutex<HashMap<usize, Arc<IdPriv>>> {
+fn ids() -> &'static Mutex<ibcm::engine::ids::FastMap<usize, Arc<IdPriv>>> {
     &crate::fork::globals().ids
 }
 
 /// Ids by their ibcm `ib_cm_id` address, for the event handler.
-fn by_cm() -> &'static Mutex<HashMap<usize, Weak<IdPriv>>> {
+fn by_cm() -> &'static Mutex<ibcm::engine::ids::FastMap<usize, Weak<IdPriv>>> {
     &crate::fork::globals().by_cm
 }
 
@@ -188,14 +187,47 @@ pub fn lookup(p: *mut RdmaCmId) -> Result<Arc<IdPriv>, Errno> {
     found.ok_or_else(|| crate::fork::unknown_id(p as usize))
 }
 
+/// A random 24-bit starting PSN per connection, as the kernel draws one
+/// (`get_random_u32`): the kernel's randomness, 64 values a `getrandom`
+/// (one system call per 64 connections instead of one each — it was one
+/// of the passive side's ≈ 28 per connection in the lab). Each thread
+/// keeps its own values; a child of `fork()` (new library state,
+/// `fork::globals`) never uses its parent's.
 fn random_psn() -> u32 {
-    let mut v = 0u32;
-    // SAFETY: getrandom writes at most 4 bytes into `v`.
-    let n = unsafe { libc::getrandom((&raw mut v).cast(), 4, libc::GRND_NONBLOCK) };
-    if n != 4 {
-        v = std::process::id() ^ (std::time::Instant::now().elapsed().subsec_nanos());
+    use std::cell::RefCell;
+    struct Pool {
+        owner: usize,
+        vals: [u32; 64],
+        left: usize,
     }
-    v & 0x00ff_ffff
+    thread_local! {
+        static POOL: RefCell<Pool> = const { RefCell::new(Pool { owner: 0, vals: [0; 64], left: 0 }) };
+    }
+    let owner = crate::fork::globals() as *const _ as usize;
+    POOL.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.owner != owner || p.left == 0 {
+            let bytes = std::mem::size_of_val(&p.vals);
+            // SAFETY: getrandom writes at most `bytes` bytes into `vals`.
+            let n =
+                unsafe { libc::getrandom(p.vals.as_mut_ptr().cast(), bytes, libc::GRND_NONBLOCK) };
+            if n != bytes as isize {
+                // No entropy yet (early boot): one value from the clock and
+                // the address space, as before.
+                let t = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos());
+                p.vals[0] = std::process::id() ^ t ^ (owner as u32);
+                p.left = 1;
+            } else {
+                p.left = p.vals.len();
+            }
+            p.owner = owner;
+        }
+        p.left -= 1;
+        let i = p.left;
+        p.vals[i] & 0x00ff_ffff
+    })
 }
 
 /// The QP type of a port space (`rdma_create_id`).
@@ -2218,6 +2250,40 @@ mod tests {
     use crate::exports::*;
     use std::sync::mpsc;
     use std::time::Duration;
+
+    #[test]
+    fn starting_psns_are_24_bit_random_and_a_fork_child_draws_its_own() {
+        let psns: Vec<u32> = (0..300).map(|_| random_psn()).collect();
+        assert!(psns.iter().all(|&p| p < 1 << 24));
+        let distinct: std::collections::HashSet<_> = psns.iter().collect();
+        // 300 draws of 24 bits: a repeat has probability ≈ 0.3 %; many
+        // mean a pool handed out twice.
+        assert!(distinct.len() >= 298, "{} distinct of 300", distinct.len());
+        // After fork the child's pool is its parent's copy: it must not
+        // hand out what the parent hands out next.
+        let mut fds = [0; 2];
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child only draws, writes 4 bytes and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let v = random_psn();
+            unsafe {
+                libc::write(fds[1], (&raw const v).cast(), 4);
+                libc::_exit(0);
+            }
+        }
+        assert!(pid > 0);
+        let mine = random_psn();
+        let mut theirs = 0u32;
+        let n = unsafe { libc::read(fds[0], (&raw mut theirs).cast(), 4) };
+        unsafe {
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+        assert_eq!(n, 4);
+        assert_ne!(mine, theirs, "the child drew its parent's next PSN");
+    }
 
     fn setup() {
         // SAFETY: every test of this binary that reads it sets the same
