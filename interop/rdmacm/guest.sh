@@ -74,9 +74,9 @@ rdmacm_ready() {
             echo "no line matching /$LISTEN_RE/ in the server's log after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
             return 0
           fi
-          sleep 0.1
+          lab_nap 0.1
         done
-        sleep 0.3
+        lab_nap 0.3
         [ ! -e "${out%.out}.rc" ] || { echo "server exited before it was ready: client not run" >> "$LAB_DIR/$name.note"; return 1; }
       else
         # the kernel's cm_ids, or the service's (`ibcm ids`)
@@ -87,7 +87,7 @@ rdmacm_ready() {
             echo "no cm_id in LISTEN ($(rdmacm_ids)) after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
             return 0
           fi
-          sleep 0.1
+          lab_nap 0.1
         done
       fi
       ;;
@@ -99,7 +99,7 @@ rdmacm_ready() {
           echo "no line matching /${ready#out:}/ in the server's output after ${READY_WAIT} s: went on" >> "$LAB_DIR/$name.note"
           return 0
         fi
-        sleep 0.1
+        lab_nap 0.1
       done
       ;;
   esac
@@ -148,7 +148,7 @@ rdmacm_stat() {
 # service, or the kernel's rxe objects in the slab)
 rdmacm_memwatch() {
   local p c r k v rest line
-  # bash builtins but for sleep(1): a fork costs milliseconds on the guests'
+  # bash builtins only (lab_nap to pause): a fork costs milliseconds on the guests'
   # emulated CPU, and the sampler must not load the run it watches
   while :; do
     printf -v line "%(%s)T" -1
@@ -165,7 +165,7 @@ rdmacm_memwatch() {
       esac
     done
     echo "$line" >> "$LAB_DIR/$LAB_NAME.mem"
-    sleep "$1"
+    lab_nap "$1"
   done
 }
 
@@ -199,7 +199,7 @@ rdmacm_guest() {
       [ "$(cat "$LAB_DIR/$name.cli.rc" 2>/dev/null)" = 0 ] || g=20
       [ "$stop" = 1 ] && g=0
       i=0
-      while kill -0 "$pid" 2>/dev/null && [ $i -lt $g ]; do sleep 0.1; i=$((i + 1)); done
+      while kill -0 "$pid" 2>/dev/null && [ $i -lt $g ]; do lab_nap 0.1; i=$((i + 1)); done
       if [ "$stop" = 1 ]; then
         rdmacm_stop "$LAB_DIR/$name.srv.out"
         wait "$pid" 2>/dev/null
@@ -213,14 +213,14 @@ rdmacm_guest() {
       # no listener of this scenario may be left for the next one
       i=0
       while [ "$(rdmacm_ids)" != true ] && $(rdmacm_ids) 2>/dev/null | grep -q LISTEN && [ $i -lt 50 ]; do
-        sleep 0.1; i=$((i + 1))
+        lab_nap 0.1; i=$((i + 1))
       done
       rdmacm_stat "$name"
       rdmacm_mark "$name" end
     else
       i=0
       until [ -e "$LAB_DIR/A.$name.ready" ] || [ -e "$LAB_DIR/A.$name.dead" ] || [ $i -ge $(((t + 30) * 10)) ]; do
-        sleep 0.1; i=$((i + 1))
+        lab_nap 0.1; i=$((i + 1))
       done
       if [ -e "$LAB_DIR/A.$name.ready" ]; then
         rdmacm_run "$LAB_DIR/$name.cli.out" "$LAB_DIR/$name.cli.rc" "$t" "$ccmd"
