@@ -78,6 +78,8 @@ deps:
 test-rust:
 	$(CARGO) build --release --lib
 	$(CARGO) test --release
+	@echo "== examples/forward_cost (design B's data path, docs/SERVICE.md Round 18), small: every connection made"
+	FWD_NET=$(TEST_NET) timeout 300 target/release/examples/forward_cost 2000 32 1
 
 # Man pages (man/): mandoc lint and groff render of every page, a page for
 # every function of ibcm.map, .so links resolve, every `ibcm --help`

@@ -1,0 +1,693 @@
+//! What design B of the host CM service would cost (docs/SERVICE.md,
+//! "Round 18"): the engines in the processes and a forwarder process that
+//! only switches their MADs, against the in-process path, in one run.
+//!
+//! The same workload as `ibcm bench` (N connects with C in flight, then N
+//! disconnects with C in flight; the server answers a REQ with a REP and a
+//! DREQ with a DREP, the client a REP with an RTU), over three set-ups,
+//! alternating:
+//!
+//! * `inproc`: client and server devices in one process, over the UDP
+//!   software fabric (`soft:`) — what `ibcm bench` measures in-process;
+//! * `udp2`: the client and the server in two processes, each with its own
+//!   `soft:` device (engines in the processes, the kernel's UDP between
+//!   them);
+//! * `fwd`: the client and the server in two processes whose devices have
+//!   no socket of their own: each hands its MADs, in batched records, over
+//!   a Unix `SOCK_SEQPACKET` socket to a forwarder process, which routes
+//!   every MAD to its process — a REQ by its service ID, every other MAD
+//!   by its destination GID (design B's switch; the comm ID would do as
+//!   well) — and sends each process's MADs on in batches. Nothing of the
+//!   forwarder's bookkeeping for dead processes or host-wide listens is
+//!   here: this is the data path's cost only.
+//!
+//! Printed per set-up and round: the connect and disconnect phases' rates,
+//! and the CPU time (user + system, every process of the set-up: the
+//! parent's own for `inproc`, `wait4` of each child otherwise) per
+//! connection, with the forwarder's share.
+//!
+//! `cargo run --release --example forward_cost [N] [C] [ROUNDS]`
+//! (defaults 100000, 256, 2); `FWD_SETUPS=inproc,fwd` runs only those,
+//! `FWD_NET=127.A.B` chooses the loopback addresses.
+//! Exits 1 when a connection failed (`make test-rust` runs it small).
+
+use ibcm::api::{
+    CmId, Device, DeviceOptions, Event, EventType, Gid, PathRec, RepParams, ReqParams, RustHandler,
+    qp_type,
+};
+use ibcm::engine::{MadSource, PortInfo, Transmit};
+use ibcm::fabric::{Received, Transport, TransportStats};
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+const SERVICE: u64 = 0x1_0000_5eed;
+/// One record: source GID, destination GID, P_Key, 2 bytes of padding, the MAD.
+const REC: usize = 16 + 16 + 2 + 2 + 256;
+/// Records per message at most.
+const PER_MSG: usize = 32;
+
+// ------------------------------------------------------------ the transport
+
+/// A device's MADs over a `SOCK_SEQPACKET` socket to the forwarder.
+struct FwdTransport {
+    sock: OwnedFd,
+    wake: OwnedFd,
+    gid: Gid,
+    guid: u64,
+    stats: TransportStats,
+}
+
+fn put_rec(buf: &mut Vec<u8>, sgid: &Gid, dgid: &Gid, pkey: u16, mad: &[u8; 256]) {
+    buf.extend_from_slice(&sgid.0);
+    buf.extend_from_slice(&dgid.0);
+    buf.extend_from_slice(&pkey.to_be_bytes());
+    buf.extend_from_slice(&[0, 0]);
+    buf.extend_from_slice(mad);
+}
+
+fn send_msg(fd: RawFd, buf: &[u8]) {
+    loop {
+        // SAFETY: our socket and buffer.
+        let r = unsafe { libc::send(fd, buf.as_ptr().cast(), buf.len(), 0) };
+        if r >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
+/// Reads one message without waiting: its length, 0 when none waits.
+fn recv_msg(fd: RawFd, buf: &mut [u8]) -> usize {
+    // SAFETY: our socket and buffer.
+    let r = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    if r <= 0 { 0 } else { r as usize }
+}
+
+impl Transport for FwdTransport {
+    fn send(&self, batch: &[Transmit]) {
+        let mut buf = Vec::with_capacity(PER_MSG * REC);
+        for chunk in batch.chunks(PER_MSG) {
+            buf.clear();
+            for t in chunk {
+                put_rec(&mut buf, &self.gid, &t.dest.dgid, t.dest.pkey, &t.mad);
+            }
+            send_msg(self.sock.as_raw_fd(), &buf);
+            self.stats
+                .tx_datagrams
+                .fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn recv(&self, timeout: Option<Duration>, out: &mut Vec<Received>) -> io::Result<()> {
+        let mut buf = vec![0u8; PER_MSG * REC];
+        let mut got = self.drain(&mut buf, out);
+        if got == 0 && timeout != Some(Duration::ZERO) {
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.sock.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.wake.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: our descriptors.
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, ibcm::fabric::poll_ms(timeout)) };
+            if fds[1].revents != 0 {
+                let mut v = 0u64;
+                // SAFETY: an 8-byte read of our eventfd.
+                unsafe { libc::read(self.wake.as_raw_fd(), (&raw mut v).cast(), 8) };
+            }
+            if fds[0].revents & libc::POLLHUP != 0 && fds[0].revents & libc::POLLIN == 0 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            got = self.drain(&mut buf, out);
+        }
+        let _ = got;
+        Ok(())
+    }
+
+    fn wake(&self) {
+        let v = 1u64;
+        // SAFETY: an 8-byte write to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&raw const v).cast(), 8) };
+    }
+
+    fn ports(&self) -> Vec<PortInfo> {
+        vec![PortInfo::roce(1, self.gid)]
+    }
+
+    fn node_guid(&self) -> u64 {
+        self.guid
+    }
+
+    fn stats(&self) -> &TransportStats {
+        &self.stats
+    }
+
+    fn describe(&self) -> String {
+        format!("fwd:{}", self.gid.to_ip())
+    }
+}
+
+impl FwdTransport {
+    fn drain(&self, buf: &mut [u8], out: &mut Vec<Received>) -> usize {
+        let mut n = 0;
+        loop {
+            let len = recv_msg(self.sock.as_raw_fd(), buf);
+            if len == 0 {
+                return n;
+            }
+            for r in buf[..len].chunks_exact(REC) {
+                let sgid = Gid(r[0..16].try_into().unwrap());
+                let dgid = Gid(r[16..32].try_into().unwrap());
+                let pkey = u16::from_be_bytes([r[32], r[33]]);
+                out.push(Received {
+                    src: MadSource::roce_gsi(sgid, dgid, 1, pkey),
+                    mad: r[36..].try_into().unwrap(),
+                });
+                n += 1;
+            }
+            self.stats
+                .rx_datagrams
+                .fetch_add((len / REC) as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+// ------------------------------------------------------------ the forwarder
+
+/// Routes every record of every message to its process and sends each
+/// process's records on, batched, until every process has hung up.
+fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize) {
+    let by_gid: HashMap<Gid, usize> = gids.iter().enumerate().map(|(i, g)| (*g, i)).collect();
+    let listens: HashMap<u64, usize> = [(SERVICE, listener)].into_iter().collect();
+    let mut buf = vec![0u8; PER_MSG * REC];
+    let mut outs: Vec<Vec<u8>> = vec![Vec::with_capacity(PER_MSG * REC); socks.len()];
+    let mut open = vec![true; socks.len()];
+    let mut fds: Vec<libc::pollfd> = socks
+        .iter()
+        .map(|s| libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    while open.iter().any(|&o| o) {
+        for (f, o) in fds.iter_mut().zip(&open) {
+            f.fd = if *o { f.fd.abs() } else { -f.fd.abs() - 1 };
+            f.revents = 0;
+        }
+        // SAFETY: our descriptors.
+        if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
+            continue;
+        }
+        for i in 0..socks.len() {
+            let rev = fds[i].revents;
+            if rev == 0 {
+                continue;
+            }
+            let mut any = false;
+            loop {
+                let len = recv_msg(socks[i].as_raw_fd(), &mut buf);
+                if len == 0 {
+                    break;
+                }
+                any = true;
+                for r in buf[..len].chunks_exact(REC) {
+                    let mad = &r[36..];
+                    let attr = u16::from_be_bytes([mad[16], mad[17]]);
+                    // A REQ goes to the listener of its service ID (CM
+                    // data byte 8: MAD byte 32), the rest to their GID.
+                    let to = if attr == 0x0010 {
+                        let sid = u64::from_be_bytes(mad[32..40].try_into().unwrap());
+                        listens.get(&sid).copied()
+                    } else {
+                        let dgid = Gid(r[16..32].try_into().unwrap());
+                        by_gid.get(&dgid).copied()
+                    };
+                    let Some(to) = to else { continue };
+                    if outs[to].len() + REC > PER_MSG * REC {
+                        send_msg(socks[to].as_raw_fd(), &outs[to]);
+                        outs[to].clear();
+                    }
+                    outs[to].extend_from_slice(r);
+                }
+            }
+            if !any && rev & (libc::POLLHUP | libc::POLLERR) != 0 {
+                open[i] = false;
+            }
+        }
+        for (to, out) in outs.iter_mut().enumerate() {
+            if !out.is_empty() {
+                send_msg(socks[to].as_raw_fd(), out);
+                out.clear();
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------ the workload
+
+/// At most C in flight: a count and its condition.
+struct Gate {
+    free: Mutex<usize>,
+    cond: Condvar,
+    done: AtomicUsize,
+}
+
+impl Gate {
+    fn new(c: usize) -> Gate {
+        Gate {
+            free: Mutex::new(c),
+            cond: Condvar::new(),
+            done: AtomicUsize::new(0),
+        }
+    }
+    /// Takes every free slot (at least one, at most `max`).
+    fn acquire_up_to(&self, max: usize) -> usize {
+        let mut f = self.free.lock().unwrap();
+        while *f == 0 {
+            f = self.cond.wait(f).unwrap();
+        }
+        let k = (*f).min(max);
+        *f -= k;
+        k
+    }
+    fn release(&self) {
+        self.done.fetch_add(1, Ordering::SeqCst);
+        *self.free.lock().unwrap() += 1;
+        self.cond.notify_one();
+    }
+    fn wait_done(&self, n: usize) {
+        let mut f = self.free.lock().unwrap();
+        while self.done.load(Ordering::SeqCst) < n {
+            f = self
+                .cond
+                .wait_timeout(f, Duration::from_millis(5))
+                .unwrap()
+                .0;
+        }
+    }
+}
+
+/// The server's listener: a REP for each REQ, a DREP for each DREQ; an id
+/// is destroyed when its timewait ends (or it fails).
+fn serve(dev: &Arc<Device>) -> CmId {
+    let next_qpn = AtomicUsize::new(1);
+    let h: RustHandler = Arc::new(move |id: &CmId, ev: &Event| match ev.kind {
+        EventType::ReqReceived => {
+            let rep = RepParams {
+                qp_num: (next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff) as u32,
+                starting_psn: 1,
+                responder_resources: 1,
+                initiator_depth: 1,
+                rnr_retry_count: 7,
+                ..RepParams::default()
+            };
+            i32::from(id.send_rep(&rep).is_err())
+        }
+        EventType::DreqReceived => {
+            let _ = id.send_drep(&[]);
+            0
+        }
+        EventType::TimewaitExit | EventType::RepError | EventType::RejReceived => 1,
+        _ => 0,
+    });
+    let l = dev.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    l.listen(SERVICE).unwrap();
+    l
+}
+
+/// The client: N connects then N disconnects, C in flight. Returns the
+/// two phases' seconds and the failures.
+fn client(dev: &Arc<Device>, path: PathRec, n: usize, c: usize) -> (f64, f64, usize) {
+    let gate = Arc::new(Gate::new(c));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let h: RustHandler = {
+        let (gate, failed) = (gate.clone(), failed.clone());
+        Arc::new(move |id: &CmId, ev: &Event| match ev.kind {
+            EventType::RepReceived => {
+                if id.send_rtu(&[]).is_err() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+                gate.release();
+                0
+            }
+            EventType::RejReceived | EventType::ReqError => {
+                failed.fetch_add(1, Ordering::Relaxed);
+                gate.release();
+                1
+            }
+            EventType::DrepReceived | EventType::DreqError => {
+                gate.release();
+                1
+            }
+            _ => 0,
+        })
+    };
+    let t0 = Instant::now();
+    // In bursts of the free slots, their MADs sent together, as `ibcm
+    // bench` does.
+    let mut ids = Vec::with_capacity(n);
+    let mut i = 0;
+    while i < n {
+        let k = gate.acquire_up_to(n - i);
+        dev.batch(|| {
+            for _ in 0..k {
+                ids.push(connect_one(dev, &h, path, i, &gate, &failed));
+                i += 1;
+            }
+        });
+    }
+    gate.wait_done(n);
+    let connect = t0.elapsed().as_secs_f64();
+    gate.done.store(0, Ordering::SeqCst);
+    let t1 = Instant::now();
+    let mut ids = ids.into_iter();
+    while ids.len() > 0 {
+        let k = gate.acquire_up_to(ids.len());
+        dev.batch(|| {
+            for id in ids.by_ref().take(k) {
+                if id.send_dreq(&[]).is_err() {
+                    gate.release();
+                }
+            }
+        });
+    }
+    gate.wait_done(n);
+    (
+        connect,
+        t1.elapsed().as_secs_f64(),
+        failed.load(Ordering::Relaxed),
+    )
+}
+
+/// Creates connection `i`'s id and sends its REQ.
+fn connect_one(
+    dev: &Arc<Device>,
+    h: &RustHandler,
+    path: PathRec,
+    i: usize,
+    gate: &Gate,
+    failed: &AtomicUsize,
+) -> CmId {
+    let id = dev
+        .create_id(None, std::ptr::null_mut(), Some(h.clone()))
+        .unwrap();
+    let req = ReqParams {
+        primary_path: path,
+        service_id: SERVICE,
+        qp_num: (i as u32 + 1) & 0xff_ffff,
+        qp_type: qp_type::RC,
+        starting_psn: 1,
+        responder_resources: 1,
+        initiator_depth: 1,
+        remote_cm_response_timeout: 20,
+        local_cm_response_timeout: 20,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        max_cm_retries: 15,
+        ..ReqParams::default()
+    };
+    if id.send_req(&req).is_err() {
+        failed.fetch_add(1, Ordering::Relaxed);
+        gate.release();
+    }
+    id
+}
+
+fn opts() -> DeviceOptions {
+    DeviceOptions {
+        max_half_open: 0,
+        ..DeviceOptions::default()
+    }
+}
+
+/// Host `h` of `$FWD_NET` (three octets of a loopback /24; default
+/// 127.0.61).
+fn addr(h: usize) -> String {
+    let net = std::env::var("FWD_NET").unwrap_or_else(|_| "127.0.61".into());
+    format!("{net}.{}", h % 250 + 1)
+}
+
+fn gid(ip: &str) -> Gid {
+    ip.parse::<std::net::IpAddr>().unwrap().into()
+}
+
+// ------------------------------------------------------------ processes
+
+fn cpu(ru: &libc::rusage) -> f64 {
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn self_cpu() -> f64 {
+    // SAFETY: an out struct of ours.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    cpu(&ru)
+}
+
+/// Forks `f` as a child process (which exits when `f` returns).
+fn spawn(f: impl FnOnce()) -> libc::pid_t {
+    // SAFETY: the child runs `f` and exits without unwinding into the
+    // parent's state.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        f();
+        unsafe { libc::_exit(0) };
+    }
+    pid
+}
+
+/// Waits for `pid`; its CPU seconds.
+fn reap(pid: libc::pid_t) -> f64 {
+    let mut st = 0;
+    // SAFETY: out structs of ours.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::wait4(pid, &mut st, 0, &mut ru) };
+    cpu(&ru)
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut p = [0; 2];
+    // SAFETY: out array of ours.
+    assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) }
+}
+
+fn write_all(fd: &OwnedFd, b: &[u8]) {
+    // SAFETY: our pipe and buffer.
+    unsafe { libc::write(fd.as_raw_fd(), b.as_ptr().cast(), b.len()) };
+}
+
+fn read_some(fd: &OwnedFd) -> Vec<u8> {
+    let mut b = vec![0u8; 256];
+    // SAFETY: our pipe and buffer.
+    let r = unsafe { libc::read(fd.as_raw_fd(), b.as_mut_ptr().cast(), b.len()) };
+    b.truncate(r.max(0) as usize);
+    b
+}
+
+fn seqpacket_pair() -> (OwnedFd, OwnedFd) {
+    let mut p = [0; 2];
+    // SAFETY: out array of ours.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            p.as_mut_ptr(),
+        )
+    };
+    assert_eq!(r, 0, "socketpair");
+    for fd in p {
+        let sz: libc::c_int = 4 << 20;
+        // SAFETY: an int option on our socket.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&raw const sz).cast(),
+                4,
+            );
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&raw const sz).cast(),
+                4,
+            );
+        }
+    }
+    unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) }
+}
+
+fn fwd_device(sock: OwnedFd, g: Gid, guid: u64) -> Arc<Device> {
+    // SAFETY: plain syscall.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    assert!(efd >= 0);
+    let t = FwdTransport {
+        sock,
+        wake: unsafe { OwnedFd::from_raw_fd(efd) },
+        gid: g,
+        guid,
+        stats: TransportStats::default(),
+    };
+    Device::with_transport(Arc::new(t), opts())
+}
+
+struct Row {
+    connect_s: f64,
+    disconnect_s: f64,
+    failed: usize,
+    cpu_s: f64,
+    fwd_cpu_s: f64,
+}
+
+/// Server and client in two child processes; `fwd`: over the forwarder
+/// (a third), else each on its own `soft:` device.
+fn two_processes(n: usize, c: usize, fwd: bool, round: usize) -> Row {
+    let (sip, cip) = (addr(50 + 2 * round), addr(51 + 2 * round));
+    let (sg, cg) = (gid(&sip), gid(&cip));
+    let (ready_r, ready_w) = pipe();
+    let (stop_r, stop_w) = pipe();
+    let (res_r, res_w) = pipe();
+    let (mut fpid, mut s_sock, mut c_sock) = (None, None, None);
+    if fwd {
+        let (s_mine, s_fwd) = seqpacket_pair();
+        let (c_mine, c_fwd) = seqpacket_pair();
+        // The forwarder and the server must not keep the processes' ends
+        // open (fork copies them): the forwarder ends when both hang up.
+        let mine = [s_mine.as_raw_fd(), c_mine.as_raw_fd()];
+        fpid = Some(spawn(move || {
+            // SAFETY: this child's copies, unused here.
+            mine.iter().for_each(|&fd| unsafe {
+                libc::close(fd);
+            });
+            forwarder(vec![s_fwd, c_fwd], vec![sg, cg], 0)
+        }));
+        s_sock = Some(s_mine);
+        c_sock = Some(c_mine);
+    }
+    let c_raw = c_sock.as_ref().map(|c| c.as_raw_fd());
+    let spid = spawn(|| {
+        if let Some(fd) = c_raw {
+            // SAFETY: this child's copy of the client's end, unused here.
+            unsafe { libc::close(fd) };
+        }
+        let dev = match s_sock {
+            Some(s) => fwd_device(s, sg, 0x0200_00ff_fe00_0001),
+            None => Device::open_local(&format!("soft:{sip}"), opts()).unwrap(),
+        };
+        let l = serve(&dev);
+        write_all(&ready_w, b"r");
+        read_some(&stop_r);
+        let _ = l.destroy();
+        dev.close();
+    });
+    read_some(&ready_r);
+    let cpid = spawn(|| {
+        let dev = match c_sock {
+            Some(s) => fwd_device(s, cg, 0x0200_00ff_fe00_0002),
+            None => Device::open_local(&format!("soft:{cip}"), opts()).unwrap(),
+        };
+        let path = dev.init_path(1, sg).unwrap();
+        let (a, b, f) = client(&dev, path, n, c);
+        write_all(&res_w, format!("{a} {b} {f}").as_bytes());
+        dev.close();
+    });
+    let res = String::from_utf8(read_some(&res_r)).unwrap();
+    let mut it = res.split_whitespace();
+    let connect_s: f64 = it.next().unwrap().parse().unwrap();
+    let disconnect_s: f64 = it.next().unwrap().parse().unwrap();
+    let failed: usize = it.next().unwrap().parse().unwrap();
+    let mut cpu_s = reap(cpid);
+    write_all(&stop_w, b"s");
+    cpu_s += reap(spid);
+    let fwd_cpu_s = fpid.map_or(0.0, reap);
+    Row {
+        connect_s,
+        disconnect_s,
+        failed,
+        cpu_s: cpu_s + fwd_cpu_s,
+        fwd_cpu_s,
+    }
+}
+
+fn in_process(n: usize, c: usize, round: usize) -> Row {
+    let cpu0 = self_cpu();
+    let (sip, cip) = (addr(10 + 2 * round), addr(11 + 2 * round));
+    let s = Device::open_local(&format!("soft:{sip}"), opts()).unwrap();
+    let cl = Device::open_local(&format!("soft:{cip}"), opts()).unwrap();
+    let l = serve(&s);
+    let path = cl.init_path(1, gid(&sip)).unwrap();
+    let (connect_s, disconnect_s, failed) = client(&cl, path, n, c);
+    let _ = l.destroy();
+    cl.close();
+    s.close();
+    Row {
+        connect_s,
+        disconnect_s,
+        failed,
+        cpu_s: self_cpu() - cpu0,
+        fwd_cpu_s: 0.0,
+    }
+}
+
+fn main() {
+    let a: Vec<usize> = std::env::args()
+        .skip(1)
+        .map(|s| s.parse().expect("N C ROUNDS"))
+        .collect();
+    let n = a.first().copied().unwrap_or(100_000);
+    let c = a.get(1).copied().unwrap_or(256);
+    let rounds = a.get(2).copied().unwrap_or(2);
+    let only = std::env::var("FWD_SETUPS").unwrap_or_default();
+    println!(
+        "N = {n}, C = {c}; per connection: CPU of every process of the set-up (the forwarder's share)"
+    );
+    println!(
+        "| round | set-up | connect /s | disconnect /s | CPU µs/conn | forwarder µs/conn | failed |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut load = String::new();
+    let mut failures = 0;
+    for r in 0..rounds {
+        for (k, name) in ["inproc", "udp2", "fwd"].iter().enumerate() {
+            if !only.is_empty() && !only.split(',').any(|x| x == *name) {
+                continue;
+            }
+            let row = match k {
+                0 => in_process(n, c, r),
+                1 => two_processes(n, c, false, r),
+                _ => two_processes(n, c, true, r),
+            };
+            println!(
+                "| {} | {name} | {:.0} | {:.0} | {:.1} | {:.1} | {} |",
+                r + 1,
+                n as f64 / row.connect_s,
+                n as f64 / row.disconnect_s,
+                row.cpu_s * 1e6 / n as f64,
+                row.fwd_cpu_s * 1e6 / n as f64,
+                row.failed
+            );
+            failures += row.failed;
+        }
+        load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    }
+    println!("load: {}", load.trim());
+    if failures > 0 {
+        eprintln!("forward_cost: {failures} connection(s) failed");
+        std::process::exit(1);
+    }
+}
