@@ -17,9 +17,15 @@
 //!   a Unix `SOCK_SEQPACKET` socket to a forwarder process, which routes
 //!   every MAD to its process — a REQ by its service ID, every other MAD
 //!   by its destination GID (design B's switch; the comm ID would do as
-//!   well) — and sends each process's MADs on in batches. Nothing of the
-//!   forwarder's bookkeeping for dead processes or host-wide listens is
-//!   here: this is the data path's cost only.
+//!   well) — and sends each process's MADs on in batches;
+//! * `fwdt`: `fwd` with the forwarder also tracking every connection as
+//!   design B's service must (each end's comm ID, owner, peer and state,
+//!   from the MADs it forwards; a MAD that speaks for a comm ID its
+//!   process does not own is refused): the bookkeeping a dead process's
+//!   DREQs and REJs would be sent from. The forwarder fails (exit 1)
+//!   when a connection is left in its table after the run or a MAD was
+//!   refused. Host-wide listens and the dead process's MADs themselves
+//!   are not here.
 //!
 //! Printed per set-up and round: the connect and disconnect phases' rates,
 //! and the CPU time (user + system, every process of the set-up: the
@@ -183,9 +189,109 @@ impl FwdTransport {
 
 // ------------------------------------------------------------ the forwarder
 
+/// What design B's forwarder keeps per connection to answer for a dead
+/// process (its DREQs, REJs) and to hold every process to its own comm
+/// IDs: each end's entry, keyed by (process, that end's local comm ID),
+/// with its peer's key and the state the MADs seen so far give. The
+/// cost of that bookkeeping is what the `fwdt` set-up measures.
+#[derive(Default)]
+struct Tracker {
+    conns: HashMap<(usize, u32), Track>,
+    /// MADs refused: a process spoke for a comm ID that is not its own.
+    refused: u64,
+}
+
+#[derive(Clone, Copy)]
+struct Track {
+    peer: Option<(usize, u32)>,
+    state: u8,
+    service_id: u64,
+}
+
+const REQ_SENT: u8 = 1;
+const REP_SENT: u8 = 2;
+const REP_RCVD: u8 = 3;
+const ESTABLISHED: u8 = 4;
+const DREQ_SENT: u8 = 5;
+const DREQ_RCVD: u8 = 6;
+
+impl Tracker {
+    /// Notes a MAD process `from` sends to process `to`; false: refused.
+    fn observe(&mut self, from: usize, to: usize, mad: &[u8]) -> bool {
+        let attr = u16::from_be_bytes([mad[16], mad[17]]);
+        let local = u32::from_be_bytes(mad[24..28].try_into().unwrap());
+        let remote = u32::from_be_bytes(mad[28..32].try_into().unwrap());
+        let own = (from, local);
+        let ok = match attr {
+            0x0010 => {
+                let service_id = u64::from_be_bytes(mad[32..40].try_into().unwrap());
+                self.conns.insert(
+                    own,
+                    Track {
+                        peer: None,
+                        state: REQ_SENT,
+                        service_id,
+                    },
+                );
+                true
+            }
+            0x0013 => match self.conns.get_mut(&(to, remote)) {
+                Some(a) => {
+                    a.peer = Some(own);
+                    a.state = REP_RCVD;
+                    let service_id = a.service_id;
+                    self.conns.insert(
+                        own,
+                        Track {
+                            peer: Some((to, remote)),
+                            state: REP_SENT,
+                            service_id,
+                        },
+                    );
+                    true
+                }
+                None => false,
+            },
+            0x0014 | 0x0015 | 0x0011 => {
+                let next = match attr {
+                    0x0014 => Some((ESTABLISHED, ESTABLISHED)),
+                    0x0015 => Some((DREQ_SENT, DREQ_RCVD)),
+                    _ => None,
+                };
+                match self.conns.get_mut(&own) {
+                    Some(t) => {
+                        let peer = t.peer;
+                        if let Some((mine, theirs)) = next {
+                            t.state = mine;
+                            if let Some(p) = peer.and_then(|p| self.conns.get_mut(&p)) {
+                                p.state = theirs;
+                            }
+                        }
+                        true
+                    }
+                    None => false,
+                }
+            }
+            // DREP, REJ: the connection is over at both ends.
+            0x0016 | 0x0012 => {
+                let mine = self.conns.remove(&own);
+                let peer = mine.and_then(|t| t.peer).unwrap_or((to, remote));
+                self.conns.remove(&peer);
+                mine.is_some() || attr == 0x0012
+            }
+            _ => true,
+        };
+        if !ok {
+            self.refused += 1;
+        }
+        ok
+    }
+}
+
 /// Routes every record of every message to its process and sends each
 /// process's records on, batched, until every process has hung up.
-fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize) {
+fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize, track: bool) {
+    let mut tracker = Tracker::default();
     let by_gid: HashMap<Gid, usize> = gids.iter().enumerate().map(|(i, g)| (*g, i)).collect();
     let listens: HashMap<u64, usize> = [(SERVICE, listener)].into_iter().collect();
     let mut buf = vec![0u8; PER_MSG * REC];
@@ -233,6 +339,9 @@ fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize) {
                         by_gid.get(&dgid).copied()
                     };
                     let Some(to) = to else { continue };
+                    if track && !tracker.observe(i, to, mad) {
+                        continue;
+                    }
                     if outs[to].len() + REC > PER_MSG * REC {
                         send_msg(socks[to].as_raw_fd(), &outs[to]);
                         outs[to].clear();
@@ -250,6 +359,18 @@ fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize) {
                 out.clear();
             }
         }
+    }
+    // Every connection was torn down with a DREP: nothing is left, and no
+    // process spoke for another's comm ID.
+    if track && (!tracker.conns.is_empty() || tracker.refused > 0) {
+        let states: Vec<u8> = tracker.conns.values().map(|t| t.state).take(8).collect();
+        eprintln!(
+            "forwarder: {} connection(s) left (states {states:?}), {} MAD(s) refused",
+            tracker.conns.len(),
+            tracker.refused
+        );
+        // SAFETY: the child ends here.
+        unsafe { libc::_exit(1) };
     }
 }
 
@@ -468,13 +589,13 @@ fn spawn(f: impl FnOnce()) -> libc::pid_t {
     pid
 }
 
-/// Waits for `pid`; its CPU seconds.
-fn reap(pid: libc::pid_t) -> f64 {
+/// Waits for `pid`: its CPU seconds, and whether it exited with 0.
+fn reap(pid: libc::pid_t) -> (f64, bool) {
     let mut st = 0;
     // SAFETY: out structs of ours.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::wait4(pid, &mut st, 0, &mut ru) };
-    cpu(&ru)
+    (cpu(&ru), libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0)
 }
 
 fn pipe() -> (OwnedFd, OwnedFd) {
@@ -556,7 +677,7 @@ struct Row {
 
 /// Server and client in two child processes; `fwd`: over the forwarder
 /// (a third), else each on its own `soft:` device.
-fn two_processes(n: usize, c: usize, fwd: bool, round: usize) -> Row {
+fn two_processes(n: usize, c: usize, fwd: bool, track: bool, round: usize) -> Row {
     let (sip, cip) = (addr(50 + 2 * round), addr(51 + 2 * round));
     let (sg, cg) = (gid(&sip), gid(&cip));
     let (ready_r, ready_w) = pipe();
@@ -574,7 +695,7 @@ fn two_processes(n: usize, c: usize, fwd: bool, round: usize) -> Row {
             mine.iter().for_each(|&fd| unsafe {
                 libc::close(fd);
             });
-            forwarder(vec![s_fwd, c_fwd], vec![sg, cg], 0)
+            forwarder(vec![s_fwd, c_fwd], vec![sg, cg], 0, track)
         }));
         s_sock = Some(s_mine);
         c_sock = Some(c_mine);
@@ -611,14 +732,15 @@ fn two_processes(n: usize, c: usize, fwd: bool, round: usize) -> Row {
     let connect_s: f64 = it.next().unwrap().parse().unwrap();
     let disconnect_s: f64 = it.next().unwrap().parse().unwrap();
     let failed: usize = it.next().unwrap().parse().unwrap();
-    let mut cpu_s = reap(cpid);
+    let (mut cpu_s, c_ok) = reap(cpid);
     write_all(&stop_w, b"s");
-    cpu_s += reap(spid);
-    let fwd_cpu_s = fpid.map_or(0.0, reap);
+    let (s_cpu, s_ok) = reap(spid);
+    cpu_s += s_cpu;
+    let (fwd_cpu_s, f_ok) = fpid.map_or((0.0, true), reap);
     Row {
         connect_s,
         disconnect_s,
-        failed,
+        failed: failed + usize::from(!c_ok) + usize::from(!s_ok) + usize::from(!f_ok),
         cpu_s: cpu_s + fwd_cpu_s,
         fwd_cpu_s,
     }
@@ -663,14 +785,15 @@ fn main() {
     let mut load = String::new();
     let mut failures = 0;
     for r in 0..rounds {
-        for (k, name) in ["inproc", "udp2", "fwd"].iter().enumerate() {
+        for (k, name) in ["inproc", "udp2", "fwd", "fwdt"].iter().enumerate() {
             if !only.is_empty() && !only.split(',').any(|x| x == *name) {
                 continue;
             }
             let row = match k {
                 0 => in_process(n, c, r),
-                1 => two_processes(n, c, false, r),
-                _ => two_processes(n, c, true, r),
+                1 => two_processes(n, c, false, false, r),
+                2 => two_processes(n, c, true, false, r),
+                _ => two_processes(n, c, true, true, r),
             };
             println!(
                 "| {} | {name} | {:.0} | {:.0} | {:.1} | {:.1} | {} |",
