@@ -17,7 +17,8 @@
  * destroy blocking until the event is acked (from another thread);
  * listener destroy with an unretrieved request; synchronous mode
  * (rdma_get_request, blocking calls, id->event); rdma_getaddrinfo,
- * rdma_create_ep; rdma_migrate_id; 64 connections at once on one
+ * rdma_create_ep (also with ai_route path records: RDMA_OPTION_IB_PATH);
+ * rdma_migrate_id; 64 connections at once on one
  * channel per side (event-driven); fork() (the child gets EACCES on the
  * parent's objects and connects on its own); ids left connected at process exit
  * (a child process exits without disconnecting: its peer sees the DREQ,
@@ -907,12 +908,56 @@ static void test_endpoints(void)
 	CHECK(pthread_join(t, &ret) == 0);
 	CHECK(ret == NULL);
 	rdma_destroy_ep(c);
+
+	/* A route given as path records (ai_route, ibacm's form): the one
+	 * flagged GMP | PRIMARY | BIDIRECTIONAL is the route
+	 * (RDMA_OPTION_IB_PATH), not one resolved from the addresses. */
+	{
+		struct ibv_path_data pd[2];
+		struct ibv_path_record *r = &pd[1].path;
+		struct rdma_cm_id *c2;
+
+		memset(pd, 0, sizeof(pd));
+		pd[0].flags = IBV_PATH_FLAG_GMP | IBV_PATH_FLAG_PRIMARY;
+		pd[1].flags = IBV_PATH_FLAG_GMP | IBV_PATH_FLAG_PRIMARY | IBV_PATH_FLAG_BIDIRECTIONAL;
+		r->dgid.raw[10] = r->dgid.raw[11] = 0xff;
+		r->sgid.raw[10] = r->sgid.raw[11] = 0xff;
+		CHECK(inet_pton(AF_INET, server_ip, &r->dgid.raw[12]) == 1);
+		CHECK(inet_pton(AF_INET, client_ip, &r->sgid.raw[12]) == 1);
+		r->flowlabel_hoplimit = htonl(0x12345u << 8 | 64);
+		r->tclass = 0x28;
+		r->reversible_numpath = 0x81;
+		r->pkey = htons(0xffff);
+		r->mtu = 2 << 6 | 3;
+		r->rate = 2 << 6 | 3;
+		r->packetlifetime = 2 << 6 | 16;
+		CHECK(rdma_getaddrinfo(server_ip, "7080", &hints, &cres) == 0);
+		cres->ai_route = pd;
+		cres->ai_route_len = sizeof(pd);
+		CHECK(pthread_create(&t, NULL, ep_server, l) == 0);
+		CHECK(rdma_create_ep(&c2, cres, NULL, NULL) == 0);
+		cres->ai_route = NULL; /* ours, not rdma_freeaddrinfo's */
+		cres->ai_route_len = 0;
+		rdma_freeaddrinfo(cres);
+		CHECK(c2->event && c2->event->event == RDMA_CM_EVENT_ROUTE_RESOLVED);
+		CHECK(c2->route.num_paths == 1 && c2->route.path_rec->traffic_class == 0x28 &&
+		      ntohl(c2->route.path_rec->flow_label) == 0x12345 &&
+		      c2->route.path_rec->packet_life_time == 16);
+		memset(&cp, 0, sizeof(cp));
+		cp.qp_num = 0x45;
+		CHECK(rdma_connect(c2, &cp) == 0);
+		CHECK(c2->event->event == RDMA_CM_EVENT_CONNECT_RESPONSE);
+		CHECK(rdma_establish(c2) == 0);
+		CHECK(pthread_join(t, &ret) == 0);
+		CHECK(ret == NULL);
+		rdma_destroy_ep(c2);
+	}
 	rdma_destroy_ep(l);
 	/* getaddrinfo's own errors come back as its code. */
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_flags = RAI_NUMERICHOST;
 	CHECK(rdma_getaddrinfo("not-an-address", "1", &hints, &res) == EAI_NONAME);
-	printf("ok rdma_getaddrinfo, rdma_create_ep, rdma_get_request\n");
+	printf("ok rdma_getaddrinfo, rdma_create_ep (also with ai_route), rdma_get_request\n");
 }
 
 static void test_migrate(void)

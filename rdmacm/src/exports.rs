@@ -591,9 +591,18 @@ pub unsafe extern "C" fn rdma_create_ep(
                 Some(unsafe { id::read_sockaddr(r.ai_src_addr)? })
             };
             let dst = unsafe { id::read_sockaddr(r.ai_dst_addr)? };
-            // librdmacm's `rdma_create_ep` resolves with 2000 ms.
+            // librdmacm's `rdma_create_ep` resolves with 2000 ms; the
+            // route is `ai_route`'s path records when it has them.
             id::resolve_addr(&n, src, dst, 2000)?;
-            id::resolve_route(&n)?;
+            if r.ai_route_len > 0 && !r.ai_route.is_null() {
+                // SAFETY: the caller's `ai_route_len` bytes.
+                let v =
+                    unsafe { std::slice::from_raw_parts(r.ai_route.cast::<u8>(), r.ai_route_len) };
+                id::set_option(&n, RDMA_OPTION_IB, RDMA_OPTION_IB_PATH, v)?;
+                id::complete(&n)?;
+            } else {
+                id::resolve_route(&n)?;
+            }
             if !qp_init_attr.is_null() {
                 // The QP type is the address's (librdmacm forces it too).
                 unsafe { (*qp_init_attr).qp_type = n.public().qp_type as u32 };

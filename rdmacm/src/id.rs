@@ -1187,8 +1187,87 @@ pub fn resolve_route(id: &Arc<IdPriv>) -> Result<(), Errno> {
 // Options
 // ---------------------------------------------------------------------------
 
+/// The `flags` of the `struct ibv_path_data` that `RDMA_OPTION_IB_PATH`
+/// takes as the route: `IBV_PATH_FLAG_GMP | IBV_PATH_FLAG_PRIMARY |
+/// IBV_PATH_FLAG_BIDIRECTIONAL` (the kernel's `IB_PATH_*`, 1 | 2 | 40).
+pub const IB_PATH_ROUTE_FLAGS: u32 = 1 | 2 | (8 | 32);
+/// `sizeof(struct ibv_path_data)`: `flags`, a reserved word, the 64-byte
+/// path record as the SA sends it.
+pub const IB_PATH_DATA_LEN: usize = 72;
+
+/// The path of an SA PathRecord (IBA 15.2.5.16, 64 bytes, network order;
+/// the kernel's `ib_sa_unpack_path`) over `base` (the device's own facts:
+/// record type, resolved route), with rdma_cm's `service_id`.
+pub fn path_from_record(r: &[u8], base: PathRec, service_id: u64) -> PathRec {
+    let be16 = |i: usize| u16::from_be_bytes([r[i], r[i + 1]]);
+    let w = u32::from_be_bytes([r[44], r[45], r[46], r[47]]);
+    let qs = be16(52);
+    PathRec {
+        service_id,
+        dgid: Gid(r[8..24].try_into().expect("16 bytes")),
+        sgid: Gid(r[24..40].try_into().expect("16 bytes")),
+        dlid: be16(40) as u32,
+        slid: be16(42) as u32,
+        raw_traffic: (w >> 31) as u8,
+        flow_label: (w >> 8) & 0xf_ffff,
+        hop_limit: w as u8,
+        traffic_class: r[48],
+        reversible: r[49] >> 7,
+        numb_path: r[49] & 0x7f,
+        pkey: be16(50),
+        qos_class: qs >> 4,
+        sl: (qs & 0xf) as u8,
+        mtu_selector: r[54] >> 6,
+        mtu: r[54] & 0x3f,
+        rate_selector: r[55] >> 6,
+        rate: r[55] & 0x3f,
+        packet_life_time_selector: r[56] >> 6,
+        packet_life_time: r[56] & 0x3f,
+        preference: r[57],
+        ..base
+    }
+}
+
+/// `RDMA_OPTION_IB_PATH` (the kernel's `ucma_set_ib_path`): `val` is an
+/// array of `struct ibv_path_data` (`EINVAL` unless a whole number of
+/// them); the one flagged `IB_PATH_ROUTE_FLAGS` becomes the id's route
+/// (`EINVAL` if none, if the id is not address-resolved or has no
+/// device) in place of `rdma_resolve_route`, and ROUTE_RESOLVED is
+/// queued. Unlike `rdma_resolve_route` it never waits for that event,
+/// even on a synchronous id: librdmacm's `rdma_create_ep` takes it next
+/// (`complete`), as its own does.
+fn set_ib_path(id: &Arc<IdPriv>, val: &[u8]) -> Result<(), Errno> {
+    if val.len() % IB_PATH_DATA_LEN != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let rec = val
+        .chunks_exact(IB_PATH_DATA_LEN)
+        .find(|d| u32::from_ne_bytes([d[0], d[1], d[2], d[3]]) == IB_PATH_ROUTE_FLAGS)
+        .map(|d| &d[8..])
+        .ok_or(Errno::EINVAL)?;
+    {
+        let mut s = lock(&id.st);
+        if s.st != St::AddrResolved {
+            return Err(Errno::EINVAL);
+        }
+        let (Some(dev), Some(dst)) = (s.dev.clone(), s.dst) else {
+            return Err(Errno::EINVAL);
+        };
+        let dgid = Gid(rec[8..24].try_into().expect("16 bytes"));
+        let base = dev.init_path(s.port_num as u32, dgid)?;
+        let path = path_from_record(rec, base, cma::service_id(s.ps, dst.port()));
+        id.set_path(&mut s, path);
+        s.st = St::RouteResolved;
+    }
+    post(id, R::RouteResolved as c_int, 0);
+    Ok(())
+}
+
 /// `rdma_set_option`.
 pub fn set_option(id: &Arc<IdPriv>, level: c_int, name: c_int, val: &[u8]) -> Result<(), Errno> {
+    if (level, name) == (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) {
+        return set_ib_path(id, val);
+    }
     let mut s = lock(&id.st);
     let int = || -> Result<c_int, Errno> {
         let b: [u8; 4] = val.try_into().map_err(|_| Errno::EINVAL)?;
@@ -1215,13 +1294,6 @@ pub fn set_option(id: &Arc<IdPriv>, level: c_int, name: c_int, val: &[u8]) -> Re
         (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
             let [v] = val else { return Err(Errno::EINVAL) };
             s.ack_timeout = Some(*v);
-        }
-        (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
-            ibcm_log!(
-                DEBUG,
-                "librdmacm (ibcm): RDMA_OPTION_IB_PATH (ibacm path records) is not supported"
-            );
-            return Err(Errno(libc::ENOSYS));
         }
         _ => return Err(Errno(libc::ENOSYS)),
     }
@@ -2648,5 +2720,130 @@ mod tests {
         rdma_destroy_event_channel(ch);
         l.destroy().unwrap();
         l2.destroy().unwrap();
+    }
+
+    /// One `struct ibv_path_data`: `flags`, the reserved word, and an SA
+    /// PathRecord (network order) from `sgid` to `dgid` with recognisable
+    /// values.
+    fn path_data(flags: u32, sgid: Gid, dgid: Gid) -> Vec<u8> {
+        let mut d = vec![0u8; IB_PATH_DATA_LEN];
+        d[0..4].copy_from_slice(&flags.to_ne_bytes());
+        let r = &mut d[8..];
+        r[0..8].copy_from_slice(&0x0106_0000_0000_1d4cu64.to_be_bytes());
+        r[8..24].copy_from_slice(&dgid.0);
+        r[24..40].copy_from_slice(&sgid.0);
+        // raw_traffic 0, flow label 0x12345, hop limit 9
+        r[44..48].copy_from_slice(&((0x12345u32 << 8) | 9).to_be_bytes());
+        r[48] = 0x28; // traffic class
+        r[49] = 0x80 | 1; // reversible, one path
+        r[50..52].copy_from_slice(&0xffffu16.to_be_bytes());
+        r[52..54].copy_from_slice(&((0x5u16 << 4) | 3).to_be_bytes()); // QoS 5, SL 3
+        r[54] = (2 << 6) | 3; // MTU exactly 1024
+        r[55] = (2 << 6) | 7; // rate exactly 40 Gb/s
+        r[56] = (2 << 6) | 15; // packet life time exactly 15
+        d
+    }
+
+    /// `rdma_set_option(RDMA_OPTION_IB_PATH)` on `id`: its result and errno.
+    fn set_path_option(id: *mut RdmaCmId, v: &[u8]) -> (c_int, Option<i32>) {
+        let mut v = v.to_vec();
+        // SAFETY: plain store to our errno; a live id and a buffer of ours.
+        unsafe {
+            *libc::__errno_location() = 0;
+            let r = rdma_set_option(
+                id,
+                RDMA_OPTION_IB,
+                RDMA_OPTION_IB_PATH,
+                v.as_mut_ptr().cast(),
+                v.len(),
+            );
+            (r, Some(*libc::__errno_location()))
+        }
+    }
+
+    /// `RDMA_OPTION_IB_PATH` (librdmacm's route from ibacm, `rdma_create_ep`
+    /// with `ai_route`): the path record flagged GMP | PRIMARY |
+    /// BIDIRECTIONAL becomes the route, ROUTE_RESOLVED is queued, and the
+    /// REQ carries that path; the kernel's `EINVAL`s otherwise.
+    #[test]
+    fn an_ib_path_option_is_the_route_the_req_carries() {
+        setup();
+        let dev = Device::open(&net::soft(18), ibcm::api::DeviceOptions::default()).unwrap();
+        let seen: Arc<Mutex<Option<PathRec>>> = Arc::new(Mutex::new(None));
+        let h: ibcm::api::RustHandler = {
+            let seen = seen.clone();
+            Arc::new(move |id, ev| {
+                if let ibcm::api::EventParam::Req(p) = &ev.param {
+                    *lock(&seen) = Some(p.primary_path);
+                    let rep = ibcm::api::RepParams {
+                        qp_num: 0x4445,
+                        starting_psn: 9,
+                        ..ibcm::api::RepParams::default()
+                    };
+                    return id.send_rep(&rep).err().map_or(0, |e| e.0);
+                }
+                0
+            })
+        };
+        let l = dev.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+        l.listen(cma::service_id(port_space::TCP, 7489)).unwrap();
+
+        let ch = rdma_create_event_channel();
+        let mut id = std::ptr::null_mut();
+        let (sgid, dgid) = (gid_of(net::addr(19).into()), gid_of(net::addr(18).into()));
+        let good = path_data(IB_PATH_ROUTE_FLAGS, sgid, dgid);
+        // SAFETY: out pointer of ours.
+        unsafe {
+            assert_eq!(
+                rdma_create_id(ch, &mut id, std::ptr::null_mut(), port_space::TCP as i32),
+                0
+            );
+        }
+        // Before the address is resolved: EINVAL.
+        assert_eq!(set_path_option(id, &good), (-1, Some(libc::EINVAL)));
+        let mut src = sockaddr(SocketAddr::new(net::addr(19).into(), 0));
+        let mut dst = sockaddr(SocketAddr::new(net::addr(18).into(), 7489));
+        // SAFETY: a live id and addresses of ours.
+        let r =
+            unsafe { rdma_resolve_addr(id, (&raw mut src).cast(), (&raw mut dst).cast(), 1000) };
+        assert_eq!(r, 0);
+        assert_eq!(next(ch).0, R::AddrResolved as c_int);
+        // Not a whole number of records; no record with the route's flags.
+        assert_eq!(set_path_option(id, &good[..71]), (-1, Some(libc::EINVAL)));
+        let mut two = path_data(1 | 2, sgid, dgid);
+        assert_eq!(set_path_option(id, &two), (-1, Some(libc::EINVAL)));
+        assert_eq!(pending(ch), None, "a refused path queued an event");
+        // The route's record second, behind one with other flags.
+        two.extend_from_slice(&good);
+        assert_eq!(set_path_option(id, &two).0, 0);
+        assert_eq!(next(ch).0, R::RouteResolved as c_int);
+        // SAFETY: the id's route, filled by the call.
+        let pr = unsafe {
+            assert_eq!((*id).route.num_paths, 1);
+            *(*id).route.path_rec
+        };
+        assert_eq!(
+            (u32::from_be(pr.flow_label), pr.hop_limit, pr.traffic_class),
+            (0x12345, 9, 0x28)
+        );
+        assert_eq!((pr.mtu, pr.rate, pr.packet_life_time, pr.sl), (3, 7, 15, 3));
+        assert_eq!((pr.sgid.raw, pr.dgid.raw), (sgid.0, dgid.0));
+        // A second one: the route is resolved already.
+        assert_eq!(set_path_option(id, &good), (-1, Some(libc::EINVAL)));
+
+        lock(&lookup(id).unwrap().st).test_qp = Some(Ok(()));
+        assert_eq!(connect(id, 0x123c), 0);
+        assert_eq!(next(ch), (R::Established as c_int, 0, 0x4445));
+        let p = lock(&seen).expect("the peer saw no REQ");
+        // (The passive side's event path has hop limit 0xff whatever the
+        // REQ said, as the kernel's.)
+        assert_eq!(
+            (p.flow_label, p.traffic_class, p.mtu, p.rate),
+            (0x12345, 0x28, 3, 7),
+            "the REQ did not carry the path given"
+        );
+        assert_eq!(rdma_destroy_id(id), 0);
+        rdma_destroy_event_channel(ch);
+        l.destroy().unwrap();
     }
 }
