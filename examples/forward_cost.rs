@@ -24,8 +24,13 @@
 //!   process does not own is refused): the bookkeeping a dead process's
 //!   DREQs and REJs would be sent from. The forwarder fails (exit 1)
 //!   when a connection is left in its table after the run or a MAD was
-//!   refused. Host-wide listens and the dead process's MADs themselves
-//!   are not here.
+//!   refused (`ibcm::tracker`). Host-wide listens are not here;
+//! * `kill` (after each round): `fwdt`'s set-up with a client that is
+//!   SIGKILLed once half of its N connects are done (C in flight): the
+//!   forwarder's tracker sends the server the DREQs and REJs the kernel
+//!   would have sent for the dead process; printed: how long after the
+//!   kill the server's last open connection closed (a failure if not
+//!   within 5 s, or if the tracker is left with anything).
 //!
 //! Printed per set-up and round: the connect and disconnect phases' rates,
 //! and the CPU time (user + system, every process of the set-up: the
@@ -43,6 +48,7 @@ use ibcm::api::{
 };
 use ibcm::engine::{MadSource, PortInfo, Transmit};
 use ibcm::fabric::{Received, Transport, TransportStats};
+use ibcm::tracker::{Proc, Tracker, Verdict};
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -189,109 +195,15 @@ impl FwdTransport {
 
 // ------------------------------------------------------------ the forwarder
 
-/// What design B's forwarder keeps per connection to answer for a dead
-/// process (its DREQs, REJs) and to hold every process to its own comm
-/// IDs: each end's entry, keyed by (process, that end's local comm ID),
-/// with its peer's key and the state the MADs seen so far give. The
-/// cost of that bookkeeping is what the `fwdt` set-up measures.
-#[derive(Default)]
-struct Tracker {
-    conns: HashMap<(usize, u32), Track>,
-    /// MADs refused: a process spoke for a comm ID that is not its own.
-    refused: u64,
-}
-
-#[derive(Clone, Copy)]
-struct Track {
-    peer: Option<(usize, u32)>,
-    state: u8,
-    service_id: u64,
-}
-
-const REQ_SENT: u8 = 1;
-const REP_SENT: u8 = 2;
-const REP_RCVD: u8 = 3;
-const ESTABLISHED: u8 = 4;
-const DREQ_SENT: u8 = 5;
-const DREQ_RCVD: u8 = 6;
-
-impl Tracker {
-    /// Notes a MAD process `from` sends to process `to`; false: refused.
-    fn observe(&mut self, from: usize, to: usize, mad: &[u8]) -> bool {
-        let attr = u16::from_be_bytes([mad[16], mad[17]]);
-        let local = u32::from_be_bytes(mad[24..28].try_into().unwrap());
-        let remote = u32::from_be_bytes(mad[28..32].try_into().unwrap());
-        let own = (from, local);
-        let ok = match attr {
-            0x0010 => {
-                let service_id = u64::from_be_bytes(mad[32..40].try_into().unwrap());
-                self.conns.insert(
-                    own,
-                    Track {
-                        peer: None,
-                        state: REQ_SENT,
-                        service_id,
-                    },
-                );
-                true
-            }
-            0x0013 => match self.conns.get_mut(&(to, remote)) {
-                Some(a) => {
-                    a.peer = Some(own);
-                    a.state = REP_RCVD;
-                    let service_id = a.service_id;
-                    self.conns.insert(
-                        own,
-                        Track {
-                            peer: Some((to, remote)),
-                            state: REP_SENT,
-                            service_id,
-                        },
-                    );
-                    true
-                }
-                None => false,
-            },
-            0x0014 | 0x0015 | 0x0011 => {
-                let next = match attr {
-                    0x0014 => Some((ESTABLISHED, ESTABLISHED)),
-                    0x0015 => Some((DREQ_SENT, DREQ_RCVD)),
-                    _ => None,
-                };
-                match self.conns.get_mut(&own) {
-                    Some(t) => {
-                        let peer = t.peer;
-                        if let Some((mine, theirs)) = next {
-                            t.state = mine;
-                            if let Some(p) = peer.and_then(|p| self.conns.get_mut(&p)) {
-                                p.state = theirs;
-                            }
-                        }
-                        true
-                    }
-                    None => false,
-                }
-            }
-            // DREP, REJ: the connection is over at both ends.
-            0x0016 | 0x0012 => {
-                let mine = self.conns.remove(&own);
-                let peer = mine.and_then(|t| t.peer).unwrap_or((to, remote));
-                self.conns.remove(&peer);
-                mine.is_some() || attr == 0x0012
-            }
-            _ => true,
-        };
-        if !ok {
-            self.refused += 1;
-        }
-        ok
-    }
-}
-
 /// Routes every record of every message to its process and sends each
-/// process's records on, batched, until every process has hung up.
+/// process's records on, batched, until every process has hung up. With
+/// `track`, every MAD also goes through design B's connection tracker
+/// (`ibcm::tracker`): a refused one is dropped, and when a process hangs
+/// up the MADs the kernel would have sent for its connections go to their
+/// peers. Exits 1 if the tracker is left with a connection or refused a
+/// MAD.
 fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize, track: bool) {
-    let mut tracker = Tracker::default();
+    let mut tracker = Tracker::new();
     let by_gid: HashMap<Gid, usize> = gids.iter().enumerate().map(|(i, g)| (*g, i)).collect();
     let listens: HashMap<u64, usize> = [(SERVICE, listener)].into_iter().collect();
     let mut buf = vec![0u8; PER_MSG * REC];
@@ -305,6 +217,13 @@ fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize, track: bool) 
             revents: 0,
         })
         .collect();
+    let push = |outs: &mut Vec<Vec<u8>>, to: usize, r: &[u8]| {
+        if outs[to].len() + REC > PER_MSG * REC {
+            send_msg(socks[to].as_raw_fd(), &outs[to]);
+            outs[to].clear();
+        }
+        outs[to].extend_from_slice(r);
+    };
     while open.iter().any(|&o| o) {
         for (f, o) in fds.iter_mut().zip(&open) {
             f.fd = if *o { f.fd.abs() } else { -f.fd.abs() - 1 };
@@ -338,19 +257,28 @@ fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize, track: bool) 
                         let dgid = Gid(r[16..32].try_into().unwrap());
                         by_gid.get(&dgid).copied()
                     };
-                    let Some(to) = to else { continue };
-                    if track && !tracker.observe(i, to, mad) {
+                    // Nothing goes to a process that is gone.
+                    let Some(to) = to.filter(|&t| open[t]) else {
+                        continue;
+                    };
+                    if track && tracker.observe(i as Proc, to as Proc, mad) != Verdict::Pass {
                         continue;
                     }
-                    if outs[to].len() + REC > PER_MSG * REC {
-                        send_msg(socks[to].as_raw_fd(), &outs[to]);
-                        outs[to].clear();
-                    }
-                    outs[to].extend_from_slice(r);
+                    push(&mut outs, to, r);
                 }
             }
             if !any && rev & (libc::POLLHUP | libc::POLLERR) != 0 {
                 open[i] = false;
+                if track {
+                    for (to, mad) in tracker.process_gone(i as Proc) {
+                        let to = to as usize;
+                        if open[to] {
+                            let mut r = Vec::with_capacity(REC);
+                            put_rec(&mut r, &gids[i], &gids[to], 0xffff, &mad);
+                            push(&mut outs, to, &r);
+                        }
+                    }
+                }
             }
         }
         for (to, out) in outs.iter_mut().enumerate() {
@@ -360,14 +288,11 @@ fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize, track: bool) 
             }
         }
     }
-    // Every connection was torn down with a DREP: nothing is left, and no
-    // process spoke for another's comm ID.
-    if track && (!tracker.conns.is_empty() || tracker.refused > 0) {
-        let states: Vec<u8> = tracker.conns.values().map(|t| t.state).take(8).collect();
+    if track && (!tracker.is_empty() || tracker.refused() > 0) {
         eprintln!(
-            "forwarder: {} connection(s) left (states {states:?}), {} MAD(s) refused",
-            tracker.conns.len(),
-            tracker.refused
+            "forwarder: {} connection end(s) left, {} MAD(s) refused",
+            tracker.len(),
+            tracker.refused()
         );
         // SAFETY: the child ends here.
         unsafe { libc::_exit(1) };
@@ -766,6 +691,151 @@ fn in_process(n: usize, c: usize, round: usize) -> Row {
     }
 }
 
+/// The server of the kill run: as `serve`, counting its open connections
+/// (a REP sent, until a DREQ, REJ or REP timeout ends it); once that count
+/// comes back to 0 it writes one byte to `closed`.
+fn serve_counting(dev: &Arc<Device>, closed: OwnedFd) -> CmId {
+    let open = AtomicUsize::new(0);
+    let said = std::sync::atomic::AtomicBool::new(false);
+    let next_qpn = AtomicUsize::new(1);
+    let close = move |open: &AtomicUsize| {
+        if open.fetch_sub(1, Ordering::SeqCst) == 1 && !said.swap(true, Ordering::SeqCst) {
+            write_all(&closed, b"c");
+        }
+    };
+    let h: RustHandler = Arc::new(move |id: &CmId, ev: &Event| match ev.kind {
+        EventType::ReqReceived => {
+            let rep = RepParams {
+                qp_num: (next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff) as u32,
+                starting_psn: 1,
+                responder_resources: 1,
+                initiator_depth: 1,
+                rnr_retry_count: 7,
+                ..RepParams::default()
+            };
+            if id.send_rep(&rep).is_err() {
+                return 1;
+            }
+            open.fetch_add(1, Ordering::SeqCst);
+            0
+        }
+        EventType::DreqReceived => {
+            let _ = id.send_drep(&[]);
+            close(&open);
+            0
+        }
+        EventType::RepError | EventType::RejReceived => {
+            close(&open);
+            1
+        }
+        EventType::TimewaitExit => 1,
+        _ => 0,
+    });
+    let l = dev.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    l.listen(SERVICE).unwrap();
+    l
+}
+
+/// The client of the kill run: connects as `client` does, writes one byte
+/// to `half` once half of them are done, and goes on until it is killed.
+fn client_until_killed(dev: &Arc<Device>, path: PathRec, n: usize, c: usize, half: OwnedFd) {
+    let gate = Arc::new(Gate::new(c));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let h: RustHandler = {
+        let gate = gate.clone();
+        Arc::new(move |id: &CmId, ev: &Event| match ev.kind {
+            EventType::RepReceived => {
+                let _ = id.send_rtu(&[]);
+                gate.release();
+                0
+            }
+            EventType::RejReceived | EventType::ReqError => {
+                gate.release();
+                1
+            }
+            _ => 0,
+        })
+    };
+    let mut ids = Vec::with_capacity(n);
+    let mut i = 0;
+    let mut said = false;
+    while i < n {
+        let k = gate.acquire_up_to(n - i);
+        dev.batch(|| {
+            for _ in 0..k {
+                ids.push(connect_one(dev, &h, path, i, &gate, &failed));
+                i += 1;
+            }
+        });
+        if !said && gate.done.load(Ordering::SeqCst) >= n / 2 {
+            write_all(&half, b"h");
+            said = true;
+        }
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// Design B's answer for a dead process, end to end: the client is
+/// SIGKILLed with half of its connections established and C in flight;
+/// the forwarder's tracker sends the server what the kernel would (DREQs,
+/// REJs). Returns the milliseconds from the kill until the server's last
+/// open connection closed (`None`: not within 5 s) and whether the
+/// forwarder's tracker ended empty with nothing refused.
+fn kill_run(n: usize, c: usize, round: usize) -> (Option<f64>, bool) {
+    let (sip, cip) = (addr(150 + 2 * round), addr(151 + 2 * round));
+    let (sg, cg) = (gid(&sip), gid(&cip));
+    let (ready_r, ready_w) = pipe();
+    let (closed_r, closed_w) = pipe();
+    let (half_r, half_w) = pipe();
+    let (stop_r, stop_w) = pipe();
+    let (s_mine, s_fwd) = seqpacket_pair();
+    let (c_mine, c_fwd) = seqpacket_pair();
+    let mine = [s_mine.as_raw_fd(), c_mine.as_raw_fd()];
+    let fpid = spawn(move || {
+        // SAFETY: this child's copies, unused here.
+        mine.iter().for_each(|&fd| unsafe {
+            libc::close(fd);
+        });
+        forwarder(vec![s_fwd, c_fwd], vec![sg, cg], 0, true)
+    });
+    let c_raw = c_mine.as_raw_fd();
+    let spid = spawn(|| {
+        // SAFETY: this child's copy of the client's end, unused here.
+        unsafe { libc::close(c_raw) };
+        let dev = fwd_device(s_mine, sg, 0x0200_00ff_fe00_0001);
+        let l = serve_counting(&dev, closed_w);
+        write_all(&ready_w, b"r");
+        read_some(&stop_r);
+        let _ = l.destroy();
+        dev.close();
+    });
+    read_some(&ready_r);
+    let cpid = spawn(|| {
+        let dev = fwd_device(c_mine, cg, 0x0200_00ff_fe00_0002);
+        let path = dev.init_path(1, sg).unwrap();
+        client_until_killed(&dev, path, n, c, half_w);
+    });
+    read_some(&half_r);
+    // SAFETY: our child.
+    unsafe { libc::kill(cpid, libc::SIGKILL) };
+    let t0 = Instant::now();
+    reap(cpid);
+    let mut p = libc::pollfd {
+        fd: closed_r.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd of ours.
+    let closed =
+        (unsafe { libc::poll(&mut p, 1, 5000) } == 1).then(|| t0.elapsed().as_secs_f64() * 1e3);
+    write_all(&stop_w, b"s");
+    reap(spid);
+    let (_, f_ok) = reap(fpid);
+    (closed, f_ok)
+}
+
 fn main() {
     let a: Vec<usize> = std::env::args()
         .skip(1)
@@ -784,6 +854,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|");
     let mut load = String::new();
     let mut failures = 0;
+    let mut kills: Vec<String> = Vec::new();
     for r in 0..rounds {
         for (k, name) in ["inproc", "udp2", "fwd", "fwdt"].iter().enumerate() {
             if !only.is_empty() && !only.split(',').any(|x| x == *name) {
@@ -806,11 +877,37 @@ fn main() {
             );
             failures += row.failed;
         }
+        if only.is_empty() || only.split(',').any(|x| x == "kill") {
+            let (closed, ok) = kill_run(n, c, r);
+            match closed {
+                Some(ms) => kills.push(format!(
+                    "round {}: the client SIGKILLed with half of {n} connected: the server's last \
+                     connection closed {ms:.1} ms later (DREQs and REJs from the tracker); \
+                     tracker {}",
+                    r + 1,
+                    if ok {
+                        "empty, nothing refused"
+                    } else {
+                        "NOT empty or refused MADs"
+                    }
+                )),
+                None => kills.push(format!(
+                    "round {}: the server still had connections open 5 s after the kill",
+                    r + 1
+                )),
+            }
+            failures += usize::from(closed.is_none()) + usize::from(!ok);
+        }
         load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    }
+    for k in &kills {
+        println!("kill: {k}");
     }
     println!("load: {}", load.trim());
     if failures > 0 {
-        eprintln!("forward_cost: {failures} connection(s) failed");
+        eprintln!(
+            "forward_cost: {failures} failure(s) (failed connections, a kill run not answered)"
+        );
         std::process::exit(1);
     }
 }

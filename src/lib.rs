@@ -25,4 +25,5 @@ pub mod sim;
 pub mod svg;
 #[doc(hidden)]
 pub mod testsupport;
+pub mod tracker;
 pub mod wire;

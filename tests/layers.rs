@@ -26,6 +26,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("engine", &["wire", "log"]),
     ("path", &["engine", "wire", "abi"]),
     ("sim", &["engine", "wire", "log"]),
+    // Design B's connection tracker (MADs in, verdicts and MADs out).
+    ("tracker", &["wire"]),
     // Captures (the transports' taps write them) and what reads them.
     ("capture", &["engine", "wire", "log"]),
     ("decode", &["cma", "capture", "wire", "log"]),
