@@ -343,20 +343,26 @@ impl Gate {
     }
 }
 
+/// The server's REP, with the next of its QPNs (unique per server: the
+/// peer's stale-connection check keys on them, as a real HCA's are).
+fn rep_params(next_qpn: &AtomicUsize) -> RepParams {
+    RepParams {
+        qp_num: (next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff) as u32,
+        starting_psn: 1,
+        responder_resources: 1,
+        initiator_depth: 1,
+        rnr_retry_count: 7,
+        ..RepParams::default()
+    }
+}
+
 /// The server's listener: a REP for each REQ, a DREP for each DREQ; an id
 /// is destroyed when its timewait ends (or it fails).
 fn serve(dev: &Arc<Device>) -> CmId {
     let next_qpn = AtomicUsize::new(1);
     let h: RustHandler = Arc::new(move |id: &CmId, ev: &Event| match ev.kind {
         EventType::ReqReceived => {
-            let rep = RepParams {
-                qp_num: (next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff) as u32,
-                starting_psn: 1,
-                responder_resources: 1,
-                initiator_depth: 1,
-                rnr_retry_count: 7,
-                ..RepParams::default()
-            };
+            let rep = rep_params(&next_qpn);
             i32::from(id.send_rep(&rep).is_err())
         }
         EventType::DreqReceived => {
@@ -705,14 +711,7 @@ fn serve_counting(dev: &Arc<Device>, closed: OwnedFd) -> CmId {
     };
     let h: RustHandler = Arc::new(move |id: &CmId, ev: &Event| match ev.kind {
         EventType::ReqReceived => {
-            let rep = RepParams {
-                qp_num: (next_qpn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff) as u32,
-                starting_psn: 1,
-                responder_resources: 1,
-                initiator_depth: 1,
-                rnr_retry_count: 7,
-                ..RepParams::default()
-            };
+            let rep = rep_params(&next_qpn);
             if id.send_rep(&rep).is_err() {
                 return 1;
             }
