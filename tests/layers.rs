@@ -27,7 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("path", &["engine", "wire", "abi"]),
     ("sim", &["engine", "wire", "log"]),
     // Design B's connection tracker (MADs in, verdicts and MADs out).
-    ("tracker", &["wire"]),
+    ("tracker", &["wire", "testsupport"]),
     // Captures (the transports' taps write them) and what reads them.
     ("capture", &["engine", "wire", "log"]),
     ("decode", &["cma", "capture", "wire", "log"]),
