@@ -204,6 +204,8 @@ impl FwdTransport {
 /// MAD.
 fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize, track: bool) {
     let mut tracker = Tracker::new();
+    let epoch = Instant::now();
+    let now_ms = |e: Instant| e.elapsed().as_millis() as u64;
     let by_gid: HashMap<Gid, usize> = gids.iter().enumerate().map(|(i, g)| (*g, i)).collect();
     let listens: HashMap<u64, usize> = [(SERVICE, listener)].into_iter().collect();
     let mut buf = vec![0u8; PER_MSG * REC];
@@ -257,11 +259,21 @@ fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize, track: bool) 
                         let dgid = Gid(r[16..32].try_into().unwrap());
                         by_gid.get(&dgid).copied()
                     };
-                    // Nothing goes to a process that is gone.
-                    let Some(to) = to.filter(|&t| open[t]) else {
+                    let Some(to) = to else { continue };
+                    if !open[to] {
+                        // Nothing goes to a process that is gone; the
+                        // tracker answers for it.
+                        if track && let Some(answer) = tracker.answer_gone(i as Proc, mad) {
+                            let mut a = Vec::with_capacity(REC);
+                            put_rec(&mut a, &gids[to], &gids[i], 0xffff, &answer);
+                            push(&mut outs, i, &a);
+                        }
                         continue;
-                    };
-                    if track && tracker.observe(i as Proc, to as Proc, mad) != Verdict::Pass {
+                    }
+                    if track
+                        && tracker.observe(i as Proc, to as Proc, mad, now_ms(epoch))
+                            != Verdict::Pass
+                    {
                         continue;
                     }
                     push(&mut outs, to, r);
@@ -270,7 +282,7 @@ fn forwarder(socks: Vec<OwnedFd>, gids: Vec<Gid>, listener: usize, track: bool) 
             if !any && rev & (libc::POLLHUP | libc::POLLERR) != 0 {
                 open[i] = false;
                 if track {
-                    for (to, mad) in tracker.process_gone(i as Proc) {
+                    for (to, mad) in tracker.process_gone(i as Proc, now_ms(epoch)) {
                         let to = to as usize;
                         if open[to] {
                             let mut r = Vec::with_capacity(REC);

@@ -149,6 +149,13 @@ pub struct Sim {
     pub events: Vec<(usize, Time, Handle, EventType)>,
     pub delivered_packets: u64,
     pub dropped_packets: u64,
+    /// Sees every MAD an engine sends, before the fabric's faults (from,
+    /// to, whether `to` is up, the MAD): what a service forwarding the
+    /// MADs would see (`tests/sim_tracker.rs`). A MAD it returns goes back
+    /// to `from` at once, as if `to` had sent it (an answer for a node that
+    /// is down).
+    #[allow(clippy::type_complexity)]
+    pub tap: Option<Box<dyn FnMut(usize, usize, bool, &[u8; 256]) -> Option<[u8; 256]>>>,
 }
 
 impl Sim {
@@ -168,6 +175,7 @@ impl Sim {
             events: Vec::new(),
             delivered_packets: 0,
             dropped_packets: 0,
+            tap: None,
         }
     }
 
@@ -229,6 +237,11 @@ impl Sim {
                     continue;
                 };
                 self.log(|| format!("n{from} -> n{to} {:?}", t));
+                let up = self.nodes[to].up;
+                if let Some(answer) = self.tap.as_mut().and_then(|tap| tap(from, to, up, &t.mad)) {
+                    let gid = self.nodes[to].gid;
+                    self.inject(from, gid, answer);
+                }
                 let src = roce_source(self.nodes[from].gid, &t.dest);
                 let f = self.faults;
                 let copies = if self.rng.chance(f.duplicate) { 2 } else { 1 };

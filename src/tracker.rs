@@ -18,10 +18,25 @@
 //! | active, REQ sent, no REP seen | REJ `TIMEOUT`, ARI = its CA GUID (the passive side finds its id by GUID and comm ID) |
 //! | active, REP seen, no RTU | REJ `CONSUMER_DEFINED`, message REP |
 //! | passive, REQ delivered, not answered | REJ `CONSUMER_DEFINED`, message REQ |
-//! | passive, REP sent, no RTU | REJ `CONSUMER_DEFINED`, message other |
+//! | passive, REP sent, no RTU | REJ `CONSUMER_DEFINED` twice: message REQ (for an active side whose REP was lost, which drops the kernel's) and message other (the kernel's, once the REP came) |
 //! | established | DREQ (the peer's QPN) |
 //! | DREQ received, not answered | DREP |
-//! | DREQ sent | nothing (timewait) |
+//! | DREQ sent | DREQ again (the kernel stops re-sending it: a lost one would leave the survivor established) |
+//! | closed (DREP or REJ seen) | nothing |
+//!
+//! An end of another process still open towards the dead one with nothing
+//! above for it (a REQ delivered and not answered; an end whose peer end
+//! closed alone, by a stale-connection REJ) gets the REJ of its REQ and,
+//! once a REP named the dead end, the REJ a connection takes: whichever
+//! state its CM is in, one fits and the other is dropped.
+//!
+//! Where the kernel's CM outlives the process (it keeps answering in
+//! timewait), the tracker answers for the dead process what the survivor
+//! still sends it ([`Tracker::answer_gone`]: a DREP for a DREQ, a REJ for
+//! a REQ or REP, a DREQ for an RTU that raced the REJ), and keeps closed
+//! ends for a while ([`Tracker::expire`]) so that a retransmission after a
+//! lost DREP or REJ still passes as its owner's. `tests/sim_tracker.rs`
+//! runs it against the real engine with seeded deaths and faults.
 //!
 //! A MAD is refused when its sender speaks for a comm ID that is not its
 //! own: an RTU, DREQ, DREP, MRA of a REP or REJ after the REQ whose
@@ -50,6 +65,10 @@ pub enum EndState {
     Established,
     DreqSent,
     DreqRcvd,
+    /// A DREP or REJ was seen. Kept (until [`Tracker::expire`]) so that
+    /// retransmissions, when that MAD was lost, still pass as their
+    /// owner's.
+    Closed,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -62,6 +81,12 @@ struct End {
     /// This end's QPN and CA GUID (from its REQ or REP).
     qpn: u32,
     ca_guid: u64,
+    /// The peer's process is gone (`process_gone`), since this time (ms):
+    /// the tracker answers for it ([`Tracker::answer_gone`]) until this
+    /// end closes or [`Tracker::expire`] drops it.
+    gone_since: Option<u64>,
+    /// When the end went `Closed` (ms).
+    closed_at: u64,
 }
 
 /// What [`Tracker::observe`] says of a MAD.
@@ -89,13 +114,31 @@ impl Tracker {
         }
     }
 
-    /// Ends tracked.
+    /// Open ends (not closed) whose peer is alive.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.ends
+            .values()
+            .filter(|e| e.gone_since.is_none() && e.state != EndState::Closed)
+            .count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.len() == 0
+    }
+
+    /// Ends kept after they closed or their peer's process went.
+    pub fn kept(&self) -> usize {
+        self.ends.len() - self.len()
+    }
+
+    /// Drops the ends closed, or whose peer has been gone, `max_age_ms` or
+    /// longer before `now_ms` (a CM's longest wait for an answer, retries
+    /// included: no retransmission comes after that).
+    pub fn expire(&mut self, now_ms: u64, max_age_ms: u64) {
+        let old = |t: u64| now_ms.saturating_sub(t) >= max_age_ms;
+        self.ends.retain(|_, e| {
+            !(e.gone_since.is_some_and(old) || e.state == EndState::Closed && old(e.closed_at))
+        });
     }
 
     /// MADs refused so far.
@@ -111,9 +154,10 @@ impl Tracker {
     /// Notes MAD `mad`, which process `from` hands over for process `to`.
     /// A MAD that does not parse as a CM MAD passes untracked (the
     /// receiving engine counts it as garbage).
-    pub fn observe(&mut self, from: Proc, to: Proc, mad: &[u8]) -> Verdict {
+    /// `now_ms` dates the ends it closes ([`Tracker::expire`]).
+    pub fn observe(&mut self, from: Proc, to: Proc, mad: &[u8], now_ms: u64) -> Verdict {
         let v = match CmMad::parse(mad) {
-            Ok(m) => self.note(from, to, &m.msg),
+            Ok(m) => self.note(from, to, &m.msg, now_ms),
             Err(_) => Verdict::Pass,
         };
         if v != Verdict::Pass {
@@ -122,7 +166,7 @@ impl Tracker {
         v
     }
 
-    fn note(&mut self, from: Proc, to: Proc, msg: &CmMsg) -> Verdict {
+    fn note(&mut self, from: Proc, to: Proc, msg: &CmMsg, now: u64) -> Verdict {
         match msg {
             CmMsg::Req(r) => {
                 self.ends.entry((from, r.local_comm_id)).or_insert(End {
@@ -131,6 +175,8 @@ impl Tracker {
                     peer_comm: 0,
                     qpn: r.local_qpn,
                     ca_guid: r.local_ca_guid,
+                    gone_since: None,
+                    closed_at: 0,
                 });
                 Verdict::Pass
             }
@@ -151,6 +197,8 @@ impl Tracker {
                     peer_comm: r.remote_comm_id,
                     qpn: r.local_qpn,
                     ca_guid: r.local_ca_guid,
+                    gone_since: None,
+                    closed_at: 0,
                 });
                 Verdict::Pass
             }
@@ -166,27 +214,38 @@ impl Tracker {
                     *p = EndState::DreqRcvd;
                 }
             }),
-            CmMsg::Drep(r) => match self.ends.remove(&(from, r.local_comm_id)) {
-                Some(e) => {
-                    self.ends.remove(&(e.peer_proc, e.peer_comm));
-                    Verdict::Pass
-                }
-                None => Verdict::Refuse("a DREP for a comm ID not its own"),
-            },
+            CmMsg::Drep(r) => self.close(
+                from,
+                r.local_comm_id,
+                now,
+                "a DREP for a comm ID not its own",
+            ),
             CmMsg::Rej(r) if r.message_rejected == MsgCode::Req => {
                 // The passive side refuses a REQ: its own comm ID is not
                 // known yet; the REQ must have gone to it.
-                self.close_active(from, (to, r.remote_comm_id))
+                self.close_active(from, (to, r.remote_comm_id), now)
             }
-            CmMsg::Rej(r) => match self.ends.remove(&(from, r.local_comm_id)) {
-                Some(e) => {
-                    if e.peer_comm != 0 {
-                        self.ends.remove(&(e.peer_proc, e.peer_comm));
+            // A stale-connection REJ is issued from the MAD it answers,
+            // not by the sender's id (the kernel's `cm_issue_rej`): only
+            // the receiver's end closes.
+            CmMsg::Rej(r) if r.reason == rej_reason::STALE_CONN => {
+                match self.ends.get(&(from, r.local_comm_id)).copied() {
+                    Some(e) => {
+                        if let Some(p) = self.ends.get_mut(&(e.peer_proc, e.peer_comm)) {
+                            p.state = EndState::Closed;
+                            p.closed_at = now;
+                        }
+                        Verdict::Pass
                     }
-                    Verdict::Pass
+                    None => Verdict::Refuse("a REJ for a comm ID not its own"),
                 }
-                None => Verdict::Refuse("a REJ for a comm ID not its own"),
-            },
+            }
+            CmMsg::Rej(r) => self.close(
+                from,
+                r.local_comm_id,
+                now,
+                "a REJ for a comm ID not its own",
+            ),
             CmMsg::Mra(r) if r.message_mraed == MsgCode::Req => {
                 match self.ends.get(&(to, r.remote_comm_id)) {
                     Some(a) if a.peer_proc == from => Verdict::Pass,
@@ -214,6 +273,10 @@ impl Tracker {
         let Some(mine) = self.ends.get(&(from, local)).copied() else {
             return Verdict::Refuse("a message for a comm ID not its own");
         };
+        if mine.state == EndState::Closed {
+            // A retransmission after its connection closed.
+            return Verdict::Pass;
+        }
         let mut me = mine.state;
         let peer_key = (mine.peer_proc, mine.peer_comm);
         let mut peer = (mine.peer_comm != 0)
@@ -223,27 +286,49 @@ impl Tracker {
         if let Some(e) = self.ends.get_mut(&(from, local)) {
             e.state = me;
         }
-        if let (Some(s), Some(p)) = (peer, self.ends.get_mut(&peer_key)) {
+        if let (Some(s), Some(p)) = (peer, self.ends.get_mut(&peer_key))
+            && p.state != EndState::Closed
+        {
             p.state = s;
         }
         Verdict::Pass
     }
 
-    /// A REQ refused by `passive`: the active end goes.
-    fn close_active(&mut self, passive: Proc, active: EndKey) -> Verdict {
-        match self.ends.get(&active) {
+    /// A DREP or REJ from end (`from`, `local`): it and its peer close.
+    fn close(&mut self, from: Proc, local: u32, now: u64, refusal: &'static str) -> Verdict {
+        let Some(e) = self.ends.get_mut(&(from, local)) else {
+            return Verdict::Refuse(refusal);
+        };
+        e.state = EndState::Closed;
+        e.closed_at = now;
+        let peer = (e.peer_proc, e.peer_comm);
+        if e.peer_comm != 0
+            && let Some(p) = self.ends.get_mut(&peer)
+        {
+            p.state = EndState::Closed;
+            p.closed_at = now;
+        }
+        Verdict::Pass
+    }
+
+    /// A REQ refused by `passive`: the active end closes.
+    fn close_active(&mut self, passive: Proc, active: EndKey, now: u64) -> Verdict {
+        match self.ends.get_mut(&active) {
             Some(a) if a.peer_proc == passive => {
-                self.ends.remove(&active);
+                a.state = EndState::Closed;
+                a.closed_at = now;
                 Verdict::Pass
             }
             _ => Verdict::Refuse("a REJ of a REQ this process did not get"),
         }
     }
 
-    /// Process `p` is gone: forgets its ends and their peers' and returns
-    /// the MADs the kernel's CM would have sent for each of them, with the
-    /// process each goes to (the table in the module documentation).
-    pub fn process_gone(&mut self, p: Proc) -> Vec<(Proc, [u8; 256])> {
+    /// Process `p` is gone (at `now_ms`): forgets its ends and returns the
+    /// MADs the kernel's CM would have sent for each of them, with the
+    /// process each goes to (the table in the module documentation). Their
+    /// peers' ends stay, marked, so that what a peer sends the dead process
+    /// meanwhile is answered ([`Tracker::answer_gone`]).
+    pub fn process_gone(&mut self, p: Proc, now_ms: u64) -> Vec<(Proc, [u8; 256])> {
         let mut out = Vec::new();
         let dead: Vec<(EndKey, End)> = self
             .ends
@@ -253,10 +338,15 @@ impl Tracker {
             .collect();
         for (k, e) in dead {
             self.ends.remove(&k);
-            let peer = self
-                .ends
-                .remove(&(e.peer_proc, e.peer_comm))
-                .filter(|_| e.peer_comm != 0);
+            let peer = if e.peer_comm == 0 || e.state == EndState::Closed {
+                // (A closed end's open peer is the loop below's.)
+                None
+            } else {
+                self.ends.get_mut(&(e.peer_proc, e.peer_comm)).map(|pe| {
+                    pe.gone_since = Some(now_ms);
+                    *pe
+                })
+            };
             let rej = |msg: MsgCode, reason: u16, ari: &[u8]| {
                 let mut r = Rej {
                     local_comm_id: k.1,
@@ -276,8 +366,22 @@ impl Tracker {
                     &e.ca_guid.to_be_bytes(),
                 )),
                 EndState::RepRcvd => Some(rej(MsgCode::Rep, rej_reason::CONSUMER_DEFINED, &[])),
-                EndState::RepSent => Some(rej(MsgCode::Other, rej_reason::CONSUMER_DEFINED, &[])),
-                EndState::Established => peer.map(|peer| {
+                // The kernel's REJ here says "other", which an active side
+                // whose REP was lost (still REQ_SENT: no remote comm ID to
+                // match) drops; one of the REQ first reaches it there, and
+                // the kernel's own reaches it once the REP came (each is
+                // dropped by the state the other fits).
+                EndState::RepSent => {
+                    let first = rej(MsgCode::Req, rej_reason::CONSUMER_DEFINED, &[]);
+                    let m = self.mad(first);
+                    out.push((e.peer_proc, m));
+                    Some(rej(MsgCode::Other, rej_reason::CONSUMER_DEFINED, &[]))
+                }
+                // DREQ sent: again (the kernel stops re-sending it when
+                // the process destroys the id, so a lost one left the
+                // survivor established; a second one is a duplicate the
+                // survivor drops or answers).
+                EndState::Established | EndState::DreqSent => peer.map(|peer| {
                     CmMsg::Dreq(Dreq {
                         local_comm_id: k.1,
                         remote_comm_id: e.peer_comm,
@@ -290,31 +394,107 @@ impl Tracker {
                     remote_comm_id: e.peer_comm,
                     ..Drep::default()
                 })),
-                EndState::DreqSent => None,
+                // Closed: if its last MAD was lost, the survivor's
+                // retransmissions are answered (`answer_gone`); a survivor
+                // end still open (a stale-connection REJ closed only this
+                // one) gets the REJs of an unanswered REQ, below.
+                EndState::Closed => None,
             };
             if let Some(m) = msg {
                 out.push((e.peer_proc, self.mad(m)));
             }
         }
-        // REQs delivered to `p` and not answered: the passive side's REJ.
-        let waiting: Vec<EndKey> = self
+        // Ends of other processes still open towards `p` with nothing sent
+        // for them above (a REQ delivered and not answered; an end whose
+        // peer end closed alone): the REJ of the REQ, and the REJ a
+        // connection with a REP takes (whichever state the survivor's CM
+        // is in, one fits and the other is dropped). Kept, to answer.
+        let waiting: Vec<(EndKey, End)> = self
             .ends
             .iter()
-            .filter(|(_, e)| e.peer_proc == p && e.state == EndState::ReqSent)
-            .map(|(k, _)| *k)
+            .filter(|(_, e)| {
+                e.peer_proc == p && e.gone_since.is_none() && e.state != EndState::Closed
+            })
+            .map(|(k, e)| (*k, *e))
             .collect();
-        for a in waiting {
-            self.ends.remove(&a);
-            let m = CmMsg::Rej(Rej {
+        for (a, e) in waiting {
+            if let Some(x) = self.ends.get_mut(&a) {
+                x.gone_since = Some(now_ms);
+            }
+            let rej = |code| {
+                CmMsg::Rej(Rej {
+                    local_comm_id: e.peer_comm,
+                    remote_comm_id: a.1,
+                    message_rejected: code,
+                    reason: rej_reason::CONSUMER_DEFINED,
+                    ..Rej::default()
+                })
+            };
+            let m = self.mad(rej(MsgCode::Req));
+            out.push((a.0, m));
+            if e.peer_comm != 0 {
+                let m = self.mad(rej(MsgCode::Other));
+                out.push((a.0, m));
+            }
+        }
+        out
+    }
+
+    /// Answers, for the gone process `to`, a MAD process `from` sends it
+    /// (the forwarder has nowhere to deliver it): an RTU that raced the
+    /// REJ sent for the dead end gets a DREQ (the survivor would otherwise
+    /// stay established with nobody), a DREQ a DREP, a REP (crossing the
+    /// dead active side's REJ) a REJ of it, a REQ a REJ of it; a DREP or
+    /// REJ closes the survivor's end. `None`: nothing to answer.
+    pub fn answer_gone(&mut self, from: Proc, mad: &[u8]) -> Option<[u8; 256]> {
+        let msg = CmMad::parse(mad).ok()?.msg;
+        let reply = match msg {
+            CmMsg::Req(r) => CmMsg::Rej(Rej {
                 local_comm_id: 0,
-                remote_comm_id: a.1,
+                remote_comm_id: r.local_comm_id,
                 message_rejected: MsgCode::Req,
                 reason: rej_reason::CONSUMER_DEFINED,
                 ..Rej::default()
-            });
-            out.push((a.0, self.mad(m)));
-        }
-        out
+            }),
+            CmMsg::Rep(r) => {
+                self.ends.remove(&(from, r.local_comm_id));
+                CmMsg::Rej(Rej {
+                    local_comm_id: r.remote_comm_id,
+                    remote_comm_id: r.local_comm_id,
+                    message_rejected: MsgCode::Rep,
+                    reason: rej_reason::CONSUMER_DEFINED,
+                    ..Rej::default()
+                })
+            }
+            CmMsg::Rtu(r) => {
+                let e = self.ends.get_mut(&(from, r.local_comm_id))?;
+                e.state = EndState::DreqRcvd;
+                CmMsg::Dreq(Dreq {
+                    local_comm_id: r.remote_comm_id,
+                    remote_comm_id: r.local_comm_id,
+                    remote_qpn: e.qpn,
+                    ..Dreq::default()
+                })
+            }
+            CmMsg::Dreq(r) => {
+                self.ends.remove(&(from, r.local_comm_id));
+                CmMsg::Drep(Drep {
+                    local_comm_id: r.remote_comm_id,
+                    remote_comm_id: r.local_comm_id,
+                    ..Drep::default()
+                })
+            }
+            CmMsg::Drep(r) => {
+                self.ends.remove(&(from, r.local_comm_id));
+                return None;
+            }
+            CmMsg::Rej(r) => {
+                self.ends.remove(&(from, r.local_comm_id));
+                return None;
+            }
+            _ => return None,
+        };
+        Some(self.mad(reply))
     }
 
     fn mad(&mut self, msg: CmMsg) -> [u8; 256] {
@@ -392,9 +572,9 @@ mod tests {
     /// An established connection: active A's comm ID 10, passive P's 20.
     fn established() -> Tracker {
         let mut t = Tracker::new();
-        assert_eq!(t.observe(A, P, &req(10)), Verdict::Pass);
-        assert_eq!(t.observe(P, A, &rep(20, 10)), Verdict::Pass);
-        assert_eq!(t.observe(A, P, &rtu(10, 20)), Verdict::Pass);
+        assert_eq!(t.observe(A, P, &req(10), 0), Verdict::Pass);
+        assert_eq!(t.observe(P, A, &rep(20, 10), 0), Verdict::Pass);
+        assert_eq!(t.observe(A, P, &rtu(10, 20), 0), Verdict::Pass);
         assert_eq!(t.state((A, 10)), Some(EndState::Established));
         assert_eq!(t.state((P, 20)), Some(EndState::Established));
         t
@@ -407,12 +587,25 @@ mod tests {
     #[test]
     fn a_whole_connection_leaves_nothing_behind() {
         let mut t = established();
-        assert_eq!(t.observe(P, A, &dreq(20, 10)), Verdict::Pass);
+        assert_eq!(t.observe(P, A, &dreq(20, 10), 0), Verdict::Pass);
         assert_eq!(t.state((P, 20)), Some(EndState::DreqSent));
         assert_eq!(t.state((A, 10)), Some(EndState::DreqRcvd));
-        assert_eq!(t.observe(A, P, &drep(10, 20)), Verdict::Pass);
+        assert_eq!(t.observe(A, P, &drep(10, 20), 0), Verdict::Pass);
         assert!(t.is_empty());
         assert_eq!(t.refused(), 0);
+        // Both ends are kept, closed: a retransmission of the DREP (the
+        // first was lost) still passes as A's, not as anyone else's.
+        assert_eq!(t.kept(), 2);
+        assert_eq!(t.observe(A, P, &drep(10, 20), 5), Verdict::Pass);
+        assert_eq!(t.observe(P, A, &dreq(20, 10), 6), Verdict::Pass);
+        assert!(matches!(
+            t.observe(X, P, &drep(10, 20), 7),
+            Verdict::Refuse(_)
+        ));
+        t.expire(10_004, 10_000);
+        assert_eq!(t.kept(), 2, "not yet: the retransmission at 5 renewed it");
+        t.expire(10_005, 10_000);
+        assert_eq!(t.kept(), 0);
         // A REQ refused by its passive side: gone too.
         let rej = Rej {
             local_comm_id: 0,
@@ -421,9 +614,9 @@ mod tests {
             reason: rej_reason::CONSUMER_DEFINED,
             ..Rej::default()
         };
-        t.observe(A, P, &req(11));
+        t.observe(A, P, &req(11), 0);
         assert_eq!(
-            t.observe(P, A, &CmMad::send(6, 0, CmMsg::Rej(rej)).to_bytes()),
+            t.observe(P, A, &CmMad::send(6, 0, CmMsg::Rej(rej)).to_bytes(), 0),
             Verdict::Pass
         );
         assert!(t.is_empty());
@@ -433,8 +626,14 @@ mod tests {
     fn a_process_speaks_only_for_its_own_comm_ids() {
         let mut t = established();
         // X disconnects A's connection, answers a REQ it never got, MRAs it.
-        assert!(matches!(t.observe(X, P, &dreq(10, 20)), Verdict::Refuse(_)));
-        assert!(matches!(t.observe(X, A, &rep(30, 10)), Verdict::Refuse(_)));
+        assert!(matches!(
+            t.observe(X, P, &dreq(10, 20), 0),
+            Verdict::Refuse(_)
+        ));
+        assert!(matches!(
+            t.observe(X, A, &rep(30, 10), 0),
+            Verdict::Refuse(_)
+        ));
         let mra = Mra {
             local_comm_id: 30,
             remote_comm_id: 10,
@@ -442,8 +641,11 @@ mod tests {
             ..Mra::default()
         };
         let mra = CmMad::send(7, 0, CmMsg::Mra(mra)).to_bytes();
-        assert!(matches!(t.observe(X, A, &mra), Verdict::Refuse(_)));
-        assert!(matches!(t.observe(X, A, &drep(20, 10)), Verdict::Refuse(_)));
+        assert!(matches!(t.observe(X, A, &mra, 0), Verdict::Refuse(_)));
+        assert!(matches!(
+            t.observe(X, A, &drep(20, 10), 0),
+            Verdict::Refuse(_)
+        ));
         // A REJ of A's REQ, or of the connection, from X.
         for code in [MsgCode::Req, MsgCode::Other] {
             let rej = Rej {
@@ -454,20 +656,20 @@ mod tests {
                 ..Rej::default()
             };
             let rej = CmMad::send(8, 0, CmMsg::Rej(rej)).to_bytes();
-            assert!(matches!(t.observe(X, A, &rej), Verdict::Refuse(_)));
+            assert!(matches!(t.observe(X, A, &rej, 0), Verdict::Refuse(_)));
         }
         assert_eq!(t.refused(), 6);
         assert_eq!(t.state((A, 10)), Some(EndState::Established), "untouched");
         assert_eq!(t.state((P, 20)), Some(EndState::Established), "untouched");
         // Garbage passes untracked.
-        assert_eq!(t.observe(X, A, &[0u8; 256]), Verdict::Pass);
+        assert_eq!(t.observe(X, A, &[0u8; 256], 0), Verdict::Pass);
     }
 
     #[test]
     fn a_dead_process_gets_the_kernels_messages_sent_for_it() {
         // Established, the active side dies: a DREQ to P with P's QPN.
         let mut t = established();
-        let out = t.process_gone(A);
+        let out = t.process_gone(A, 0);
         assert!(t.is_empty());
         let [(to, m)] = out.as_slice() else {
             panic!("{out:?}")
@@ -484,15 +686,15 @@ mod tests {
         }
         // The same, the passive side dies: a DREQ to A with A's QPN.
         let mut t = established();
-        let out = t.process_gone(P);
+        let out = t.process_gone(P, 0);
         match parsed(&out[0].1) {
             CmMsg::Dreq(d) => assert_eq!((out[0].0, d.remote_comm_id, d.remote_qpn), (A, 10, 0x11)),
             m => panic!("{m:?}"),
         }
         // REQ sent, no REP: REJ TIMEOUT with the active CA GUID as ARI.
         let mut t = Tracker::new();
-        t.observe(A, P, &req(10));
-        let out = t.process_gone(A);
+        t.observe(A, P, &req(10), 0);
+        let out = t.process_gone(A, 0);
         match parsed(&out[0].1) {
             CmMsg::Rej(r) => {
                 assert_eq!(out[0].0, P);
@@ -504,8 +706,8 @@ mod tests {
         }
         // The passive side dies before answering: REJ of the REQ to A.
         let mut t = Tracker::new();
-        t.observe(A, P, &req(10));
-        let out = t.process_gone(P);
+        t.observe(A, P, &req(10), 0);
+        let out = t.process_gone(P, 0);
         assert!(t.is_empty());
         match parsed(&out[0].1) {
             CmMsg::Rej(r) => {
@@ -517,29 +719,40 @@ mod tests {
         }
         // REP seen, no RTU: the active side's REJ of the REP; the passive
         // side's REJ (message other).
-        for (dead, code, to) in [(A, MsgCode::Rep, P), (P, MsgCode::Other, A)] {
+        for (dead, codes, to) in [
+            (A, &[MsgCode::Rep][..], P),
+            (P, &[MsgCode::Req, MsgCode::Other][..], A),
+        ] {
             let mut t = Tracker::new();
-            t.observe(A, P, &req(10));
-            t.observe(P, A, &rep(20, 10));
-            let out = t.process_gone(dead);
+            t.observe(A, P, &req(10), 0);
+            t.observe(P, A, &rep(20, 10), 0);
+            let out = t.process_gone(dead, 0);
             assert!(t.is_empty());
-            match parsed(&out[0].1) {
-                CmMsg::Rej(r) => {
-                    assert_eq!(out[0].0, to);
-                    assert_eq!(r.message_rejected, code);
-                    assert_eq!(r.reason, rej_reason::CONSUMER_DEFINED);
+            assert_eq!(out.len(), codes.len());
+            for ((got_to, m), code) in out.iter().zip(codes) {
+                match parsed(m) {
+                    CmMsg::Rej(r) => {
+                        assert_eq!(*got_to, to);
+                        assert_eq!(r.message_rejected, *code);
+                        assert_eq!(r.reason, rej_reason::CONSUMER_DEFINED);
+                        assert_eq!(
+                            (r.local_comm_id, r.remote_comm_id),
+                            if dead == A { (10, 20) } else { (20, 10) }
+                        );
+                    }
+                    m => panic!("{m:?}"),
                 }
-                m => panic!("{m:?}"),
             }
         }
-        // DREQ received, not answered: a DREP; DREQ sent: nothing.
+        // DREQ received, not answered: a DREP; DREQ sent: the DREQ again.
         let mut t = established();
-        t.observe(P, A, &dreq(20, 10));
-        let out = t.process_gone(A);
+        t.observe(P, A, &dreq(20, 10), 0);
+        let out = t.process_gone(A, 0);
         assert!(matches!(parsed(&out[0].1), CmMsg::Drep(d) if d.remote_comm_id == 20));
         let mut t = established();
-        t.observe(P, A, &dreq(20, 10));
-        assert!(t.process_gone(P).is_empty());
+        t.observe(P, A, &dreq(20, 10), 0);
+        let out = t.process_gone(P, 0);
+        assert!(matches!(parsed(&out[0].1), CmMsg::Dreq(d) if d.remote_comm_id == 10));
         assert!(t.is_empty());
     }
 
@@ -575,12 +788,12 @@ mod tests {
             } else {
                 m[..len].to_vec()
             };
-            let _ = t.observe(X, if i % 2 == 0 { A } else { P }, &bytes);
+            let _ = t.observe(X, if i % 2 == 0 { A } else { P }, &bytes, 0);
         }
         assert_eq!(t.state((A, 10)), Some(EndState::Established));
         assert_eq!(t.state((P, 20)), Some(EndState::Established));
         assert!(t.refused() > 0);
-        for (to, m) in t.process_gone(X) {
+        for (to, m) in t.process_gone(X, 0) {
             assert!(CmMad::parse(&m).is_ok(), "to {to}: not a CM MAD");
         }
         assert_eq!(t.state((A, 10)), Some(EndState::Established));
