@@ -114,34 +114,11 @@ impl Transport for FwdTransport {
     }
 
     fn recv(&self, timeout: Option<Duration>, out: &mut Vec<Received>) -> io::Result<()> {
-        let mut buf = vec![0u8; PER_MSG * REC];
-        let mut got = self.drain(&mut buf, out);
-        if got == 0 && timeout != Some(Duration::ZERO) {
-            let mut fds = [
-                libc::pollfd {
-                    fd: self.sock.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.wake.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: our descriptors.
-            unsafe { libc::poll(fds.as_mut_ptr(), 2, ibcm::fabric::poll_ms(timeout)) };
-            if fds[1].revents != 0 {
-                let mut v = 0u64;
-                // SAFETY: an 8-byte read of our eventfd.
-                unsafe { libc::read(self.wake.as_raw_fd(), (&raw mut v).cast(), 8) };
-            }
-            if fds[0].revents & libc::POLLHUP != 0 && fds[0].revents & libc::POLLIN == 0 {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            got = self.drain(&mut buf, out);
+        // One buffer per thread, not a zeroed 9 KiB one per wake-up.
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; PER_MSG * REC]);
         }
-        let _ = got;
+        BUF.with(|b| self.recv_into(&mut b.borrow_mut(), timeout, out));
         Ok(())
     }
 
@@ -169,6 +146,36 @@ impl Transport for FwdTransport {
 }
 
 impl FwdTransport {
+    /// `recv` with the thread's buffer: drains what waits, else waits up
+    /// to `timeout` and drains again.
+    fn recv_into(&self, buf: &mut [u8], timeout: Option<Duration>, out: &mut Vec<Received>) {
+        if self.drain(buf, out) == 0 && timeout != Some(Duration::ZERO) {
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.sock.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.wake.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: our descriptors.
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, ibcm::fabric::poll_ms(timeout)) };
+            if fds[1].revents != 0 {
+                let mut v = 0u64;
+                // SAFETY: an 8-byte read of our eventfd.
+                unsafe { libc::read(self.wake.as_raw_fd(), (&raw mut v).cast(), 8) };
+            }
+            if fds[0].revents & libc::POLLHUP != 0 && fds[0].revents & libc::POLLIN == 0 {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            self.drain(buf, out);
+        }
+    }
+
     fn drain(&self, buf: &mut [u8], out: &mut Vec<Received>) -> usize {
         let mut n = 0;
         loop {
@@ -417,19 +424,7 @@ fn client(dev: &Arc<Device>, path: PathRec, n: usize, c: usize) -> (f64, f64, us
         })
     };
     let t0 = Instant::now();
-    // In bursts of the free slots, their MADs sent together, as `ibcm
-    // bench` does.
-    let mut ids = Vec::with_capacity(n);
-    let mut i = 0;
-    while i < n {
-        let k = gate.acquire_up_to(n - i);
-        dev.batch(|| {
-            for _ in 0..k {
-                ids.push(connect_one(dev, &h, path, i, &gate, &failed));
-                i += 1;
-            }
-        });
-    }
+    let ids = connect_all(dev, &h, path, n, &gate, &failed, |_| {});
     gate.wait_done(n);
     let connect = t0.elapsed().as_secs_f64();
     gate.done.store(0, Ordering::SeqCst);
@@ -451,6 +446,33 @@ fn client(dev: &Arc<Device>, path: PathRec, n: usize, c: usize) -> (f64, f64, us
         t1.elapsed().as_secs_f64(),
         failed.load(Ordering::Relaxed),
     )
+}
+
+/// Starts `n` connections with `h` as their handler, in bursts of the
+/// gate's free slots, their MADs sent together (as `ibcm bench` does);
+/// `after_burst` runs after each burst. Returns the ids.
+fn connect_all(
+    dev: &Arc<Device>,
+    h: &RustHandler,
+    path: PathRec,
+    n: usize,
+    gate: &Gate,
+    failed: &AtomicUsize,
+    mut after_burst: impl FnMut(&Gate),
+) -> Vec<CmId> {
+    let mut ids = Vec::with_capacity(n);
+    let mut i = 0;
+    while i < n {
+        let k = gate.acquire_up_to(n - i);
+        dev.batch(|| {
+            for _ in 0..k {
+                ids.push(connect_one(dev, h, path, i, gate, failed));
+                i += 1;
+            }
+        });
+        after_burst(gate);
+    }
+    ids
 }
 
 /// Creates connection `i`'s id and sends its REQ.
@@ -618,6 +640,24 @@ struct Row {
     fwd_cpu_s: f64,
 }
 
+/// A forwarder child between two new socket pairs, for the server (GID
+/// `sg`) and the client (`cg`): its pid and the server's and client's
+/// ends. The child closes its copies of those ends (fork copies them), so
+/// it ends when both processes hang up.
+fn spawn_forwarder(sg: Gid, cg: Gid, track: bool) -> (libc::pid_t, OwnedFd, OwnedFd) {
+    let (s_mine, s_fwd) = seqpacket_pair();
+    let (c_mine, c_fwd) = seqpacket_pair();
+    let mine = [s_mine.as_raw_fd(), c_mine.as_raw_fd()];
+    let pid = spawn(move || {
+        // SAFETY: this child's copies, unused here.
+        mine.iter().for_each(|&fd| unsafe {
+            libc::close(fd);
+        });
+        forwarder(vec![s_fwd, c_fwd], vec![sg, cg], 0, track)
+    });
+    (pid, s_mine, c_mine)
+}
+
 /// Server and client in two child processes; `fwd`: over the forwarder
 /// (a third), else each on its own `soft:` device.
 fn two_processes(n: usize, c: usize, fwd: bool, track: bool, round: usize) -> Row {
@@ -628,18 +668,8 @@ fn two_processes(n: usize, c: usize, fwd: bool, track: bool, round: usize) -> Ro
     let (res_r, res_w) = pipe();
     let (mut fpid, mut s_sock, mut c_sock) = (None, None, None);
     if fwd {
-        let (s_mine, s_fwd) = seqpacket_pair();
-        let (c_mine, c_fwd) = seqpacket_pair();
-        // The forwarder and the server must not keep the processes' ends
-        // open (fork copies them): the forwarder ends when both hang up.
-        let mine = [s_mine.as_raw_fd(), c_mine.as_raw_fd()];
-        fpid = Some(spawn(move || {
-            // SAFETY: this child's copies, unused here.
-            mine.iter().for_each(|&fd| unsafe {
-                libc::close(fd);
-            });
-            forwarder(vec![s_fwd, c_fwd], vec![sg, cg], 0, track)
-        }));
+        let (pid, s_mine, c_mine) = spawn_forwarder(sg, cg, track);
+        fpid = Some(pid);
         s_sock = Some(s_mine);
         c_sock = Some(c_mine);
     }
@@ -767,22 +797,13 @@ fn client_until_killed(dev: &Arc<Device>, path: PathRec, n: usize, c: usize, hal
             _ => 0,
         })
     };
-    let mut ids = Vec::with_capacity(n);
-    let mut i = 0;
     let mut said = false;
-    while i < n {
-        let k = gate.acquire_up_to(n - i);
-        dev.batch(|| {
-            for _ in 0..k {
-                ids.push(connect_one(dev, &h, path, i, &gate, &failed));
-                i += 1;
-            }
-        });
+    let _ids = connect_all(dev, &h, path, n, &gate, &failed, |gate| {
         if !said && gate.done.load(Ordering::SeqCst) >= n / 2 {
             write_all(&half, b"h");
             said = true;
         }
-    }
+    });
     loop {
         std::thread::sleep(Duration::from_secs(1));
     }
@@ -801,16 +822,7 @@ fn kill_run(n: usize, c: usize, round: usize) -> (Option<f64>, bool) {
     let (closed_r, closed_w) = pipe();
     let (half_r, half_w) = pipe();
     let (stop_r, stop_w) = pipe();
-    let (s_mine, s_fwd) = seqpacket_pair();
-    let (c_mine, c_fwd) = seqpacket_pair();
-    let mine = [s_mine.as_raw_fd(), c_mine.as_raw_fd()];
-    let fpid = spawn(move || {
-        // SAFETY: this child's copies, unused here.
-        mine.iter().for_each(|&fd| unsafe {
-            libc::close(fd);
-        });
-        forwarder(vec![s_fwd, c_fwd], vec![sg, cg], 0, true)
-    });
+    let (fpid, s_mine, c_mine) = spawn_forwarder(sg, cg, true);
     let c_raw = c_mine.as_raw_fd();
     let spid = spawn(|| {
         // SAFETY: this child's copy of the client's end, unused here.
