@@ -92,6 +92,12 @@ pub mod op {
     pub const QP_ATTRS_ON_REP: u16 = 23;
     /// The highest request op of the CM calls.
     pub const LAST: u16 = QP_ATTRS_ON_REP;
+    /// Design B (`IBCM_SERVICE_MODE=forward`; docs/SERVICE.md, "Design
+    /// B"): the first record on a connection, name → [`super::FwdOpened`].
+    /// The connection then carries [`super::fwd`] records both ways: the
+    /// process runs the device's engines and the service forwards their
+    /// MADs. Never part of the CM calls of an `OPEN` connection.
+    pub const FWD_OPEN: u16 = 0x200;
     /// rdma_cm's host-wide port table (`portspace`; no OPEN needed):
     /// port space, port, address, REUSEADDR, AFONLY, owner → `u16` port.
     pub const PORT_BIND: u16 = 0x100;
@@ -1040,6 +1046,25 @@ struct_field!(Opened {
     name,
     node_guid,
     ports
+});
+
+/// The reply to `FWD_OPEN`: the device as `OPEN` gives it, the key of its
+/// comm ID permutation (every process on the device shares it) and the
+/// process's slot, which its comm IDs carry (`engine::ids::IdLayout`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FwdOpened {
+    pub opened: Opened,
+    pub id_key: u64,
+    pub proc_slot: u32,
+    /// The first generation of the process's comm ID slots (a slot reused
+    /// after another process's does not start where that one did).
+    pub gen_base: u32,
+}
+struct_field!(FwdOpened {
+    opened,
+    id_key,
+    proc_slot,
+    gen_base
 });
 
 /// The reply to `STAT`: the device's counters and this connection's.
@@ -2774,6 +2799,289 @@ mod tests {
                 g[at] = v;
                 let _ = unbatch_with(&g, |r| assert!(r.len() >= HEADER));
             }
+        }
+    }
+}
+
+/// Design B's records (after `FWD_OPEN`): a message is one or more
+/// records, each `u16 kind, u16 body length, body`, little-endian. A MAD
+/// record carries its 52-byte address (what the engine's `MadDest` says
+/// towards the service, what its `MadSource` must say from it) and the
+/// 256-byte MAD. Decoding never panics: a record shorter than its length,
+/// a length that does not fit its kind, an unknown kind are errors the
+/// reader counts and drops.
+pub mod fwd {
+    use crate::engine::{MadDest, MadSource};
+    use crate::wire::Gid;
+
+    /// A MAD: process → service `MadDest`, service → process `MadSource`.
+    pub const MAD: u16 = 1;
+    /// Process → service: `u64 seq, u64 service ID`: claim a listen in the
+    /// host's table.
+    pub const LISTEN: u16 = 2;
+    /// Service → process: `u64 seq, i32 errno` (0 or negative).
+    pub const LISTENED: u16 = 3;
+    /// Process → service: `u64 service ID`: the listen is released.
+    pub const UNLISTEN: u16 = 4;
+
+    /// Bytes of a MAD record's address.
+    pub const ADDR: usize = 52;
+    /// Bytes of a MAD record's body.
+    pub const MAD_BODY: usize = ADDR + 256;
+    /// Bytes of a MAD record.
+    pub const MAD_REC: usize = 4 + MAD_BODY;
+    /// MAD records per message at most (a message stays under 10 KiB).
+    pub const PER_MSG: usize = 32;
+
+    /// One decoded record.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Rec<'a> {
+        /// The address bytes (decoded by the side that knows which one
+        /// it is) and the MAD.
+        Mad(&'a [u8; ADDR], &'a [u8; 256]),
+        Listen {
+            seq: u64,
+            service_id: u64,
+        },
+        Listened {
+            seq: u64,
+            err: i32,
+        },
+        Unlisten {
+            service_id: u64,
+        },
+    }
+
+    fn head(out: &mut Vec<u8>, kind: u16, len: usize) {
+        out.extend_from_slice(&kind.to_le_bytes());
+        out.extend_from_slice(&(len as u16).to_le_bytes());
+    }
+
+    pub fn put_dest(out: &mut Vec<u8>, d: &MadDest, mad: &[u8; 256]) {
+        head(out, MAD, MAD_BODY);
+        out.extend_from_slice(&[
+            d.port,
+            d.has_grh as u8,
+            d.sl,
+            d.hop_limit,
+            d.traffic_class,
+            0,
+        ]);
+        out.extend_from_slice(&d.dlid.to_le_bytes());
+        out.extend_from_slice(&d.pkey.to_le_bytes());
+        out.extend_from_slice(&d.pkey_index.to_le_bytes());
+        out.extend_from_slice(&d.flow_label.to_le_bytes());
+        out.extend_from_slice(&d.dest_qp.to_le_bytes());
+        out.extend_from_slice(&d.dgid.0);
+        out.extend_from_slice(&d.sgid.0);
+        out.extend_from_slice(mad);
+    }
+
+    pub fn put_source(out: &mut Vec<u8>, s: &MadSource, mad: &[u8; 256]) {
+        head(out, MAD, MAD_BODY);
+        out.extend_from_slice(&[
+            s.port,
+            s.has_grh as u8,
+            s.dlid_path_bits,
+            s.sl,
+            s.hop_limit,
+            s.traffic_class,
+        ]);
+        out.extend_from_slice(&s.slid.to_le_bytes());
+        out.extend_from_slice(&s.pkey.to_le_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(&s.src_qp.to_le_bytes());
+        out.extend_from_slice(&s.flow_label.to_le_bytes());
+        out.extend_from_slice(&s.sgid.0);
+        out.extend_from_slice(&s.dgid.0);
+        out.extend_from_slice(mad);
+    }
+
+    fn u16_at(b: &[u8], at: usize) -> u16 {
+        u16::from_le_bytes([b[at], b[at + 1]])
+    }
+    fn u32_at(b: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+    }
+    fn gid_at(b: &[u8], at: usize) -> Gid {
+        Gid(b[at..at + 16].try_into().expect("16 bytes"))
+    }
+
+    /// A MAD record's address as the process sent it.
+    pub fn dest(a: &[u8; ADDR]) -> MadDest {
+        MadDest {
+            port: a[0],
+            has_grh: a[1] != 0,
+            sl: a[2],
+            hop_limit: a[3],
+            traffic_class: a[4],
+            dlid: u16_at(a, 6),
+            pkey: u16_at(a, 8),
+            pkey_index: u16_at(a, 10),
+            flow_label: u32_at(a, 12),
+            dest_qp: u32_at(a, 16),
+            dgid: gid_at(a, 20),
+            sgid: gid_at(a, 36),
+        }
+    }
+
+    /// A MAD record's address as the service sent it.
+    pub fn source(a: &[u8; ADDR]) -> MadSource {
+        MadSource {
+            port: a[0],
+            has_grh: a[1] != 0,
+            dlid_path_bits: a[2],
+            sl: a[3],
+            hop_limit: a[4],
+            traffic_class: a[5],
+            slid: u16_at(a, 6),
+            pkey: u16_at(a, 8),
+            src_qp: u32_at(a, 12),
+            flow_label: u32_at(a, 16),
+            sgid: gid_at(a, 20),
+            dgid: gid_at(a, 36),
+        }
+    }
+
+    pub fn put_listen(out: &mut Vec<u8>, seq: u64, service_id: u64) {
+        head(out, LISTEN, 16);
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.extend_from_slice(&service_id.to_le_bytes());
+    }
+
+    pub fn put_listened(out: &mut Vec<u8>, seq: u64, err: i32) {
+        head(out, LISTENED, 12);
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.extend_from_slice(&err.to_le_bytes());
+    }
+
+    pub fn put_unlisten(out: &mut Vec<u8>, service_id: u64) {
+        head(out, UNLISTEN, 8);
+        out.extend_from_slice(&service_id.to_le_bytes());
+    }
+
+    /// The records of one message, in order; `Err(())` for the first one
+    /// that does not decode (the rest of the message is not trusted).
+    pub fn records(msg: &[u8]) -> impl Iterator<Item = Result<Rec<'_>, ()>> {
+        let mut at = 0usize;
+        let mut failed = false;
+        std::iter::from_fn(move || {
+            if failed || at >= msg.len() {
+                return None;
+            }
+            let r = (|| {
+                let h = msg.get(at..at + 4).ok_or(())?;
+                let (kind, len) = (u16_at(h, 0), u16_at(h, 2) as usize);
+                let b = msg.get(at + 4..at + 4 + len).ok_or(())?;
+                let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8"));
+                let rec = match (kind, len) {
+                    (MAD, MAD_BODY) => Rec::Mad(
+                        b[..ADDR].try_into().expect("address"),
+                        b[ADDR..].try_into().expect("MAD"),
+                    ),
+                    (LISTEN, 16) => Rec::Listen {
+                        seq: u64_at(0),
+                        service_id: u64_at(8),
+                    },
+                    (LISTENED, 12) => Rec::Listened {
+                        seq: u64_at(0),
+                        err: u32_at(b, 8) as i32,
+                    },
+                    (UNLISTEN, 8) => Rec::Unlisten {
+                        service_id: u64_at(0),
+                    },
+                    _ => return Err(()),
+                };
+                at += 4 + len;
+                Ok(rec)
+            })();
+            failed = r.is_err();
+            Some(r)
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn records_round_trip_and_garbage_is_refused() {
+            let d = MadDest {
+                port: 1,
+                dgid: "10.0.0.2".parse().unwrap(),
+                sgid: "10.0.0.1".parse().unwrap(),
+                dlid: 7,
+                sl: 3,
+                pkey: 0xffff,
+                pkey_index: 2,
+                hop_limit: 64,
+                traffic_class: 5,
+                flow_label: 0x12345,
+                has_grh: true,
+                dest_qp: 1,
+            };
+            let s = MadSource {
+                port: 1,
+                sgid: d.sgid,
+                dgid: d.dgid,
+                has_grh: true,
+                slid: 9,
+                dlid_path_bits: 1,
+                sl: 2,
+                src_qp: 1,
+                pkey: 0x8001,
+                hop_limit: 63,
+                traffic_class: 4,
+                flow_label: 0xabcde,
+            };
+            let mad = [0x5au8; 256];
+            let mut m = Vec::new();
+            put_dest(&mut m, &d, &mad);
+            put_listen(&mut m, 7, 0x1234);
+            put_source(&mut m, &s, &mad);
+            put_listened(&mut m, 7, -16);
+            put_unlisten(&mut m, 0x1234);
+            let recs: Vec<_> = records(&m).collect();
+            assert_eq!(recs.len(), 5);
+            match recs[0] {
+                Ok(Rec::Mad(a, b)) => {
+                    assert_eq!(dest(a), d);
+                    assert_eq!(b, &mad);
+                }
+                _ => panic!("{:?}", recs[0]),
+            }
+            assert_eq!(
+                recs[1],
+                Ok(Rec::Listen {
+                    seq: 7,
+                    service_id: 0x1234
+                })
+            );
+            match recs[2] {
+                Ok(Rec::Mad(a, _)) => assert_eq!(source(a), s),
+                _ => panic!("{:?}", recs[2]),
+            }
+            assert_eq!(recs[3], Ok(Rec::Listened { seq: 7, err: -16 }));
+            assert_eq!(recs[4], Ok(Rec::Unlisten { service_id: 0x1234 }));
+            // Cut anywhere, a message decodes up to the cut and then fails
+            // once; junk never panics.
+            for cut in 0..m.len() {
+                let r: Vec<_> = records(&m[..cut]).collect();
+                assert!(r.iter().filter(|x| x.is_err()).count() <= 1);
+            }
+            let mut junk = crate::testsupport::Junk(3);
+            for _ in 0..20_000 {
+                let n = (junk.next_u64() % 700) as usize;
+                let msg = junk.bytes(n);
+                for r in records(&msg) {
+                    let _ = r;
+                }
+            }
+            // A wrong length for its kind is refused.
+            let mut bad = Vec::new();
+            head(&mut bad, LISTEN, 8);
+            bad.extend_from_slice(&[0; 8]);
+            assert_eq!(records(&bad).collect::<Vec<_>>(), vec![Err(())]);
         }
     }
 }

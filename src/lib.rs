@@ -17,6 +17,7 @@ pub mod ladder;
 #[macro_use]
 pub mod log;
 pub mod ffi;
+pub mod forwarder;
 pub mod path;
 pub mod portspace;
 pub mod runtime;

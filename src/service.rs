@@ -30,6 +30,7 @@ use crate::api::{
 };
 use crate::engine::ids::{FastMap, FastSet, FastState};
 use crate::engine::{Errno, errno, qp_state};
+use crate::forwarder::{Attached, Hub};
 use crate::ipc::{
     self, Created, DeviceStat, Header, IdInfo, IdList, Opened, Public, QpAttrs, Reader, Refused,
     Stat, op, sock,
@@ -123,6 +124,10 @@ pub struct Service {
     /// Binds (and listens) answered `EADDRINUSE` after `Conn::settle`
     /// ran out of time with the holder's connections still busy.
     settle_expired: AtomicU64,
+    /// Devices served in design B (`IBCM_SERVICE_MODE=forward`): their
+    /// processes run the engines, the hub switches their MADs. A device
+    /// is served one way at a time (the hub is locked after `devices`).
+    hub: Arc<Hub>,
 }
 
 /// See `Service::hold`.
@@ -257,6 +262,7 @@ pub fn bind(path: &Path) -> std::io::Result<OwnedFd> {
 
 impl Service {
     pub fn new(opts: Options) -> Arc<Service> {
+        let limits_listeners = opts.limits.max_listeners;
         Arc::new(Service {
             opts,
             devices: Mutex::new(HashMap::new()),
@@ -268,6 +274,7 @@ impl Service {
             switch: LocalSwitch::new(),
             holds: Mutex::default(),
             settle_expired: AtomicU64::new(0),
+            hub: Hub::new(limits_listeners),
         })
     }
 
@@ -450,6 +457,13 @@ impl Service {
             s.clients += 1;
             return Ok((key, s.dev.clone(), s.refused.clone()));
         }
+        if self.hub.has(&key) {
+            ibcm_log!(
+                WARN,
+                "{key}: forwarded to processes that run its engines (IBCM_SERVICE_MODE=forward): an engine-mode open is -EBUSY until they close it"
+            );
+            return Err(Errno::EBUSY);
+        }
         // The service's own devices are in-process, whatever IBCM_SERVICE
         // says in its environment.
         let dev = Device::open_local(name, DeviceOptions::default())?;
@@ -573,6 +587,25 @@ impl Service {
                 }
             })
             .collect();
+        // Design B's devices: the processes run the engines, so the CM
+        // counters are theirs; `ids` counts the connection ends the hub
+        // tracks, `oneway_refused` the MADs and records it refused.
+        out.extend(self.hub.devices().into_iter().take(48).map(|f| {
+            let st = &f.stats;
+            let refused = [&st.refused, &st.spoofed, &st.bad_records]
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .sum();
+            DeviceStat {
+                name: format!("{} (forwarded)", f.key).into_bytes(),
+                clients: f.processes as u64,
+                ids: f.ends as u64,
+                pending_timers: 0,
+                cm: Default::default(),
+                transport: f.transport,
+                oneway_refused: refused,
+            }
+        }));
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
     }
@@ -605,6 +638,21 @@ impl Service {
             std::thread::sleep(Duration::from_millis(2));
         }
         ibcm_log!(WARN, "process {pid}: its connections outlived it by 2 s");
+    }
+
+    /// Design B: attaches the process on `fd` to device `name` in the
+    /// hub (`-EBUSY` while the device is served with its engines here).
+    fn attach_forward(&self, name: &str, fd: &OwnedFd, pid: i32) -> Result<Attached, Errno> {
+        let key = canonical(name);
+        let devs = lock(&self.devices);
+        if devs.contains_key(&key) {
+            ibcm_log!(
+                WARN,
+                "{key}: served with its engines in the service (IBCM_SERVICE_MODE=engine): a forward open is -EBUSY until those processes close it"
+            );
+            return Err(Errno::EBUSY);
+        }
+        self.hub.attach(&key, name, fd, pid)
     }
 
     fn release(&self, key: &str) {
@@ -711,7 +759,79 @@ fn snapshot(id: &CmId) -> (u64, Public) {
 }
 
 impl Conn {
+    /// Whether the connection's first record is a `FWD_OPEN` (read
+    /// without taking it; waits for it).
+    fn forward_first(&self) -> bool {
+        if sock::wait_readable(&self.fd).is_err() {
+            return false;
+        }
+        let mut h = [0u8; ipc::HEADER];
+        // SAFETY: our socket, a buffer of its length.
+        let n = unsafe {
+            libc::recv(
+                std::os::fd::AsRawFd::as_raw_fd(&self.fd),
+                h.as_mut_ptr().cast(),
+                h.len(),
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        n >= 2 && u16::from_le_bytes([h[0], h[1]]) == op::FWD_OPEN
+    }
+
+    /// Design B: answers the `FWD_OPEN` and forwards the process's MADs
+    /// until its connection closes.
+    fn serve_forward(self: &Arc<Self>) {
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        let Ok(n) = sock::recv(&self.fd, &mut buf) else {
+            return;
+        };
+        let Ok((h, mut r)) = Header::parse(&buf[..n]) else {
+            self.bad.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let name = r
+            .get::<Vec<u8>>()
+            .ok()
+            .filter(|_| r.end().is_ok())
+            .and_then(|n| String::from_utf8(n).ok());
+        let Some(name) = name else {
+            self.bad.fetch_add(1, Ordering::Relaxed);
+            ibcm_log!(
+                WARN,
+                "process {}: a forward open that does not decode: -EPROTO",
+                self.pid
+            );
+            let _ = sock::send(
+                &self.fd,
+                &ipc::reply(h, -errno::EPROTO, Public::default(), |_| ()),
+            );
+            return;
+        };
+        let a = match self.svc.attach_forward(&name, &self.fd, self.pid) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = sock::send(&self.fd, &ipc::reply(h, neg(e), Public::default(), |_| ()));
+                return;
+            }
+        };
+        let reply = ipc::reply(h, 0, Public::default(), |w| {
+            w.put(&a.opened);
+        });
+        if sock::send(&self.fd, &reply).is_ok() {
+            self.svc.hub.serve(a.dev, a.slot, &self.fd);
+        }
+        self.svc.hub.detach(a.dev, a.slot);
+    }
+
     fn serve(self: Arc<Self>) {
+        if self.forward_first() {
+            self.serve_forward();
+            self.closed.store(true, Ordering::SeqCst);
+            *lock(&self.svc.last_active) = Instant::now();
+            lock(&self.svc.conns).remove(&self.id);
+            self.svc.connections.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
         let w = self.clone();
         let writer = std::thread::Builder::new()
             .name(format!("ibcmd-w{}", self.id))

@@ -44,8 +44,8 @@
 //! from a process the REQ was not delivered to. REQs, LAPs, APRs, SIDR and
 //! ClassPortInfo are not tracked (a REQ starts an end).
 
-use crate::wire::{CmMad, CmMsg, Drep, Dreq, MsgCode, Rej, rej_reason};
-use std::collections::HashMap;
+use crate::engine::ids::{PeerMap, PeerState};
+use crate::wire::{CmMad, CmMsg, Drep, Dreq, MsgCode, Rej, SidrRep, rej_reason, sidr_status};
 
 /// A process, as the service numbers its connections.
 pub type Proc = u32;
@@ -98,19 +98,33 @@ pub enum Verdict {
 }
 
 /// See the module documentation.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Tracker {
-    ends: HashMap<EndKey, End>,
+    /// Keyed by comm IDs peers choose: the engine's keyed peer hasher.
+    ends: PeerMap<EndKey, End>,
     /// Transaction IDs of the MADs this tracker makes.
     next_tid: u64,
     refused: u64,
 }
 
+impl Default for Tracker {
+    fn default() -> Tracker {
+        Tracker::new()
+    }
+}
+
+/// A seed nobody outside the process knows (std's random keys).
+fn table_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0x7ac_u64)
+}
+
 impl Tracker {
     pub fn new() -> Tracker {
         Tracker {
+            ends: PeerMap::with_hasher(PeerState::new(table_seed())),
             next_tid: 0x7ac0_0000_0000_0000,
-            ..Tracker::default()
+            refused: 0,
         }
     }
 
@@ -119,6 +133,15 @@ impl Tracker {
         self.ends
             .values()
             .filter(|e| e.gone_since.is_none() && e.state != EndState::Closed)
+            .count()
+    }
+
+    /// Open ends (not closed) whose peer is alive, of the processes
+    /// `mine` picks.
+    pub fn len_of(&self, mine: impl Fn(Proc) -> bool) -> usize {
+        self.ends
+            .iter()
+            .filter(|(k, e)| mine(k.0) && e.gone_since.is_none() && e.state != EndState::Closed)
             .count()
     }
 
@@ -202,18 +225,18 @@ impl Tracker {
                 });
                 Verdict::Pass
             }
-            CmMsg::Rtu(r) => self.step(from, r.local_comm_id, |mine, peer| {
-                *mine = EndState::Established;
-                if let Some(p) = peer {
-                    *p = EndState::Established;
-                }
-            }),
-            CmMsg::Dreq(r) => self.step(from, r.local_comm_id, |mine, peer| {
-                *mine = EndState::DreqSent;
-                if let Some(p) = peer {
-                    *p = EndState::DreqRcvd;
-                }
-            }),
+            CmMsg::Rtu(r) => self.step(
+                from,
+                r.local_comm_id,
+                EndState::Established,
+                EndState::Established,
+            ),
+            CmMsg::Dreq(r) => self.step(
+                from,
+                r.local_comm_id,
+                EndState::DreqSent,
+                EndState::DreqRcvd,
+            ),
             CmMsg::Drep(r) => self.close(
                 from,
                 r.local_comm_id,
@@ -263,33 +286,24 @@ impl Tracker {
         }
     }
 
-    /// Moves end (`from`, `local`) and its peer's, if known.
-    fn step(
-        &mut self,
-        from: Proc,
-        local: u32,
-        f: impl FnOnce(&mut EndState, Option<&mut EndState>),
-    ) -> Verdict {
-        let Some(mine) = self.ends.get(&(from, local)).copied() else {
+    /// Moves end (`from`, `local`) to `mine` and its peer's, if known and
+    /// open, to `peer` (two look-ups: the table is large and each costs
+    /// cache misses).
+    fn step(&mut self, from: Proc, local: u32, mine: EndState, peer: EndState) -> Verdict {
+        let Some(e) = self.ends.get_mut(&(from, local)) else {
             return Verdict::Refuse("a message for a comm ID not its own");
         };
-        if mine.state == EndState::Closed {
+        if e.state == EndState::Closed {
             // A retransmission after its connection closed.
             return Verdict::Pass;
         }
-        let mut me = mine.state;
-        let peer_key = (mine.peer_proc, mine.peer_comm);
-        let mut peer = (mine.peer_comm != 0)
-            .then(|| self.ends.get(&peer_key).map(|p| p.state))
-            .flatten();
-        f(&mut me, peer.as_mut());
-        if let Some(e) = self.ends.get_mut(&(from, local)) {
-            e.state = me;
-        }
-        if let (Some(s), Some(p)) = (peer, self.ends.get_mut(&peer_key))
+        e.state = mine;
+        let peer_key = (e.peer_proc, e.peer_comm);
+        if e.peer_comm != 0
+            && let Some(p) = self.ends.get_mut(&peer_key)
             && p.state != EndState::Closed
         {
-            p.state = s;
+            p.state = peer;
         }
         Verdict::Pass
     }
@@ -495,6 +509,31 @@ impl Tracker {
             _ => return None,
         };
         Some(self.mad(reply))
+    }
+
+    /// What the host's CM answers a request no listener takes, as the
+    /// kernel's does (`cm_req_handler`, `cm_sidr_req_handler`): a REQ gets
+    /// REJ `INVALID_SERVICE_ID`, a SIDR_REQ SIDR_REP `UNSUPPORTED`, both
+    /// with the request's TID. `None` for anything else.
+    pub fn no_listener(mad: &[u8]) -> Option<[u8; 256]> {
+        let m = CmMad::parse(mad).ok()?;
+        let msg = match m.msg {
+            CmMsg::Req(r) => CmMsg::Rej(Rej {
+                local_comm_id: 0,
+                remote_comm_id: r.local_comm_id,
+                message_rejected: MsgCode::Req,
+                reason: rej_reason::INVALID_SERVICE_ID,
+                ..Rej::default()
+            }),
+            CmMsg::SidrReq(r) => CmMsg::SidrRep(SidrRep {
+                request_id: r.request_id,
+                status: sidr_status::UNSUPPORTED,
+                service_id: r.service_id,
+                ..SidrRep::default()
+            }),
+            _ => return None,
+        };
+        Some(CmMad::send(m.tid, 0, msg).to_bytes())
     }
 
     fn mad(&mut self, msg: CmMsg) -> [u8; 256] {

@@ -27,7 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("path", &["engine", "wire", "abi"]),
     ("sim", &["engine", "wire", "log"]),
     // Design B's connection tracker (MADs in, verdicts and MADs out).
-    ("tracker", &["wire", "testsupport"]),
+    ("tracker", &["engine", "wire", "testsupport"]),
     // Captures (the transports' taps write them) and what reads them.
     ("capture", &["engine", "wire", "log"]),
     ("decode", &["cma", "capture", "wire", "log"]),
@@ -62,10 +62,26 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("ffi", &["api", "wire", "log", "abi"]),
     // rdma_cm's port table (the service's host-wide one, and its client).
     ("portspace", &["runtime", "ipc", "engine", "log"]),
+    // Design B's forwarder: a device's transport, the processes' MADs
+    // switched and tracked.
+    (
+        "forwarder",
+        &[
+            "runtime", "ipc", "tracker", "fabric", "capture", "engine", "wire", "log",
+        ],
+    ),
     // The host CM service: devices opened in-process, served over ipc.
     (
         "service",
-        &["portspace", "api", "ipc", "engine", "wire", "log"],
+        &[
+            "forwarder",
+            "portspace",
+            "api",
+            "ipc",
+            "engine",
+            "wire",
+            "log",
+        ],
     ),
 ];
 

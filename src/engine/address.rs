@@ -149,19 +149,6 @@ impl Engine {
 
     /// Reply address for a received MAD (an AH built from the WC/GRH).
     pub(super) fn reply_dest(src: &MadSource) -> MadDest {
-        MadDest {
-            port: src.port,
-            dgid: src.sgid,
-            sgid: src.dgid,
-            dlid: src.slid,
-            sl: src.sl,
-            pkey: src.pkey,
-            pkey_index: 0,
-            hop_limit: if src.has_grh { 0xff } else { 0 },
-            traffic_class: src.traffic_class,
-            flow_label: src.flow_label,
-            has_grh: src.has_grh,
-            dest_qp: src.src_qp.max(1),
-        }
+        MadDest::reply_to(src)
     }
 }

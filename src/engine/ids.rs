@@ -19,6 +19,78 @@ pub const SLOT_BITS: u32 = 22;
 /// Bits of the plain value that count reuses of a slot.
 pub const GEN_BITS: u32 = 32 - SLOT_BITS;
 
+/// Design B of the host CM service (docs/SERVICE.md, "Design B: the
+/// plan", step 2): the processes sharing one device run their own engines
+/// with the device's key, and each process's IDs carry its slot, so the
+/// service tells whose a comm ID is by decoding it. The plain value is
+/// then `generation (7) | slot | shard | process (7)`: 128 processes per
+/// device, 2^18 ids per process, an ID back after 128 reuses of its slot.
+pub const FORWARD_SLOT_BITS: u32 = 25;
+/// Process bits of [`FORWARD_SLOT_BITS`]' layout.
+pub const FORWARD_PROC_BITS: u32 = 7;
+
+/// How a device's plain values are cut: the low `proc_bits` name the
+/// process (0 bits in-process), the next `shard_bits` the shard, up to
+/// `slot_bits` the slot, the rest the generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdLayout {
+    pub slot_bits: u32,
+    pub shard_bits: u32,
+    pub proc_bits: u32,
+    /// This process's slot (< 2^proc_bits).
+    pub proc_slot: u32,
+    /// The generation every slot starts at (the service varies it for a
+    /// process slot that another process held before).
+    pub gen_base: u32,
+}
+
+impl IdLayout {
+    /// One process, `shard_bits` shards: the in-process layout.
+    pub fn local(shard_bits: u32) -> IdLayout {
+        IdLayout {
+            slot_bits: SLOT_BITS,
+            shard_bits,
+            proc_bits: 0,
+            proc_slot: 0,
+            gen_base: 0,
+        }
+    }
+
+    /// Process `proc_slot` of a device shared through a forwarding
+    /// service.
+    pub fn forward(shard_bits: u32, proc_slot: u32) -> IdLayout {
+        IdLayout {
+            slot_bits: FORWARD_SLOT_BITS,
+            shard_bits,
+            proc_bits: FORWARD_PROC_BITS,
+            proc_slot: proc_slot & ((1 << FORWARD_PROC_BITS) - 1),
+            gen_base: 0,
+        }
+    }
+
+    /// The low field a shard's plain values carry: shard, then process.
+    pub fn field(&self, shard: u32) -> u32 {
+        shard << self.proc_bits | self.proc_slot
+    }
+
+    pub fn field_bits(&self) -> u32 {
+        self.shard_bits + self.proc_bits
+    }
+
+    /// The shard an ID of this process names (whatever its process bits).
+    #[inline]
+    pub fn shard_of(&self, codec: &IdCodec, id: u32) -> u32 {
+        (codec.decode(id) >> self.proc_bits) & ((1u32 << self.shard_bits) - 1)
+    }
+}
+
+/// The process slot a forwarded device's comm ID names (the service's
+/// routing: [`IdLayout::forward`]).
+#[inline]
+pub fn forward_owner(codec: &IdCodec, id: u32) -> u32 {
+    codec.decode(id) & ((1 << FORWARD_PROC_BITS) - 1)
+}
+
 /// The keyed permutation shared by all shards of one device.
 #[derive(Debug, Clone, Copy)]
 pub struct IdCodec {
@@ -234,12 +306,6 @@ impl std::hash::Hasher for PeerHasher {
 /// keyed by a peer's values).
 pub type PeerMap<K, V> = std::collections::HashMap<K, V, PeerState>;
 
-/// Which shard an ID belongs to, given the device's shard bit count.
-#[inline]
-pub fn shard_of(codec: &IdCodec, shard_bits: u32, id: u32) -> u32 {
-    codec.decode(id) & ((1u32 << shard_bits) - 1)
-}
-
 struct Slot<T> {
     generation: u16,
     val: Option<T>,
@@ -248,8 +314,13 @@ struct Slot<T> {
 /// A slab of records addressed by local comm ID.
 pub struct IdSlab<T> {
     codec: IdCodec,
+    /// The low field of this slab's plain values ([`IdLayout::field`]).
     shard: u32,
+    /// Its width.
     shard_bits: u32,
+    slot_bits: u32,
+    /// The generation of a new slot.
+    gen_base: u16,
     slots: Vec<Slot<T>>,
     free: VecDeque<u32>,
     len: usize,
@@ -270,11 +341,31 @@ const NO_SLOT: u32 = u32::MAX;
 
 impl<T> IdSlab<T> {
     pub fn new(codec: IdCodec, shard: u32, shard_bits: u32, max_ids: u32) -> IdSlab<T> {
-        let cap = 1u32 << (SLOT_BITS - shard_bits);
+        IdSlab::with_slot_bits(codec, shard, shard_bits, SLOT_BITS, max_ids)
+    }
+
+    /// A slab of shard `shard` in `layout`.
+    pub fn in_layout(codec: IdCodec, layout: &IdLayout, shard: u32, max_ids: u32) -> IdSlab<T> {
+        let (f, b) = (layout.field(shard), layout.field_bits());
+        let mut s = IdSlab::with_slot_bits(codec, f, b, layout.slot_bits, max_ids);
+        s.gen_base = (layout.gen_base & ((1u32 << (32 - layout.slot_bits)) - 1)) as u16;
+        s
+    }
+
+    fn with_slot_bits(
+        codec: IdCodec,
+        shard: u32,
+        shard_bits: u32,
+        slot_bits: u32,
+        max_ids: u32,
+    ) -> IdSlab<T> {
+        let cap = 1u32 << (slot_bits - shard_bits);
         IdSlab {
             codec,
             shard,
             shard_bits,
+            slot_bits,
+            gen_base: 0,
             slots: Vec::new(),
             free: VecDeque::new(),
             len: 0,
@@ -292,7 +383,7 @@ impl<T> IdSlab<T> {
     }
 
     fn plain(&self, slot: u32, generation: u16) -> u32 {
-        (generation as u32) << SLOT_BITS | slot << self.shard_bits | self.shard
+        (generation as u32) << self.slot_bits | slot << self.shard_bits | self.shard
     }
 
     /// Allocates a slot and returns its ID; `make` builds the record from
@@ -304,7 +395,7 @@ impl<T> IdSlab<T> {
             self.free.pop_front()?
         } else {
             self.slots.push(Slot {
-                generation: 0,
+                generation: self.gen_base,
                 val: None,
             });
             self.slots.len() as u32 - 1
@@ -343,8 +434,8 @@ impl<T> IdSlab<T> {
         if p & mask != self.shard {
             return None;
         }
-        let slot = (p & ((1 << SLOT_BITS) - 1)) >> self.shard_bits;
-        let generation = (p >> SLOT_BITS) as u16;
+        let slot = (p & ((1 << self.slot_bits) - 1)) >> self.shard_bits;
+        let generation = (p >> self.slot_bits) as u16;
         let s = self.slots.get(slot as usize)?;
         (s.generation == generation && s.val.is_some()).then_some(slot as usize)
     }
@@ -366,7 +457,7 @@ impl<T> IdSlab<T> {
         self.cache_entry(id).set((0, NO_SLOT));
         let s = &mut self.slots[i];
         let v = s.val.take();
-        s.generation = (s.generation + 1) & ((1 << GEN_BITS) - 1) as u16;
+        s.generation = (s.generation + 1) & ((1u32 << (32 - self.slot_bits)) - 1) as u16;
         self.free.push_back(i as u32);
         self.len -= 1;
         v
@@ -657,11 +748,68 @@ mod tests {
         assert_ne!(IdCodec::new(1).encode(7), IdCodec::new(2).encode(7));
     }
 
+    /// Design B: processes sharing a device's key never collide, each ID
+    /// decodes to its process and shard, a process never resolves
+    /// another's ID, the IDs still scatter, and a slot's ID comes back
+    /// only after 2^7 reuses.
+    #[test]
+    fn forward_layout_names_the_process() {
+        let codec = IdCodec::new(0xfeed);
+        let mut seen = HashSet::new();
+        let mut slabs: Vec<(u32, u32, IdSlab<u32>)> = Vec::new();
+        for p in [0u32, 1, 5, 127] {
+            for shard in 0..2 {
+                let l = IdLayout::forward(1, p);
+                slabs.push((p, shard, IdSlab::in_layout(codec, &l, shard, u32::MAX)));
+            }
+        }
+        for (p, shard, s) in &mut slabs {
+            for _ in 0..5000 {
+                let id = s.insert_with(|id| id).unwrap();
+                assert!(seen.insert(id), "ID {id:#x} twice");
+                assert_eq!(forward_owner(&codec, id), *p);
+                assert_eq!(IdLayout::forward(1, *p).shard_of(&codec, id), *shard);
+            }
+        }
+        for (p, shard, s) in &slabs {
+            for (q, other, o) in &slabs {
+                if (p, shard) != (q, other) {
+                    let id = o.ids()[17];
+                    assert_eq!(s.get(id), None, "({p},{shard}) resolved ({q},{other})'s ID");
+                }
+            }
+        }
+        // Consecutive allocations of one process do not give near IDs.
+        let ids = slabs[2].2.ids();
+        let near = ids
+            .windows(2)
+            .filter(|w| w[1].wrapping_sub(w[0]) < 16)
+            .count();
+        assert!(near < 5, "{near}");
+        // 2^18 ids per process with one shard; the 128th reuse of a slot
+        // gives its first ID back, not sooner.
+        let l = IdLayout::forward(0, 3);
+        let mut s: IdSlab<()> = IdSlab::in_layout(codec, &l, 0, 1);
+        let first = s.insert_with(|_| ()).unwrap();
+        s.remove(first);
+        for n in 1..128 {
+            let id = s.insert_with(|_| ()).unwrap();
+            assert_ne!(id, first, "back after {n} reuses");
+            s.remove(id);
+        }
+        assert_eq!(s.insert_with(|_| ()).unwrap(), first);
+        let mut big: IdSlab<()> = IdSlab::in_layout(codec, &l, 0, u32::MAX);
+        for _ in 0..(1 << 18) {
+            big.insert_with(|_| ()).unwrap();
+        }
+        assert!(big.insert_with(|_| ()).is_none());
+    }
+
     #[test]
     fn slab_insert_get_remove_and_generations() {
         let mut s: IdSlab<u32> = IdSlab::new(IdCodec::new(7), 1, 1, u32::MAX);
         let a = s.insert_with(|id| id).unwrap();
-        assert_eq!(shard_of(&IdCodec::new(7), 1, a), 1);
+        assert_eq!(IdLayout::local(1).shard_of(&IdCodec::new(7), a), 1);
         assert_eq!(s.get(a), Some(&a));
         assert_eq!(s.remove(a), Some(a));
         assert_eq!(s.get(a), None);
@@ -674,8 +822,8 @@ mod tests {
             s0.insert_with(|id| id).unwrap(),
             s1.insert_with(|id| id).unwrap(),
         );
-        assert_eq!(shard_of(&IdCodec::new(7), 1, id0), 0);
-        assert_eq!(shard_of(&IdCodec::new(7), 1, id1), 1);
+        assert_eq!(IdLayout::local(1).shard_of(&IdCodec::new(7), id0), 0);
+        assert_eq!(IdLayout::local(1).shard_of(&IdCodec::new(7), id1), 1);
         assert_eq!(s1.get(id0), None, "shard 1 resolved shard 0's ID");
         assert_eq!(s1.get_mut(id0), None, "shard 1 resolved shard 0's ID");
         assert_eq!(s1.remove(id0), None, "shard 1 removed shard 0's ID");

@@ -273,7 +273,7 @@ const MAX_NOTICES: usize = 256;
 
 impl Engine {
     pub fn new(cfg: EngineConfig, shared: Arc<Shared>) -> Engine {
-        let ids = IdSlab::new(shared.codec, cfg.shard, shared.shard_bits, cfg.max_ids);
+        let ids = IdSlab::in_layout(shared.codec, &shared.layout, cfg.shard, cfg.max_ids);
         let rng = ids::splitmix64(cfg.seed ^ cfg.node_guid);
         Engine {
             cfg,

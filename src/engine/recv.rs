@@ -1110,7 +1110,7 @@ pub fn route(shared: &Shared, buf: &[u8], src: &MadSource) -> Result<u32, u64> {
     }
     let mix = |a: u64, b: u64| ids::splitmix64(a ^ b.rotate_left(32));
     match peek::addressing(buf) {
-        Some(Addressing::Receiver(id)) => Ok(ids::shard_of(&shared.codec, shared.shard_bits, id)),
+        Some(Addressing::Receiver(id)) => Ok(shared.layout.shard_of(&shared.codec, id)),
         Some(Addressing::Sender { ca_guid, comm_id }) => Err(mix(ca_guid, comm_id as u64)),
         Some(Addressing::SidrRequest(request_id)) => Err(mix(
             src.sgid.interface_id() ^ src.slid as u64,

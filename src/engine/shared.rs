@@ -7,7 +7,7 @@
 //! message path takes at most a read lock on the listen table and one of 16
 //! remote-QPN sub-locks.
 
-use super::ids::{IdCodec, PeerMap, PeerState};
+use super::ids::{IdCodec, IdLayout, PeerMap, PeerState};
 use super::types::*;
 use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,9 +38,25 @@ pub struct ListenEntry {
 
 const QP_LOCKS: usize = 16;
 
+/// A listen table wider than this device's engines: on a device shared
+/// through a forwarding service (design B), the host's, which the service
+/// holds. A listen is claimed there after this device's own table took it
+/// and released when the listener goes.
+pub trait HostListens: Send + Sync {
+    /// `Err(-EBUSY)` when another process holds `service_id`, or the
+    /// errno of a service that cannot answer.
+    fn claim(&self, service_id: u64) -> Result<(), Errno>;
+    fn release(&self, service_id: u64);
+}
+
 pub struct Shared {
     pub codec: IdCodec,
+    /// The host's listen table, for a device whose engines are not the
+    /// host's only ones (`None`: this table is the host's).
+    pub host_listens: Option<std::sync::Arc<dyn HostListens>>,
     pub shard_bits: u32,
+    /// How plain comm ID values are cut (`shard_bits` is its shard width).
+    pub layout: IdLayout,
     pub(super) listen: RwLock<PeerMap<u64, ListenEntry>>,
     pub(super) remote_qp: [Mutex<PeerMap<(u64, u32), RemoteQpEntry>>; QP_LOCKS],
     next_service_id: AtomicU64,
@@ -52,14 +68,25 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Shared {
     pub fn new(seed: u64, shard_bits: u32) -> Shared {
+        Shared::with_layout(seed, IdLayout::local(shard_bits))
+    }
+
+    /// A device whose comm IDs follow `layout`; `seed` keys the comm ID
+    /// permutation (a forwarded device's is the service's, shared by
+    /// every process on the device) and seeds the tables.
+    pub fn with_layout(seed: u64, layout: IdLayout) -> Shared {
         Shared {
             codec: IdCodec::new(seed),
-            shard_bits,
+            host_listens: None,
+            shard_bits: layout.shard_bits,
+            layout,
             listen: RwLock::new(PeerMap::with_hasher(PeerState::new(seed ^ 2))),
             remote_qp: std::array::from_fn(|i| {
                 Mutex::new(PeerMap::with_hasher(PeerState::new(seed ^ (i as u64 + 3))))
             }),
-            next_service_id: AtomicU64::new(ASSIGN_SERVICE_ID),
+            // Each process of a forwarded device assigns from its own
+            // range, so that two never pick the same one.
+            next_service_id: AtomicU64::new(ASSIGN_SERVICE_ID | (layout.proc_slot as u64) << 40),
         }
     }
 
@@ -116,7 +143,19 @@ impl Shared {
             .is_some_and(|e| e.local_id == local_id)
         {
             listen.remove(&service_id);
+            drop(listen);
+            if let Some(h) = &self.host_listens {
+                h.release(service_id);
+            }
         }
+    }
+
+    /// Claims `service_id` in the host's table (nothing to do when this
+    /// device's table is the host's).
+    pub fn claim_host(&self, service_id: u64) -> Result<(), Errno> {
+        self.host_listens
+            .as_ref()
+            .map_or(Ok(()), |h| h.claim(service_id))
     }
 
     pub fn listen_count(&self) -> usize {

@@ -289,6 +289,48 @@ pub struct MadDest {
     pub dest_qp: u32,
 }
 
+impl MadDest {
+    /// Where the answer to a MAD from `src` goes: back to its sender, the
+    /// GIDs swapped, on the port it came in by.
+    pub fn reply_to(src: &MadSource) -> MadDest {
+        MadDest {
+            port: src.port,
+            dgid: src.sgid,
+            sgid: src.dgid,
+            dlid: src.slid,
+            sl: src.sl,
+            pkey: src.pkey,
+            pkey_index: 0,
+            hop_limit: if src.has_grh { 0xff } else { 0 },
+            traffic_class: src.traffic_class,
+            flow_label: src.flow_label,
+            has_grh: src.has_grh,
+            dest_qp: src.src_qp.max(1),
+        }
+    }
+}
+
+impl MadSource {
+    /// A MAD sent to `d` as a device of the same host receives it without
+    /// a wire (the sender's LID `slid`, QP1).
+    pub fn delivered(d: &MadDest, slid: u16) -> MadSource {
+        MadSource {
+            port: d.port,
+            sgid: d.sgid,
+            dgid: d.dgid,
+            has_grh: d.has_grh,
+            slid,
+            dlid_path_bits: 0,
+            sl: d.sl,
+            src_qp: 1,
+            pkey: d.pkey,
+            hop_limit: d.hop_limit,
+            traffic_class: d.traffic_class,
+            flow_label: d.flow_label,
+        }
+    }
+}
+
 /// One MAD the engine wants sent.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Transmit {

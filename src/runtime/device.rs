@@ -9,6 +9,7 @@ use super::shard::{Listeners, Shard};
 use super::spec::open_transport;
 use super::{lock, read};
 use crate::abi::{IbGid, IbGidAttr};
+use crate::engine::ids::IdLayout;
 use crate::engine::{self, *};
 use crate::fabric::Transport;
 use crate::log::{ERROR, WARN};
@@ -177,6 +178,13 @@ impl Device {
         super::remote::open_at(socket, name)
     }
 
+    /// Opens a device through the CM service listening at `socket` in
+    /// forward mode (design B: this process runs the device's engines, the
+    /// service forwards their MADs), whatever `IBCM_SERVICE_MODE` says.
+    pub fn open_forwarded(name: &str, socket: &std::path::Path) -> Result<Arc<Device>, Errno> {
+        super::remote::open_forwarded_at(socket, name)
+    }
+
     /// Whether the host CM service serves this device.
     pub fn is_served(&self) -> bool {
         self.remote.is_some()
@@ -253,9 +261,24 @@ impl Device {
 
     /// A device over any transport; starts its event-loop thread(s).
     pub fn with_transport(transport: Arc<dyn Transport>, opts: DeviceOptions) -> Arc<Device> {
+        Device::with_engines(transport, opts, random_seed(), IdLayout::local, None)
+    }
+
+    /// A device over any transport whose comm IDs follow `layout` (given
+    /// the shard bit count) keyed by `seed`, with the host's listen table
+    /// `host_listens` when this device's is not it (design B's forwarded
+    /// devices: `forward`).
+    pub(super) fn with_engines(
+        transport: Arc<dyn Transport>,
+        opts: DeviceOptions,
+        seed: u64,
+        layout: impl FnOnce(u32) -> IdLayout,
+        host_listens: Option<Arc<dyn crate::engine::shared::HostListens>>,
+    ) -> Arc<Device> {
         let shard_bits = opts.shards.next_power_of_two().trailing_zeros().min(6);
-        let seed = random_seed();
-        let shared = Arc::new(Shared::new(seed, shard_bits));
+        let mut shared = Shared::with_layout(seed, layout(shard_bits));
+        shared.host_listens = host_listens;
+        let shared = Arc::new(shared);
         let ports = transport.ports();
         let node_guid = transport.node_guid();
         let hi_tid = ((seed >> 32) as u32 & 0xffff).max(1);

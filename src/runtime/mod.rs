@@ -64,6 +64,7 @@ use std::sync::{Mutex, MutexGuard};
 mod busy;
 mod device;
 mod event_loop;
+mod forward;
 mod id;
 mod inner;
 mod registry;
@@ -78,6 +79,7 @@ pub use busy::{
 };
 pub use device::{Device, DeviceOptions, PortsHook};
 pub use event_loop::{ROUND_SLICE, delivery_round, in_delivery_round, set_delivery_round_end};
+pub use forward::forward_mode;
 pub use id::CmId;
 pub use inner::{CmIdInner, RustHandler};
 pub use registry::{listen_id, lookup};
@@ -86,7 +88,7 @@ pub use remote::{
     DEFAULT_SERVICE_TIMEOUT, Mode as ServiceMode, mode as service_mode, service_timeout,
     service_timeouts,
 };
-pub use spec::{DeviceSpec, SOFT_VERBS_PORT};
+pub use spec::{DeviceSpec, SOFT_VERBS_PORT, open_transport};
 pub use switch::LocalSwitch;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

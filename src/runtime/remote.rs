@@ -400,6 +400,9 @@ pub(super) fn open(name: &str) -> Result<Option<Arc<Device>>, Errno> {
             return Err(Errno::ENODEV);
         }
     };
+    if super::forward::forward_mode() {
+        return super::forward::open(fd, name).map(Some);
+    }
     Remote::open(fd, name).map(Some)
 }
 
@@ -420,7 +423,24 @@ pub(super) fn open_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
         ibcm_log!(WARN, "{name}: no CM service at {}: {e}", path.display());
         Errno::ENODEV
     })?;
+    if super::forward::forward_mode() {
+        return super::forward::open(fd, name);
+    }
     Remote::open(fd, name)
+}
+
+/// Opens `name` through the service listening at `path` in forward mode
+/// (no start on demand).
+pub(super) fn open_forwarded_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
+    let fd = connect_service(path, false).map_err(|e| {
+        ibcm_log!(WARN, "{name}: no CM service at {}: {e}", path.display());
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            Errno(errno::ETIMEDOUT)
+        } else {
+            Errno::ENODEV
+        }
+    })?;
+    super::forward::open(fd, name)
 }
 
 /// A connection to the service at `path`, every wait bounded by

@@ -103,7 +103,7 @@ fn open_verbs(name: &str) -> Result<Option<Arc<dyn Transport>>, Errno> {
 
 /// The transport a device name stands for: a real device (`open_verbs`),
 /// else a `DeviceSpec`'s UDP or in-process fabric.
-pub(super) fn open_transport(name: &str) -> Result<Arc<dyn Transport>, Errno> {
+pub fn open_transport(name: &str) -> Result<Arc<dyn Transport>, Errno> {
     if let Some(t) = open_verbs(name)? {
         return Ok(t);
     }

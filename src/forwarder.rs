@@ -1,0 +1,1022 @@
+//! Design B of the host CM service, the service's side
+//! (`IBCM_SERVICE_MODE=forward`; docs/SERVICE.md, "Design B"): the
+//! service owns each forwarded device's transport; the processes that
+//! opened it run its engines (`runtime::forward`) and the service's
+//! [`Hub`] switches their MADs. One hub serves every forwarded device of
+//! the service, under one lock, with one connection tracker.
+//!
+//! * **Routing.** A REQ or SIDR_REQ goes to the process holding its
+//!   service ID in its device's listen table (none: the hub answers REJ
+//!   `INVALID_SERVICE_ID` or SIDR_REP `UNSUPPORTED`, as the kernel's CM
+//!   does); every other MAD to the process its receiver comm ID names
+//!   (`engine::ids::forward_owner`: the process slot is inside the ID); a
+//!   REJ that names its connection by the sender's CA GUID goes to every
+//!   process of the device.
+//! * **No wire between the service's own devices.** A process's MAD for
+//!   one of its device's GIDs (or its LID), or for the address and UDP
+//!   port of another forwarded soft device, goes straight to the
+//!   receiving process. A live capture records a MAD between two soft
+//!   devices once, on the sender's tap, as the frame it replaces.
+//! * **Tracking.** Every MAD passes the connection tracker (`tracker`)
+//!   once. A process's MAD that speaks for a comm ID the process does not
+//!   own, or from a GID its device does not have, is dropped, counted and
+//!   logged; one from the wire passes whatever the tracker says (the
+//!   process's engine judges it, as in-process).
+//! * **A process that goes** (exit, crash, SIGKILL: its connection
+//!   closes): its listens are released, its slot is free again (last in
+//!   line), and the tracker's MADs for its connections leave at once —
+//!   DREQs for established ones, REJs for pending ones, as the kernel
+//!   sends for a dying process; later MADs to it are answered for it. A
+//!   device is closed with its last process.
+//! * **Never blocked by a process.** MADs to a process leave without
+//!   waiting while its socket has room; when it is full they queue for
+//!   the process's writer thread, which waits for room. A process that
+//!   lets `MAX_BACKLOG` messages pile up loses the next ones (dropped and
+//!   counted, as a congested wire drops them: the CM retransmits).
+//! * **Limits.** 128 processes per device (`ids::FORWARD_PROC_BITS`; the
+//!   next open gets `-EUSERS`), the service's listener limit per process
+//!   (`-ENOMEM`), 65,536 wire peers tracked (beyond them, peers share one
+//!   tracker name).
+
+use crate::engine::ids::{
+    FORWARD_PROC_BITS, FastMap, FastState, IdCodec, PeerMap, PeerState, forward_owner, splitmix64,
+};
+use crate::engine::{Errno, MadDest, MadSource, PortInfo, Transmit};
+use crate::fabric::{Received, Transport, TransportStats};
+use crate::ipc::{self, FwdOpened, Opened, fwd, sock};
+use crate::log::{INFO, WARN};
+use crate::tracker::{Proc, Tracker, Verdict};
+use crate::wire::{Gid, attr, peek};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Process slots per device.
+pub const MAX_PROCS: usize = 1 << FORWARD_PROC_BITS;
+/// Tracker names of wire peers start here (below: device << 7 | slot).
+const WIRE_BASE: Proc = 1 << 31;
+/// Wire peers tracked by name at most.
+const MAX_WIRE_PEERS: usize = 1 << 16;
+/// Messages queued for one process's writer at most.
+const MAX_BACKLOG: usize = 4096;
+/// How long the tracker keeps closed ends and answers for a dead
+/// process (longer than a CM's retries of one message).
+const KEEP_MS: u64 = 60_000;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+macro_rules! fwd_counters {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// A forwarded device's counters (live).
+        #[derive(Debug, Default)]
+        pub struct FwdStats {
+            $($(#[$doc])* pub $name: AtomicU64,)*
+        }
+
+        impl FwdStats {
+            /// Each counter's name and value.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name.load(Ordering::Relaxed)),)*]
+            }
+        }
+    };
+}
+
+fwd_counters! {
+    /// MADs from the wire handed to a process.
+    wire_in,
+    /// MADs of processes sent on the wire.
+    wire_out,
+    /// MADs handed to a process of the service's devices without the wire.
+    local,
+    /// Processes' MADs the tracker refused (a comm ID not theirs).
+    refused,
+    /// Processes' MADs from a GID or port the device does not have.
+    spoofed,
+    /// MADs that name no process (no such slot, garbage).
+    unroutable,
+    /// Requests no listener took, answered REJ/SIDR_REP by the hub.
+    no_listener,
+    /// MADs answered for a process that is gone.
+    answered_gone,
+    /// MADs sent for processes that went (DREQ, REJ).
+    sent_for_gone,
+    /// MADs dropped because their process's socket was full.
+    dropped_full,
+    /// Records of processes that did not decode.
+    bad_records,
+    /// Listen claims refused (`-EBUSY`, `-ENOMEM`).
+    claims_refused,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Messages for a process that its socket had no room for, and whether
+/// the process is gone (its writer then ends).
+#[derive(Default)]
+struct Backlog {
+    q: Mutex<(VecDeque<Vec<u8>>, bool)>,
+    cv: Condvar,
+}
+
+/// One process on a device.
+struct ProcEnt {
+    /// Our copy of its connection, for sending.
+    tx: Arc<OwnedFd>,
+    backlog: Arc<Backlog>,
+    pid: i32,
+    listens: usize,
+    /// Records waiting for this wake-up's end.
+    out: Vec<u8>,
+    logged: u32,
+}
+
+/// A forwarded device.
+struct Dev {
+    key: String,
+    transport: Arc<dyn Transport>,
+    ports: Vec<PortInfo>,
+    soft: Option<(Gid, u16)>,
+    id_key: u64,
+    codec: IdCodec,
+    procs: Vec<Option<ProcEnt>>,
+    free: VecDeque<u32>,
+    /// Opens of each slot so far (the next one's generation base).
+    opens: Vec<u32>,
+    /// Service ID → slot (IDs the device's processes choose).
+    listens: FastMap<u64, u32>,
+    stats: Arc<FwdStats>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// MADs for the wire, sent after the lock is let go.
+    tx: Vec<Transmit>,
+}
+
+/// A wire peer as the tracker names it: the device, the port, our GID,
+/// its GID or LID.
+type PeerKey = (u32, u8, Gid, Gid, u16);
+
+struct State {
+    devs: Vec<Option<Dev>>,
+    by_key: HashMap<String, u32>,
+    by_soft: HashMap<(Gid, u16), u32>,
+    /// Devices being closed (their transport not released yet): an open
+    /// of the same name waits.
+    closing: Vec<String>,
+    tracker: Tracker,
+    wire: Vec<(u32, MadDest)>,
+    wire_ix: PeerMap<PeerKey, u32>,
+    /// Processes with records in `out`, devices with MADs in `tx`.
+    dirty: Vec<Proc>,
+    dirty_tx: Vec<u32>,
+    last_expire: u64,
+}
+
+/// Where a MAD goes in its device.
+enum Target {
+    Proc(u32),
+    NoListener,
+    Every,
+    Nowhere,
+}
+
+/// Who sent the MAD being routed, and where its answers go.
+#[derive(Clone, Copy)]
+enum Sender {
+    /// A process (its tracker name) and the source its answers carry.
+    Proc(Proc, MadSource),
+    /// The wire of a device: the peer's tracker name and where answers go.
+    Wire(Proc, u32, MadDest),
+}
+
+impl Sender {
+    fn name(&self) -> Proc {
+        match self {
+            Sender::Proc(p, _) | Sender::Wire(p, _, _) => *p,
+        }
+    }
+}
+
+fn pname(dev: u32, slot: u32) -> Proc {
+    dev << FORWARD_PROC_BITS | slot
+}
+
+fn split(p: Proc) -> (u32, u32) {
+    (p >> FORWARD_PROC_BITS, p & (MAX_PROCS as u32 - 1))
+}
+
+/// The source a MAD's answer carries back: the GIDs swapped.
+fn swapped(s: &MadSource) -> MadSource {
+    MadSource {
+        sgid: s.dgid,
+        dgid: s.sgid,
+        ..*s
+    }
+}
+
+fn random_key() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: an 8-byte buffer.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    splitmix64(u64::from_ne_bytes(b) ^ if n == 8 { 0 } else { t })
+}
+
+fn table_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0xf0d_u64)
+}
+
+/// See the module documentation.
+pub struct Hub {
+    st: Mutex<State>,
+    closed_cv: Condvar,
+    epoch: Instant,
+    max_listens: usize,
+}
+
+/// A forwarded device as `ibcm stat` shows it.
+pub struct FwdDevice {
+    pub key: String,
+    pub processes: usize,
+    /// Open connection ends of its processes (the tracker's).
+    pub ends: usize,
+    pub transport: crate::fabric::TransportCounters,
+    pub stats: Arc<FwdStats>,
+}
+
+/// What `FWD_OPEN` answers, and the device and slot the process got.
+pub struct Attached {
+    pub dev: u32,
+    pub slot: u32,
+    pub opened: FwdOpened,
+}
+
+impl Hub {
+    pub fn new(max_listens: usize) -> Arc<Hub> {
+        Arc::new(Hub {
+            st: Mutex::new(State {
+                devs: Vec::new(),
+                by_key: HashMap::new(),
+                by_soft: HashMap::new(),
+                closing: Vec::new(),
+                tracker: Tracker::new(),
+                wire: Vec::new(),
+                wire_ix: PeerMap::with_hasher(PeerState::new(table_seed())),
+                dirty: Vec::new(),
+                dirty_tx: Vec::new(),
+                last_expire: 0,
+            }),
+            closed_cv: Condvar::new(),
+            epoch: Instant::now(),
+            max_listens,
+        })
+    }
+
+    /// Whether the device of service key `key` is forwarded.
+    pub fn has(&self, key: &str) -> bool {
+        lock(&self.st).by_key.contains_key(key)
+    }
+
+    /// Open ends of connections the tracker follows.
+    pub fn tracked(&self) -> usize {
+        lock(&self.st).tracker.len()
+    }
+
+    /// Each forwarded device: its key, its processes, the open connection
+    /// ends of its processes the tracker follows, its transport's counters
+    /// and its own.
+    pub fn devices(&self) -> Vec<FwdDevice> {
+        let st = lock(&self.st);
+        st.devs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| Some((i as u32, d.as_ref()?)))
+            .map(|(i, d)| FwdDevice {
+                key: d.key.clone(),
+                processes: d.procs.iter().flatten().count(),
+                ends: st.tracker.len_of(|p| p < WIRE_BASE && split(p).0 == i),
+                transport: d.transport.stats().snapshot(),
+                stats: d.stats.clone(),
+            })
+            .collect()
+    }
+
+    /// Attaches the process on `fd` to device `name` (service key `key`),
+    /// opening the device if it is not forwarded yet: `-EUSERS` when
+    /// every slot of the device is taken, the transport's errno when it
+    /// cannot be opened.
+    pub fn attach(
+        self: &Arc<Self>,
+        key: &str,
+        name: &str,
+        fd: &OwnedFd,
+        pid: i32,
+    ) -> Result<Attached, Errno> {
+        let tx = Arc::new(fd.try_clone().map_err(|_| Errno(libc::EMFILE))?);
+        let mut st = lock(&self.st);
+        while st.closing.iter().any(|k| k == key) {
+            st = self.closed_cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let dev = match st.by_key.get(key) {
+            Some(&d) => d,
+            None => self.open_dev(&mut st, key, name)?,
+        };
+        let d = st.devs[dev as usize].as_mut().expect("listed device");
+        let Some(slot) = d.free.pop_front() else {
+            ibcm_log!(
+                WARN,
+                "{key}: process {pid}: {MAX_PROCS} processes use the device already: -EUSERS"
+            );
+            let empty = d.procs.iter().all(Option::is_none);
+            drop(st);
+            if empty {
+                self.close_dev(dev);
+            }
+            return Err(Errno(libc::EUSERS));
+        };
+        d.opens[slot as usize] += 1;
+        let gen_base = d.opens[slot as usize].wrapping_mul(0x9e37_79b9) >> 25;
+        let backlog = Arc::new(Backlog::default());
+        let (w, b) = (tx.clone(), backlog.clone());
+        let writer = std::thread::Builder::new()
+            .name(format!("ibcmd-fw{slot}"))
+            .spawn(move || writer(&w, &b));
+        if writer.is_err() {
+            d.free.push_front(slot);
+            return Err(Errno::ENOMEM);
+        }
+        d.procs[slot as usize] = Some(ProcEnt {
+            tx,
+            backlog,
+            pid,
+            listens: 0,
+            out: Vec::new(),
+            logged: 0,
+        });
+        let opened = FwdOpened {
+            opened: Opened {
+                name: d.transport.describe().into_bytes(),
+                node_guid: d.transport.node_guid(),
+                ports: d.ports.clone().into_boxed_slice(),
+            },
+            id_key: d.id_key,
+            proc_slot: slot,
+            gen_base,
+        };
+        ibcm_log!(INFO, "{key}: process {pid} attached (slot {slot})");
+        Ok(Attached { dev, slot, opened })
+    }
+
+    fn open_dev(self: &Arc<Self>, st: &mut State, key: &str, name: &str) -> Result<u32, Errno> {
+        let transport = crate::runtime::open_transport(name)?;
+        let dev = match st.devs.iter().position(Option::is_none) {
+            Some(i) => i as u32,
+            None => {
+                st.devs.push(None);
+                st.devs.len() as u32 - 1
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let (me, t, s) = (self.clone(), transport.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("ibcmd-fwd".into())
+            .spawn(move || me.wire_loop(dev, &t, &s))
+            .map_err(|_| Errno::ENOMEM)?;
+        let id_key = random_key();
+        let soft = transport.soft_addr();
+        if let Some(a) = soft {
+            st.by_soft.insert(a, dev);
+        }
+        ibcm_log!(INFO, "forwarding {key} ({})", transport.describe());
+        st.devs[dev as usize] = Some(Dev {
+            key: key.to_string(),
+            ports: transport.ports(),
+            transport,
+            soft,
+            id_key,
+            codec: IdCodec::new(id_key),
+            procs: (0..MAX_PROCS).map(|_| None).collect(),
+            free: (0..MAX_PROCS as u32).collect(),
+            opens: vec![0; MAX_PROCS],
+            listens: FastMap::with_hasher(FastState::new(id_key)),
+            stats: Arc::default(),
+            stop,
+            thread: Some(thread),
+            tx: Vec::new(),
+        });
+        st.by_key.insert(key.to_string(), dev);
+        Ok(dev)
+    }
+
+    /// Closes a device with no process (its wire thread joined without
+    /// the lock; an open of the same key waits for the end).
+    fn close_dev(&self, dev: u32) {
+        let d = {
+            let mut st = lock(&self.st);
+            let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::take) else {
+                return;
+            };
+            st.by_key.remove(&d.key);
+            if let Some(a) = d.soft {
+                st.by_soft.remove(&a);
+            }
+            st.closing.push(d.key.clone());
+            d
+        };
+        d.stop.store(true, Ordering::SeqCst);
+        d.transport.wake();
+        if let Some(t) = d.thread
+            && t.join().is_err()
+        {
+            ibcm_log!(WARN, "{}: the forwarder's wire thread had panicked", d.key);
+        }
+        let s: Vec<String> = d
+            .stats
+            .fields()
+            .into_iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        ibcm_log!(
+            INFO,
+            "{}: last process gone, closed ({})",
+            d.key,
+            s.join(", ")
+        );
+        drop(d.transport);
+        lock(&self.st).closing.retain(|k| *k != d.key);
+        self.closed_cv.notify_all();
+    }
+
+    /// Reads the process's records until its connection closes.
+    pub fn serve(&self, dev: u32, slot: u32, fd: &OwnedFd) {
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        let mut msgs: Vec<usize> = Vec::new();
+        while sock::wait_readable(fd).is_ok() {
+            // Read what waits (up to 64 KiB of messages) without the lock.
+            msgs.clear();
+            let mut at = 0;
+            let mut end = false;
+            while at + fwd::PER_MSG * fwd::MAD_REC <= buf.len() {
+                match sock::try_recv(fd, &mut buf[at..]) {
+                    Ok(Some(0)) | Err(_) => {
+                        end = true;
+                        break;
+                    }
+                    Ok(Some(n)) => {
+                        msgs.push(n);
+                        at += n;
+                    }
+                    Ok(None) => break,
+                }
+                if at + ipc::MAX_RECORD > buf.len() && buf.len() < 8 * ipc::MAX_RECORD {
+                    buf.resize(buf.len() + ipc::MAX_RECORD, 0);
+                }
+            }
+            if !msgs.is_empty() {
+                let now = self.now_ms();
+                let mut st = lock(&self.st);
+                let mut at = 0;
+                for &n in &msgs {
+                    self.on_proc_msg(&mut st, dev, slot, &buf[at..at + n], now);
+                    at += n;
+                }
+                let out = self.finish(&mut st);
+                drop(st);
+                send_out(out);
+            }
+            if end {
+                return;
+            }
+        }
+    }
+
+    /// The process of (`dev`, `slot`) is gone: its listens go, and the
+    /// MADs the kernel's CM would send for its connections leave now.
+    /// The device closes with its last process.
+    pub fn detach(&self, dev: u32, slot: u32) {
+        let now = self.now_ms();
+        let mut st = lock(&self.st);
+        let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let Some(p) = d.procs[slot as usize].take() else {
+            return;
+        };
+        {
+            let mut q = lock(&p.backlog.q);
+            q.1 = true;
+            q.0.clear();
+        }
+        p.backlog.cv.notify_all();
+        d.free.push_back(slot);
+        d.listens.retain(|_, o| *o != slot);
+        let empty = d.procs.iter().all(Option::is_none);
+        let stats = d.stats.clone();
+        let key = d.key.clone();
+        let answers = st.tracker.process_gone(pname(dev, slot), now);
+        let n = answers.len();
+        for (to, mad) in answers {
+            inc(&stats.sent_for_gone);
+            self.for_gone(&mut st, pname(dev, slot), to, &mad);
+        }
+        let out = self.finish(&mut st);
+        drop(st);
+        send_out(out);
+        ibcm_log!(
+            INFO,
+            "{key}: process {} (slot {slot}) gone: {n} MAD(s) sent for its connections",
+            p.pid
+        );
+        if empty {
+            self.close_dev(dev);
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn wire_loop(&self, dev: u32, transport: &Arc<dyn Transport>, stop: &AtomicBool) {
+        let mut batch = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            batch.clear();
+            if let Err(e) = transport.recv(Some(Duration::from_millis(250)), &mut batch) {
+                ibcm_log!(WARN, "{}: receive: {e}", transport.describe());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let now = self.now_ms();
+            let mut st = lock(&self.st);
+            if st.devs.get(dev as usize).is_none_or(Option::is_none) {
+                return;
+            }
+            for r in &batch {
+                self.on_wire_mad(&mut st, dev, r, now);
+            }
+            if now >= st.last_expire + 1000 {
+                st.last_expire = now;
+                st.tracker.expire(now, KEEP_MS);
+            }
+            let out = self.finish(&mut st);
+            drop(st);
+            send_out(out);
+        }
+    }
+
+    /// Sends what each process got (without waiting); the wire's MADs of
+    /// each device, to send once the lock is let go.
+    fn finish(&self, st: &mut State) -> Vec<(Arc<dyn Transport>, Vec<Transmit>)> {
+        for p in std::mem::take(&mut st.dirty) {
+            let (dev, slot) = split(p);
+            if let Some(d) = st.devs[dev as usize].as_mut() {
+                flush(d, slot);
+            }
+        }
+        let mut out = Vec::new();
+        for dev in std::mem::take(&mut st.dirty_tx) {
+            if let Some(d) = st.devs[dev as usize].as_mut()
+                && !d.tx.is_empty()
+            {
+                d.stats
+                    .wire_out
+                    .fetch_add(d.tx.len() as u64, Ordering::Relaxed);
+                out.push((d.transport.clone(), std::mem::take(&mut d.tx)));
+            }
+        }
+        out
+    }
+
+    /// Queues a MAD record for process `p`.
+    fn deliver(&self, st: &mut State, p: Proc, src: &MadSource, mad: &[u8; 256]) {
+        let (dev, slot) = split(p);
+        let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let Some(e) = d.procs[slot as usize].as_mut() else {
+            return;
+        };
+        if e.out.is_empty() {
+            st.dirty.push(p);
+        }
+        fwd::put_source(&mut e.out, src, mad);
+        if e.out.len() + fwd::MAD_REC > fwd::PER_MSG * fwd::MAD_REC {
+            flush(d, slot);
+        }
+    }
+
+    fn wire_send(&self, st: &mut State, dev: u32, dest: MadDest, mad: &[u8; 256]) {
+        if let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::as_mut) {
+            if d.tx.is_empty() {
+                st.dirty_tx.push(dev);
+            }
+            d.tx.push(Transmit { dest, mad: *mad });
+        }
+    }
+
+    /// An answer to the sender of the MAD being routed.
+    fn answer(&self, st: &mut State, from: &Sender, mad: &[u8; 256]) {
+        match *from {
+            Sender::Proc(p, back) => self.deliver(st, p, &back, mad),
+            Sender::Wire(_, dev, back) => self.wire_send(st, dev, back, mad),
+        }
+    }
+
+    /// A MAD the tracker made for a dead process `dead`, to `to`.
+    fn for_gone(&self, st: &mut State, dead: Proc, to: Proc, mad: &[u8; 256]) {
+        if to >= WIRE_BASE {
+            if let Some(&(dev, d)) = st.wire.get((to - WIRE_BASE) as usize) {
+                self.wire_send(st, dev, d, mad);
+            }
+            return;
+        }
+        let gid = |st: &State, p: Proc| {
+            st.devs
+                .get(split(p).0 as usize)
+                .and_then(Option::as_ref)
+                .and_then(|d| d.ports.first())
+                .map(|p| (p.port_num, p.gids.first().map(|g| g.gid), p.lid, p.is_roce))
+        };
+        let (Some(from), Some(at)) = (gid(st, dead), gid(st, to)) else {
+            return;
+        };
+        let src = MadSource {
+            port: at.0,
+            sgid: from.1.unwrap_or_default(),
+            dgid: at.1.unwrap_or_default(),
+            has_grh: at.3,
+            slid: from.2,
+            dlid_path_bits: 0,
+            sl: 0,
+            src_qp: 1,
+            pkey: 0xffff,
+            hop_limit: if at.3 { 64 } else { 0 },
+            traffic_class: 0,
+            flow_label: 0,
+        };
+        self.deliver(st, to, &src, mad);
+    }
+
+    /// The tracker's name of a wire peer (made on first sight).
+    fn wire_proc(st: &mut State, key: PeerKey, dest: MadDest) -> Proc {
+        if let Some(&i) = st.wire_ix.get(&key) {
+            st.wire[i as usize].1 = dest;
+            return WIRE_BASE + i;
+        }
+        if st.wire.len() >= MAX_WIRE_PEERS {
+            return WIRE_BASE + MAX_WIRE_PEERS as u32;
+        }
+        let i = st.wire.len() as u32;
+        st.wire.push((key.0, dest));
+        st.wire_ix.insert(key, i);
+        WIRE_BASE + i
+    }
+
+    fn route(d: &Dev, mad: &[u8; 256]) -> Target {
+        match peek::attr_id(mad) {
+            Some(attr::REQ) | Some(attr::SIDR_REQ) => {
+                let sid = u64::from_be_bytes(mad[32..40].try_into().expect("8 bytes"));
+                match d.listens.get(&sid) {
+                    Some(&s) => Target::Proc(s),
+                    None => Target::NoListener,
+                }
+            }
+            _ => match peek::addressing(mad) {
+                Some(peek::Addressing::Receiver(id)) => Target::Proc(forward_owner(&d.codec, id)),
+                Some(peek::Addressing::Sender { .. }) => Target::Every,
+                _ => Target::Nowhere,
+            },
+        }
+    }
+
+    /// Hands `mad` (from `from`) to its process on device `dev`, arriving
+    /// there with source `src`.
+    #[allow(clippy::too_many_arguments)]
+    fn to_device(
+        &self,
+        st: &mut State,
+        dev: u32,
+        from: &Sender,
+        src: &MadSource,
+        mad: &[u8; 256],
+        now: u64,
+    ) {
+        let Some(d) = st.devs.get(dev as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        let stats = d.stats.clone();
+        let counter = match from {
+            Sender::Proc(..) => &stats.local,
+            Sender::Wire(..) => &stats.wire_in,
+        };
+        match Self::route(d, mad) {
+            Target::Proc(q) if d.procs[q as usize].is_some() => {
+                let to = pname(dev, q);
+                if let Verdict::Refuse(why) = st.tracker.observe(from.name(), to, mad, now)
+                    && let Sender::Proc(p, _) = from
+                {
+                    return self.refuse(st, *p, why, |s| &s.refused);
+                }
+                inc(counter);
+                self.deliver(st, to, src, mad);
+            }
+            Target::Proc(_) => match st.tracker.answer_gone(from.name(), mad) {
+                Some(a) => {
+                    inc(&stats.answered_gone);
+                    self.answer(st, from, &a);
+                }
+                None => inc(&stats.unroutable),
+            },
+            Target::NoListener => match Tracker::no_listener(mad) {
+                Some(a) => {
+                    inc(&stats.no_listener);
+                    self.answer(st, from, &a);
+                }
+                None => inc(&stats.unroutable),
+            },
+            Target::Every => {
+                let live: Vec<u32> = (0..MAX_PROCS as u32)
+                    .filter(|&q| d.procs[q as usize].is_some() && pname(dev, q) != from.name())
+                    .collect();
+                for q in live {
+                    inc(counter);
+                    self.deliver(st, pname(dev, q), src, mad);
+                }
+            }
+            Target::Nowhere => inc(&stats.unroutable),
+        }
+    }
+
+    fn refuse(&self, st: &mut State, p: Proc, why: &str, c: impl Fn(&FwdStats) -> &AtomicU64) {
+        let (dev, slot) = split(p);
+        let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        inc(c(&d.stats));
+        if let Some(e) = d.procs[slot as usize].as_mut()
+            && e.logged < 5
+        {
+            e.logged += 1;
+            ibcm_log!(
+                WARN,
+                "{}: process {} (slot {slot}): a MAD dropped: {why}",
+                d.key,
+                e.pid
+            );
+        }
+    }
+
+    /// One message of process (`dev`, `slot`).
+    fn on_proc_msg(&self, st: &mut State, dev: u32, slot: u32, msg: &[u8], now: u64) {
+        let p = pname(dev, slot);
+        for r in fwd::records(msg) {
+            match r {
+                Ok(fwd::Rec::Mad(a, m)) => self.mad_from_proc(st, dev, slot, &fwd::dest(a), m, now),
+                Ok(fwd::Rec::Listen { seq, service_id }) => {
+                    let err = self.claim(st, dev, slot, service_id);
+                    if let Some(e) = st.devs[dev as usize]
+                        .as_mut()
+                        .and_then(|d| d.procs[slot as usize].as_mut())
+                    {
+                        if e.out.is_empty() {
+                            st.dirty.push(p);
+                        }
+                        fwd::put_listened(&mut e.out, seq, err);
+                    }
+                }
+                Ok(fwd::Rec::Unlisten { service_id }) => {
+                    if let Some(d) = st.devs[dev as usize].as_mut()
+                        && d.listens.get(&service_id) == Some(&slot)
+                    {
+                        d.listens.remove(&service_id);
+                        if let Some(e) = d.procs[slot as usize].as_mut() {
+                            e.listens -= 1;
+                        }
+                    }
+                }
+                Ok(fwd::Rec::Listened { .. }) | Err(()) => {
+                    self.refuse(
+                        st,
+                        p,
+                        "a record that does not decode (the rest of its message too)",
+                        |s| &s.bad_records,
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    fn claim(&self, st: &mut State, dev: u32, slot: u32, service_id: u64) -> i32 {
+        let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::as_mut) else {
+            return -libc::ENODEV;
+        };
+        match d.listens.get(&service_id) {
+            Some(&o) if o == slot => return 0,
+            Some(&o) => {
+                inc(&d.stats.claims_refused);
+                let other = d.procs[o as usize].as_ref().map_or(0, |p| p.pid);
+                ibcm_log!(
+                    INFO,
+                    "{}: slot {slot}: service ID {service_id:#x} is process {other}'s: -EBUSY",
+                    d.key
+                );
+                return -libc::EBUSY;
+            }
+            None => {}
+        }
+        let Some(e) = d.procs[slot as usize].as_mut() else {
+            return -libc::ENODEV;
+        };
+        if e.listens >= self.max_listens {
+            inc(&d.stats.claims_refused);
+            ibcm_log!(
+                WARN,
+                "{}: process {}: {} listeners already: -ENOMEM",
+                d.key,
+                e.pid,
+                self.max_listens
+            );
+            return -libc::ENOMEM;
+        }
+        e.listens += 1;
+        d.listens.insert(service_id, slot);
+        0
+    }
+
+    fn mad_from_proc(
+        &self,
+        st: &mut State,
+        dev: u32,
+        slot: u32,
+        dst: &MadDest,
+        m: &[u8; 256],
+        now: u64,
+    ) {
+        let p = pname(dev, slot);
+        let Some(d) = st.devs.get(dev as usize).and_then(Option::as_ref) else {
+            return;
+        };
+        let Some(port) = d.ports.iter().find(|x| x.port_num == dst.port) else {
+            return self.refuse(st, p, "no such port", |s| &s.spoofed);
+        };
+        if dst.has_grh && !port.gids.iter().any(|g| g.gid == dst.sgid) {
+            return self.refuse(st, p, "its source GID is not the device's", |s| &s.spoofed);
+        }
+        let local = if dst.has_grh {
+            port.gids.iter().any(|g| g.gid == dst.dgid)
+        } else {
+            port.lid != 0 && dst.dlid == port.lid
+        };
+        if local {
+            let src = MadSource::delivered(dst, port.lid);
+            let from = Sender::Proc(p, swapped(&src));
+            return self.to_device(st, dev, &from, &src, m, now);
+        }
+        // Another soft device of the service: through the switch.
+        if let Some((sgid, udp)) = d.soft
+            && let Some(&to) = st.by_soft.get(&(dst.dgid, udp))
+        {
+            if crate::capture::live::active()
+                && let Some(tap) = d.transport.tap()
+            {
+                tap.mad(
+                    crate::capture::Direction::Outbound,
+                    &sgid,
+                    &dst.dgid,
+                    dst.pkey,
+                    m,
+                );
+            }
+            TransportStats::inc(&d.transport.stats().tx_datagrams);
+            if let Some(t) = st.devs[to as usize].as_ref() {
+                TransportStats::inc(&t.transport.stats().rx_datagrams);
+            }
+            let src = MadSource::roce_gsi(sgid, dst.dgid, 1, dst.pkey);
+            let from = Sender::Proc(p, swapped(&src));
+            return self.to_device(st, to, &from, &src, m, now);
+        }
+        let key = (
+            dev,
+            dst.port,
+            dst.sgid,
+            if dst.has_grh {
+                dst.dgid
+            } else {
+                Gid::default()
+            },
+            dst.dlid,
+        );
+        let w = Self::wire_proc(st, key, *dst);
+        if let Verdict::Refuse(why) = st.tracker.observe(p, w, m, now) {
+            return self.refuse(st, p, why, |s| &s.refused);
+        }
+        self.wire_send(st, dev, *dst, m);
+    }
+
+    fn on_wire_mad(&self, st: &mut State, dev: u32, r: &Received, now: u64) {
+        let s = &r.src;
+        let back = MadDest::reply_to(s);
+        let key = (
+            dev,
+            s.port,
+            s.dgid,
+            if s.has_grh { s.sgid } else { Gid::default() },
+            s.slid,
+        );
+        let w = Self::wire_proc(st, key, back);
+        self.to_device(st, dev, &Sender::Wire(w, dev, back), s, &r.mad, now);
+    }
+}
+
+/// Sends the wire's MADs gathered under the lock.
+fn send_out(out: Vec<(Arc<dyn Transport>, Vec<Transmit>)>) {
+    for (t, tx) in out {
+        t.send(&tx);
+    }
+}
+
+/// Sends process `slot`'s records now, or queues them for its writer.
+fn flush(d: &mut Dev, slot: u32) {
+    let Some(p) = d.procs[slot as usize].as_mut() else {
+        return;
+    };
+    if p.out.is_empty() {
+        return;
+    }
+    let mut q = lock(&p.backlog.q);
+    if q.0.is_empty() {
+        match sock::try_send(&p.tx, &p.out) {
+            // Sent, or the process is gone (its reader sees the hang-up).
+            Ok(true) | Err(_) => {
+                p.out.clear();
+                return;
+            }
+            Ok(false) => {}
+        }
+    }
+    if q.0.len() >= MAX_BACKLOG {
+        let n = fwd::records(&p.out).count() as u64;
+        d.stats.dropped_full.fetch_add(n, Ordering::Relaxed);
+        if p.logged < 5 {
+            p.logged += 1;
+            ibcm_log!(
+                WARN,
+                "{}: process {} does not read its socket ({MAX_BACKLOG} messages queued): {n} record(s) dropped",
+                d.key,
+                p.pid
+            );
+        }
+        p.out.clear();
+        return;
+    }
+    q.0.push_back(std::mem::take(&mut p.out));
+    drop(q);
+    p.backlog.cv.notify_one();
+}
+
+/// A process's writer: sends, waiting for room, what its socket had no
+/// room for, in order, until the process is gone.
+fn writer(fd: &OwnedFd, b: &Backlog) {
+    loop {
+        let msg = {
+            let mut q = lock(&b.q);
+            loop {
+                if q.1 {
+                    return;
+                }
+                if let Some(m) = q.0.front() {
+                    break m.clone();
+                }
+                q = b.cv.wait(q).unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        let mut p = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(fd),
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        loop {
+            match sock::try_send(fd, &msg) {
+                Ok(true) => break,
+                Ok(false) => {
+                    // SAFETY: one valid pollfd; woken by room or hang-up.
+                    unsafe { libc::poll(&mut p, 1, 200) };
+                    if lock(&b.q).1 {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+        lock(&b.q).0.pop_front();
+    }
+}

@@ -1,0 +1,396 @@
+//! Design B of the host CM service, the process's side
+//! (`IBCM_SERVICE_MODE=forward`; docs/SERVICE.md, "Design B"): the
+//! device's engines run here, as in-process, and its transport is the
+//! service connection. The service owns the device's real transport
+//! (the UDP port of a `soft:` address, the umad agent of an HCA port),
+//! forwards each MAD to the process whose comm ID or listen it names, and
+//! tracks every connection so that it answers for a process that dies.
+//!
+//! * The open (`op::FWD_OPEN`) returns the device's ports and GUID, the
+//!   key of the comm ID permutation that every process on the device
+//!   shares and this process's slot, which its comm IDs carry
+//!   (`engine::ids::IdLayout::forward`): IDs never collide across the
+//!   processes and the service reads a MAD's owner from its comm ID.
+//! * A listen is claimed in the host's table (a round trip: `-EBUSY`
+//!   when another process holds the service ID) after the device's own
+//!   table took it (`engine::shared::HostListens`), and released when the
+//!   listener goes (one way).
+//! * MADs leave as `ipc::fwd` records, up to `fwd::PER_MSG` per message;
+//!   the event loop's threads read what the service sends.
+//! * A service that goes away: the log says so once, sends fail (counted
+//!   in `tx_errors`), a listen claim fails `-ENODEV`, and the engines'
+//!   own timers end every pending connection with its error event.
+
+use super::device::{Device, DeviceOptions};
+use super::lock;
+use crate::engine::ids::IdLayout;
+use crate::engine::shared::HostListens;
+use crate::engine::{Errno, PortInfo, Transmit, errno};
+use crate::fabric::{Received, Transport, TransportStats};
+use crate::ipc::{self, FwdOpened, Header, Public, fwd, op, sock};
+use crate::log::{ERROR, INFO, WARN};
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `IBCM_SERVICE_MODE`: `forward` (design B) or `engine` (the default:
+/// design A, the engines in the service). Read once per process; an
+/// unknown value is logged once and taken as `engine`.
+pub fn forward_mode() -> bool {
+    static M: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *M.get_or_init(|| match std::env::var("IBCM_SERVICE_MODE").as_deref() {
+        Ok("forward") => true,
+        Ok("engine") | Ok("") | Err(_) => false,
+        Ok(other) => {
+            crate::log::always(
+                WARN,
+                format_args!("IBCM_SERVICE_MODE={other:?} is not engine or forward: engine"),
+            );
+            false
+        }
+    })
+}
+
+/// What the readers of the connection share.
+#[derive(Default)]
+struct Rx {
+    /// MADs a listen claim read while it waited for its answer; the
+    /// event loop takes them first.
+    stash: Vec<Received>,
+    /// Listen answers by sequence number.
+    answers: HashMap<u64, i32>,
+}
+
+/// A device's transport through the service.
+pub(super) struct FwdTransport {
+    fd: OwnedFd,
+    wake: OwnedFd,
+    name: String,
+    opened: FwdOpened,
+    stats: TransportStats,
+    rx: Mutex<Rx>,
+    seq: AtomicU64,
+    gone: AtomicBool,
+    timeout: Duration,
+}
+
+thread_local! {
+    /// A reader's message buffer, reused.
+    static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl FwdTransport {
+    /// The service closed the connection (or it broke): said once.
+    fn lost(&self, why: &str) {
+        if !self.gone.swap(true, Ordering::SeqCst) {
+            crate::log::always(
+                ERROR,
+                format_args!(
+                    "{}: the CM service connection ended ({why}): this device's MADs go nowhere from now on; pending connections end with their timeouts' error events, listens fail with -ENODEV",
+                    self.name
+                ),
+            );
+        }
+        self.wake();
+    }
+
+    /// Reads every message queued now (never waits): MADs to `out`,
+    /// answers to `rx`. Call with `rx` locked.
+    fn drain(&self, rx: &mut Rx, out: &mut Vec<Received>) {
+        BUF.with(|b| {
+            let mut buf = b.borrow_mut();
+            if buf.len() < ipc::MAX_RECORD {
+                buf.resize(ipc::MAX_RECORD, 0);
+            }
+            loop {
+                match sock::try_recv(&self.fd, &mut buf) {
+                    Ok(Some(0)) => return self.lost("closed by the service"),
+                    Ok(Some(n)) => self.take(&buf[..n], rx, out),
+                    Ok(None) => return,
+                    Err(e) => return self.lost(&e.to_string()),
+                }
+            }
+        })
+    }
+
+    fn take(&self, msg: &[u8], rx: &mut Rx, out: &mut Vec<Received>) {
+        for r in fwd::records(msg) {
+            match r {
+                Ok(fwd::Rec::Mad(a, m)) => {
+                    TransportStats::inc(&self.stats.rx_datagrams);
+                    out.push(Received {
+                        src: fwd::source(a),
+                        mad: *m,
+                    });
+                }
+                Ok(fwd::Rec::Listened { seq, err }) => {
+                    rx.answers.insert(seq, err);
+                }
+                Ok(_) | Err(()) => {
+                    TransportStats::inc(&self.stats.rx_garbage);
+                    ibcm_log!(
+                        WARN,
+                        "{}: a record from the CM service did not decode: dropped with the rest of its message",
+                        self.name
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    fn send_msg(&self, msg: &[u8]) -> bool {
+        if self.gone.load(Ordering::Relaxed) {
+            return false;
+        }
+        match sock::send(&self.fd, msg) {
+            Ok(()) => true,
+            Err(e) => {
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EPIPE) | Some(libc::ECONNRESET) | Some(libc::ENOTCONN)
+                ) {
+                    self.lost(&e.to_string());
+                }
+                false
+            }
+        }
+    }
+
+    fn wait(&self, fds: &mut [libc::pollfd], timeout: Option<Duration>) {
+        // SAFETY: our descriptors, a valid array.
+        unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                crate::fabric::poll_ms(timeout),
+            )
+        };
+    }
+
+    fn clear_wake(&self) {
+        let mut v = 0u64;
+        // SAFETY: an 8-byte read of our non-blocking eventfd.
+        unsafe { libc::read(self.wake.as_raw_fd(), (&raw mut v).cast(), 8) };
+    }
+}
+
+impl Transport for FwdTransport {
+    fn send(&self, batch: &[Transmit]) {
+        let mut msg = Vec::with_capacity(fwd::PER_MSG.min(batch.len()) * fwd::MAD_REC);
+        for chunk in batch.chunks(fwd::PER_MSG) {
+            msg.clear();
+            for t in chunk {
+                fwd::put_dest(&mut msg, &t.dest, &t.mad);
+            }
+            let c = if self.send_msg(&msg) {
+                &self.stats.tx_datagrams
+            } else {
+                &self.stats.tx_errors
+            };
+            c.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn recv(&self, timeout: Option<Duration>, out: &mut Vec<Received>) -> std::io::Result<()> {
+        {
+            let mut rx = lock(&self.rx);
+            out.append(&mut rx.stash);
+            if !self.gone.load(Ordering::Relaxed) {
+                self.drain(&mut rx, out);
+            }
+        }
+        if !out.is_empty() || timeout == Some(Duration::ZERO) {
+            return Ok(());
+        }
+        let gone = self.gone.load(Ordering::Relaxed);
+        let mut fds = [
+            libc::pollfd {
+                fd: self.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        self.wait(&mut fds[..if gone { 1 } else { 2 }], timeout);
+        if fds[0].revents != 0 {
+            self.clear_wake();
+        }
+        let mut rx = lock(&self.rx);
+        out.append(&mut rx.stash);
+        if !gone && fds[1].revents != 0 {
+            self.drain(&mut rx, out);
+        }
+        Ok(())
+    }
+
+    fn wake(&self) {
+        let v = 1u64;
+        // SAFETY: an 8-byte write to our eventfd.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&raw const v).cast(), 8) };
+    }
+
+    fn ports(&self) -> Vec<PortInfo> {
+        self.opened.opened.ports.to_vec()
+    }
+
+    fn node_guid(&self) -> u64 {
+        self.opened.opened.node_guid
+    }
+
+    fn stats(&self) -> &TransportStats {
+        &self.stats
+    }
+
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+}
+
+impl HostListens for FwdTransport {
+    fn claim(&self, service_id: u64) -> Result<(), Errno> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut msg = Vec::with_capacity(20);
+        fwd::put_listen(&mut msg, seq, service_id);
+        if !self.send_msg(&msg) {
+            return Err(Errno::ENODEV);
+        }
+        // The claim reads the connection itself (under the readers' lock,
+        // so it works on any thread, an event loop's included); MADs read
+        // meanwhile wait in the stash for the event loop.
+        let end = Instant::now() + self.timeout;
+        let mut rx = lock(&self.rx);
+        loop {
+            if let Some(err) = rx.answers.remove(&seq) {
+                if !rx.stash.is_empty() {
+                    self.wake();
+                }
+                return if err == 0 { Ok(()) } else { Err(Errno(-err)) };
+            }
+            if self.gone.load(Ordering::Relaxed) {
+                return Err(Errno::ENODEV);
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                crate::log::always(
+                    WARN,
+                    format_args!(
+                        "{}: the CM service did not answer a listen within {} ms (IBCM_SERVICE_TIMEOUT_MS)",
+                        self.name,
+                        self.timeout.as_millis()
+                    ),
+                );
+                return Err(Errno(errno::ETIMEDOUT));
+            }
+            let mut fds = [libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            self.wait(&mut fds, Some(left));
+            let mut got = std::mem::take(&mut rx.stash);
+            self.drain(&mut rx, &mut got);
+            rx.stash = got;
+        }
+    }
+
+    fn release(&self, service_id: u64) {
+        let mut msg = Vec::with_capacity(12);
+        fwd::put_unlisten(&mut msg, service_id);
+        self.send_msg(&msg);
+    }
+}
+
+/// Opens `name` through the service on `fd` in forward mode.
+pub(super) fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
+    let timeout = super::remote::service_timeout();
+    if let Err(e) = sock::set_timeouts(&fd, timeout, true) {
+        ibcm_log!(WARN, "{name}: CM service socket: {e}");
+        return Err(Errno::ENODEV);
+    }
+    let mut w = Header {
+        op: op::FWD_OPEN,
+        seq: 1,
+        handle: 0,
+    }
+    .record();
+    w.put(&name.as_bytes().to_vec());
+    let fail = |what: &str, e: std::io::Error| {
+        crate::log::always(
+            WARN,
+            format_args!(
+                "{name}: the CM service did not {what} the forward open within {} ms or failed ({e})",
+                timeout.as_millis()
+            ),
+        );
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            Errno(errno::ETIMEDOUT)
+        } else {
+            Errno::ENODEV
+        }
+    };
+    sock::send(&fd, &w.into_bytes()).map_err(|e| fail("take", e))?;
+    let mut buf = vec![0u8; ipc::MAX_RECORD];
+    let n = sock::recv(&fd, &mut buf).map_err(|e| fail("answer", e))?;
+    let (h, mut r) = Header::parse(&buf[..n]).map_err(|_| Errno::ENODEV)?;
+    if h.op != op::REPLY | op::FWD_OPEN || h.seq != 1 {
+        ibcm_log!(
+            WARN,
+            "{name}: the CM service answered the forward open with op {:#x}: it does not forward (an older service?)",
+            h.op
+        );
+        return Err(Errno::ENODEV);
+    }
+    let err: i32 = r.get().map_err(|_| Errno::ENODEV)?;
+    let _: Public = r.get().map_err(|_| Errno::ENODEV)?;
+    if err != 0 {
+        crate::log::always(
+            WARN,
+            format_args!("{name}: the CM service refused to forward it: {err}"),
+        );
+        return Err(Errno(-err));
+    }
+    let opened: FwdOpened = r.get().map_err(|_| Errno::ENODEV)?;
+    // SAFETY: a new eventfd, owned here.
+    let wake = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if wake < 0 {
+        return Err(Errno::ENOMEM);
+    }
+    let slot = opened.proc_slot;
+    let key = opened.id_key;
+    let gen_base = opened.gen_base;
+    let t = Arc::new(FwdTransport {
+        fd,
+        // SAFETY: just opened, owned only here.
+        wake: unsafe { OwnedFd::from_raw_fd(wake) },
+        name: format!("fwd:{}", String::from_utf8_lossy(&opened.opened.name)),
+        opened,
+        stats: TransportStats::default(),
+        rx: Mutex::new(Rx::default()),
+        seq: AtomicU64::new(1),
+        gone: AtomicBool::new(false),
+        timeout,
+    });
+    ibcm_log!(
+        INFO,
+        "{name}: forwarded by the CM service, process slot {slot}"
+    );
+    let listens: Arc<dyn HostListens> = t.clone();
+    Ok(Device::with_engines(
+        t,
+        DeviceOptions::default(),
+        key,
+        |shard_bits| {
+            let mut l = IdLayout::forward(shard_bits, slot);
+            l.gen_base = gen_base;
+            l
+        },
+        Some(listens),
+    ))
+}
