@@ -6,9 +6,10 @@
 //! the service, under one lock, with one connection tracker.
 //!
 //! * **Routing.** A REQ or SIDR_REQ goes to the process holding its
-//!   service ID in its device's listen table (none: the hub answers REJ
-//!   `INVALID_SERVICE_ID` or SIDR_REP `UNSUPPORTED`, as the kernel's CM
-//!   does); every other MAD to the process its receiver comm ID names
+//!   service ID in its device's listen table (none: to the device's first
+//!   process, whose engine answers REJ `INVALID_SERVICE_ID` or SIDR_REP
+//!   `UNSUPPORTED` and counts the request, as the kernel's CM does; the
+//!   hub answers so itself only when no process is left); every other MAD to the process its receiver comm ID names
 //!   (`engine::ids::forward_owner`: the process slot is inside the ID); a
 //!   REJ that names its connection by the sender's CA GUID goes to every
 //!   process of the device.
@@ -686,7 +687,14 @@ impl Hub {
                 let sid = u64::from_be_bytes(mad[32..40].try_into().expect("8 bytes"));
                 match d.listens.get(&sid) {
                     Some(&s) => Target::Proc(s),
-                    None => Target::NoListener,
+                    // No listener: the device's first process answers it
+                    // (REJ 8, SIDR_REP UNSUPPORTED) and counts it, as the
+                    // kernel's CM counts what reaches the device.
+                    None => d
+                        .procs
+                        .iter()
+                        .position(Option::is_some)
+                        .map_or(Target::NoListener, |s| Target::Proc(s as u32)),
                 }
             }
             _ => match peek::addressing(mad) {
@@ -728,13 +736,17 @@ impl Hub {
                 inc(counter);
                 self.deliver(st, to, src, mad);
             }
-            Target::Proc(_) => match st.tracker.answer_gone(from.name(), mad) {
-                Some(a) => {
-                    inc(&stats.answered_gone);
-                    self.answer(st, from, &a);
+            Target::Proc(q) => {
+                // For a process gone: what its CM would answer. A process
+                // is held to its own comm IDs first (the wire is not: its
+                // MADs are answered as the kernel's CM answers strays).
+                if let Sender::Proc(p, _) = from
+                    && let Verdict::Refuse(why) = st.tracker.observe(*p, pname(dev, q), mad, now)
+                {
+                    return self.refuse(st, *p, why, |s| &s.refused);
                 }
-                None => inc(&stats.unroutable),
-            },
+                self.answer_gone(st, from, mad, &stats);
+            }
             Target::NoListener => match Tracker::no_listener(mad) {
                 Some(a) => {
                     inc(&stats.no_listener);
@@ -752,6 +764,16 @@ impl Hub {
                 }
             }
             Target::Nowhere => inc(&stats.unroutable),
+        }
+    }
+
+    fn answer_gone(&self, st: &mut State, from: &Sender, mad: &[u8; 256], stats: &FwdStats) {
+        match st.tracker.answer_gone(from.name(), mad) {
+            Some(a) => {
+                inc(&stats.answered_gone);
+                self.answer(st, from, &a);
+            }
+            None => inc(&stats.unroutable),
         }
     }
 

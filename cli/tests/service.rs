@@ -1972,3 +1972,384 @@ fn the_removed_wake_batch_op_is_refused_as_unknown() {
     let (_, e) = raw_call(&a, 1, &record(op::HOST_STAT, 1, 0, &[]));
     assert_eq!(e, 0, "the connection is still served");
 }
+
+// ---------------------------------------------------------------- design B
+//
+// The same host-wide promises with the engines in the processes
+// (`IBCM_SERVICE_MODE=forward`, docs/SERVICE.md "Design B"): the service's
+// hub forwards their MADs and tracks their connections.
+
+impl Daemon {
+    /// `ibcm ARGS` as a forward-mode client of this service.
+    fn fwd(&self, args: &[&str]) -> Command {
+        let mut c = self.ibcm(args);
+        c.env("IBCM_SERVICE_MODE", "forward");
+        c
+    }
+
+    /// The forwarded device `dev`'s line of `ibcm stat --json` (`None`
+    /// when the service does not forward it).
+    fn fwd_stat(&self, dev: &str) -> Option<serde_json::Value> {
+        let o = self
+            .ibcm(&["stat", "--json", "--socket", self.socket.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let want = format!("{}:4791 (forwarded)", dev);
+        v["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["device"] == want.as_str())
+            .cloned()
+    }
+}
+
+impl Listener {
+    fn spawn_fwd(d: &Daemon, args: &[&str]) -> Listener {
+        let mut child = d.fwd(&[&["listen"], args].concat()).spawn().unwrap();
+        let out = collect_stdout(&mut child);
+        Listener { child, out }
+    }
+}
+
+#[test]
+fn forward_processes_share_one_address_and_its_service_ids() {
+    let d = Daemon::start("fwd-share");
+    let dev = &net::soft(41);
+    let mut l = Listener::spawn_fwd(&d, &["--device", dev, "--count", "2", "--timeout", "20"]);
+    assert!(l.wait_listening(), "{}", l.out());
+    assert!(l.out().contains("listening on fwd:"), "{}", l.out());
+    // The service ID is the first listener's, host-wide.
+    let second = d
+        .fwd(&["listen", "--device", dev, "--timeout", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    assert!(
+        text(&second.stderr).contains("EBUSY"),
+        "{}",
+        text(&second.stderr)
+    );
+    // A device is served one way at a time: an engine-mode open is -EBUSY.
+    let engine = d
+        .ibcm(&["listen", "--device", dev, "--port", "9", "--timeout", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(engine.status.code(), Some(1));
+    assert!(
+        text(&engine.stderr).contains("EBUSY"),
+        "{}",
+        text(&engine.stderr)
+    );
+    // Two other processes on the same address connect to it, at once.
+    let c: Vec<Child> = (0..2)
+        .map(|_| {
+            d.connect(dev, &net::ip(41), &["--timeout", "10"])
+                .env("IBCM_SERVICE_MODE", "forward")
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in c {
+        let o = c.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "connect: {}{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        assert!(text(&o.stdout).contains("REP_RECEIVED"));
+    }
+    assert!(l.child.wait().unwrap().success(), "{}", l.out());
+    assert_eq!(
+        l.out().matches(" REQ_RECEIVED from").count(),
+        2,
+        "{}",
+        l.out()
+    );
+    // The device closed with its last process; an engine-mode open works.
+    assert!(served::wait_for(Duration::from_secs(5), || d
+        .fwd_stat(dev)
+        .is_none()));
+    let probe = Device::open_served(dev, &d.socket).unwrap();
+    probe.close();
+}
+
+#[test]
+fn forward_a_client_killed_while_connected_gets_its_peer_a_dreq() {
+    let d = Daemon::start("fwd-killed-connected");
+    let dev = &net::soft(42);
+    let mut l = Listener::spawn_fwd(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
+    assert!(l.wait_listening(), "{}", l.out());
+    let mut c = d
+        .connect(dev, &net::ip(42), &["--wait-disconnect", "--timeout", "30"])
+        .env("IBCM_SERVICE_MODE", "forward")
+        .spawn()
+        .unwrap();
+    assert!(
+        served::wait_for(Duration::from_secs(10), || l.out().contains("RTU_RECEIVED")),
+        "{}",
+        l.out()
+    );
+    // The hub follows both ends of the connection.
+    let s = d.fwd_stat(dev).expect("forwarded");
+    assert_eq!(
+        (s["processes"].as_u64(), s["ids"].as_u64()),
+        (Some(2), Some(2)),
+        "{s}"
+    );
+    c.kill().unwrap();
+    let killed = Instant::now();
+    c.wait().unwrap();
+    assert!(
+        served::wait_for(Duration::from_secs(1), || l.out().contains("DREQ_RECEIVED")),
+        "no DREQ within 1 s of the kill: {}",
+        l.out()
+    );
+    assert!(killed.elapsed() < Duration::from_millis(1500));
+    assert!(l.child.wait().unwrap().success(), "{}", l.out());
+    assert!(d.log().contains("gone: 1 MAD(s) sent"), "{}", d.log());
+    // Nothing is left in the service: the device closed with the listener.
+    assert!(served::wait_for(Duration::from_secs(5), || d
+        .fwd_stat(dev)
+        .is_none()));
+}
+
+#[test]
+fn forward_a_client_killed_mid_connect_gets_its_peer_a_rej() {
+    let d = Daemon::start("fwd-killed-connecting");
+    // The peer is a bare UDP socket that never answers the REQ.
+    let peer = UdpSocket::bind((net::addr(44), 4791)).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut c = d
+        .connect(&net::soft(43), &net::ip(44), &["--timeout", "30"])
+        .env("IBCM_SERVICE_MODE", "forward")
+        .spawn()
+        .unwrap();
+    let mut b = [0u8; 512];
+    let n = peer.recv(&mut b).unwrap();
+    assert_eq!(attr_of(&b[..n]), 0x0010, "expected a REQ");
+    c.kill().unwrap();
+    let killed = Instant::now();
+    c.wait().unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    loop {
+        let n = peer.recv(&mut b).expect("no REJ within 1 s of the kill");
+        match attr_of(&b[..n]) {
+            0x0010 => continue, // a REQ retry sent before the kill
+            a => {
+                assert_eq!(a, 0x0012, "expected a REJ");
+                // REJ reason TIMEOUT (4) with the dead side's CA GUID, as
+                // the kernel's cm_destroy_id sends for REQ_SENT.
+                let rej = &b[20 + 24..n];
+                assert_eq!(u16::from_be_bytes([rej[10], rej[11]]), 4, "reason");
+                assert_eq!(rej[9] >> 1, 8, "ARI: the CA GUID");
+                break;
+            }
+        }
+    }
+    assert!(killed.elapsed() < Duration::from_secs(1));
+}
+
+/// A raw forward-mode connection to `dev`: its slot's answer.
+fn raw_fwd_open(d: &Daemon, dev: &str) -> (std::os::fd::OwnedFd, ipc::FwdOpened) {
+    let fd = sock::connect(&d.socket).unwrap();
+    sock::set_timeouts(&fd, Duration::from_secs(10), true).unwrap();
+    let mut name = Vec::new();
+    name.extend_from_slice(&(dev.len() as u16).to_le_bytes());
+    name.extend_from_slice(dev.as_bytes());
+    sock::send(&fd, &record(op::FWD_OPEN, 1, 0, &name)).unwrap();
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    let n = sock::recv(&fd, &mut b).unwrap();
+    let (h, mut r) = Header::parse(&b[..n]).unwrap();
+    assert_eq!(h.op, op::REPLY | op::FWD_OPEN);
+    assert_eq!(r.get::<i32>().unwrap(), 0);
+    let _: ipc::Public = r.get().unwrap();
+    (fd, r.get().unwrap())
+}
+
+#[test]
+fn forward_a_hostile_client_is_refused_and_others_keep_working() {
+    use ibcm::engine::MadDest;
+    use ibcm::ipc::fwd;
+    use ibcm::wire::{CmMad, CmMsg, Dreq};
+    let d = Daemon::start("fwd-hostile");
+    let dev = &net::soft(45);
+    let mut l = Listener::spawn_fwd(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
+    assert!(l.wait_listening(), "{}", l.out());
+    let (bad, opened) = raw_fwd_open(&d, dev);
+    assert_eq!(opened.proc_slot, 1, "the listener has slot 0");
+    let gid: ibcm::wire::Gid = net::ip(45).parse().unwrap();
+    let to_self = MadDest {
+        port: 1,
+        dgid: gid,
+        sgid: gid,
+        pkey: 0xffff,
+        hop_limit: 64,
+        has_grh: true,
+        dest_qp: 1,
+        ..MadDest::default()
+    };
+    let dreq = |local: u32, remote: u32| {
+        CmMad::send(
+            7,
+            0,
+            CmMsg::Dreq(Dreq {
+                local_comm_id: local,
+                remote_comm_id: remote,
+                ..Dreq::default()
+            }),
+        )
+        .to_bytes()
+    };
+    let mut msg = Vec::new();
+    // DREQs speaking for comm IDs that are not this process's: refused,
+    // whether they name an ID of the listener's process (every process
+    // knows the device's key: slot 0's IDs) or of no live process.
+    let codec = ibcm::engine::ids::IdCodec::new(opened.id_key);
+    for i in 0..50u32 {
+        let to = if i % 2 == 0 {
+            codec.encode(i << 7)
+        } else {
+            0x2000 + i
+        };
+        fwd::put_dest(&mut msg, &to_self, &dreq(0x1000 + i, to));
+    }
+    sock::send(&bad, &msg).unwrap();
+    // A MAD from a GID the device does not have: refused.
+    msg.clear();
+    let spoof = MadDest {
+        sgid: "10.9.9.9".parse().unwrap(),
+        ..to_self
+    };
+    fwd::put_dest(&mut msg, &spoof, &dreq(1, 2));
+    sock::send(&bad, &msg).unwrap();
+    // Another process's listen: -EBUSY.
+    msg.clear();
+    fwd::put_listen(&mut msg, 9, 0x1061c06);
+    sock::send(&bad, &msg).unwrap();
+    // Nothing answers the forgeries: the first message back is the
+    // listen's answer.
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    let n = sock::recv(&bad, &mut b).unwrap();
+    let recs: Vec<_> = fwd::records(&b[..n]).collect();
+    assert!(
+        recs == vec![Ok(fwd::Rec::Listened { seq: 9, err: -16 })],
+        "{} record(s) back, the first {:?}",
+        recs.len(),
+        recs.first().map(|r| r.as_ref().map(|r| match r {
+            fwd::Rec::Mad(_, m) =>
+                format!("a MAD, attribute {:#x}", u16::from_be_bytes([m[16], m[17]])),
+            other => format!("{other:?}"),
+        }))
+    );
+    // Junk records.
+    let mut g = ibcm::testsupport::Junk(0x5eed);
+    for _ in 0..300 {
+        let n = 1 + (g.0 % 700) as usize;
+        let _ = sock::send(&bad, &g.bytes(n));
+    }
+    // The listener's connection works all the same.
+    let c = d
+        .connect(dev, &net::ip(45), &["--timeout", "10"])
+        .env("IBCM_SERVICE_MODE", "forward")
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}{}", text(&c.stdout), text(&c.stderr));
+    assert!(l.child.wait().unwrap().success(), "{}", l.out());
+    // The listener's CM saw its own connection's MADs only.
+    let mut err = String::new();
+    std::io::Read::read_to_string(l.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("rx             REQ=1 RTU=1 DREQ=1\n"), "{err}");
+    let s = d.fwd_stat(dev).expect("the hostile client keeps it open");
+    // 50 forged DREQs, 1 spoofed MAD and junk records, all counted.
+    assert!(s["oneway_refused"].as_u64().unwrap() >= 52, "{s}");
+    drop(bad);
+    assert!(served::wait_for(Duration::from_secs(5), || d
+        .fwd_stat(dev)
+        .is_none()));
+    assert!(d.log().contains("a MAD dropped"), "{}", d.log());
+}
+
+#[test]
+fn forward_a_dead_service_fails_calls_and_a_restarted_one_serves() {
+    let mut d = Daemon::start("fwd-restart");
+    let dev = &net::soft(46);
+    let (got, h) = recording_handler();
+    let a = Device::open_forwarded(dev, &d.socket).unwrap();
+    let id = a
+        .create_id(None, std::ptr::null_mut(), Some(h.clone()))
+        .unwrap();
+    id.listen(0x7777).unwrap();
+    // A connect waiting for an answer from a peer that never gives one
+    // (20 × 4 s of retries otherwise).
+    let (pending, _peer) = silent_peer_connect(&a, 47, 0x77, h);
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let t = Instant::now();
+    // The pending connect gets its error event at once.
+    wait_for_req_error(&got);
+    assert!(t.elapsed() < Duration::from_secs(3));
+    assert_eq!(got.lock().unwrap().len(), 1, "{:?}", got.lock().unwrap());
+    let path = a.init_path(1, net::ip(48).parse().unwrap()).unwrap();
+    let r = pending.send_req(&ReqParams {
+        primary_path: path,
+        service_id: 0x1,
+        qp_num: 5,
+        qp_type: qp_type::RC,
+        ..ReqParams::default()
+    });
+    assert_eq!(r, Err(Errno::ENODEV));
+    assert_eq!(
+        a.create_id(None, std::ptr::null_mut(), None).err(),
+        Some(Errno::ENODEV)
+    );
+    pending.destroy().unwrap();
+    id.destroy().unwrap();
+    a.close();
+    // A new service on the same socket serves new opens.
+    let dir = TempDir::new("service", "fwd-restart2");
+    let socket: &Path = &d.socket;
+    let d2 = Daemon::at(socket.to_path_buf(), dir);
+    let b = Device::open_forwarded(dev, &d2.socket).unwrap();
+    let id2 = b.create_id(None, std::ptr::null_mut(), None).unwrap();
+    id2.listen(0x7777).unwrap();
+    id2.destroy().unwrap();
+    b.close();
+}
+
+#[test]
+fn forward_bench_with_client_processes_sharing_one_device() {
+    let d = Daemon::start("fwd-bench");
+    let args = [
+        "bench",
+        "--processes",
+        "3",
+        "--connections",
+        "40",
+        "--concurrency",
+        "8",
+        "--server",
+        &net::soft(49),
+        "--client",
+        &net::soft(50),
+        "--timeout",
+        "30",
+        "--json",
+    ];
+    let o = d.fwd(&args).output().unwrap();
+    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["established"], 40, "{v}");
+    assert_eq!(v["server_established"], 40, "{v}");
+    assert_eq!(v["disconnected"], 40, "{v}");
+    let per = v["per_process"].as_array().unwrap();
+    assert_eq!(per.len(), 2);
+    assert!(per.iter().all(|p| p["established"] == 20), "{v}");
+    // The MADs between the two soft devices never took the wire.
+    assert!(d.log().contains("closed (local "), "{}", d.log());
+    assert!(!d.log().contains("wire_out"), "{}", d.log());
+}

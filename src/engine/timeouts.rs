@@ -64,6 +64,23 @@ impl Engine {
         }
     }
 
+    /// Fails every outstanding request at once (its retries given up):
+    /// the events its timeout would give (`REQ_ERROR`, `REP_ERROR`,
+    /// `DREQ_ERROR`, `SIDR_REQ_ERROR`), for a transport that can send
+    /// nothing more (design B's service gone). Returns how many failed.
+    pub fn fail_sends(&mut self, now: Time) -> usize {
+        let mut n = 0;
+        for id in self.ids.ids() {
+            if let Some(send) = self.ids.get_mut(id).and_then(|r| r.send.as_mut()) {
+                send.retries_left = 0;
+                n += 1;
+                self.cancel_timer(id);
+                self.retransmit_or_fail(now, id);
+            }
+        }
+        n
+    }
+
     pub(super) fn retransmit_or_fail(&mut self, now: Time, id: u32) {
         let Some(r) = self.ids.get_mut(id) else {
             return;

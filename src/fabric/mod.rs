@@ -141,6 +141,12 @@ pub trait Transport: Send + Sync + 'static {
     fn soft_addr(&self) -> Option<(Gid, u16)> {
         None
     }
+    /// Whether the transport can send nothing more, for good (design B's
+    /// service connection closed): calls that would send fail `-ENODEV`
+    /// and outstanding requests fail at once.
+    fn lost(&self) -> bool {
+        false
+    }
     /// A short description for logs ("soft:127.0.0.1:4791").
     fn describe(&self) -> String;
 }

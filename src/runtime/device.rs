@@ -146,6 +146,11 @@ pub struct Device {
     /// Set for a device served by the host CM service: no shards or
     /// threads here, every id call is a request to the service.
     pub(super) remote: Option<Arc<Remote>>,
+    /// The event loop has failed the outstanding requests of a lost
+    /// transport (`Transport::lost`).
+    pub(super) lost_seen: AtomicBool,
+    /// Opened in forward mode (`is_forwarded`).
+    forwarded: bool,
     /// The switch this device hands MADs to its process's other soft
     /// devices through (the host CM service's devices only).
     pub(super) switch: std::sync::OnceLock<Arc<super::switch::LocalSwitch>>,
@@ -185,9 +190,17 @@ impl Device {
         super::remote::open_forwarded_at(socket, name)
     }
 
-    /// Whether the host CM service serves this device.
+    /// Whether the host CM service serves this device, with its engines
+    /// (`IBCM_SERVICE_MODE=engine`) or forwarding its MADs (`forward`):
+    /// other processes may share it.
     pub fn is_served(&self) -> bool {
-        self.remote.is_some()
+        self.remote.is_some() || self.forwarded
+    }
+
+    /// Whether this device's engines run here and the host CM service
+    /// forwards their MADs (design B).
+    pub fn is_forwarded(&self) -> bool {
+        self.forwarded
     }
 
     /// The service's counters of a served device (`None` in-process).
@@ -222,6 +235,7 @@ impl Device {
         ports: Vec<PortInfo>,
         remote: Option<Arc<Remote>>,
     ) -> Device {
+        let forwarded = shared.host_listens.is_some();
         Device {
             name: transport.describe(),
             node_guid: transport.node_guid(),
@@ -246,7 +260,9 @@ impl Device {
             inbound: Mutex::new(Default::default()),
             send_lock: Mutex::new(()),
             port_hooks: Mutex::new(Vec::new()),
+            forwarded,
             remote,
+            lost_seen: AtomicBool::new(false),
         }
     }
 

@@ -342,12 +342,18 @@ impl Device {
                 // Callbacks for events that API calls produced.
                 let deferred = std::mem::take(&mut *lock(&self.deferred));
                 self.deliver_all(deferred);
-                // Timers due.
+                // Timers due; every outstanding request at once when the
+                // transport is lost for good (once).
                 let now = self.now();
+                let lost = self.transport.lost() && !self.lost_seen.swap(true, Ordering::SeqCst);
                 for (i, s) in self.shards.iter().enumerate() {
                     let mut out = Outputs::default();
                     {
                         let mut e = lock(s);
+                        if lost {
+                            e.fail_sends(now);
+                            self.drain(i as u32, &mut e, &mut out);
+                        }
                         if e.poll_timeout().is_some_and(|d| d <= now) {
                             e.handle_timeout(now);
                             self.drain(i as u32, &mut e, &mut out);

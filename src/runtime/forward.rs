@@ -17,9 +17,11 @@
 //!   listener goes (one way).
 //! * MADs leave as `ipc::fwd` records, up to `fwd::PER_MSG` per message;
 //!   the event loop's threads read what the service sends.
-//! * A service that goes away: the log says so once, sends fail (counted
-//!   in `tx_errors`), a listen claim fails `-ENODEV`, and the engines'
-//!   own timers end every pending connection with its error event.
+//! * A service that goes away: the log says so once, every outstanding
+//!   request fails at once with its error event (`REQ_ERROR`, …, as when
+//!   its retries run out: `Engine::fail_sends`), and every later call
+//!   that would send, and `create_id`, fails `-ENODEV` (`Transport::lost`);
+//!   destroying ids still works. A new open reaches a restarted service.
 
 use super::device::{Device, DeviceOptions};
 use super::lock;
@@ -250,6 +252,10 @@ impl Transport for FwdTransport {
 
     fn describe(&self) -> String {
         self.name.clone()
+    }
+
+    fn lost(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
     }
 }
 

@@ -46,7 +46,7 @@ impl Device {
         context: *mut c_void,
         rust_handler: Option<RustHandler>,
     ) -> Result<CmId, Errno> {
-        if self.stop.load(Ordering::SeqCst) {
+        if self.stop.load(Ordering::SeqCst) || self.transport.lost() {
             return Err(Errno::ENODEV);
         }
         if let Some(r) = &self.remote {
@@ -224,7 +224,7 @@ impl CmId {
         f: impl FnOnce(&mut Engine, Time, Handle) -> ApiResult<R>,
     ) -> ApiResult<R> {
         let dev = &self.0.dev;
-        if dev.stop.load(Ordering::SeqCst) {
+        if dev.stop.load(Ordering::SeqCst) || dev.transport.lost() {
             return Err(Errno::ENODEV);
         }
         let mut out = Outputs::default();
