@@ -251,23 +251,26 @@ test-python:
 		IBCM_LIB=$(STAGE)/lib/libibcm.so python3 -m pytest -q python/tests; \
 	else echo "== no Python tests yet"; fi
 
-# The C scenarios and the Python suite once more through the host CM
-# service (`ibcm daemon` on a private socket, IBCM_SERVICE=required), in
+# The C scenarios, the rdma_* surface (c-tests/rdmacm_api.c) and the
+# Python suite once more through the host CM service (`ibcm daemon` on a
+# private socket, IBCM_SERVICE=required), in
 # each of its modes (IBCM_SERVICE_MODE: engine, the engines in the
 # service; forward, the engines in the processes, docs/SERVICE.md
 # "Design B"); the multi-process service tests themselves are
 # cli/tests/service.rs and cli/tests/service_forward.rs.
 SVC_SOCK := $(abspath $(BUILD))/ibcmd-test.sock
-test-service: $(BUILD)/c/cm_scenarios
+test-service: $(BUILD)/c/cm_scenarios rdmacm $(BUILD)/c/rdmacm_api
 	$(CARGO) build --release -p ibcm-cli
 	set -e; for mode in engine forward; do \
-	echo "== C scenarios and Python suite through the host CM service, IBCM_SERVICE_MODE=$$mode"; \
+	echo "== C scenarios, the rdma_* surface and the Python suite through the host CM service, IBCM_SERVICE_MODE=$$mode"; \
 	rm -f $(SVC_SOCK); \
 	target/release/ibcm daemon --foreground --socket $(SVC_SOCK) 2>$(BUILD)/ibcmd-test-$$mode.log & pid=$$!; \
 	trap "kill $$pid" EXIT; \
 	for i in $$(seq 200); do [ -S $(SVC_SOCK) ] && break; sleep 0.05; done; \
 	IBCM_SERVICE=required IBCM_SERVICE_SOCKET=$(SVC_SOCK) IBCM_SERVICE_MODE=$$mode \
 		$(BUILD)/c/cm_scenarios $(TEST_NET).10 $(TEST_NET).11; \
+	IBCM_SERVICE=required IBCM_SERVICE_SOCKET=$(SVC_SOCK) IBCM_SERVICE_MODE=$$mode $(RDMACM_RUN) \
+		$(BUILD)/c/rdmacm_api $(TEST_NET).12 $(TEST_NET).13; \
 	IBCM_SERVICE=required IBCM_SERVICE_SOCKET=$(SVC_SOCK) IBCM_SERVICE_MODE=$$mode \
 		IBCM_LIB=$(STAGE)/lib/libibcm.so python3 -m pytest -q --ignore=python/tests/test_wheel.py python/tests; \
 	kill $$pid; wait $$pid 2>/dev/null || true; trap - EXIT; \

@@ -166,7 +166,9 @@ type PeerKey = (u32, u8, Gid, Gid, u16);
 struct State {
     devs: Vec<Option<Dev>>,
     by_key: HashMap<String, u32>,
-    by_soft: HashMap<(Gid, u16), u32>,
+    /// The service's own soft devices (a handful of keys: the seeded fast
+    /// hash, as `runtime::switch`), looked up for every MAD.
+    by_soft: FastMap<(Gid, u16), u32>,
     /// Devices being closed (their transport not released yet): an open
     /// of the same name waits.
     closing: Vec<String>,
@@ -267,7 +269,7 @@ impl Hub {
             st: Mutex::new(State {
                 devs: Vec::new(),
                 by_key: HashMap::new(),
-                by_soft: HashMap::new(),
+                by_soft: FastMap::with_hasher(FastState::new(table_seed())),
                 closing: Vec::new(),
                 tracker: Tracker::new(),
                 wire: Vec::new(),
