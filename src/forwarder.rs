@@ -44,7 +44,7 @@ use crate::engine::ids::{
 };
 use crate::engine::{Errno, MadDest, MadSource, PortInfo, Transmit};
 use crate::fabric::{Received, Transport, TransportStats};
-use crate::ipc::{self, FwdOpened, Opened, fwd, sock};
+use crate::ipc::{self, FwdOpened, IdInfo, Opened, fwd, sock};
 use crate::log::{INFO, WARN};
 use crate::tracker::{Proc, Tracker, Verdict};
 use crate::wire::{Gid, attr, peek};
@@ -150,8 +150,9 @@ struct Dev {
     free: VecDeque<u32>,
     /// Opens of each slot so far (the next one's generation base).
     opens: Vec<u32>,
-    /// Service ID → slot (IDs the device's processes choose).
-    listens: FastMap<u64, u32>,
+    /// Service ID → (slot, when claimed in ms) (IDs the device's
+    /// processes choose).
+    listens: FastMap<u64, (u32, u64)>,
     stats: Arc<FwdStats>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -311,6 +312,77 @@ impl Hub {
                 stats: d.stats.clone(),
             })
             .collect()
+    }
+
+    /// What `ibcm ids` shows of the forwarded devices: each listen, and
+    /// each open connection end of their processes as the tracker follows
+    /// it (an end appears with its REQ or REP: a passive id that has not
+    /// answered yet, or an id that never sent anything, lives only in its
+    /// process). The peer is the remote GID, or the device's own for a
+    /// peer on the service's devices.
+    pub fn ids(&self) -> Vec<IdInfo> {
+        use crate::engine::State;
+        use crate::tracker::EndState;
+        let now = self.now_ms();
+        let st = lock(&self.st);
+        let mut out = Vec::new();
+        for (dev, d) in st.devs.iter().enumerate() {
+            let Some(d) = d else { continue };
+            let dev = dev as u32;
+            let pid = |slot: u32| d.procs[slot as usize].as_ref().map_or(0, |p| p.pid);
+            let own = d.ports.first().and_then(|p| p.gids.first()).map(|g| g.gid);
+            let mut listens: Vec<(&u64, &(u32, u64))> = d.listens.iter().collect();
+            listens.sort_by_key(|(_, (_, born))| *born);
+            for (&sid, &(slot, born)) in listens {
+                out.push(IdInfo {
+                    pid: pid(slot),
+                    device: d.key.clone().into_bytes(),
+                    state: State::Listen as u32,
+                    local_id: 0,
+                    remote_id: 0,
+                    service_id: sid,
+                    peer: None,
+                    age_ms: now.saturating_sub(born),
+                });
+            }
+            let mut ends = st.tracker.ends_of(|p| p < WIRE_BASE && split(p).0 == dev);
+            ends.sort_by_key(|e| e.born_ms);
+            for e in ends {
+                let state = match e.state {
+                    EndState::ReqSent => State::ReqSent,
+                    EndState::RepRcvd => State::RepRcvd,
+                    EndState::RepSent => State::RepSent,
+                    EndState::Established => State::Established,
+                    EndState::DreqSent => State::DreqSent,
+                    EndState::DreqRcvd => State::DreqRcvd,
+                    EndState::Closed => continue,
+                };
+                let peer = if e.peer_proc >= WIRE_BASE {
+                    st.wire
+                        .get((e.peer_proc - WIRE_BASE) as usize)
+                        .map(|w| w.1.dgid)
+                } else {
+                    st.devs
+                        .get(split(e.peer_proc).0 as usize)
+                        .and_then(Option::as_ref)
+                        .and_then(|p| p.ports.first())
+                        .and_then(|p| p.gids.first())
+                        .map(|g| g.gid)
+                        .or(own)
+                };
+                out.push(IdInfo {
+                    pid: pid(split(e.proc).1),
+                    device: d.key.clone().into_bytes(),
+                    state: state as u32,
+                    local_id: e.comm,
+                    remote_id: e.peer_comm,
+                    service_id: e.service_id,
+                    peer,
+                    age_ms: now.saturating_sub(e.born_ms),
+                });
+            }
+        }
+        out
     }
 
     /// Attaches the process on `fd` to device `name` (service key `key`),
@@ -522,7 +594,7 @@ impl Hub {
         }
         p.backlog.cv.notify_all();
         d.free.push_back(slot);
-        d.listens.retain(|_, o| *o != slot);
+        d.listens.retain(|_, o| o.0 != slot);
         let empty = d.procs.iter().all(Option::is_none);
         let stats = d.stats.clone();
         let key = d.key.clone();
@@ -688,7 +760,7 @@ impl Hub {
             Some(attr::REQ) | Some(attr::SIDR_REQ) => {
                 let sid = u64::from_be_bytes(mad[32..40].try_into().expect("8 bytes"));
                 match d.listens.get(&sid) {
-                    Some(&s) => Target::Proc(s),
+                    Some(&(s, _)) => Target::Proc(s),
                     // No listener: the device's first process answers it
                     // (REJ 8, SIDR_REP UNSUPPORTED) and counts it, as the
                     // kernel's CM counts what reaches the device.
@@ -818,7 +890,7 @@ impl Hub {
                 }
                 Ok(fwd::Rec::Unlisten { service_id }) => {
                     if let Some(d) = st.devs[dev as usize].as_mut()
-                        && d.listens.get(&service_id) == Some(&slot)
+                        && d.listens.get(&service_id).is_some_and(|l| l.0 == slot)
                     {
                         d.listens.remove(&service_id);
                         if let Some(e) = d.procs[slot as usize].as_mut() {
@@ -844,8 +916,8 @@ impl Hub {
             return -libc::ENODEV;
         };
         match d.listens.get(&service_id) {
-            Some(&o) if o == slot => return 0,
-            Some(&o) => {
+            Some(&(o, _)) if o == slot => return 0,
+            Some(&(o, _)) => {
                 inc(&d.stats.claims_refused);
                 let other = d.procs[o as usize].as_ref().map_or(0, |p| p.pid);
                 ibcm_log!(
@@ -872,7 +944,7 @@ impl Hub {
             return -libc::ENOMEM;
         }
         e.listens += 1;
-        d.listens.insert(service_id, slot);
+        d.listens.insert(service_id, (slot, self.now_ms()));
         0
     }
 

@@ -559,6 +559,8 @@ impl Service {
             ids.sort_by_key(|i| std::cmp::Reverse(i.age_ms));
             out.extend(ids);
         }
+        // Design B's devices: listens and connection ends (the hub's).
+        out.extend(self.hub.ids());
         out
     }
 

@@ -87,6 +87,23 @@ struct End {
     gone_since: Option<u64>,
     /// When the end went `Closed` (ms).
     closed_at: u64,
+    /// The connection's service ID (from its REQ).
+    service_id: u64,
+    /// When the end was first seen (ms).
+    born: u64,
+}
+
+/// One open end as introspection shows it ([`Tracker::ends_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndView {
+    pub proc: Proc,
+    pub comm: u32,
+    pub state: EndState,
+    pub peer_proc: Proc,
+    /// 0 until the peer's REP is seen.
+    pub peer_comm: u32,
+    pub service_id: u64,
+    pub born_ms: u64,
 }
 
 /// What [`Tracker::observe`] says of a MAD.
@@ -145,6 +162,23 @@ impl Tracker {
             .count()
     }
 
+    /// The open ends (not closed) of the processes `mine` picks.
+    pub fn ends_of(&self, mine: impl Fn(Proc) -> bool) -> Vec<EndView> {
+        self.ends
+            .iter()
+            .filter(|(k, e)| mine(k.0) && e.state != EndState::Closed)
+            .map(|(k, e)| EndView {
+                proc: k.0,
+                comm: k.1,
+                state: e.state,
+                peer_proc: e.peer_proc,
+                peer_comm: e.peer_comm,
+                service_id: e.service_id,
+                born_ms: e.born,
+            })
+            .collect()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -200,20 +234,23 @@ impl Tracker {
                     ca_guid: r.local_ca_guid,
                     gone_since: None,
                     closed_at: 0,
+                    service_id: r.service_id,
+                    born: now,
                 });
                 Verdict::Pass
             }
             CmMsg::Rep(r) => {
                 let active = (to, r.remote_comm_id);
-                match self.ends.get_mut(&active) {
+                let service_id = match self.ends.get_mut(&active) {
                     Some(a) if a.peer_proc == from => {
                         if a.state == EndState::ReqSent {
                             a.state = EndState::RepRcvd;
                         }
                         a.peer_comm = r.local_comm_id;
+                        a.service_id
                     }
                     _ => return Verdict::Refuse("a REP for a REQ this process did not get"),
-                }
+                };
                 self.ends.entry((from, r.local_comm_id)).or_insert(End {
                     state: EndState::RepSent,
                     peer_proc: to,
@@ -222,6 +259,8 @@ impl Tracker {
                     ca_guid: r.local_ca_guid,
                     gone_since: None,
                     closed_at: 0,
+                    service_id,
+                    born: now,
                 });
                 Verdict::Pass
             }

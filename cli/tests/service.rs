@@ -2100,6 +2100,39 @@ fn forward_a_client_killed_while_connected_gets_its_peer_a_dreq() {
         (Some(2), Some(2)),
         "{s}"
     );
+    // `ibcm ids` shows both ends, each with its process, the service ID
+    // and the peer, and the listen.
+    let ids = d
+        .ibcm(&["ids", "--json", "--socket", d.socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(ids.status.success(), "{}", text(&ids.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&ids.stdout).unwrap();
+    let of = |state: &str| -> Vec<serde_json::Value> {
+        v["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["state"] == state)
+            .cloned()
+            .collect()
+    };
+    let est = of("ESTABLISHED");
+    assert_eq!(est.len(), 2, "{v}");
+    let pids: Vec<i64> = est.iter().map(|i| i["pid"].as_i64().unwrap()).collect();
+    assert!(pids.contains(&(c.id() as i64)) && pids.contains(&(l.child.id() as i64)));
+    assert!(
+        est.iter()
+            .all(|i| i["peer"] == format!("::ffff:{}", net::addr(42))),
+        "{v}"
+    );
+    assert_eq!(est[0]["local_id"], est[1]["remote_id"]);
+    assert_eq!(est[1]["local_id"], est[0]["remote_id"]);
+    assert!(est.iter().all(|i| i["service_id"] == est[0]["service_id"]));
+    let listens = of("LISTEN");
+    assert_eq!(listens.len(), 1, "{v}");
+    assert_eq!(listens[0]["pid"].as_i64(), Some(l.child.id() as i64));
+    assert_eq!(listens[0]["service_id"], est[0]["service_id"], "{v}");
     c.kill().unwrap();
     let killed = Instant::now();
     c.wait().unwrap();
