@@ -156,6 +156,8 @@ struct Dev {
     stats: Arc<FwdStats>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The port event thread of a real device.
+    watcher: Option<std::thread::JoinHandle<()>>,
     /// MADs for the wire, sent after the lock is let go.
     tx: Vec<Transmit>,
 }
@@ -396,6 +398,18 @@ impl Hub {
         fd: &OwnedFd,
         pid: i32,
     ) -> Result<Attached, Errno> {
+        self.attach_with(key, || crate::runtime::open_transport(name), fd, pid)
+    }
+
+    /// `attach`, with the transport `open` gives when the device is not
+    /// forwarded yet.
+    pub fn attach_with(
+        self: &Arc<Self>,
+        key: &str,
+        open: impl FnOnce() -> Result<Arc<dyn Transport>, Errno>,
+        fd: &OwnedFd,
+        pid: i32,
+    ) -> Result<Attached, Errno> {
         let tx = Arc::new(fd.try_clone().map_err(|_| Errno(libc::EMFILE))?);
         let mut st = lock(&self.st);
         while st.closing.iter().any(|k| k == key) {
@@ -403,7 +417,7 @@ impl Hub {
         }
         let dev = match st.by_key.get(key) {
             Some(&d) => d,
-            None => self.open_dev(&mut st, key, name)?,
+            None => self.open_dev(&mut st, key, open()?)?,
         };
         let d = st.devs[dev as usize].as_mut().expect("listed device");
         let Some(slot) = d.free.pop_front() else {
@@ -451,8 +465,12 @@ impl Hub {
         Ok(Attached { dev, slot, opened })
     }
 
-    fn open_dev(self: &Arc<Self>, st: &mut State, key: &str, name: &str) -> Result<u32, Errno> {
-        let transport = crate::runtime::open_transport(name)?;
+    fn open_dev(
+        self: &Arc<Self>,
+        st: &mut State,
+        key: &str,
+        transport: Arc<dyn Transport>,
+    ) -> Result<u32, Errno> {
         let dev = match st.devs.iter().position(Option::is_none) {
             Some(i) => i as u32,
             None => {
@@ -466,6 +484,22 @@ impl Hub {
             .name("ibcmd-fwd".into())
             .spawn(move || me.wire_loop(dev, &t, &s))
             .map_err(|_| Errno::ENOMEM)?;
+        let watcher = if transport.watches_ports() {
+            let (me, t, s) = (self.clone(), transport.clone(), stop.clone());
+            let w = std::thread::Builder::new()
+                .name("ibcmd-fwd-ports".into())
+                .spawn(move || me.port_loop(dev, &t, &s));
+            match w {
+                Ok(w) => Some(w),
+                Err(_) => {
+                    stop.store(true, Ordering::SeqCst);
+                    transport.wake();
+                    return Err(Errno::ENOMEM);
+                }
+            }
+        } else {
+            None
+        };
         let id_key = random_key();
         let soft = transport.soft_addr();
         if let Some(a) = soft {
@@ -486,6 +520,7 @@ impl Hub {
             stats: Arc::default(),
             stop,
             thread: Some(thread),
+            watcher,
             tx: Vec::new(),
         });
         st.by_key.insert(key.to_string(), dev);
@@ -509,10 +544,10 @@ impl Hub {
         };
         d.stop.store(true, Ordering::SeqCst);
         d.transport.wake();
-        if let Some(t) = d.thread
-            && t.join().is_err()
-        {
-            ibcm_log!(WARN, "{}: the forwarder's wire thread had panicked", d.key);
+        for t in [d.thread, d.watcher].into_iter().flatten() {
+            if t.join().is_err() {
+                ibcm_log!(WARN, "{}: a forwarder thread had panicked", d.key);
+            }
         }
         let s: Vec<String> = d
             .stats
@@ -644,6 +679,51 @@ impl Hub {
             let out = self.finish(&mut st);
             drop(st);
             send_out(out);
+        }
+    }
+
+    /// A real device's port events: the new tables go to every process of
+    /// the device (`fwd::PORTS`), which installs them as in-process
+    /// (`Device::update_ports`); later opens get them in their answer.
+    fn port_loop(&self, dev: u32, transport: &Arc<dyn Transport>, stop: &AtomicBool) {
+        while !stop.load(Ordering::SeqCst) {
+            let Some(ports) = transport.port_change(Duration::from_millis(200)) else {
+                continue;
+            };
+            let mut st = lock(&self.st);
+            self.push_ports(&mut st, dev, ports);
+            let out = self.finish(&mut st);
+            drop(st);
+            send_out(out);
+        }
+    }
+
+    fn push_ports(&self, st: &mut State, dev: u32, ports: Vec<PortInfo>) {
+        let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        let mut rec = Vec::new();
+        if !fwd::put_ports(&mut rec, &ports) {
+            ibcm_log!(
+                WARN,
+                "{}: port tables too large for one record: not pushed",
+                d.key
+            );
+            return;
+        }
+        ibcm_log!(
+            INFO,
+            "{}: port tables changed: pushed to its processes",
+            d.key
+        );
+        d.ports = ports;
+        for slot in 0..MAX_PROCS as u32 {
+            if let Some(e) = d.procs[slot as usize].as_mut() {
+                if e.out.is_empty() {
+                    st.dirty.push(pname(dev, slot));
+                }
+                e.out.extend_from_slice(&rec);
+            }
         }
     }
 
@@ -898,7 +978,7 @@ impl Hub {
                         }
                     }
                 }
-                Ok(fwd::Rec::Listened { .. }) | Err(()) => {
+                Ok(fwd::Rec::Listened { .. }) | Ok(fwd::Rec::Ports(_)) | Err(()) => {
                     self.refuse(
                         st,
                         p,
@@ -1114,5 +1194,96 @@ fn writer(fd: &OwnedFd, b: &Backlog) {
             }
         }
         lock(&b.q).0.pop_front();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::TransportStats;
+
+    /// A device whose port events the test makes.
+    struct PortsOnly {
+        stats: TransportStats,
+        next: Mutex<Option<Vec<PortInfo>>>,
+    }
+
+    impl Transport for PortsOnly {
+        fn send(&self, _: &[Transmit]) {}
+        fn recv(&self, t: Option<Duration>, _: &mut Vec<Received>) -> std::io::Result<()> {
+            std::thread::sleep(
+                t.unwrap_or(Duration::from_millis(10))
+                    .min(Duration::from_millis(10)),
+            );
+            Ok(())
+        }
+        fn wake(&self) {}
+        fn ports(&self) -> Vec<PortInfo> {
+            vec![PortInfo::roce(1, "10.1.0.1".parse().unwrap())]
+        }
+        fn node_guid(&self) -> u64 {
+            0x0200_00ff_fe00_0001
+        }
+        fn watches_ports(&self) -> bool {
+            true
+        }
+        fn port_change(&self, t: Duration) -> Option<Vec<PortInfo>> {
+            let p = lock(&self.next).take();
+            if p.is_none() {
+                std::thread::sleep(t.min(Duration::from_millis(5)));
+            }
+            p
+        }
+        fn stats(&self) -> &TransportStats {
+            &self.stats
+        }
+        fn describe(&self) -> String {
+            "ports-only".into()
+        }
+    }
+
+    /// A port event of a forwarded device reaches each of its processes
+    /// as a `PORTS` record, and a later open gets the new tables.
+    #[test]
+    fn port_events_reach_every_process_and_later_opens() {
+        let hub = Hub::new(8);
+        let t = Arc::new(PortsOnly {
+            stats: TransportStats::default(),
+            next: Mutex::new(None),
+        });
+        let (a, a_peer) = sock::pair();
+        let (b, b_peer) = sock::pair();
+        let tt: Arc<dyn Transport> = t.clone();
+        let first = hub.attach_with("dev", || Ok(tt), &a, 1).unwrap();
+        let second = hub
+            .attach_with("dev", || panic!("opened twice"), &b, 2)
+            .unwrap();
+        assert_eq!((first.slot, second.slot), (0, 1));
+        let mut table = t.ports();
+        table[0].gids.push(crate::engine::GidEntry {
+            gid: "10.1.0.2".parse().unwrap(),
+            gid_type: crate::engine::GidType::RoceV2,
+        });
+        *lock(&t.next) = Some(table.clone());
+        for peer in [&a_peer, &b_peer] {
+            sock::set_timeouts(peer, Duration::from_secs(5), true).unwrap();
+            let mut buf = vec![0u8; ipc::MAX_RECORD];
+            let n = sock::recv(peer, &mut buf).expect("a PORTS record");
+            let recs: Vec<_> = fwd::records(&buf[..n]).collect();
+            assert_eq!(recs.len(), 1);
+            match recs[0] {
+                Ok(fwd::Rec::Ports(p)) => assert_eq!(fwd::ports(p).unwrap(), table),
+                ref other => panic!("{other:?}"),
+            }
+        }
+        let (c, _c_peer) = sock::pair();
+        let third = hub
+            .attach_with("dev", || panic!("opened twice"), &c, 3)
+            .unwrap();
+        assert_eq!(&*third.opened.opened.ports, &table[..]);
+        for (slot, _) in [(0, a), (1, b), (2, c)] {
+            hub.detach(0, slot);
+        }
+        assert!(!hub.has("dev"), "closed with its last process");
     }
 }

@@ -2823,6 +2823,9 @@ pub mod fwd {
     pub const LISTENED: u16 = 3;
     /// Process → service: `u64 service ID`: the listen is released.
     pub const UNLISTEN: u16 = 4;
+    /// Service → process: the device's new port tables after a port event
+    /// (`Box<[PortInfo]>` as `OPEN`'s reply carries them).
+    pub const PORTS: u16 = 5;
 
     /// Bytes of a MAD record's address.
     pub const ADDR: usize = 52;
@@ -2850,6 +2853,9 @@ pub mod fwd {
         Unlisten {
             service_id: u64,
         },
+        /// The encoded port tables (decoded by the process, which checks
+        /// them against its open's).
+        Ports(&'a [u8]),
     }
 
     fn head(out: &mut Vec<u8>, kind: u16, len: usize) {
@@ -2955,6 +2961,27 @@ pub mod fwd {
         out.extend_from_slice(&err.to_le_bytes());
     }
 
+    /// A port tables record; `false` (nothing written) when the tables do
+    /// not fit one record.
+    pub fn put_ports(out: &mut Vec<u8>, ports: &[crate::engine::PortInfo]) -> bool {
+        let mut w = super::Writer(Vec::new());
+        w.put(&ports.to_vec().into_boxed_slice());
+        if w.0.len() > u16::MAX as usize {
+            return false;
+        }
+        head(out, PORTS, w.0.len());
+        out.extend_from_slice(&w.0);
+        true
+    }
+
+    /// The port tables of a `PORTS` record's body.
+    pub fn ports(body: &[u8]) -> Result<Vec<crate::engine::PortInfo>, crate::engine::Errno> {
+        let mut r = super::Reader::new(body);
+        let p: Box<[crate::engine::PortInfo]> = r.get()?;
+        r.end()?;
+        Ok(p.into_vec())
+    }
+
     pub fn put_unlisten(out: &mut Vec<u8>, service_id: u64) {
         head(out, UNLISTEN, 8);
         out.extend_from_slice(&service_id.to_le_bytes());
@@ -2990,6 +3017,7 @@ pub mod fwd {
                     (UNLISTEN, 8) => Rec::Unlisten {
                         service_id: u64_at(0),
                     },
+                    (PORTS, _) => Rec::Ports(b),
                     _ => return Err(()),
                 };
                 at += 4 + len;
@@ -3041,8 +3069,14 @@ pub mod fwd {
             put_source(&mut m, &s, &mad);
             put_listened(&mut m, 7, -16);
             put_unlisten(&mut m, 0x1234);
+            let table = vec![crate::engine::PortInfo::roce(1, d.sgid)];
+            assert!(put_ports(&mut m, &table));
             let recs: Vec<_> = records(&m).collect();
-            assert_eq!(recs.len(), 5);
+            assert_eq!(recs.len(), 6);
+            match recs[5] {
+                Ok(Rec::Ports(b)) => assert_eq!(ports(b), Ok(table)),
+                _ => panic!("{:?}", recs[5]),
+            }
             match recs[0] {
                 Ok(Rec::Mad(a, b)) => {
                     assert_eq!(dest(a), d);

@@ -76,6 +76,19 @@ pub(super) struct FwdTransport {
     seq: AtomicU64,
     gone: AtomicBool,
     timeout: Duration,
+    /// Port tables the service pushed, for `port_change`.
+    new_ports: (Mutex<Option<Vec<PortInfo>>>, std::sync::Condvar),
+}
+
+/// Whether pushed port tables keep the ports of the open (their numbers
+/// and link layers; a port keeps a P_Key), as `ipc::check_ports` holds
+/// engine-mode pushes to.
+fn ports_fit(new: &[PortInfo], opened: &[PortInfo]) -> bool {
+    new.len() == opened.len()
+        && new
+            .iter()
+            .zip(opened)
+            .all(|(n, o)| n.port_num == o.port_num && n.is_roce == o.is_roce && !n.pkeys.is_empty())
 }
 
 thread_local! {
@@ -130,6 +143,20 @@ impl FwdTransport {
                 Ok(fwd::Rec::Listened { seq, err }) => {
                     rx.answers.insert(seq, err);
                 }
+                Ok(fwd::Rec::Ports(b)) => match fwd::ports(b) {
+                    Ok(p) if ports_fit(&p, &self.opened.opened.ports) => {
+                        *lock(&self.new_ports.0) = Some(p);
+                        self.new_ports.1.notify_all();
+                    }
+                    _ => {
+                        TransportStats::inc(&self.stats.rx_garbage);
+                        ibcm_log!(
+                            WARN,
+                            "{}: port tables from the CM service that do not fit the device's: dropped",
+                            self.name
+                        );
+                    }
+                },
                 Ok(_) | Err(()) => {
                     TransportStats::inc(&self.stats.rx_garbage);
                     ibcm_log!(
@@ -257,6 +284,25 @@ impl Transport for FwdTransport {
     fn lost(&self) -> bool {
         self.gone.load(Ordering::Relaxed)
     }
+
+    fn watches_ports(&self) -> bool {
+        true
+    }
+
+    /// Port tables the service pushed (the event loop's reader stores
+    /// them).
+    fn port_change(&self, timeout: Duration) -> Option<Vec<PortInfo>> {
+        let mut p = lock(&self.new_ports.0);
+        if p.is_none() {
+            p = self
+                .new_ports
+                .1
+                .wait_timeout(p, timeout)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        p.take()
+    }
 }
 
 impl HostListens for FwdTransport {
@@ -382,6 +428,7 @@ pub(super) fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
         seq: AtomicU64::new(1),
         gone: AtomicBool::new(false),
         timeout,
+        new_ports: Default::default(),
     });
     ibcm_log!(
         INFO,
@@ -399,4 +446,67 @@ pub(super) fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
         },
         Some(listens),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ipc::Opened;
+
+    fn transport(fd: OwnedFd, ports: Vec<PortInfo>) -> FwdTransport {
+        // SAFETY: a new eventfd, owned here.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        assert!(wake >= 0);
+        FwdTransport {
+            fd,
+            // SAFETY: just opened, owned only here.
+            wake: unsafe { OwnedFd::from_raw_fd(wake) },
+            name: "fwd:test".into(),
+            opened: FwdOpened {
+                opened: Opened {
+                    name: b"test".to_vec(),
+                    node_guid: 1,
+                    ports: ports.into_boxed_slice(),
+                },
+                id_key: 7,
+                proc_slot: 0,
+                gen_base: 0,
+            },
+            stats: TransportStats::default(),
+            rx: Mutex::new(Rx::default()),
+            seq: AtomicU64::new(1),
+            gone: AtomicBool::new(false),
+            timeout: Duration::from_secs(2),
+            new_ports: Default::default(),
+        }
+    }
+
+    /// Pushed port tables that keep the open's ports are installed by
+    /// `port_change`; others are dropped and counted. The service's
+    /// hang-up makes the transport lost and a listen claim -ENODEV.
+    #[test]
+    fn pushed_ports_are_checked_and_a_hang_up_is_loss() {
+        let (fd, svc) = sock::pair();
+        let gid = "10.2.0.1".parse().unwrap();
+        let t = transport(fd, vec![PortInfo::roce(1, gid)]);
+        assert!(t.watches_ports());
+        assert_eq!(t.port_change(Duration::from_millis(1)), None);
+        let mut good = vec![PortInfo::roce(1, gid)];
+        good[0].lid = 9;
+        let bad = vec![PortInfo::roce(1, gid), PortInfo::roce(2, gid)];
+        let mut msg = Vec::new();
+        assert!(fwd::put_ports(&mut msg, &bad));
+        assert!(fwd::put_ports(&mut msg, &good));
+        sock::send(&svc, &msg).unwrap();
+        let mut out = Vec::new();
+        t.recv(Some(Duration::from_secs(1)), &mut out).unwrap();
+        assert!(out.is_empty());
+        assert_eq!(t.stats.rx_garbage.load(Ordering::Relaxed), 1);
+        assert_eq!(t.port_change(Duration::from_millis(1)), Some(good));
+        assert_eq!(t.port_change(Duration::from_millis(1)), None);
+        drop(svc);
+        t.recv(Some(Duration::from_secs(1)), &mut out).unwrap();
+        assert!(Transport::lost(&t));
+        assert_eq!(t.claim(0x10), Err(Errno::ENODEV));
+    }
 }
