@@ -789,10 +789,11 @@ fn per_process_limits_refuse_with_enomem_and_are_counted() {
     }));
 }
 
-#[test]
-fn bench_with_client_processes_sharing_one_device() {
-    let d = Daemon::start("bench");
-    let args = [
+/// `ibcm bench --processes 3` (40 connections, two client processes)
+/// between soft hosts `server` and `client` of this daemon, in `mode`;
+/// checks every count and returns the arguments.
+fn bench_processes(d: &Daemon, mode: &str, server: u16, client: u16) -> Vec<String> {
+    let args: Vec<String> = [
         "bench",
         "--processes",
         "3",
@@ -801,14 +802,22 @@ fn bench_with_client_processes_sharing_one_device() {
         "--concurrency",
         "8",
         "--server",
-        &net::soft(12),
+        &net::soft(server),
         "--client",
-        &net::soft(13),
+        &net::soft(client),
         "--timeout",
         "30",
         "--json",
-    ];
-    let o = d.ibcm(&args).output().unwrap();
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = d
+        .ibcm(&refs)
+        .env("IBCM_SERVICE_MODE", mode)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["established"], 40, "{v}");
@@ -818,7 +827,13 @@ fn bench_with_client_processes_sharing_one_device() {
     assert_eq!(per.len(), 2);
     assert!(per.iter().all(|p| p["established"] == 20), "{v}");
     assert!(v["connect_per_s"].as_u64().unwrap() > 0);
-    // Without the service the client processes cannot share the device.
+    args
+}
+
+#[test]
+fn bench_with_client_processes_sharing_one_device() {
+    let d = Daemon::start("bench");
+    let args = bench_processes(&d, "engine", 12, 13);
     let o = ibcm()
         .args(args)
         .env("IBCM_SERVICE", "off")
@@ -2357,31 +2372,7 @@ fn forward_a_dead_service_fails_calls_and_a_restarted_one_serves() {
 #[test]
 fn forward_bench_with_client_processes_sharing_one_device() {
     let d = Daemon::start("fwd-bench");
-    let args = [
-        "bench",
-        "--processes",
-        "3",
-        "--connections",
-        "40",
-        "--concurrency",
-        "8",
-        "--server",
-        &net::soft(49),
-        "--client",
-        &net::soft(50),
-        "--timeout",
-        "30",
-        "--json",
-    ];
-    let o = d.fwd(&args).output().unwrap();
-    assert!(o.status.success(), "{}{}", text(&o.stdout), text(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v["established"], 40, "{v}");
-    assert_eq!(v["server_established"], 40, "{v}");
-    assert_eq!(v["disconnected"], 40, "{v}");
-    let per = v["per_process"].as_array().unwrap();
-    assert_eq!(per.len(), 2);
-    assert!(per.iter().all(|p| p["established"] == 20), "{v}");
+    bench_processes(&d, "forward", 49, 50);
     // The MADs between the two soft devices never took the wire.
     assert!(d.log().contains("closed (local "), "{}", d.log());
     assert!(!d.log().contains("wire_out"), "{}", d.log());
