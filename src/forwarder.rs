@@ -35,9 +35,12 @@
 //!   lets `MAX_BACKLOG` messages pile up loses the next ones (dropped and
 //!   counted, as a congested wire drops them: the CM retransmits).
 //! * **Limits.** 128 processes per device (`ids::FORWARD_PROC_BITS`; the
-//!   next open gets `-EUSERS`), the service's listener limit per process
-//!   (`-ENOMEM`), 65,536 wire peers tracked (beyond them, peers share one
-//!   tracker name).
+//!   next open gets `-EUSERS`), 16 of them per process id, the service's
+//!   listener limit per process (`-ENOMEM`) and its id limit as the
+//!   connection ends tracked per process (a REQ or REP beyond it is
+//!   dropped and counted; a REQ or REP must carry a comm ID of its
+//!   sender's slot), 65,536 wire peers tracked (beyond them, peers share
+//!   one tracker name).
 
 use crate::engine::ids::{
     FORWARD_PROC_BITS, FastMap, FastState, IdCodec, PeerMap, PeerState, forward_owner, splitmix64,
@@ -56,6 +59,9 @@ use std::time::{Duration, Instant};
 
 /// Process slots per device.
 pub const MAX_PROCS: usize = 1 << FORWARD_PROC_BITS;
+/// Slots one process may hold on one device (each open of the device
+/// takes one): no process takes every slot of a device.
+const MAX_SLOTS_PER_PID: usize = 16;
 /// Tracker names of wire peers start here (below: device << 7 | slot).
 const WIRE_BASE: Proc = 1 << 31;
 /// Wire peers tracked by name at most.
@@ -247,6 +253,8 @@ pub struct Hub {
     closed_cv: Condvar,
     epoch: Instant,
     max_listens: usize,
+    /// Tracked connection ends per process at most.
+    max_ends: usize,
 }
 
 /// A forwarded device as `ibcm stat` shows it.
@@ -267,7 +275,7 @@ pub struct Attached {
 }
 
 impl Hub {
-    pub fn new(max_listens: usize) -> Arc<Hub> {
+    pub fn new(max_listens: usize, max_ends: usize) -> Arc<Hub> {
         Arc::new(Hub {
             st: Mutex::new(State {
                 devs: Vec::new(),
@@ -284,6 +292,7 @@ impl Hub {
             closed_cv: Condvar::new(),
             epoch: Instant::now(),
             max_listens,
+            max_ends,
         })
     }
 
@@ -420,6 +429,14 @@ impl Hub {
             None => self.open_dev(&mut st, key, open()?)?,
         };
         let d = st.devs[dev as usize].as_mut().expect("listed device");
+        let mine = d.procs.iter().flatten().filter(|p| p.pid == pid).count();
+        if mine >= MAX_SLOTS_PER_PID {
+            ibcm_log!(
+                WARN,
+                "{key}: process {pid} holds {mine} slots of the device already: -EUSERS"
+            );
+            return Err(Errno(libc::EUSERS));
+        }
         let Some(slot) = d.free.pop_front() else {
             ibcm_log!(
                 WARN,
@@ -1047,6 +1064,25 @@ impl Hub {
         if dst.has_grh && !port.gids.iter().any(|g| g.gid == dst.sgid) {
             return self.refuse(st, p, "its source GID is not the device's", |s| &s.spoofed);
         }
+        // A REQ or REP starts a tracked end under its local comm ID: it
+        // must be one of the process's own, and the process's ends are
+        // capped (the service's id limit per process).
+        if matches!(peek::attr_id(m), Some(attr::REQ) | Some(attr::REP)) {
+            let local = u32::from_be_bytes(m[24..28].try_into().expect("4 bytes"));
+            if forward_owner(&d.codec, local) != slot {
+                return self.refuse(st, p, "a REQ or REP with another process's comm ID", |s| {
+                    &s.refused
+                });
+            }
+            if st.tracker.count_of(p) >= self.max_ends {
+                return self.refuse(
+                    st,
+                    p,
+                    "the process's tracked connections are at the limit (IBCM_SERVICE_MAX_IDS)",
+                    |s| &s.refused,
+                );
+            }
+        }
         let local = if dst.has_grh {
             port.gids.iter().any(|g| g.gid == dst.dgid)
         } else {
@@ -1246,7 +1282,7 @@ mod tests {
     /// as a `PORTS` record, and a later open gets the new tables.
     #[test]
     fn port_events_reach_every_process_and_later_opens() {
-        let hub = Hub::new(8);
+        let hub = Hub::new(8, 1000);
         let t = Arc::new(PortsOnly {
             stats: TransportStats::default(),
             next: Mutex::new(None),

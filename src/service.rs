@@ -262,7 +262,7 @@ pub fn bind(path: &Path) -> std::io::Result<OwnedFd> {
 
 impl Service {
     pub fn new(opts: Options) -> Arc<Service> {
-        let limits_listeners = opts.limits.max_listeners;
+        let (listeners, ids) = (opts.limits.max_listeners, opts.limits.max_ids);
         Arc::new(Service {
             opts,
             devices: Mutex::new(HashMap::new()),
@@ -274,7 +274,7 @@ impl Service {
             switch: LocalSwitch::new(),
             holds: Mutex::default(),
             settle_expired: AtomicU64::new(0),
-            hub: Hub::new(limits_listeners),
+            hub: Hub::new(listeners, ids),
         })
     }
 

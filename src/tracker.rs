@@ -119,6 +119,8 @@ pub enum Verdict {
 pub struct Tracker {
     /// Keyed by comm IDs peers choose: the engine's keyed peer hasher.
     ends: PeerMap<EndKey, End>,
+    /// Ends in `ends` per process (a service caps them per process).
+    counts: std::collections::HashMap<Proc, usize>,
     /// Transaction IDs of the MADs this tracker makes.
     next_tid: u64,
     refused: u64,
@@ -127,6 +129,15 @@ pub struct Tracker {
 impl Default for Tracker {
     fn default() -> Tracker {
         Tracker::new()
+    }
+}
+
+fn uncount(counts: &mut std::collections::HashMap<Proc, usize>, p: Proc) {
+    if let Some(c) = counts.get_mut(&p) {
+        *c -= 1;
+        if *c == 0 {
+            counts.remove(&p);
+        }
     }
 }
 
@@ -140,6 +151,7 @@ impl Tracker {
     pub fn new() -> Tracker {
         Tracker {
             ends: PeerMap::with_hasher(PeerState::new(table_seed())),
+            counts: Default::default(),
             next_tid: 0x7ac0_0000_0000_0000,
             refused: 0,
         }
@@ -193,9 +205,36 @@ impl Tracker {
     /// included: no retransmission comes after that).
     pub fn expire(&mut self, now_ms: u64, max_age_ms: u64) {
         let old = |t: u64| now_ms.saturating_sub(t) >= max_age_ms;
-        self.ends.retain(|_, e| {
-            !(e.gone_since.is_some_and(old) || e.state == EndState::Closed && old(e.closed_at))
+        let counts = &mut self.counts;
+        self.ends.retain(|k, e| {
+            let keep =
+                !(e.gone_since.is_some_and(old) || e.state == EndState::Closed && old(e.closed_at));
+            if !keep {
+                uncount(counts, k.0);
+            }
+            keep
         });
+    }
+
+    /// Ends of process `p` in the table (open, closed and kept, or with a
+    /// gone peer).
+    pub fn count_of(&self, p: Proc) -> usize {
+        self.counts.get(&p).copied().unwrap_or(0)
+    }
+
+    /// Removes end `k` (and uncounts it).
+    fn end_of(&mut self, k: EndKey) {
+        if self.ends.remove(&k).is_some() {
+            uncount(&mut self.counts, k.0);
+        }
+    }
+
+    /// Inserts end `k` unless it is there (and counts it).
+    fn start(&mut self, k: EndKey, e: End) {
+        if let std::collections::hash_map::Entry::Vacant(v) = self.ends.entry(k) {
+            v.insert(e);
+            *self.counts.entry(k.0).or_default() += 1;
+        }
     }
 
     /// MADs refused so far.
@@ -226,17 +265,20 @@ impl Tracker {
     fn note(&mut self, from: Proc, to: Proc, msg: &CmMsg, now: u64) -> Verdict {
         match msg {
             CmMsg::Req(r) => {
-                self.ends.entry((from, r.local_comm_id)).or_insert(End {
-                    state: EndState::ReqSent,
-                    peer_proc: to,
-                    peer_comm: 0,
-                    qpn: r.local_qpn,
-                    ca_guid: r.local_ca_guid,
-                    gone_since: None,
-                    closed_at: 0,
-                    service_id: r.service_id,
-                    born: now,
-                });
+                self.start(
+                    (from, r.local_comm_id),
+                    End {
+                        state: EndState::ReqSent,
+                        peer_proc: to,
+                        peer_comm: 0,
+                        qpn: r.local_qpn,
+                        ca_guid: r.local_ca_guid,
+                        gone_since: None,
+                        closed_at: 0,
+                        service_id: r.service_id,
+                        born: now,
+                    },
+                );
                 Verdict::Pass
             }
             CmMsg::Rep(r) => {
@@ -251,17 +293,20 @@ impl Tracker {
                     }
                     _ => return Verdict::Refuse("a REP for a REQ this process did not get"),
                 };
-                self.ends.entry((from, r.local_comm_id)).or_insert(End {
-                    state: EndState::RepSent,
-                    peer_proc: to,
-                    peer_comm: r.remote_comm_id,
-                    qpn: r.local_qpn,
-                    ca_guid: r.local_ca_guid,
-                    gone_since: None,
-                    closed_at: 0,
-                    service_id,
-                    born: now,
-                });
+                self.start(
+                    (from, r.local_comm_id),
+                    End {
+                        state: EndState::RepSent,
+                        peer_proc: to,
+                        peer_comm: r.remote_comm_id,
+                        qpn: r.local_qpn,
+                        ca_guid: r.local_ca_guid,
+                        gone_since: None,
+                        closed_at: 0,
+                        service_id,
+                        born: now,
+                    },
+                );
                 Verdict::Pass
             }
             CmMsg::Rtu(r) => self.step(
@@ -389,6 +434,7 @@ impl Tracker {
             .filter(|(k, _)| k.0 == p)
             .map(|(k, e)| (*k, *e))
             .collect();
+        self.counts.remove(&p);
         for (k, e) in dead {
             self.ends.remove(&k);
             let peer = if e.peer_comm == 0 || e.state == EndState::Closed {
@@ -510,7 +556,7 @@ impl Tracker {
                 ..Rej::default()
             }),
             CmMsg::Rep(r) => {
-                self.ends.remove(&(from, r.local_comm_id));
+                self.end_of((from, r.local_comm_id));
                 CmMsg::Rej(Rej {
                     local_comm_id: r.remote_comm_id,
                     remote_comm_id: r.local_comm_id,
@@ -530,7 +576,7 @@ impl Tracker {
                 })
             }
             CmMsg::Dreq(r) => {
-                self.ends.remove(&(from, r.local_comm_id));
+                self.end_of((from, r.local_comm_id));
                 CmMsg::Drep(Drep {
                     local_comm_id: r.remote_comm_id,
                     remote_comm_id: r.local_comm_id,
@@ -538,11 +584,11 @@ impl Tracker {
                 })
             }
             CmMsg::Drep(r) => {
-                self.ends.remove(&(from, r.local_comm_id));
+                self.end_of((from, r.local_comm_id));
                 return None;
             }
             CmMsg::Rej(r) => {
-                self.ends.remove(&(from, r.local_comm_id));
+                self.end_of((from, r.local_comm_id));
                 return None;
             }
             _ => return None,
@@ -656,6 +702,35 @@ mod tests {
         assert_eq!(t.state((A, 10)), Some(EndState::Established));
         assert_eq!(t.state((P, 20)), Some(EndState::Established));
         t
+    }
+
+    /// Each process's ends are counted as they come and go (the service
+    /// caps them per process), and introspection sees the open ones.
+    #[test]
+    fn ends_are_counted_per_process() {
+        let mut t = established();
+        assert_eq!((t.count_of(A), t.count_of(P)), (1, 1));
+        let v = t.ends_of(|p| p == P);
+        assert_eq!(v.len(), 1);
+        assert_eq!(
+            (v[0].comm, v[0].peer_comm, v[0].service_id),
+            (20, 10, 0x1000)
+        );
+        // A retransmitted REQ is not a second end.
+        assert_eq!(t.observe(A, P, &req(10), 1), Verdict::Pass);
+        assert_eq!(t.count_of(A), 1);
+        assert_eq!(t.observe(A, P, &req(11), 1), Verdict::Pass);
+        assert_eq!(t.count_of(A), 2);
+        // Closed ends count until they expire.
+        assert_eq!(t.observe(A, P, &dreq(10, 20), 2), Verdict::Pass);
+        assert_eq!(t.observe(P, A, &drep(20, 10), 2), Verdict::Pass);
+        assert_eq!((t.count_of(A), t.count_of(P)), (2, 1));
+        assert!(t.ends_of(|p| p == P).is_empty());
+        t.expire(100, 50);
+        assert_eq!((t.count_of(A), t.count_of(P)), (1, 0));
+        // A process's death forgets its count.
+        t.process_gone(A, 200);
+        assert_eq!(t.count_of(A), 0);
     }
 
     fn parsed(m: &[u8; 256]) -> CmMsg {

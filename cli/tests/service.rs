@@ -2377,3 +2377,66 @@ fn forward_bench_with_client_processes_sharing_one_device() {
     assert!(d.log().contains("closed (local "), "{}", d.log());
     assert!(!d.log().contains("wire_out"), "{}", d.log());
 }
+
+#[test]
+fn forward_a_process_keeps_to_its_own_comm_ids_and_its_id_limit() {
+    use ibcm::engine::MadDest;
+    use ibcm::engine::ids::IdCodec;
+    use ibcm::ipc::fwd;
+    use ibcm::wire::{CmMad, CmMsg, Req};
+    let dir = TempDir::new("service", "fwd-limits");
+    let socket = dir.0.join("ibcmd.sock");
+    let d = Daemon::with_env(socket, dir, &[("IBCM_SERVICE_MAX_IDS", "3".as_ref())]);
+    let dev = &net::soft(51);
+    // The peer is a bare UDP socket: it counts the REQs that reach it.
+    let peer = UdpSocket::bind((net::addr(52), 4791)).unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let (fd, opened) = raw_fwd_open(&d, dev);
+    let codec = IdCodec::new(opened.id_key);
+    let mine = |n: u32| codec.encode(n << 7 | opened.proc_slot);
+    let theirs = codec.encode(1 << 7 | (opened.proc_slot + 1));
+    let req = |local: u32| {
+        CmMad::send(
+            local as u64,
+            0,
+            CmMsg::Req(Req {
+                local_comm_id: local,
+                service_id: 0x99,
+                local_qpn: 0x100 + (local & 0xff),
+                ..Req::default()
+            }),
+        )
+        .to_bytes()
+    };
+    let to_peer = MadDest {
+        port: 1,
+        dgid: net::ip(52).parse().unwrap(),
+        sgid: net::ip(51).parse().unwrap(),
+        pkey: 0xffff,
+        hop_limit: 64,
+        has_grh: true,
+        dest_qp: 1,
+        ..MadDest::default()
+    };
+    let mut msg = Vec::new();
+    // Another process's comm ID: refused.
+    fwd::put_dest(&mut msg, &to_peer, &req(theirs));
+    // Five of its own: three pass (the limit), two are refused.
+    for n in 1..=5 {
+        fwd::put_dest(&mut msg, &to_peer, &req(mine(n)));
+    }
+    sock::send(&fd, &msg).unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 512];
+    while let Ok(n) = peer.recv(&mut b) {
+        assert_eq!(attr_of(&b[..n]), 0x0010);
+        got.push(u32::from_be_bytes(b[20 + 24..20 + 28].try_into().unwrap()));
+    }
+    assert_eq!(got, vec![mine(1), mine(2), mine(3)]);
+    let s = d.fwd_stat(dev).expect("forwarded");
+    assert_eq!(s["oneway_refused"].as_u64(), Some(3), "{s}");
+    assert_eq!(s["ids"].as_u64(), Some(3), "{s}");
+    assert!(d.log().contains("another process's comm ID"), "{}", d.log());
+    assert!(d.log().contains("IBCM_SERVICE_MAX_IDS"), "{}", d.log());
+}

@@ -103,7 +103,7 @@ impl FwdTransport {
             crate::log::always(
                 ERROR,
                 format_args!(
-                    "{}: the CM service connection ended ({why}): this device's MADs go nowhere from now on; pending connections end with their timeouts' error events, listens fail with -ENODEV",
+                    "{}: the CM service connection ended ({why}): this device can send nothing more: its outstanding requests fail now with their error events, later calls with -ENODEV",
                     self.name
                 ),
             );
