@@ -44,7 +44,7 @@
 //! from a process the REQ was not delivered to. REQs, LAPs, APRs, SIDR and
 //! ClassPortInfo are not tracked (a REQ starts an end).
 
-use crate::engine::ids::{PeerMap, PeerState};
+use crate::engine::ids::{FastMap, FastState, PeerMap, PeerState};
 use crate::wire::{CmMad, CmMsg, Drep, Dreq, MsgCode, Rej, SidrRep, rej_reason, sidr_status};
 
 /// A process, as the service numbers its connections.
@@ -120,7 +120,7 @@ pub struct Tracker {
     /// Keyed by comm IDs peers choose: the engine's keyed peer hasher.
     ends: PeerMap<EndKey, End>,
     /// Ends in `ends` per process (a service caps them per process).
-    counts: std::collections::HashMap<Proc, usize>,
+    counts: FastMap<Proc, usize>,
     /// Transaction IDs of the MADs this tracker makes.
     next_tid: u64,
     refused: u64,
@@ -132,7 +132,7 @@ impl Default for Tracker {
     }
 }
 
-fn uncount(counts: &mut std::collections::HashMap<Proc, usize>, p: Proc) {
+fn uncount(counts: &mut FastMap<Proc, usize>, p: Proc) {
     if let Some(c) = counts.get_mut(&p) {
         *c -= 1;
         if *c == 0 {
@@ -151,7 +151,7 @@ impl Tracker {
     pub fn new() -> Tracker {
         Tracker {
             ends: PeerMap::with_hasher(PeerState::new(table_seed())),
-            counts: Default::default(),
+            counts: FastMap::with_hasher(FastState::new(table_seed())),
             next_tid: 0x7ac0_0000_0000_0000,
             refused: 0,
         }
