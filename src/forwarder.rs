@@ -327,10 +327,11 @@ impl Hub {
 
     /// What `ibcm ids` shows of the forwarded devices: each listen, and
     /// each open connection end of their processes as the tracker follows
-    /// it (an end appears with its REQ or REP: a passive id that has not
-    /// answered yet, or an id that never sent anything, lives only in its
-    /// process). The peer is the remote GID, or the device's own for a
-    /// peer on the service's devices.
+    /// it: an active end from its REQ, a passive one from the REQ it was
+    /// handed (`REQ_RCVD`, local comm ID 0 until it answers); an id that
+    /// never sent or received a MAD lives only in its process. The peer is
+    /// the remote GID, or the device's own for a peer on the service's
+    /// devices.
     pub fn ids(&self) -> Vec<IdInfo> {
         use crate::engine::State;
         use crate::tracker::EndState;
@@ -356,7 +357,43 @@ impl Hub {
                     age_ms: now.saturating_sub(born),
                 });
             }
-            let mut ends = st.tracker.ends_of(|p| p < WIRE_BASE && split(p).0 == dev);
+            let here = |p: Proc| p < WIRE_BASE && split(p).0 == dev;
+            let gid_of = |p: Proc| {
+                if p >= WIRE_BASE {
+                    st.wire.get((p - WIRE_BASE) as usize).map(|w| w.1.dgid)
+                } else {
+                    st.devs
+                        .get(split(p).0 as usize)
+                        .and_then(Option::as_ref)
+                        .and_then(|d| d.ports.first())
+                        .and_then(|p| p.gids.first())
+                        .map(|g| g.gid)
+                        .or(own)
+                }
+            };
+            // A REQ delivered to a process and not answered yet: its end
+            // there is REQ_RCVD (its comm ID unknown until it answers).
+            let mut asked = st
+                .tracker
+                .ends_of(|p| !here(p))
+                .into_iter()
+                .chain(st.tracker.ends_of(here))
+                .filter(|e| e.state == EndState::ReqSent && here(e.peer_proc))
+                .collect::<Vec<_>>();
+            asked.sort_by_key(|e| e.born_ms);
+            for e in asked {
+                out.push(IdInfo {
+                    pid: pid(split(e.peer_proc).1),
+                    device: d.key.clone().into_bytes(),
+                    state: State::ReqRcvd as u32,
+                    local_id: 0,
+                    remote_id: e.comm,
+                    service_id: e.service_id,
+                    peer: gid_of(e.proc),
+                    age_ms: now.saturating_sub(e.born_ms),
+                });
+            }
+            let mut ends = st.tracker.ends_of(here);
             ends.sort_by_key(|e| e.born_ms);
             for e in ends {
                 let state = match e.state {
@@ -368,19 +405,7 @@ impl Hub {
                     EndState::DreqRcvd => State::DreqRcvd,
                     EndState::Closed => continue,
                 };
-                let peer = if e.peer_proc >= WIRE_BASE {
-                    st.wire
-                        .get((e.peer_proc - WIRE_BASE) as usize)
-                        .map(|w| w.1.dgid)
-                } else {
-                    st.devs
-                        .get(split(e.peer_proc).0 as usize)
-                        .and_then(Option::as_ref)
-                        .and_then(|p| p.ports.first())
-                        .and_then(|p| p.gids.first())
-                        .map(|g| g.gid)
-                        .or(own)
-                };
+                let peer = gid_of(e.peer_proc);
                 out.push(IdInfo {
                     pid: pid(split(e.proc).1),
                     device: d.key.clone().into_bytes(),

@@ -2440,3 +2440,45 @@ fn forward_a_process_keeps_to_its_own_comm_ids_and_its_id_limit() {
     assert!(d.log().contains("another process's comm ID"), "{}", d.log());
     assert!(d.log().contains("IBCM_SERVICE_MAX_IDS"), "{}", d.log());
 }
+
+#[test]
+fn forward_ids_show_a_request_not_answered_yet() {
+    let d = Daemon::start("fwd-pending");
+    let dev = &net::soft(53);
+    let srv = Device::open_forwarded(dev, &d.socket).unwrap();
+    // A listener that leaves every request unanswered (REQ_RCVD).
+    let (got, h) = recording_handler();
+    let l = srv.create_id(None, std::ptr::null_mut(), Some(h)).unwrap();
+    l.listen(0x5353).unwrap();
+    let cli = Device::open_forwarded(&net::soft(54), &d.socket).unwrap();
+    let c = cli.create_id(None, std::ptr::null_mut(), None).unwrap();
+    c.send_req(&ReqParams {
+        primary_path: cli.init_path(1, net::ip(53).parse().unwrap()).unwrap(),
+        service_id: 0x5353,
+        qp_num: 9,
+        qp_type: qp_type::RC,
+        ..ReqParams::default()
+    })
+    .unwrap();
+    assert!(served::wait_for(Duration::from_secs(5), || got
+        .lock()
+        .unwrap()
+        .contains(&EventType::ReqReceived)));
+    let ids = d
+        .ibcm(&["ids", "--json", "--socket", d.socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&ids.stdout).unwrap();
+    let all = v["ids"].as_array().unwrap();
+    let rcvd: Vec<_> = all.iter().filter(|i| i["state"] == "REQ_RCVD").collect();
+    let sent: Vec<_> = all.iter().filter(|i| i["state"] == "REQ_SENT").collect();
+    assert_eq!((rcvd.len(), sent.len()), (1, 1), "{v}");
+    assert_eq!(rcvd[0]["remote_id"], sent[0]["local_id"], "{v}");
+    assert_eq!(rcvd[0]["pid"].as_i64(), Some(std::process::id() as i64));
+    assert_eq!(rcvd[0]["peer"], format!("::ffff:{}", net::addr(54)), "{v}");
+    assert_eq!(rcvd[0]["service_id"], "0x0000000000005353", "{v}");
+    c.destroy().unwrap();
+    l.destroy().unwrap();
+    cli.close();
+    srv.close();
+}
