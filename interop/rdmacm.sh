@@ -14,6 +14,7 @@
 #                   through the host CM service
 #   ibcm-svc        both preloaded, no kernel CM, through the host CM service, with the
 #                   scenarios that need the service
+#   ibcm-fwd        ibcm-svc with the service in forward mode (IBCM_SERVICE_MODE=forward)
 # Through the service, the first tool of a guest starts `ibcm daemon` (copied into the run
 # directory), which owns the device (rxe0's umad agent, or the UDP side channel of its address)
 # and serves every later tool of that guest. kernel-ibcm and ibcm-ibcm-umad stay in-process
@@ -36,7 +37,7 @@
 # (interop/rdmacm/check.py). One pairing = one boot of the two guests; the scenarios run one
 # after the other in it.
 #
-# usage: interop/rdmacm.sh [-l] [PAIRING...]        (default: all five; -l lists scenarios)
+# usage: interop/rdmacm.sh [-l] [PAIRING...]        (default: all of them; -l lists scenarios)
 # Environment:
 #   RDMACM_SCENARIOS  scenario names to run (default: every one not excluded in the table)
 #   RDMACM_JOBS       pairings run at the same time (default: host CPUs / 2, at least 1)
@@ -110,8 +111,9 @@ say "ready in $(( $(date +%s) - t0 )) s"
 
 # --- one pairing: both guests booted once, every scenario in turn -----------------------------
 # default_scenarios PAIRING: the scenarios a pairing runs by default (every one not excluded,
-# local-* only in kernel-kernel and ibcm-svc, svc-* only in ibcm-svc, svc-server-killed instead
-# of server-killed where guest A's tools go through the service)
+# local-* only in kernel-kernel and the service's own pairings (ibcm-svc, ibcm-fwd), svc-* only
+# in those, svc-server-killed instead of server-killed where guest A's tools go through the
+# service)
 default_scenarios() {
   local x served=0
   rdmacm_pairing "$1"
@@ -120,9 +122,9 @@ default_scenarios() {
   sed -n 's/^\([A-Za-z0-9_.-]*\) | .*/\1/p' "$TABLE" | while read -r n; do
     grep -qxF "$n" <<< "$x" && continue
     case $n in
-      local-*) [ "$1" = kernel-kernel ] || [ "$1" = ibcm-svc ] || continue ;;
+      local-*) [ "$1" = kernel-kernel ] || [ "$PAIR_SERVICE_ONLY" = 1 ] || continue ;;
       svc-server-killed) [ $served = 1 ] || continue ;;
-      svc-*) [ "$1" = ibcm-svc ] || continue ;;
+      svc-*) [ "$PAIR_SERVICE_ONLY" = 1 ] || continue ;;
       server-killed) [ $served = 0 ] || continue ;;
     esac
     echo "$n"

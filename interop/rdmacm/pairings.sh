@@ -18,12 +18,15 @@
 #                   through the host CM service in each guest
 #   ibcm-svc        both preloaded, no kernel CM, the tools through the host CM service, with
 #                   the scenarios that need it (two processes on one port, the ibcm CLI)
+#   ibcm-fwd        ibcm-svc with the service in forward mode (IBCM_SERVICE_MODE=forward: the
+#                   tools run the CM engines, the service forwards their MADs; docs/SERVICE.md
+#                   "Design B"), the same scenarios
 #
 # Guest A is the server of every scenario, guest B the client.
 
 RDMACM_NOCM=rdma_rxe,ib_uverbs,ib_umad              # a guest without any kernel CM
 RDMACM_WITHCM=rdma_rxe,ib_uverbs,ib_umad,rdma_ucm   # rdma_ucm pulls rdma_cm and ib_cm
-RDMACM_PAIRINGS="kernel-kernel kernel-ibcm ibcm-kernel ibcm-ibcm-umad ibcm-ibcm-udp ibcm-svc"
+RDMACM_PAIRINGS="kernel-kernel kernel-ibcm ibcm-kernel ibcm-ibcm-umad ibcm-ibcm-udp ibcm-svc ibcm-fwd"
 # the line of a preloaded server's log (IBCM_LOG info or debug) that says it is ready: nothing in
 # the kernel shows ibcm's listener; the library logs opening its device at info, and the tools
 # listen right after binding, long before a client can start
@@ -34,9 +37,10 @@ RDMACM_DEFAULT_LISTEN_RE="listen|opened device"
 # PAIR_SERVICE (1: the preloaded tools go through the host CM service in the rdmacm matrix; the
 # run directory needs the `ibcm` binary), PAIR_SERVICE_ONLY (1: the pairing is the service's own,
 # ibcm-svc: scripts/bench-kernel.sh takes the service from this one, measuring the other
-# pairings in-process unless a BENCH_* switch asks); status 1 for a name that is not a pairing
+# pairings in-process unless a BENCH_* switch asks), PAIR_ENV (the pairing's own environment of
+# the preloaded tools, before RDMACM_IBCM_ENV's); status 1 for a name that is not a pairing
 rdmacm_pairing() {
-  PAIR_SERVICE=0 PAIR_SERVICE_ONLY=0
+  PAIR_SERVICE=0 PAIR_SERVICE_ONLY=0 PAIR_ENV=
   case $1 in
     kernel-kernel)  PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=0 PAIR_PRELOAD_B=0 ;;
     kernel-ibcm)    PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=0 PAIR_PRELOAD_B=1 ;;
@@ -44,6 +48,7 @@ rdmacm_pairing() {
     ibcm-ibcm-umad) PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 ;;
     ibcm-ibcm-udp)  PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 ;;
     ibcm-svc)       PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 PAIR_SERVICE_ONLY=1 ;;
+    ibcm-fwd)       PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 PAIR_SERVICE_ONLY=1 PAIR_ENV=IBCM_SERVICE_MODE=forward ;;
     *) return 1 ;;
   esac
 }
@@ -66,10 +71,11 @@ rdmacm_guest_cmd() {
 }
 
 # rdmacm_pairing_env IBCM_ENV LOG_LEVEL LISTEN_RE READY_WAIT: the pairing.env of the pairing
-# last selected by rdmacm_pairing (guest.sh reads it: who preloads, with which environment)
+# last selected by rdmacm_pairing (guest.sh reads it: who preloads, with which environment:
+# the pairing's PAIR_ENV, then IBCM_ENV)
 rdmacm_pairing_env() {
   echo "PRELOAD_A=$PAIR_PRELOAD_A"; echo "PRELOAD_B=$PAIR_PRELOAD_B"; echo "SERVICE=$PAIR_SERVICE"
-  printf 'IBCM_ENV=%q\n' "$1"
+  printf 'IBCM_ENV=%q\n' "${PAIR_ENV:+$PAIR_ENV }$1"
   printf 'IBCM_LOG_LEVEL=%q\n' "$2"
   printf 'LISTEN_RE=%q\n' "$3"
   echo "READY_WAIT=$4"

@@ -39,6 +39,7 @@ class Pairings(unittest.TestCase):
             "ibcm-ibcm-umad": ["1", "1", "0", "0"],   # in-process pair
             "ibcm-ibcm-udp": ["1", "1", "1", "0"],
             "ibcm-svc": ["1", "1", "1", "1"],
+            "ibcm-fwd": ["1", "1", "1", "1"],
         }
         for name, w in want.items():
             self.assertEqual(self.pairing(name), w, name)
@@ -50,7 +51,7 @@ class Pairings(unittest.TestCase):
         def scen(p):
             return bash(f'. "{PAIRINGS}"; TABLE="{table}"\n{fn}\ndefault_scenarios {p}').split()
 
-        for p in ("ibcm-kernel", "ibcm-ibcm-udp", "ibcm-svc"):
+        for p in ("ibcm-kernel", "ibcm-ibcm-udp", "ibcm-svc", "ibcm-fwd"):
             s = scen(p)
             self.assertIn("svc-server-killed", s, p)
             self.assertNotIn("server-killed", s, p)
@@ -59,6 +60,7 @@ class Pairings(unittest.TestCase):
             self.assertIn("server-killed", s, p)
             self.assertNotIn("svc-server-killed", s, p)
         self.assertIn("svc-cli", scen("ibcm-svc"))
+        self.assertEqual(scen("ibcm-fwd"), scen("ibcm-svc"))
         self.assertNotIn("svc-cli", scen("ibcm-kernel"))
         self.assertNotIn("local-rping", scen("ibcm-ibcm-udp"))
 
@@ -78,8 +80,24 @@ class Pairings(unittest.TestCase):
         for p in ("kernel-ibcm", "ibcm-kernel", "ibcm-ibcm-umad", "ibcm-ibcm-udp"):
             self.assertEqual(service(p, "unset BENCH_SERVICE;"), "0", p)
         self.assertEqual(service("ibcm-svc", "unset BENCH_SERVICE;"), "1")
+        self.assertEqual(service("ibcm-fwd", "unset BENCH_SERVICE;"), "1")
         for p in ("ibcm-kernel", "ibcm-ibcm-udp", "ibcm-svc"):
             self.assertEqual(service(p, "BENCH_SERVICE=1;"), "1", p)
+
+    def test_forward_pairing_env(self):
+        """ibcm-fwd's tools run the service in forward mode, before any RDMACM_IBCM_ENV; the
+        other pairings carry only RDMACM_IBCM_ENV."""
+        def env(p, extra):
+            out = bash(f'. "{PAIRINGS}"; rdmacm_pairing {p}; '
+                       f'rdmacm_pairing_env "{extra}" debug re 10')
+            line = [l for l in out.splitlines() if l.startswith("IBCM_ENV=")][0]
+            return bash(f'{line}; echo "$IBCM_ENV"').strip()
+
+        self.assertEqual(env("ibcm-fwd", ""), "IBCM_SERVICE_MODE=forward")
+        self.assertEqual(env("ibcm-fwd", "A=1"), "IBCM_SERVICE_MODE=forward A=1")
+        self.assertEqual(env("ibcm-svc", "A=1"), "A=1")
+        self.assertEqual(env("ibcm-svc", ""), "")
+
 
 if __name__ == "__main__":
     unittest.main()
