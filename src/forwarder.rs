@@ -574,6 +574,15 @@ impl Hub {
     fn close_dev(&self, dev: u32) {
         let d = {
             let mut st = lock(&self.st);
+            // A process that attached since the last one left keeps it.
+            let in_use = st
+                .devs
+                .get(dev as usize)
+                .and_then(Option::as_ref)
+                .is_none_or(|d| d.procs.iter().any(Option::is_some));
+            if in_use {
+                return;
+            }
             let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::take) else {
                 return;
             };
