@@ -591,9 +591,11 @@ impl Hub {
                 st.by_soft.remove(&a);
             }
             st.closing.push(d.key.clone());
+            // Under the lock: its threads see it before the index can be
+            // another device's.
+            d.stop.store(true, Ordering::SeqCst);
             d
         };
-        d.stop.store(true, Ordering::SeqCst);
         d.transport.wake();
         for t in [d.thread, d.watcher].into_iter().flatten() {
             if t.join().is_err() {
@@ -717,7 +719,7 @@ impl Hub {
             }
             let now = self.now_ms();
             let mut st = lock(&self.st);
-            if st.devs.get(dev as usize).is_none_or(Option::is_none) {
+            if stop.load(Ordering::SeqCst) {
                 return;
             }
             for r in &batch {
@@ -742,6 +744,9 @@ impl Hub {
                 continue;
             };
             let mut st = lock(&self.st);
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
             self.push_ports(&mut st, dev, ports);
             let out = self.finish(&mut st);
             drop(st);
