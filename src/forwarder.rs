@@ -190,6 +190,23 @@ struct State {
     last_expire: u64,
 }
 
+impl State {
+    /// The first port of the device of process `p`.
+    fn first_port(&self, p: Proc) -> Option<&PortInfo> {
+        self.devs.get(split(p).0 as usize)?.as_ref()?.ports.first()
+    }
+
+    /// The GID tracker name `p` stands for: a wire peer's, or the first of
+    /// its process's device.
+    fn gid_of(&self, p: Proc) -> Option<Gid> {
+        if p >= WIRE_BASE {
+            self.wire.get((p - WIRE_BASE) as usize).map(|w| w.1.dgid)
+        } else {
+            self.first_port(p)?.gids.first().map(|g| g.gid)
+        }
+    }
+}
+
 /// Where a MAD goes in its device.
 enum Target {
     Proc(u32),
@@ -342,7 +359,7 @@ impl Hub {
             let Some(d) = d else { continue };
             let dev = dev as u32;
             let pid = |slot: u32| d.procs[slot as usize].as_ref().map_or(0, |p| p.pid);
-            let own = d.ports.first().and_then(|p| p.gids.first()).map(|g| g.gid);
+            let own = st.gid_of(pname(dev, 0));
             let mut listens: Vec<(&u64, &(u32, u64))> = d.listens.iter().collect();
             listens.sort_by_key(|(_, (_, born))| *born);
             for (&sid, &(slot, born)) in listens {
@@ -358,19 +375,7 @@ impl Hub {
                 });
             }
             let here = |p: Proc| p < WIRE_BASE && split(p).0 == dev;
-            let gid_of = |p: Proc| {
-                if p >= WIRE_BASE {
-                    st.wire.get((p - WIRE_BASE) as usize).map(|w| w.1.dgid)
-                } else {
-                    st.devs
-                        .get(split(p).0 as usize)
-                        .and_then(Option::as_ref)
-                        .and_then(|d| d.ports.first())
-                        .and_then(|p| p.gids.first())
-                        .map(|g| g.gid)
-                        .or(own)
-                }
-            };
+            let gid_of = |p: Proc| st.gid_of(p).or(own.filter(|_| p < WIRE_BASE));
             // A REQ delivered to a process and not answered yet: its end
             // there is REQ_RCVD (its comm ID unknown until it answers).
             let mut asked = st
@@ -849,27 +854,21 @@ impl Hub {
             }
             return;
         }
-        let gid = |st: &State, p: Proc| {
-            st.devs
-                .get(split(p).0 as usize)
-                .and_then(Option::as_ref)
-                .and_then(|d| d.ports.first())
-                .map(|p| (p.port_num, p.gids.first().map(|g| g.gid), p.lid, p.is_roce))
-        };
-        let (Some(from), Some(at)) = (gid(st, dead), gid(st, to)) else {
+        let (Some(from), Some(at)) = (st.first_port(dead), st.first_port(to)) else {
             return;
         };
+        let gid = |p: &PortInfo| p.gids.first().map(|g| g.gid).unwrap_or_default();
         let src = MadSource {
-            port: at.0,
-            sgid: from.1.unwrap_or_default(),
-            dgid: at.1.unwrap_or_default(),
-            has_grh: at.3,
-            slid: from.2,
+            port: at.port_num,
+            sgid: gid(from),
+            dgid: gid(at),
+            has_grh: at.is_roce,
+            slid: from.lid,
             dlid_path_bits: 0,
             sl: 0,
             src_qp: 1,
             pkey: 0xffff,
-            hop_limit: if at.3 { 64 } else { 0 },
+            hop_limit: if at.is_roce { 64 } else { 0 },
             traffic_class: 0,
             flow_label: 0,
         };

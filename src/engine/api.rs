@@ -150,15 +150,7 @@ impl Engine {
         if let Err(e) = self.shared.claim_host(service_id) {
             // Another process's listener: what this table says of another
             // id's (a shared insert_listen of another owner is -EINVAL).
-            let local = self.shared.listen_lookup(service_id);
-            if local.is_some_and(|l| l.local_id == id) {
-                let mut l = self
-                    .shared
-                    .listen
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner());
-                l.remove(&service_id);
-            }
+            self.shared.listen_unregister(service_id, id);
             return Err(if e == Errno::EBUSY && key.is_some() {
                 Errno::EINVAL
             } else {

@@ -1105,7 +1105,7 @@ impl Engine {
 /// name one of our IDs, `Err(hash)` for requests (REQ, SIDR_REQ, REJ
 /// timeouts) that must go to `hash % shards` so that duplicates meet.
 pub fn route(shared: &Shared, buf: &[u8], src: &MadSource) -> Result<u32, u64> {
-    if shared.shard_bits == 0 {
+    if shared.layout.shard_bits == 0 {
         return Ok(0);
     }
     let mix = |a: u64, b: u64| ids::splitmix64(a ^ b.rotate_left(32));

@@ -54,8 +54,8 @@ pub struct Shared {
     /// The host's listen table, for a device whose engines are not the
     /// host's only ones (`None`: this table is the host's).
     pub host_listens: Option<std::sync::Arc<dyn HostListens>>,
-    pub shard_bits: u32,
-    /// How plain comm ID values are cut (`shard_bits` is its shard width).
+    /// How plain comm ID values are cut (its `shard_bits` is the shard
+    /// width).
     pub layout: IdLayout,
     pub(super) listen: RwLock<PeerMap<u64, ListenEntry>>,
     pub(super) remote_qp: [Mutex<PeerMap<(u64, u32), RemoteQpEntry>>; QP_LOCKS],
@@ -78,7 +78,6 @@ impl Shared {
         Shared {
             codec: IdCodec::new(seed),
             host_listens: None,
-            shard_bits: layout.shard_bits,
             layout,
             listen: RwLock::new(PeerMap::with_hasher(PeerState::new(seed ^ 2))),
             remote_qp: std::array::from_fn(|i| {
@@ -91,7 +90,7 @@ impl Shared {
     }
 
     pub fn shards(&self) -> u32 {
-        1 << self.shard_bits
+        1 << self.layout.shard_bits
     }
 
     /// `IB_CM_ASSIGN_SERVICE_ID`: the next unused service ID of the
@@ -135,19 +134,27 @@ impl Shared {
         }
     }
 
-    /// Removes the listener if it is the registered one.
+    /// Removes the listener if it is the registered one, and releases its
+    /// claim in the host's table.
     pub fn listen_remove(&self, service_id: u64, local_id: u32) {
-        let mut listen = self.listen.write().unwrap_or_else(|e| e.into_inner());
-        if listen
-            .get(&service_id)
-            .is_some_and(|e| e.local_id == local_id)
+        if self.listen_unregister(service_id, local_id)
+            && let Some(h) = &self.host_listens
         {
-            listen.remove(&service_id);
-            drop(listen);
-            if let Some(h) = &self.host_listens {
-                h.release(service_id);
-            }
+            h.release(service_id);
         }
+    }
+
+    /// Removes the listener from this table if it is the registered one
+    /// (whether it was).
+    pub(super) fn listen_unregister(&self, service_id: u64, local_id: u32) -> bool {
+        let mut listen = self.listen.write().unwrap_or_else(|e| e.into_inner());
+        let mine = listen
+            .get(&service_id)
+            .is_some_and(|e| e.local_id == local_id);
+        if mine {
+            listen.remove(&service_id);
+        }
+        mine
     }
 
     /// Claims `service_id` in the host's table (nothing to do when this

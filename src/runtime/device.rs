@@ -149,7 +149,8 @@ pub struct Device {
     /// The event loop has failed the outstanding requests of a lost
     /// transport (`Transport::lost`).
     pub(super) lost_seen: AtomicBool,
-    /// Opened in forward mode (`is_forwarded`).
+    /// Opened in forward mode (its engines here, the service forwarding
+    /// their MADs: design B).
     forwarded: bool,
     /// The switch this device hands MADs to its process's other soft
     /// devices through (the host CM service's devices only).
@@ -195,12 +196,6 @@ impl Device {
     /// other processes may share it.
     pub fn is_served(&self) -> bool {
         self.remote.is_some() || self.forwarded
-    }
-
-    /// Whether this device's engines run here and the host CM service
-    /// forwards their MADs (design B).
-    pub fn is_forwarded(&self) -> bool {
-        self.forwarded
     }
 
     /// The service's counters of a served device (`None` in-process).
