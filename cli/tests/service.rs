@@ -154,15 +154,23 @@ impl Listener {
     }
 }
 
-#[test]
-fn two_processes_share_one_soft_address() {
-    let d = Daemon::start("share");
-    let dev = &net::soft(1);
-    let mut l = Listener::spawn(&d, &["--device", dev, "--count", "2", "--timeout", "20"]);
+/// A listener and, on the same address, a second listener (`-EBUSY`) and
+/// two connecting processes, all in service mode `mode`; `listening`
+/// runs once the second listener was refused, the first still up.
+fn share_one_address(d: &Daemon, mode: &str, host: u16, listening: impl FnOnce(&Listener)) {
+    let dev = &net::soft(host);
+    let mut child = d
+        .ibcm(&["listen", "--device", dev, "--count", "2", "--timeout", "20"])
+        .env("IBCM_SERVICE_MODE", mode)
+        .spawn()
+        .unwrap();
+    let out = collect_stdout(&mut child);
+    let mut l = Listener { child, out };
     assert!(l.wait_listening(), "{}", l.out());
     // The service ID is the first listener's, host-wide.
     let second = d
         .ibcm(&["listen", "--device", dev, "--timeout", "2"])
+        .env("IBCM_SERVICE_MODE", mode)
         .output()
         .unwrap();
     assert_eq!(second.status.code(), Some(1));
@@ -171,10 +179,12 @@ fn two_processes_share_one_soft_address() {
         "{}",
         text(&second.stderr)
     );
+    listening(&l);
     // Two other processes on the same address connect to it, at once.
     let c: Vec<Child> = (0..2)
         .map(|_| {
-            d.connect(dev, &net::ip(1), &["--timeout", "10"])
+            d.connect(dev, &net::ip(host), &["--timeout", "10"])
+                .env("IBCM_SERVICE_MODE", mode)
                 .spawn()
                 .unwrap()
         })
@@ -196,6 +206,12 @@ fn two_processes_share_one_soft_address() {
         "{}",
         l.out()
     );
+}
+
+#[test]
+fn two_processes_share_one_soft_address() {
+    let d = Daemon::start("share");
+    share_one_address(&d, "engine", 1, |_| ());
 }
 
 /// The ids the service holds on `dev` (all processes).
@@ -2033,57 +2049,21 @@ impl Listener {
 fn forward_processes_share_one_address_and_its_service_ids() {
     let d = Daemon::start("fwd-share");
     let dev = &net::soft(41);
-    let mut l = Listener::spawn_fwd(&d, &["--device", dev, "--count", "2", "--timeout", "20"]);
-    assert!(l.wait_listening(), "{}", l.out());
-    assert!(l.out().contains("listening on fwd:"), "{}", l.out());
-    // The service ID is the first listener's, host-wide.
-    let second = d
-        .fwd(&["listen", "--device", dev, "--timeout", "2"])
-        .output()
-        .unwrap();
-    assert_eq!(second.status.code(), Some(1));
-    assert!(
-        text(&second.stderr).contains("EBUSY"),
-        "{}",
-        text(&second.stderr)
-    );
-    // A device is served one way at a time: an engine-mode open is -EBUSY.
-    let engine = d
-        .ibcm(&["listen", "--device", dev, "--port", "9", "--timeout", "2"])
-        .output()
-        .unwrap();
-    assert_eq!(engine.status.code(), Some(1));
-    assert!(
-        text(&engine.stderr).contains("EBUSY"),
-        "{}",
-        text(&engine.stderr)
-    );
-    // Two other processes on the same address connect to it, at once.
-    let c: Vec<Child> = (0..2)
-        .map(|_| {
-            d.connect(dev, &net::ip(41), &["--timeout", "10"])
-                .env("IBCM_SERVICE_MODE", "forward")
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    for c in c {
-        let o = c.wait_with_output().unwrap();
+    share_one_address(&d, "forward", 41, |l| {
+        assert!(l.out().contains("listening on fwd:"), "{}", l.out());
+        // A device is served one way at a time: an engine-mode open is
+        // -EBUSY.
+        let engine = d
+            .ibcm(&["listen", "--device", dev, "--port", "9", "--timeout", "2"])
+            .output()
+            .unwrap();
+        assert_eq!(engine.status.code(), Some(1));
         assert!(
-            o.status.success(),
-            "connect: {}{}",
-            text(&o.stdout),
-            text(&o.stderr)
+            text(&engine.stderr).contains("EBUSY"),
+            "{}",
+            text(&engine.stderr)
         );
-        assert!(text(&o.stdout).contains("REP_RECEIVED"));
-    }
-    assert!(l.child.wait().unwrap().success(), "{}", l.out());
-    assert_eq!(
-        l.out().matches(" REQ_RECEIVED from").count(),
-        2,
-        "{}",
-        l.out()
-    );
+    });
     // The device closed with its last process; an engine-mode open works.
     assert!(served::wait_for(Duration::from_secs(5), || d
         .fwd_stat(dev)
