@@ -118,6 +118,9 @@ fwd_counters! {
     bad_records,
     /// Listen claims refused (`-EBUSY`, `-ENOMEM`).
     claims_refused,
+    /// REQs and REPs for a QP another process's connection holds
+    /// (answered REJ `STALE_CONN`; that process sends its DREQ).
+    stale,
 }
 
 fn inc(c: &AtomicU64) {
@@ -937,6 +940,11 @@ impl Hub {
         match Self::route(d, mad) {
             Target::Proc(q) if d.procs[q as usize].is_some() => {
                 let to = pname(dev, q);
+                if let Some(old) = st.tracker.stale_holder(from.name(), to, mad, |p| {
+                    p < WIRE_BASE && st.first_port(p).is_some()
+                }) {
+                    return self.stale(st, from, to, old, mad, &stats);
+                }
                 if let Verdict::Refuse(why) = st.tracker.observe(from.name(), to, mad, now)
                     && let Sender::Proc(p, _) = from
                 {
@@ -973,6 +981,41 @@ impl Hub {
                 }
             }
             Target::Nowhere => inc(&stats.unroutable),
+        }
+    }
+
+    /// A REQ or REP for `to` that names a QP process `old.0`'s connection
+    /// holds (`Tracker::stale_holder`): as the kernel's one CM per host,
+    /// REJ `STALE_CONN` to its sender (the MAD dropped) and the old
+    /// connection's DREQ, which its process sends (`fwd::STALE`).
+    fn stale(
+        &self,
+        st: &mut State,
+        from: &Sender,
+        to: Proc,
+        (old, guid, qpn): (Proc, u64, u32),
+        mad: &[u8; 256],
+        stats: &FwdStats,
+    ) {
+        inc(&stats.stale);
+        if let Some(rej) = Tracker::stale_rej(mad) {
+            self.answer(st, from, &rej);
+        }
+        let (dev, slot) = split(old);
+        if let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::as_mut)
+            && let Some(e) = d.procs[slot as usize].as_mut()
+        {
+            if e.out.is_empty() {
+                st.dirty.push(old);
+            }
+            fwd::put_stale(&mut e.out, guid, qpn);
+            ibcm_log!(
+                INFO,
+                "{}: a REQ or REP for slot {} names QP {qpn:#x} of CA {guid:#018x}, which process {} (slot {slot}) holds: REJ(STALE_CONN) to its sender, DREQ to the old connection",
+                d.key,
+                split(to).1,
+                e.pid
+            );
         }
     }
 
@@ -1033,7 +1076,10 @@ impl Hub {
                         }
                     }
                 }
-                Ok(fwd::Rec::Listened { .. }) | Ok(fwd::Rec::Ports(_)) | Err(()) => {
+                Ok(fwd::Rec::Listened { .. })
+                | Ok(fwd::Rec::Ports(_))
+                | Ok(fwd::Rec::Stale { .. })
+                | Err(()) => {
                     self.refuse(
                         st,
                         p,

@@ -2826,6 +2826,11 @@ pub mod fwd {
     /// Service → process: the device's new port tables after a port event
     /// (`Box<[PortInfo]>` as `OPEN`'s reply carries them).
     pub const PORTS: u16 = 5;
+    /// Service → process: `u64 CA GUID, u32 QPN`: a REQ or REP for
+    /// another process named this QP, which a connection of this process
+    /// holds (the host-wide stale-connection check): the process sends
+    /// that connection's DREQ, as the kernel's CM does for the old one.
+    pub const STALE: u16 = 6;
 
     /// Bytes of a MAD record's address.
     pub const ADDR: usize = 52;
@@ -2856,6 +2861,10 @@ pub mod fwd {
         /// The encoded port tables (decoded by the process, which checks
         /// them against its open's).
         Ports(&'a [u8]),
+        Stale {
+            guid: u64,
+            qpn: u32,
+        },
     }
 
     fn head(out: &mut Vec<u8>, kind: u16, len: usize) {
@@ -2982,6 +2991,12 @@ pub mod fwd {
         Ok(p.into_vec())
     }
 
+    pub fn put_stale(out: &mut Vec<u8>, guid: u64, qpn: u32) {
+        head(out, STALE, 12);
+        out.extend_from_slice(&guid.to_le_bytes());
+        out.extend_from_slice(&qpn.to_le_bytes());
+    }
+
     pub fn put_unlisten(out: &mut Vec<u8>, service_id: u64) {
         head(out, UNLISTEN, 8);
         out.extend_from_slice(&service_id.to_le_bytes());
@@ -3018,6 +3033,10 @@ pub mod fwd {
                         service_id: u64_at(0),
                     },
                     (PORTS, _) => Rec::Ports(b),
+                    (STALE, 12) => Rec::Stale {
+                        guid: u64_at(0),
+                        qpn: u32_at(b, 8),
+                    },
                     _ => return Err(()),
                 };
                 at += 4 + len;
@@ -3071,8 +3090,16 @@ pub mod fwd {
             put_unlisten(&mut m, 0x1234);
             let table = vec![crate::engine::PortInfo::roce(1, d.sgid)];
             assert!(put_ports(&mut m, &table));
+            put_stale(&mut m, 0x0102_0304_0506_0708, 0x00ab_cdef);
             let recs: Vec<_> = records(&m).collect();
-            assert_eq!(recs.len(), 6);
+            assert_eq!(recs.len(), 7);
+            assert_eq!(
+                recs[6],
+                Ok(Rec::Stale {
+                    guid: 0x0102_0304_0506_0708,
+                    qpn: 0x00ab_cdef
+                })
+            );
             match recs[5] {
                 Ok(Rec::Ports(b)) => assert_eq!(ports(b), Ok(table)),
                 _ => panic!("{:?}", recs[5]),

@@ -2,9 +2,9 @@
 //! host CM service that only forwards MADs between protocol engines
 //! running in the processes must know about every connection to answer
 //! for a process that dies, and to hold every process to its own comm
-//! IDs. Not used by the service today (design A runs the engines in the
-//! service, which then knows all of this); `examples/forward_cost.rs`'s
-//! forwarder runs it, to measure its cost and prove its answers.
+//! IDs, and to find a stale connection host-wide. The service's forward
+//! mode (`forwarder::Hub`) runs one for all its forwarded devices;
+//! `examples/forward_cost.rs`'s forwarder runs it to measure its cost.
 //!
 //! Sans-IO. [`Tracker::observe`] sees each MAD a process hands over, with
 //! the process it goes to, and says whether it may pass; each end of a
@@ -43,6 +43,13 @@
 //! (sender, local comm ID) has no end, a REP or an MRA or REJ of a REQ
 //! from a process the REQ was not delivered to. REQs, LAPs, APRs, SIDR and
 //! ClassPortInfo are not tracked (a REQ starts an end).
+//!
+//! Stale connections ([`Tracker::stale_holder`]): each end's QP (its CA
+//! GUID and QPN) is indexed, as the kernel's `remote_qp_table` is, one
+//! per host. Each process's engine checks its own connections; the
+//! service checks a REQ or REP against the other processes' (past their
+//! REP, not in a disconnect), answers REJ `STALE_CONN` and has the old
+//! connection's process send its DREQ.
 
 use crate::engine::ids::{FastMap, FastState, PeerMap, PeerState};
 use crate::wire::{CmMad, CmMsg, Drep, Dreq, MsgCode, Rej, SidrRep, rej_reason, sidr_status};
@@ -85,7 +92,7 @@ struct End {
     /// the tracker answers for it ([`Tracker::answer_gone`]) until this
     /// end closes or [`Tracker::expire`] drops it.
     gone_since: Option<u64>,
-    /// When the end went `Closed` (ms).
+    /// When the end went `Closed`, `DreqSent` or `DreqRcvd` (ms).
     closed_at: u64,
     /// The connection's service ID (from its REQ).
     service_id: u64,
@@ -121,6 +128,10 @@ pub struct Tracker {
     ends: PeerMap<EndKey, End>,
     /// Ends in `ends` per process (a service caps them per process).
     counts: FastMap<Proc, usize>,
+    /// The end that owns each QP (its CA GUID and QPN, from its REQ or
+    /// REP): the host's stale-connection table ([`Tracker::stale_holder`]).
+    /// An entry may outlive its end; a look-up checks the end.
+    qps: PeerMap<(u64, u32), EndKey>,
     /// Transaction IDs of the MADs this tracker makes.
     next_tid: u64,
     refused: u64,
@@ -141,6 +152,23 @@ fn uncount(counts: &mut FastMap<Proc, usize>, p: Proc) {
     }
 }
 
+/// Forgets that end `k` owns its QP, if the table still says so.
+fn unindex(qps: &mut PeerMap<(u64, u32), EndKey>, k: EndKey, e: &End) {
+    if qps.get(&(e.ca_guid, e.qpn)) == Some(&k) {
+        qps.remove(&(e.ca_guid, e.qpn));
+    }
+}
+
+/// A REQ or REP, parsed (`None` without a parse for any other MAD: the
+/// check runs on every REQ and REP the host's processes get).
+fn peek_qp(mad: &[u8]) -> Option<CmMsg> {
+    let id = crate::wire::peek::attr_id(mad)?;
+    if id != crate::wire::attr::REQ && id != crate::wire::attr::REP {
+        return None;
+    }
+    CmMad::parse(mad).ok().map(|m| m.msg)
+}
+
 /// A seed nobody outside the process knows (std's random keys).
 fn table_seed() -> u64 {
     use std::hash::BuildHasher;
@@ -152,6 +180,7 @@ impl Tracker {
         Tracker {
             ends: PeerMap::with_hasher(PeerState::new(table_seed())),
             counts: FastMap::with_hasher(FastState::new(table_seed())),
+            qps: PeerMap::with_hasher(PeerState::new(table_seed())),
             next_tid: 0x7ac0_0000_0000_0000,
             refused: 0,
         }
@@ -200,17 +229,24 @@ impl Tracker {
         self.ends.len() - self.len()
     }
 
-    /// Drops the ends closed, or whose peer has been gone, `max_age_ms` or
-    /// longer before `now_ms` (a CM's longest wait for an answer, retries
-    /// included: no retransmission comes after that).
+    /// Drops the ends closed, in a disconnect (`DreqSent`, `DreqRcvd`), or
+    /// whose peer has been gone, `max_age_ms` or longer before `now_ms` (a
+    /// CM's longest wait for an answer, retries included: no
+    /// retransmission comes after that; a DREQ never answered ends its
+    /// CM's wait in timewait without a MAD, so without this its end would
+    /// count against its process's cap for ever).
     pub fn expire(&mut self, now_ms: u64, max_age_ms: u64) {
         let old = |t: u64| now_ms.saturating_sub(t) >= max_age_ms;
-        let counts = &mut self.counts;
+        let (counts, qps) = (&mut self.counts, &mut self.qps);
         self.ends.retain(|k, e| {
-            let keep =
-                !(e.gone_since.is_some_and(old) || e.state == EndState::Closed && old(e.closed_at));
+            let ending = matches!(
+                e.state,
+                EndState::Closed | EndState::DreqSent | EndState::DreqRcvd
+            );
+            let keep = !(e.gone_since.is_some_and(old) || ending && old(e.closed_at));
             if !keep {
                 uncount(counts, k.0);
+                unindex(qps, *k, e);
             }
             keep
         });
@@ -224,17 +260,77 @@ impl Tracker {
 
     /// Removes end `k` (and uncounts it).
     fn end_of(&mut self, k: EndKey) {
-        if self.ends.remove(&k).is_some() {
+        if let Some(e) = self.ends.remove(&k) {
             uncount(&mut self.counts, k.0);
+            unindex(&mut self.qps, k, &e);
         }
     }
 
-    /// Inserts end `k` unless it is there (and counts it).
+    /// Inserts end `k` unless it is there (and counts it); it owns its QP.
     fn start(&mut self, k: EndKey, e: End) {
         if let std::collections::hash_map::Entry::Vacant(v) = self.ends.entry(k) {
             v.insert(e);
             *self.counts.entry(k.0).or_default() += 1;
+            self.qps.insert((e.ca_guid, e.qpn), k);
         }
+    }
+
+    /// The host-wide stale-connection check (the kernel's
+    /// `remote_qp_table`, which is one per host; each process's engine
+    /// keeps only its own connections). A REQ or REP that process `from`
+    /// hands to process `to` names its sender's QP (CA GUID, QPN); when
+    /// another end owns that QP in a connection past its REP whose local
+    /// end is a process other than `to` that `local` accepts, returns
+    /// that process: the MAD is stale and that connection is the old one
+    /// (the caller answers REJ `STALE_CONN` and has the old one's process
+    /// send its DREQ). A connection of `to` itself is `to`'s engine's to
+    /// find. Ends in a disconnect are not counted (their CM may already
+    /// have left the table for timewait). `None` for anything else.
+    pub fn stale_holder(
+        &self,
+        from: Proc,
+        to: Proc,
+        mad: &[u8],
+        local: impl Fn(Proc) -> bool,
+    ) -> Option<(Proc, u64, u32)> {
+        let (comm, guid, qpn) = match peek_qp(mad)? {
+            CmMsg::Req(r) => (r.local_comm_id, r.local_ca_guid, r.local_qpn),
+            CmMsg::Rep(r) => (r.local_comm_id, r.local_ca_guid, r.local_qpn),
+            _ => return None,
+        };
+        let owner = *self.qps.get(&(guid, qpn))?;
+        if owner == (from, comm) {
+            return None;
+        }
+        let e = self.ends.get(&owner)?;
+        let live = matches!(
+            e.state,
+            EndState::RepRcvd | EndState::RepSent | EndState::Established
+        );
+        if !live || e.ca_guid != guid || e.qpn != qpn || e.peer_comm == 0 {
+            return None;
+        }
+        (e.peer_proc != to && local(e.peer_proc)).then_some((e.peer_proc, guid, qpn))
+    }
+
+    /// A REJ `STALE_CONN` for a stale REQ or REP, as the kernel's
+    /// `cm_issue_rej` makes it from the MAD it answers (its TID; the
+    /// comm IDs swapped). `None` for anything else.
+    pub fn stale_rej(mad: &[u8]) -> Option<[u8; 256]> {
+        let m = CmMad::parse(mad).ok()?;
+        let (local, remote, code) = match m.msg {
+            CmMsg::Req(r) => (0, r.local_comm_id, MsgCode::Req),
+            CmMsg::Rep(r) => (r.remote_comm_id, r.local_comm_id, MsgCode::Rep),
+            _ => return None,
+        };
+        let rej = Rej {
+            local_comm_id: local,
+            remote_comm_id: remote,
+            message_rejected: code,
+            reason: rej_reason::STALE_CONN,
+            ..Rej::default()
+        };
+        Some(CmMad::send(m.tid, 0, CmMsg::Rej(rej)).to_bytes())
     }
 
     /// MADs refused so far.
@@ -312,14 +408,14 @@ impl Tracker {
             CmMsg::Rtu(r) => self.step(
                 from,
                 r.local_comm_id,
-                EndState::Established,
-                EndState::Established,
+                (EndState::Established, EndState::Established),
+                now,
             ),
             CmMsg::Dreq(r) => self.step(
                 from,
                 r.local_comm_id,
-                EndState::DreqSent,
-                EndState::DreqRcvd,
+                (EndState::DreqSent, EndState::DreqRcvd),
+                now,
             ),
             CmMsg::Drep(r) => self.close(
                 from,
@@ -372,8 +468,14 @@ impl Tracker {
 
     /// Moves end (`from`, `local`) to `mine` and its peer's, if known and
     /// open, to `peer` (two look-ups: the table is large and each costs
-    /// cache misses).
-    fn step(&mut self, from: Proc, local: u32, mine: EndState, peer: EndState) -> Verdict {
+    /// cache misses); a move into a disconnect is dated (`expire`).
+    fn step(
+        &mut self,
+        from: Proc,
+        local: u32,
+        (mine, peer): (EndState, EndState),
+        now: u64,
+    ) -> Verdict {
         let Some(e) = self.ends.get_mut(&(from, local)) else {
             return Verdict::Refuse("a message for a comm ID not its own");
         };
@@ -381,13 +483,18 @@ impl Tracker {
             // A retransmission after its connection closed.
             return Verdict::Pass;
         }
-        e.state = mine;
+        if e.state != mine {
+            e.state = mine;
+            e.closed_at = now;
+        }
         let peer_key = (e.peer_proc, e.peer_comm);
         if e.peer_comm != 0
             && let Some(p) = self.ends.get_mut(&peer_key)
             && p.state != EndState::Closed
+            && p.state != peer
         {
             p.state = peer;
+            p.closed_at = now;
         }
         Verdict::Pass
     }
@@ -437,6 +544,7 @@ impl Tracker {
         self.counts.remove(&p);
         for (k, e) in dead {
             self.ends.remove(&k);
+            unindex(&mut self.qps, k, &e);
             let peer = if e.peer_comm == 0 || e.state == EndState::Closed {
                 // (A closed end's open peer is the loop below's.)
                 None
@@ -702,6 +810,73 @@ mod tests {
         assert_eq!(t.state((A, 10)), Some(EndState::Established));
         assert_eq!(t.state((P, 20)), Some(EndState::Established));
         t
+    }
+
+    /// The host's stale-connection table: a REQ or REP naming a QP that
+    /// an end of another connection owns is stale when that connection's
+    /// local end is a process other than the MAD's (which its own engine
+    /// checks), past its REP, and not in a disconnect.
+    #[test]
+    fn a_qp_named_again_for_another_process_is_stale() {
+        let t = established();
+        let any = |_| true;
+        // A names its QP (0xa6, 0x11) again in a new REQ for X: P's
+        // connection is the old one.
+        let r11 = req(11);
+        assert_eq!(t.stale_holder(A, X, &r11, any), Some((P, 0xa6, 0x11)));
+        // For P itself: P's engine finds it. Its own REQ again: a
+        // retransmission. P not a local process: not this host's.
+        assert_eq!(t.stale_holder(A, P, &r11, any), None);
+        assert_eq!(t.stale_holder(A, X, &req(10), any), None);
+        assert_eq!(t.stale_holder(A, X, &r11, |p| p != P), None);
+        // A REP naming P's QP (0xb7, 0x22), from another end, for X: A's
+        // connection is the old one.
+        assert_eq!(t.stale_holder(X, A, &rep(30, 40), any), None);
+        assert_eq!(
+            t.stale_holder(4, X, &rep(30, 40), any),
+            Some((A, 0xb7, 0x22))
+        );
+        // Other MADs are never stale.
+        assert_eq!(t.stale_holder(A, X, &rtu(10, 20), any), None);
+        // The answer: REJ STALE_CONN of the REQ, its TID, the comm IDs
+        // swapped.
+        let m = CmMad::parse(&Tracker::stale_rej(&r11).unwrap()).unwrap();
+        assert_eq!(m.tid, 1);
+        let CmMsg::Rej(r) = m.msg else { panic!() };
+        assert_eq!((r.local_comm_id, r.remote_comm_id), (0, 11));
+        assert_eq!(r.message_rejected, MsgCode::Req);
+        assert_eq!(r.reason, rej_reason::STALE_CONN);
+        let m = CmMad::parse(&Tracker::stale_rej(&rep(30, 40)).unwrap()).unwrap();
+        let CmMsg::Rej(r) = m.msg else { panic!() };
+        assert_eq!((r.local_comm_id, r.remote_comm_id), (40, 30));
+        assert_eq!(r.message_rejected, MsgCode::Rep);
+        // In a disconnect the connection no longer counts (its CM may be
+        // in timewait, out of the kernel's table).
+        let mut t = established();
+        assert_eq!(t.observe(P, A, &dreq(20, 10), 5), Verdict::Pass);
+        assert_eq!(t.stale_holder(A, X, &r11, any), None);
+    }
+
+    /// A DREQ never answered leaves both ends in a disconnect: they go
+    /// after the longest wait, with their QPs, as closed ends do.
+    #[test]
+    fn a_disconnect_never_answered_expires() {
+        let mut t = established();
+        assert_eq!(t.observe(A, P, &dreq(10, 20), 5), Verdict::Pass);
+        assert_eq!(t.state((A, 10)), Some(EndState::DreqSent));
+        assert_eq!(t.state((P, 20)), Some(EndState::DreqRcvd));
+        // A retransmission does not restart the wait.
+        assert_eq!(t.observe(A, P, &dreq(10, 20), 40), Verdict::Pass);
+        t.expire(54, 50);
+        assert_eq!((t.count_of(A), t.count_of(P)), (1, 1));
+        t.expire(55, 50);
+        assert_eq!((t.count_of(A), t.count_of(P)), (0, 0));
+        assert!(t.qps.is_empty());
+        // An established connection stays however old.
+        let mut t = established();
+        t.expire(1_000_000, 50);
+        assert_eq!((t.count_of(A), t.count_of(P)), (1, 1));
+        assert_eq!(t.qps.len(), 2);
     }
 
     /// Each process's ends are counted as they come and go (the service

@@ -108,7 +108,7 @@ prints the counters.";
 ibcm connect --dest IP [--device soft:IP] [--service-id ID | --port P]
                     [--count N] [--private-data TEXT] [--rdma-cm] [--sidr]
                     [--wait-disconnect] [--expect-reject REASON]
-                    [--response-timeout T] [--timeout SEC] [--quiet]")]
+                    [--response-timeout T] [--qpn QPN] [--timeout SEC] [--quiet]")]
 pub struct ConnectArgs {
     /// the listener's IP address
     #[arg(long, value_name = "IP", value_parser = args::dest)]
@@ -135,6 +135,19 @@ pub struct ConnectArgs {
     /// 4.3 s; 16 makes the REQ retransmit after ~0.4 s)
     #[arg(long, value_name = "T", default_value = "20", value_parser = response_timeout)]
     pub response_timeout: u8,
+    /// the QP number the first REQ announces, the next ones +1 each (24
+    /// bits; default: a range of this process's). Two connections naming
+    /// one QP of one CA make the older one stale: its CM disconnects it
+    /// and the newer one is rejected (STALE_CONN, 10)
+    #[arg(long, value_name = "QPN", value_parser = qpn)]
+    pub qpn: Option<u32>,
+}
+
+fn qpn(s: &str) -> Result<u32, String> {
+    match args::u64_hex_or_dec(s)? {
+        v @ 1..=0xff_ffff => Ok(v as u32),
+        v => Err(format!("a QP number from 1 to 0xffffff, not {v}")),
+    }
 }
 
 fn response_timeout(s: &str) -> Result<u8, String> {
@@ -163,6 +176,7 @@ struct Opts {
     wait_disconnect: bool,
     expect_reject: Option<u32>,
     response_timeout: u8,
+    qpn: Option<u32>,
 }
 
 impl Opts {
@@ -185,6 +199,7 @@ impl Opts {
             wait_disconnect: false,
             expect_reject: None,
             response_timeout: 20,
+            qpn: None,
         }
     }
 
@@ -204,6 +219,7 @@ impl Opts {
             wait_disconnect: a.wait_disconnect,
             expect_reject: a.expect_reject,
             response_timeout: a.response_timeout,
+            qpn: a.qpn,
             ..Opts::common(&a.common, a.rdma_cm, a.sidr)
         }
     }
@@ -610,7 +626,7 @@ pub fn connect_main(a: &ConnectArgs) -> i32 {
             let req = ReqParams {
                 primary_path: path,
                 service_id,
-                qp_num: qpn_offset(&dev) + 0x2000 + i,
+                qp_num: o.qpn.unwrap_or(qpn_offset(&dev) + 0x2000).wrapping_add(i) & 0xff_ffff,
                 qp_type: qp_type::RC,
                 starting_psn: (id.local_id() & 0xff_ffff) ^ 0xa5a5a5,
                 private_data,

@@ -2462,3 +2462,102 @@ fn forward_ids_show_a_request_not_answered_yet() {
     cli.close();
     srv.close();
 }
+
+/// The host-wide stale-connection check, as the kernel's one CM per host
+/// makes it: process R1 connects QP 0x777 of its CA to process L's
+/// listener; process R2, on the same client device, names that QP again
+/// in a REQ to process P's listener on the same server device. R2 gets
+/// REJ STALE_CONN (10), L's CM disconnects the old connection (R1 sees
+/// the DREQ), and P's CM never sees the REQ. In mode `mode`: in forward
+/// mode the service finds it across L's and P's engines.
+fn stale_connection_across_processes(d: &Daemon, mode: &str, server: u16, client: u16) {
+    let (sdev, cdev) = (&net::soft(server), &net::soft(client));
+    let run = |args: &[&str]| {
+        let mut c = d.ibcm(args);
+        c.env("IBCM_SERVICE_MODE", mode);
+        c
+    };
+    let listen = |sid: &str, count: &str| {
+        let mut child = run(&[
+            "listen",
+            "--device",
+            sdev,
+            "--service-id",
+            sid,
+            "--count",
+            count,
+            "--timeout",
+            "20",
+        ])
+        .spawn()
+        .unwrap();
+        let out = collect_stdout(&mut child);
+        Listener { child, out }
+    };
+    let mut l = listen("0x51", "1");
+    let mut p = listen("0x52", "0");
+    assert!(l.wait_listening(), "{}", l.out());
+    assert!(p.wait_listening(), "{}", p.out());
+    let dest = net::ip(server);
+    let connect = |sid: &str, more: &[&str]| {
+        let mut a = vec![
+            "connect",
+            "--device",
+            cdev,
+            "--dest",
+            &dest,
+            "--service-id",
+            sid,
+            "--qpn",
+            "0x777",
+            "--timeout",
+            "10",
+        ];
+        a.extend_from_slice(more);
+        run(&a)
+    };
+    let mut r1 = connect("0x51", &["--wait-disconnect"]).spawn().unwrap();
+    let r1_out = collect_stdout(&mut r1);
+    assert!(
+        served::wait_for(Duration::from_secs(10), || l.out().contains("RTU_RECEIVED")),
+        "{}",
+        l.out()
+    );
+    let r2 = connect("0x52", &["--expect-reject", "10"])
+        .output()
+        .unwrap();
+    assert!(
+        r2.status.success(),
+        "{}{}",
+        text(&r2.stdout),
+        text(&r2.stderr)
+    );
+    // The old connection is disconnected by its CM: R1 gets the DREQ.
+    let s1 = r1.wait().unwrap();
+    let r1_out = r1_out.lock().unwrap().clone();
+    assert!(s1.success(), "{r1_out}");
+    assert!(r1_out.contains("DREQ_RECEIVED"), "{r1_out}");
+    let _ = l.child.kill();
+    let _ = l.child.wait();
+    // P's CM saw no REQ.
+    let _ = p.child.kill();
+    let _ = p.child.wait();
+    assert!(!p.out().contains("REQ_RECEIVED"), "{}", p.out());
+}
+
+#[test]
+fn forward_a_stale_connection_is_found_across_processes() {
+    let d = Daemon::start("fwd-stale");
+    stale_connection_across_processes(&d, "forward", 55, 56);
+    assert!(
+        d.log().contains("REJ(STALE_CONN) to its sender"),
+        "{}",
+        d.log()
+    );
+}
+
+#[test]
+fn engine_mode_a_stale_connection_is_found_across_processes() {
+    let _d = Daemon::start("engine-stale");
+    stale_connection_across_processes(&_d, "engine", 57, 58);
+}

@@ -187,6 +187,11 @@ impl Shared {
         }
     }
 
+    /// The connection that holds QP (`guid`, `qpn`) of a peer, if any.
+    pub fn qp_get(&self, guid: u64, qpn: u32) -> Option<RemoteQpEntry> {
+        lock(self.qp_lock(guid, qpn)).get(&(guid, qpn)).copied()
+    }
+
     /// Forgets the entry if it belongs to `local_id` (of `shard`).
     pub fn qp_remove(&self, guid: u64, qpn: u32, shard: u32, local_id: u32) {
         let mut m = lock(self.qp_lock(guid, qpn));

@@ -147,6 +147,12 @@ pub trait Transport: Send + Sync + 'static {
     fn lost(&self) -> bool {
         false
     }
+    /// QPs (CA GUID, QPN) whose connection a REQ or REP for another
+    /// process made stale (design B's service checks the host's table):
+    /// appended to `out` once each; the device sends their DREQs.
+    fn take_stale(&self, out: &mut Vec<(u64, u32)>) {
+        let _ = out;
+    }
     /// A short description for logs ("soft:127.0.0.1:4791").
     fn describe(&self) -> String;
 }

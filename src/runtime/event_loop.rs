@@ -238,6 +238,34 @@ impl Device {
         Some((inner, listener))
     }
 
+    /// The DREQs of connections the service found stale (a REQ or REP for
+    /// another process named their peer's QP): `ib_send_cm_dreq` on each,
+    /// as the engine does for a stale connection of its own.
+    fn stale_dreqs(&self) {
+        let mut qps = Vec::new();
+        self.transport.take_stale(&mut qps);
+        for (guid, qpn) in qps {
+            match self.shared.qp_get(guid, qpn) {
+                Some(e) => {
+                    let f = Foreign::SendDreq {
+                        shard: e.shard,
+                        local_id: e.local_id,
+                    };
+                    let out = Outputs {
+                        foreign: vec![f],
+                        ..Outputs::default()
+                    };
+                    delivery_round(|| self.finish(out));
+                }
+                None => ibcm_log!(
+                    DEBUG,
+                    "{}: the service found QP {qpn:#x} of CA {guid:#018x} stale; no connection holds it now",
+                    self.name
+                ),
+            }
+        }
+    }
+
     /// Sends, delivers and forwards what a step produced (no locks held).
     pub(super) fn finish(&self, out: Outputs) {
         self.finish_with(out, false)
@@ -396,6 +424,7 @@ impl Device {
             if self.stop.load(Ordering::SeqCst) {
                 break;
             }
+            self.stale_dreqs();
             if !batch.is_empty() {
                 delivery_round(|| self.process(&batch));
             }

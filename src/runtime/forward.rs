@@ -63,6 +63,9 @@ struct Rx {
     stash: Vec<Received>,
     /// Listen answers by sequence number.
     answers: HashMap<u64, i32>,
+    /// QPs (CA GUID, QPN) the service found stale (`fwd::STALE`), for
+    /// `take_stale`.
+    stale: Vec<(u64, u32)>,
 }
 
 /// A device's transport through the service.
@@ -78,6 +81,8 @@ pub(super) struct FwdTransport {
     timeout: Duration,
     /// Port tables the service pushed, for `port_change`.
     new_ports: (Mutex<Option<Vec<PortInfo>>>, std::sync::Condvar),
+    /// `rx.stale` is not empty (checked without the lock every round).
+    has_stale: AtomicBool,
 }
 
 /// Whether pushed port tables keep the ports of the open (their numbers
@@ -90,6 +95,10 @@ fn ports_fit(new: &[PortInfo], opened: &[PortInfo]) -> bool {
             .zip(opened)
             .all(|(n, o)| n.port_num == o.port_num && n.is_roce == o.is_roce && !n.pkeys.is_empty())
 }
+
+/// Stale QPs held between two event loop rounds at most (more is a
+/// service gone wrong: dropped).
+const MAX_STALE: usize = 4096;
 
 thread_local! {
     /// A reader's message buffer, reused.
@@ -142,6 +151,12 @@ impl FwdTransport {
                 }
                 Ok(fwd::Rec::Listened { seq, err }) => {
                     rx.answers.insert(seq, err);
+                }
+                Ok(fwd::Rec::Stale { guid, qpn }) => {
+                    if rx.stale.len() < MAX_STALE {
+                        rx.stale.push((guid, qpn));
+                        self.has_stale.store(true, Ordering::Release);
+                    }
                 }
                 Ok(fwd::Rec::Ports(b)) => match fwd::ports(b) {
                     Ok(p) if ports_fit(&p, &self.opened.opened.ports) => {
@@ -289,6 +304,12 @@ impl Transport for FwdTransport {
         true
     }
 
+    fn take_stale(&self, out: &mut Vec<(u64, u32)>) {
+        if self.has_stale.swap(false, Ordering::Acquire) {
+            out.append(&mut lock(&self.rx).stale);
+        }
+    }
+
     /// Port tables the service pushed (the event loop's reader stores
     /// them).
     fn port_change(&self, timeout: Duration) -> Option<Vec<PortInfo>> {
@@ -429,6 +450,7 @@ pub(super) fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
         gone: AtomicBool::new(false),
         timeout,
         new_ports: Default::default(),
+        has_stale: AtomicBool::new(false),
     });
     ibcm_log!(
         INFO,
@@ -478,6 +500,7 @@ mod tests {
             gone: AtomicBool::new(false),
             timeout: Duration::from_secs(2),
             new_ports: Default::default(),
+            has_stale: AtomicBool::new(false),
         }
     }
 
