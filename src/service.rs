@@ -809,7 +809,10 @@ impl Conn {
             );
             return;
         };
-        let a = match self.svc.attach_forward(&name, &self.fd, self.pid) {
+        let a = match self
+            .may_bind(&name)
+            .and_then(|()| self.svc.attach_forward(&name, &self.fd, self.pid))
+        {
             Ok(a) => a,
             Err(e) => {
                 let _ = sock::send(&self.fd, &ipc::reply(h, neg(e), Public::default(), |_| ()));
@@ -823,6 +826,22 @@ impl Conn {
             self.svc.hub.serve(a.dev, a.slot, &self.fd);
         }
         self.svc.hub.detach(a.dev, a.slot);
+    }
+
+    /// The service may run as root: it binds a UDP port below 1024 only
+    /// for a root process (`soft:` names only: an RDMA device name has no
+    /// port), in either mode.
+    fn may_bind(&self, name: &str) -> Result<(), Errno> {
+        if name.starts_with("soft:")
+            && let Ok(crate::api::DeviceSpec::Soft { port, .. }) =
+                crate::api::DeviceSpec::parse(name.split('@').next().unwrap_or(""))
+            && port < 1024
+            && self.uid != 0
+        {
+            ibcm_log!(WARN, "process {}: {name}: port {port} needs root", self.pid);
+            return Err(Errno(errno::EPERM));
+        }
+        Ok(())
     }
 
     fn serve(self: Arc<Self>) {
@@ -1353,18 +1372,7 @@ impl Conn {
                 return Err(Errno::EINVAL);
             }
             let name = String::from_utf8(name).map_err(|_| Errno::EINVAL)?;
-            // The service may run as root: it binds a UDP port below 1024
-            // only for a root process.
-            // (`soft:` names only: an RDMA device name has no port)
-            if name.starts_with("soft:")
-                && let Ok(crate::api::DeviceSpec::Soft { port, .. }) =
-                    crate::api::DeviceSpec::parse(name.split('@').next().unwrap_or(""))
-                && port < 1024
-                && self.uid != 0
-            {
-                ibcm_log!(WARN, "process {}: {name}: port {port} needs root", self.pid);
-                return Err(Errno(errno::EPERM));
-            }
+            self.may_bind(&name)?;
             let (key, dev, refused) = self.svc.open(&name)?;
             *lock(&self.dev_refused) = Some(refused);
             let ports = dev.ports();

@@ -587,14 +587,31 @@ fn a_dead_service_fails_calls_and_a_restarted_one_serves() {
 
 #[test]
 fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
-    let d = Daemon::start("stopped");
-    let dev = &net::soft(30);
+    stopped_service(Device::open_served, "stopped", 30);
+}
+
+/// Forward mode: the process's engine holds the timer of the pending
+/// connect, but a listen claim the service does not answer declares it
+/// broken all the same, and the continued service answers for the
+/// process as for a dead one (its listen is free again).
+#[test]
+fn forward_a_stopped_service_times_calls_out_and_a_continued_one_serves() {
+    stopped_service(Device::open_forwarded, "fwd-stopped", 37);
+}
+
+type OpenAt = fn(&str, &std::path::Path) -> Result<Arc<Device>, Errno>;
+
+/// A service stopped (SIGSTOP) under a device opened with `open`, which
+/// uses hosts `host` to `host + 2` of the test's net.
+fn stopped_service(open: OpenAt, test: &str, host: u16) {
+    let d = Daemon::start(test);
+    let dev = &net::soft(host);
     let (got, h) = recording_handler();
-    let a = Device::open_served(dev, &d.socket).unwrap();
+    let a = open(dev, &d.socket).unwrap();
     let id = a.create_id(None, std::ptr::null_mut(), None).unwrap();
     // A connect waiting for an answer from a peer that never gives one:
     // its timer is the service's.
-    let (pending, _peer) = silent_peer_connect(&a, 32, 0x78, h);
+    let (pending, _peer) = silent_peer_connect(&a, host + 2, 0x78, h);
     let timeouts = ibcm::api::service_timeouts();
     stopped::signal(d.child.id(), libc::SIGSTOP);
     // The generous bound: the service timeout (5 s by default, this test
@@ -605,10 +622,7 @@ fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
     let sock = d.socket.clone();
     let opener = std::thread::spawn(move || {
         let t = Instant::now();
-        (
-            Device::open_served(&net::soft(31), &sock).err(),
-            t.elapsed(),
-        )
+        (open(&net::soft(host + 1), &sock).err(), t.elapsed())
     });
     let t = Instant::now();
     assert_eq!(id.listen(0x7778), Err(Errno(libc::ETIMEDOUT)));
@@ -634,7 +648,7 @@ fn a_stopped_service_times_calls_out_and_a_continued_one_serves() {
     stopped::signal(d.child.id(), libc::SIGCONT);
     // Continued, it serves new opens (and dropped the broken connection's
     // ids: the service ID is free again).
-    let b = Device::open_served(dev, &d.socket).unwrap();
+    let b = open(dev, &d.socket).unwrap();
     let id2 = b.create_id(None, std::ptr::null_mut(), None).unwrap();
     assert!(
         served::wait_for(Duration::from_secs(5), || id2.listen(0x7778).is_ok()),
@@ -865,26 +879,37 @@ fn bench_with_client_processes_sharing_one_device() {
 
 #[test]
 fn a_privileged_udp_port_is_bound_only_for_root() {
+    privileged_port("engine", "privileged-port", 40);
+}
+
+#[test]
+fn forward_a_privileged_udp_port_is_bound_only_for_root() {
+    privileged_port("forward", "fwd-privileged-port", 38);
+}
+
+/// A `soft:` device on UDP port 999 is opened for root only, in `mode`.
+fn privileged_port(mode: &str, test: &str, host: u16) {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    let d = Daemon::start("privileged-port");
+    let d = Daemon::start(test);
     // Let an unprivileged process reach the socket (as group ibcm would).
     std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
     let as_nobody = |device: &str| {
         d.ibcm(&["listen", "--device", device, "--timeout", "0.3"])
+            .env("IBCM_SERVICE_MODE", mode)
             .uid(65534)
             .gid(65534)
             .output()
             .unwrap()
     };
-    let low = as_nobody(&format!("soft:{}:999", net::addr(40)));
+    let low = as_nobody(&format!("soft:{}:999", net::addr(host)));
     assert!(
         text(&low.stderr).contains("cannot open"),
         "{}",
         text(&low.stderr)
     );
     assert!(d.log().contains("port 999 needs root"), "{}", d.log());
-    let high = as_nobody(&format!("soft:{}:4791", net::addr(40)));
+    let high = as_nobody(&format!("soft:{}:4791", net::addr(host)));
     assert!(
         !text(&high.stderr).contains("cannot open"),
         "{}",
@@ -895,10 +920,11 @@ fn a_privileged_udp_port_is_bound_only_for_root() {
         .ibcm(&[
             "listen",
             "--device",
-            &format!("soft:{}:999", net::addr(40)),
+            &format!("soft:{}:999", net::addr(host)),
             "--timeout",
             "0.3",
         ])
+        .env("IBCM_SERVICE_MODE", mode)
         .output()
         .unwrap();
     assert!(

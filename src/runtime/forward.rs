@@ -116,6 +116,10 @@ impl FwdTransport {
                     self.name
                 ),
             );
+            // A service that is only hung sees the hang-up when it runs
+            // again, and answers for this process as for a dead one.
+            // SAFETY: our socket; shutdown leaves the descriptor valid.
+            unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
         }
         self.wake();
     }
@@ -351,14 +355,14 @@ impl HostListens for FwdTransport {
             }
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                crate::log::always(
-                    WARN,
-                    format_args!(
-                        "{}: the CM service did not answer a listen within {} ms (IBCM_SERVICE_TIMEOUT_MS)",
-                        self.name,
-                        self.timeout.as_millis()
-                    ),
-                );
+                // Hung (stopped, wedged): declared broken, as engine mode
+                // declares it, so that later calls fail at once and the
+                // outstanding requests get their error events now.
+                super::remote::count_service_timeout();
+                self.lost(&format!(
+                    "it did not answer a listen within {} ms, IBCM_SERVICE_TIMEOUT_MS",
+                    self.timeout.as_millis()
+                ));
                 return Err(Errno(errno::ETIMEDOUT));
             }
             let mut fds = [libc::pollfd {

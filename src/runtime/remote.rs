@@ -134,6 +134,11 @@ pub fn service_timeouts() -> u64 {
     SERVICE_TIMEOUTS.load(Ordering::Relaxed)
 }
 
+/// Counts one more [`service_timeouts`] (forward mode's transport).
+pub(super) fn count_service_timeout() {
+    SERVICE_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// What `/proc` says of the service process behind a silent connection.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Peer {
