@@ -1251,24 +1251,42 @@ fn callbacks_make_round_trips_through_the_service() {
 /// shows every one of them, as the frames they replace.
 #[test]
 fn a_capture_of_the_service_shows_mads_switched_between_its_devices() {
-    let dir = TempDir::new("service", "switchpcap");
+    capture_of_switched_mads("engine", "switchpcap", 21, 22);
+}
+
+/// Forward mode: the hub hands the MADs between its soft devices.
+#[test]
+fn forward_a_capture_of_the_service_shows_mads_switched_between_its_devices() {
+    capture_of_switched_mads("forward", "fwd-switchpcap", 27, 28);
+}
+
+/// A listener on soft host `server`, a connect from soft host `client`,
+/// in `mode`, with the service capturing.
+fn capture_of_switched_mads(mode: &str, test: &str, server: u16, client: u16) {
+    let dir = TempDir::new("service", test);
     let socket = dir.0.join("ibcmd.sock");
     let pcap = dir.0.join("svc.pcapng");
     let d = Daemon::with_env(socket, dir, &[("IBCM_PCAP", pcap.as_os_str())]);
-    let mut l = Listener::spawn(
-        &d,
-        &[
+    let server_dev = net::soft(server);
+    let mut child = d
+        .ibcm(&[
+            "listen",
             "--device",
-            &net::soft(21),
+            &server_dev,
             "--count",
             "1",
             "--timeout",
             "20",
-        ],
-    );
+        ])
+        .env("IBCM_SERVICE_MODE", mode)
+        .spawn()
+        .unwrap();
+    let out = collect_stdout(&mut child);
+    let mut l = Listener { child, out };
     assert!(l.wait_listening(), "{}", l.out());
     let o = d
-        .connect(&net::soft(22), &net::ip(21), &["--timeout", "10"])
+        .connect(&net::soft(client), &net::ip(server), &["--timeout", "10"])
+        .env("IBCM_SERVICE_MODE", mode)
         .output()
         .unwrap();
     assert!(
@@ -2586,4 +2604,111 @@ fn forward_a_stale_connection_is_found_across_processes() {
 fn engine_mode_a_stale_connection_is_found_across_processes() {
     let _d = Daemon::start("engine-stale");
     stale_connection_across_processes(&_d, "engine", 57, 58);
+}
+
+/// Forward mode: a killed listener's service ID is free within a second
+/// (the service releases a dead process's listens), and a new listener
+/// serves it.
+#[test]
+fn forward_a_killed_listener_frees_its_service_id() {
+    let d = Daemon::start("fwd-killed-listener");
+    let dev = &net::soft(39);
+    let mut l = Listener::spawn_fwd(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
+    assert!(l.wait_listening(), "{}", l.out());
+    let probe = Device::open_forwarded(dev, &d.socket).unwrap();
+    let id = probe.create_id(None, std::ptr::null_mut(), None).unwrap();
+    assert_eq!(id.listen(0x1061c06), Err(Errno::EBUSY));
+    l.child.kill().unwrap();
+    l.child.wait().unwrap();
+    let t = Instant::now();
+    assert!(
+        served::wait_for(Duration::from_secs(1), || id.listen(0x1061c06).is_ok()),
+        "{}",
+        d.log()
+    );
+    assert!(t.elapsed() < Duration::from_secs(1));
+    id.destroy().unwrap();
+    probe.close();
+    let mut l2 = Listener::spawn_fwd(&d, &["--device", dev, "--count", "1", "--timeout", "20"]);
+    assert!(l2.wait_listening(), "{}", l2.out());
+    let c = d
+        .connect(dev, &net::ip(39), &["--timeout", "10"])
+        .env("IBCM_SERVICE_MODE", "forward")
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}", text(&c.stderr));
+    assert!(l2.child.wait().unwrap().success(), "{}", l2.out());
+}
+
+/// Forward mode's per-process limits: listens (`IBCM_SERVICE_MAX_LISTENERS`,
+/// `-ENOMEM`, counted), each process its own; connections to the service
+/// (`IBCM_SERVICE_MAX_CONNECTIONS`). Ids are the process's own (its
+/// engine's), so the service does not count them; the connection ends it
+/// tracks are capped (`forward_a_process_keeps_to_its_own_comm_ids_and_its_id_limit`).
+#[test]
+fn forward_per_process_limits_refuse_with_enomem_and_are_counted() {
+    let dir = TempDir::new("service", "fwd-limits");
+    let socket = dir.0.join("ibcmd.sock");
+    let d = Daemon::with_env(
+        socket.clone(),
+        dir,
+        &[
+            ("IBCM_SERVICE_MAX_LISTENERS", std::ffi::OsStr::new("1")),
+            ("IBCM_SERVICE_MAX_CONNECTIONS", std::ffi::OsStr::new("2")),
+        ],
+    );
+    let dev = &net::soft(47);
+    // (The open may race the service's reaping of the readiness probe's
+    // connection, which counts against the limit of 2 until it is seen.)
+    let mut a = None;
+    assert!(served::wait_for(Duration::from_secs(2), || {
+        a = Device::open_forwarded(dev, &d.socket).ok();
+        a.is_some()
+    }));
+    let a = a.unwrap();
+    let ids: Vec<_> = (0..2)
+        .map(|_| a.create_id(None, std::ptr::null_mut(), None).unwrap())
+        .collect();
+    ids[0].listen(0x9001).unwrap();
+    assert_eq!(ids[1].listen(0x9002), Err(Errno::ENOMEM));
+    assert!(
+        d.log().contains("1 listeners already: -ENOMEM"),
+        "{}",
+        d.log()
+    );
+    // Another process has limits of its own.
+    let mut b = None;
+    assert!(served::wait_for(Duration::from_secs(2), || {
+        b = Device::open_forwarded(dev, &d.socket).ok();
+        b.is_some()
+    }));
+    let b = b.unwrap();
+    let other = b.create_id(None, std::ptr::null_mut(), None).unwrap();
+    other.listen(0x9003).unwrap();
+    // A third connection is over the service's limit.
+    assert_eq!(
+        Device::open_forwarded(dev, &d.socket).err(),
+        Some(Errno::ENODEV)
+    );
+    // Destroying gives the room back.
+    ids[0].destroy().unwrap();
+    ids[1].listen(0x9002).unwrap();
+    other.destroy().unwrap();
+    ids[1].destroy().unwrap();
+    a.close();
+    b.close();
+    // The refusal is the device's counter (in its closing line).
+    assert!(
+        served::wait_for(Duration::from_secs(2), || d
+            .log()
+            .contains("claims_refused 1")),
+        "{}",
+        d.log()
+    );
+    assert!(served::wait_for(Duration::from_secs(2), || {
+        Device::open_forwarded(dev, &d.socket).is_ok_and(|c| {
+            c.close();
+            true
+        })
+    }));
 }

@@ -153,6 +153,11 @@ pub trait Transport: Send + Sync + 'static {
     fn take_stale(&self, out: &mut Vec<(u64, u32)>) {
         let _ = out;
     }
+    /// The device was closed (its ids destroyed, their MADs sent, its
+    /// threads joined): a transport holding a connection to the service
+    /// ends it now rather than when the last reference goes, so the
+    /// service releases what the process held at once.
+    fn close(&self) {}
     /// A short description for logs ("soft:127.0.0.1:4791").
     fn describe(&self) -> String;
 }

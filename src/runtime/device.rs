@@ -528,6 +528,7 @@ impl Device {
                 ibcm_log!(ERROR, "{}: an event loop thread had panicked", self.name);
             }
         }
+        self.transport.close();
     }
 
     pub(super) fn shard_of(&self, id: &CmIdInner) -> &Mutex<Shard> {

@@ -308,6 +308,13 @@ impl Transport for FwdTransport {
         true
     }
 
+    fn close(&self) {
+        if !self.gone.swap(true, Ordering::SeqCst) {
+            // SAFETY: our socket; shutdown leaves the descriptor valid.
+            unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+    }
+
     fn take_stale(&self, out: &mut Vec<(u64, u32)>) {
         if self.has_stale.swap(false, Ordering::Acquire) {
             out.append(&mut lock(&self.rx).stale);
@@ -407,6 +414,7 @@ pub(super) fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
             ),
         );
         if e.kind() == std::io::ErrorKind::WouldBlock {
+            super::remote::count_service_timeout();
             Errno(errno::ETIMEDOUT)
         } else {
             Errno::ENODEV
