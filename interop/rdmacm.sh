@@ -12,9 +12,10 @@
 #   ibcm-ibcm-umad  both preloaded, no kernel CM on either guest (CM over ib_umad), in-process
 #   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (CM over ibcm's UDP side channel),
 #                   through the host CM service
-#   ibcm-svc        both preloaded, no kernel CM, through the host CM service, with the
+#   ibcm-svc        both preloaded, no kernel CM, through the host CM service in engine mode
+#                   (IBCM_SERVICE_MODE=engine), with the
 #                   scenarios that need the service
-#   ibcm-fwd        ibcm-svc with the service in forward mode (IBCM_SERVICE_MODE=forward)
+#   ibcm-fwd        ibcm-svc with the service in forward mode (IBCM_SERVICE_MODE=forward, the default)
 # Through the service, the first tool of a guest starts `ibcm daemon` (copied into the run
 # directory), which owns the device (rxe0's umad agent, or the UDP side channel of its address)
 # and serves every later tool of that guest. kernel-ibcm and ibcm-ibcm-umad stay in-process

@@ -15,11 +15,12 @@
 #              over UDP port 4792, GIDs/paths/QP attributes from rxe0).
 #   5 events   B (no ib_cm) opens rxe0, then an IPv4 address is added to eth0: the new RoCE GID
 #              must reach ibcm_query_gid / ibcm_init_path through the device's port events.
-#              Twice in one boot: in-process (IBCM_SERVICE=off, 10.77.1.2), then through the host
-#              CM service (IBCM_SERVICE=required, `ibcm daemon` started on demand from the run
+#              Three times in one boot: in-process (IBCM_SERVICE=off, 10.77.1.2), then through the
+#              host CM service in engine mode (IBCM_SERVICE=required IBCM_SERVICE_MODE=engine,
+#              `ibcm daemon` started on demand from the run
 #              directory, which owns rxe0 and pushes its new port tables: 10.77.2.2), then through the
-#              service in forward mode (IBCM_SERVICE_MODE=forward: the engines in the process, the
-#              service pushing the port tables to it: 10.77.3.2).
+#              service in forward mode (IBCM_SERVICE_MODE=forward, the default: the engines in the
+#              process, the service pushing the port tables to it: 10.77.3.2).
 #   6 rverbs   B (no ib_cm): rdmacm/examples/verbs_lab, the verbs half of the librdmacm drop-in
 #              (rdmacm/src/verbs.rs): rxe0 found from B's IP (RoCE v2 GID), the route to A, the
 #              default PD, an RC QP (own CQs, cq_context == id) INIT -> RTR -> RTS -> ERR and a UD
@@ -134,7 +135,7 @@ events_wait() {
 }
 events_wait B.ev 10.77.1.2 IBCM_SERVICE=off || exit 1
 echo '--- through the CM service'
-events_wait B.evsvc 10.77.2.2 IBCM_SERVICE=required IBCM_DAEMON=\$LAB_DIR/bin/ibcm || exit 1
+events_wait B.evsvc 10.77.2.2 IBCM_SERVICE=required IBCM_SERVICE_MODE=engine IBCM_DAEMON=\$LAB_DIR/bin/ibcm || exit 1
 grep -q 'open through the CM service' \$LAB_DIR/B.evsvc || { echo 'EVENTS: rxe0 was not opened through the service'; exit 1; }
 echo '--- through the CM service in forward mode'
 sleep 1  # the service closes rxe0's engine-mode open when it sees the last process hang up

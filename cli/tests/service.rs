@@ -76,11 +76,13 @@ impl Daemon {
         }
     }
 
-    /// `ibcm ARGS` as a client of this service.
+    /// `ibcm ARGS` as a client of this service, in engine mode (the
+    /// tests named `forward_*` and those taking a mode set theirs).
     fn ibcm(&self, args: &[&str]) -> Command {
         let mut c = ibcm();
         c.args(args)
             .env("IBCM_SERVICE", "required")
+            .env("IBCM_SERVICE_MODE", "engine")
             .env("IBCM_SERVICE_SOCKET", &self.socket)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -669,6 +671,7 @@ fn auto_starts_the_service_on_the_first_open() {
         let mut c = ibcm();
         c.args(args)
             .env_remove("IBCM_SERVICE")
+            .env_remove("IBCM_SERVICE_MODE")
             .env("IBCM_SERVICE_IDLE_EXIT", "1")
             .env("IBCM_SERVICE_SOCKET", &socket)
             .stdout(Stdio::piped())
@@ -690,11 +693,13 @@ fn auto_starts_the_service_on_the_first_open() {
     assert!(service_pid > 0 && service_pid as u32 != l.id());
     // Connect only once the listener's listen has returned (under load the
     // socket appears long before the listener's listen is registered).
+    // IBCM_SERVICE_MODE unset: forward is the default (the device's name
+    // says it).
     assert!(
         served::wait_for(Duration::from_secs(10), || said
             .lock()
             .unwrap()
-            .contains("listening on")),
+            .contains("listening on fwd:")),
         "{}",
         said.lock().unwrap()
     );

@@ -10,17 +10,19 @@
 #                   (IBCM_SERVICE=off: the proof of the single-process mode, client side)
 #   ibcm-kernel     the reverse, the ibcm tools through the host CM service (IBCM_SERVICE=auto,
 #                   what users get: `ibcm daemon` started on demand from the run directory's
-#                   `ibcm`, owning rxe0's umad agent)
+#                   `ibcm`, owning rxe0's umad agent, in its default forward mode)
 #   ibcm-ibcm-umad  both preloaded, no kernel CM on either guest (CM over ib_umad), in-process
 #                   (IBCM_SERVICE=off: the single-process mode with an ibcm server; a killed
 #                   server there sends no REJ, nobody alive holds its ids)
 #   ibcm-ibcm-udp   both preloaded, kernel CM loaded on both (CM over ibcm's UDP side channel),
-#                   through the host CM service in each guest
-#   ibcm-svc        both preloaded, no kernel CM, the tools through the host CM service, with
-#                   the scenarios that need it (two processes on one port, the ibcm CLI)
-#   ibcm-fwd        ibcm-svc with the service in forward mode (IBCM_SERVICE_MODE=forward: the
-#                   tools run the CM engines, the service forwards their MADs; docs/SERVICE.md
-#                   "Design B"), the same scenarios
+#                   through the host CM service in each guest (default mode: forward)
+#   ibcm-svc        both preloaded, no kernel CM, the tools through the host CM service in
+#                   engine mode (IBCM_SERVICE_MODE=engine: the CM engines in the service;
+#                   docs/SERVICE.md "Design A"), with the scenarios that need it (two processes
+#                   on one port, the ibcm CLI)
+#   ibcm-fwd        ibcm-svc with the service in forward mode (IBCM_SERVICE_MODE=forward, the
+#                   default: the tools run the CM engines, the service forwards their MADs;
+#                   docs/SERVICE.md "Design B"), the same scenarios
 #
 # Guest A is the server of every scenario, guest B the client.
 
@@ -47,7 +49,7 @@ rdmacm_pairing() {
     ibcm-kernel)    PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=0 PAIR_SERVICE=1 ;;
     ibcm-ibcm-umad) PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 ;;
     ibcm-ibcm-udp)  PAIR_MODS_A=$RDMACM_WITHCM PAIR_MODS_B=$RDMACM_WITHCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 ;;
-    ibcm-svc)       PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 PAIR_SERVICE_ONLY=1 ;;
+    ibcm-svc)       PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 PAIR_SERVICE_ONLY=1 PAIR_ENV=IBCM_SERVICE_MODE=engine ;;
     ibcm-fwd)       PAIR_MODS_A=$RDMACM_NOCM PAIR_MODS_B=$RDMACM_NOCM PAIR_PRELOAD_A=1 PAIR_PRELOAD_B=1 PAIR_SERVICE=1 PAIR_SERVICE_ONLY=1 PAIR_ENV=IBCM_SERVICE_MODE=forward ;;
     *) return 1 ;;
   esac

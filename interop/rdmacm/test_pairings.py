@@ -85,8 +85,9 @@ class Pairings(unittest.TestCase):
             self.assertEqual(service(p, "BENCH_SERVICE=1;"), "1", p)
 
     def test_forward_pairing_env(self):
-        """ibcm-fwd's tools run the service in forward mode, before any RDMACM_IBCM_ENV; the
-        other pairings carry only RDMACM_IBCM_ENV."""
+        """ibcm-fwd's tools run the service in forward mode and ibcm-svc's in engine mode,
+        before any RDMACM_IBCM_ENV; the other pairings carry only RDMACM_IBCM_ENV (the default
+        mode, forward)."""
         def env(p, extra):
             out = bash(f'. "{PAIRINGS}"; rdmacm_pairing {p}; '
                        f'rdmacm_pairing_env "{extra}" debug re 10')
@@ -95,8 +96,10 @@ class Pairings(unittest.TestCase):
 
         self.assertEqual(env("ibcm-fwd", ""), "IBCM_SERVICE_MODE=forward")
         self.assertEqual(env("ibcm-fwd", "A=1"), "IBCM_SERVICE_MODE=forward A=1")
-        self.assertEqual(env("ibcm-svc", "A=1"), "A=1")
-        self.assertEqual(env("ibcm-svc", ""), "")
+        self.assertEqual(env("ibcm-svc", "A=1"), "IBCM_SERVICE_MODE=engine A=1")
+        self.assertEqual(env("ibcm-svc", ""), "IBCM_SERVICE_MODE=engine")
+        self.assertEqual(env("ibcm-kernel", "A=1"), "A=1")
+        self.assertEqual(env("ibcm-kernel", ""), "")
 
 
 if __name__ == "__main__":

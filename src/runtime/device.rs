@@ -179,7 +179,9 @@ impl Device {
         Ok(Device::with_transport(open_transport(name)?, opts))
     }
 
-    /// Opens a device through the CM service listening at `socket`.
+    /// Opens a device through the CM service listening at `socket` in
+    /// engine mode (design A: the service runs the device's engines),
+    /// whatever `IBCM_SERVICE_MODE` says.
     pub fn open_served(name: &str, socket: &std::path::Path) -> Result<Arc<Device>, Errno> {
         super::remote::open_at(socket, name)
     }

@@ -37,20 +37,21 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// `IBCM_SERVICE_MODE`: `forward` (design B) or `engine` (the default:
-/// design A, the engines in the service). Read once per process; an
-/// unknown value is logged once and taken as `engine`.
+/// `IBCM_SERVICE_MODE`: `forward` (the default: design B, the engines in
+/// the processes, the service forwarding their MADs) or `engine` (design
+/// A, the engines in the service). Read once per process; an unknown
+/// value is logged once and taken as `forward`.
 pub fn forward_mode() -> bool {
     static M: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *M.get_or_init(|| match std::env::var("IBCM_SERVICE_MODE").as_deref() {
-        Ok("forward") => true,
-        Ok("engine") | Ok("") | Err(_) => false,
+        Ok("engine") => false,
+        Ok("forward") | Ok("") | Err(_) => true,
         Ok(other) => {
             crate::log::always(
                 WARN,
-                format_args!("IBCM_SERVICE_MODE={other:?} is not engine or forward: engine"),
+                format_args!("IBCM_SERVICE_MODE={other:?} is not engine or forward: forward"),
             );
-            false
+            true
         }
     })
 }

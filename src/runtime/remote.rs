@@ -411,8 +411,9 @@ pub(super) fn open(name: &str) -> Result<Option<Arc<Device>>, Errno> {
     Remote::open(fd, name).map(Some)
 }
 
-/// Opens `name` through the service listening at `path` (no start on
-/// demand, whatever `IBCM_SERVICE` says).
+/// Opens `name` through the service listening at `path` in engine mode
+/// (no start on demand, whatever `IBCM_SERVICE` and `IBCM_SERVICE_MODE`
+/// say).
 pub(super) fn open_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
     let fd = connect_service(path, false).map_err(|e| {
         if e.kind() == std::io::ErrorKind::TimedOut {
@@ -428,9 +429,6 @@ pub(super) fn open_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
         ibcm_log!(WARN, "{name}: no CM service at {}: {e}", path.display());
         Errno::ENODEV
     })?;
-    if super::forward::forward_mode() {
-        return super::forward::open(fd, name);
-    }
     Remote::open(fd, name)
 }
 
