@@ -307,7 +307,8 @@ impl Tracker {
             e.state,
             EndState::RepRcvd | EndState::RepSent | EndState::Established
         );
-        if !live || e.ca_guid != guid || e.qpn != qpn || e.peer_comm == 0 {
+        if !live || e.gone_since.is_some() || e.ca_guid != guid || e.qpn != qpn || e.peer_comm == 0
+        {
             return None;
         }
         (e.peer_proc != to && local(e.peer_proc)).then_some((e.peer_proc, guid, qpn))
@@ -854,6 +855,10 @@ mod tests {
         // in timewait, out of the kernel's table).
         let mut t = established();
         assert_eq!(t.observe(P, A, &dreq(20, 10), 5), Verdict::Pass);
+        assert_eq!(t.stale_holder(A, X, &r11, any), None);
+        // Nor once its local process is gone (its DREQ went already).
+        let mut t = established();
+        t.process_gone(P, 5);
         assert_eq!(t.stale_holder(A, X, &r11, any), None);
     }
 

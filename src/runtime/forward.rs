@@ -251,7 +251,11 @@ impl Transport for FwdTransport {
                 self.drain(&mut rx, out);
             }
         }
-        if !out.is_empty() || timeout == Some(Duration::ZERO) {
+        // (A stale record alone returns too: the loop sends its DREQ.)
+        if !out.is_empty()
+            || timeout == Some(Duration::ZERO)
+            || self.has_stale.load(Ordering::Relaxed)
+        {
             return Ok(());
         }
         let gone = self.gone.load(Ordering::Relaxed);
@@ -353,7 +357,7 @@ impl HostListens for FwdTransport {
         let mut rx = lock(&self.rx);
         loop {
             if let Some(err) = rx.answers.remove(&seq) {
-                if !rx.stash.is_empty() {
+                if !rx.stash.is_empty() || self.has_stale.load(Ordering::Relaxed) {
                     self.wake();
                 }
                 return if err == 0 { Ok(()) } else { Err(Errno(-err)) };
@@ -544,5 +548,29 @@ mod tests {
         t.recv(Some(Duration::from_secs(1)), &mut out).unwrap();
         assert!(Transport::lost(&t));
         assert_eq!(t.claim(0x10), Err(Errno::ENODEV));
+    }
+
+    /// A stale record alone ends the event loop's wait (its DREQ is due),
+    /// and is taken once.
+    #[test]
+    fn a_stale_record_wakes_the_loop_and_is_taken_once() {
+        let (fd, svc) = sock::pair();
+        let t = transport(fd, vec![PortInfo::roce(1, "10.2.0.1".parse().unwrap())]);
+        let mut msg = Vec::new();
+        fwd::put_stale(&mut msg, 0xabc, 0x777);
+        sock::send(&svc, &msg).unwrap();
+        let mut out = Vec::new();
+        let mut qps = Vec::new();
+        // Read by a first wait (which may return at once with nothing, a
+        // wake-up), then it returns at once however long it may wait.
+        t.recv(Some(Duration::ZERO), &mut out).unwrap();
+        let t0 = Instant::now();
+        t.recv(Some(Duration::from_secs(5)), &mut out).unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        assert!(out.is_empty());
+        t.take_stale(&mut qps);
+        assert_eq!(qps, vec![(0xabc, 0x777)]);
+        t.take_stale(&mut qps);
+        assert_eq!(qps.len(), 1);
     }
 }
