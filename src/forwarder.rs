@@ -275,7 +275,22 @@ pub struct Hub {
     max_listens: usize,
     /// Tracked connection ends per process at most.
     max_ends: usize,
+    /// `ibcm ids` answers being gathered: (device, slot, seq) → the ids
+    /// so far and whether the last part came.
+    asks: Mutex<HashMap<AskKey, (Vec<IdInfo>, bool)>>,
+    asks_cv: Condvar,
+    ask_seq: AtomicU64,
 }
+
+/// An `ibcm ids` question to one process: (device, slot, seq).
+type AskKey = (u32, u32, u64);
+
+/// How long `ibcm ids` waits for the processes' own lists (a process
+/// that does not answer in time, its event loop busy in a callback or the
+/// process stopped, is shown as the service knows it).
+const IDS_WAIT: Duration = Duration::from_millis(500);
+/// Ids a process may report at most.
+const IDS_MAX: usize = 1 << 16;
 
 /// A forwarded device as `ibcm stat` shows it.
 pub struct FwdDevice {
@@ -313,7 +328,84 @@ impl Hub {
             epoch: Instant::now(),
             max_listens,
             max_ends,
+            asks: Mutex::new(HashMap::new()),
+            asks_cv: Condvar::new(),
+            ask_seq: AtomicU64::new(1),
         })
+    }
+
+    /// Asks every process of every forwarded device for its ids and
+    /// waits (at most [`IDS_WAIT`]) for the answers: (device, slot) →
+    /// its ids, for those that answered in full.
+    fn ask_ids(&self) -> HashMap<(u32, u32), Vec<IdInfo>> {
+        let seq = self.ask_seq.fetch_add(1, Ordering::Relaxed);
+        let mut keys = Vec::new();
+        {
+            let mut guard = lock(&self.st);
+            let st = &mut *guard;
+            let mut asks = lock(&self.asks);
+            for dev in 0..st.devs.len() as u32 {
+                for slot in 0..MAX_PROCS as u32 {
+                    let Some(e) = st.devs[dev as usize]
+                        .as_mut()
+                        .and_then(|d| d.procs[slot as usize].as_mut())
+                    else {
+                        continue;
+                    };
+                    if e.out.is_empty() {
+                        st.dirty.push(pname(dev, slot));
+                    }
+                    fwd::put_ids_ask(&mut e.out, seq);
+                    asks.insert((dev, slot, seq), (Vec::new(), false));
+                    keys.push((dev, slot, seq));
+                }
+            }
+            drop(asks);
+            let out = self.finish(st);
+            drop(guard);
+            send_out(out);
+        }
+        let end = Instant::now() + IDS_WAIT;
+        let mut asks = lock(&self.asks);
+        while keys.iter().any(|k| asks.get(k).is_some_and(|a| !a.1)) {
+            let left = end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            asks = self
+                .asks_cv
+                .wait_timeout(asks, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        keys.iter()
+            .filter_map(|k| {
+                let (rows, done) = asks.remove(k)?;
+                done.then_some(((k.0, k.1), rows))
+            })
+            .collect()
+    }
+
+    /// A part of a process's answer to `IDS_ASK` `seq`.
+    fn ids_answered(&self, st: &mut State, dev: u32, slot: u32, seq: u64, last: bool, body: &[u8]) {
+        let Ok(rows) = fwd::ids(body) else {
+            return self.refuse(
+                st,
+                pname(dev, slot),
+                "an IDS record that does not decode",
+                |s| &s.bad_records,
+            );
+        };
+        let mut asks = lock(&self.asks);
+        // An answer nobody asked for (late, or forged) is dropped.
+        if let Some(a) = asks.get_mut(&(dev, slot, seq)) {
+            let room = IDS_MAX.saturating_sub(a.0.len());
+            a.0.extend(rows.into_iter().take(room));
+            if last {
+                a.1 = true;
+                self.asks_cv.notify_all();
+            }
+        }
     }
 
     /// Whether the device of service key `key` is forwarded.
@@ -345,16 +437,18 @@ impl Hub {
             .collect()
     }
 
-    /// What `ibcm ids` shows of the forwarded devices: each listen, and
-    /// each open connection end of their processes as the tracker follows
-    /// it: an active end from its REQ, a passive one from the REQ it was
-    /// handed (`REQ_RCVD`, local comm ID 0 until it answers); an id that
-    /// never sent or received a MAD lives only in its process. The peer is
-    /// the remote GID, or the device's own for a peer on the service's
-    /// devices.
+    /// What `ibcm ids` shows of the forwarded devices: every id of each
+    /// process, as the process lists it when asked (`fwd::IDS_ASK`); for a
+    /// process that does not answer within [`IDS_WAIT`], what the service
+    /// knows: its listens, and each open connection end as the tracker
+    /// follows it: an active end from its REQ, a passive one from the REQ
+    /// it was handed (`REQ_RCVD`, local comm ID 0 until it answers), none
+    /// for an id that never sent or received a MAD. The peer is the remote
+    /// GID, or the device's own for a peer on the service's devices.
     pub fn ids(&self) -> Vec<IdInfo> {
         use crate::engine::State;
         use crate::tracker::EndState;
+        let answered = self.ask_ids();
         let now = self.now_ms();
         let st = lock(&self.st);
         let mut out = Vec::new();
@@ -362,10 +456,24 @@ impl Hub {
             let Some(d) = d else { continue };
             let dev = dev as u32;
             let pid = |slot: u32| d.procs[slot as usize].as_ref().map_or(0, |p| p.pid);
+            // The processes that answered: their own lists.
+            let said = |p: Proc| p < WIRE_BASE && answered.contains_key(&split(p));
+            for slot in 0..MAX_PROCS as u32 {
+                if let Some(rows) = answered.get(&(dev, slot)) {
+                    out.extend(rows.iter().map(|r| IdInfo {
+                        pid: pid(slot),
+                        device: d.key.clone().into_bytes(),
+                        ..r.clone()
+                    }));
+                }
+            }
             let own = st.gid_of(pname(dev, 0));
             let mut listens: Vec<(&u64, &(u32, u64))> = d.listens.iter().collect();
             listens.sort_by_key(|(_, (_, born))| *born);
             for (&sid, &(slot, born)) in listens {
+                if said(pname(dev, slot)) {
+                    continue;
+                }
                 out.push(IdInfo {
                     pid: pid(slot),
                     device: d.key.clone().into_bytes(),
@@ -386,7 +494,7 @@ impl Hub {
                 .ends_of(|p| !here(p))
                 .into_iter()
                 .chain(st.tracker.ends_of(here))
-                .filter(|e| e.state == EndState::ReqSent && here(e.peer_proc))
+                .filter(|e| e.state == EndState::ReqSent && here(e.peer_proc) && !said(e.peer_proc))
                 .collect::<Vec<_>>();
             asked.sort_by_key(|e| e.born_ms);
             for e in asked {
@@ -401,7 +509,7 @@ impl Hub {
                     age_ms: now.saturating_sub(e.born_ms),
                 });
             }
-            let mut ends = st.tracker.ends_of(here);
+            let mut ends = st.tracker.ends_of(|p| here(p) && !said(p));
             ends.sort_by_key(|e| e.born_ms);
             for e in ends {
                 let state = match e.state {
@@ -1076,9 +1184,13 @@ impl Hub {
                         }
                     }
                 }
+                Ok(fwd::Rec::Ids { seq, last, body }) => {
+                    self.ids_answered(st, dev, slot, seq, last, body)
+                }
                 Ok(fwd::Rec::Listened { .. })
                 | Ok(fwd::Rec::Ports(_))
                 | Ok(fwd::Rec::Stale { .. })
+                | Ok(fwd::Rec::IdsAsk { .. })
                 | Err(()) => {
                     self.refuse(
                         st,

@@ -2831,6 +2831,14 @@ pub mod fwd {
     /// holds (the host-wide stale-connection check): the process sends
     /// that connection's DREQ, as the kernel's CM does for the old one.
     pub const STALE: u16 = 6;
+    /// Service → process: `u64 seq`: list your ids (`ibcm ids`).
+    pub const IDS_ASK: u16 = 7;
+    /// Process → service: `u64 seq, u8 last` and a `Box<[IdInfo]>` (pid
+    /// and device left for the service to fill): a part of the answer to
+    /// `IDS_ASK` `seq`, the last one with `last` 1.
+    pub const IDS: u16 = 8;
+    /// Ids per `IDS` record (a record stays under 64 KiB).
+    pub const IDS_PER_REC: usize = 512;
 
     /// Bytes of a MAD record's address.
     pub const ADDR: usize = 52;
@@ -2864,6 +2872,15 @@ pub mod fwd {
         Stale {
             guid: u64,
             qpn: u32,
+        },
+        IdsAsk {
+            seq: u64,
+        },
+        /// The encoded ids (decoded by the service: [`ids`]).
+        Ids {
+            seq: u64,
+            last: bool,
+            body: &'a [u8],
         },
     }
 
@@ -2997,6 +3014,34 @@ pub mod fwd {
         out.extend_from_slice(&qpn.to_le_bytes());
     }
 
+    pub fn put_ids_ask(out: &mut Vec<u8>, seq: u64) {
+        head(out, IDS_ASK, 8);
+        out.extend_from_slice(&seq.to_le_bytes());
+    }
+
+    /// A part of an `IDS` answer (at most [`IDS_PER_REC`] ids; more are
+    /// not written).
+    pub fn put_ids(out: &mut Vec<u8>, seq: u64, last: bool, ids: &[super::IdInfo]) {
+        let mut w = super::Writer(Vec::new());
+        w.put(
+            &ids[..ids.len().min(IDS_PER_REC)]
+                .to_vec()
+                .into_boxed_slice(),
+        );
+        head(out, IDS, 9 + w.0.len());
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.push(last as u8);
+        out.extend_from_slice(&w.0);
+    }
+
+    /// The ids of an `IDS` record's body.
+    pub fn ids(body: &[u8]) -> Result<Vec<super::IdInfo>, crate::engine::Errno> {
+        let mut r = super::Reader::new(body);
+        let p: Box<[super::IdInfo]> = r.get()?;
+        r.end()?;
+        Ok(p.into_vec())
+    }
+
     pub fn put_unlisten(out: &mut Vec<u8>, service_id: u64) {
         head(out, UNLISTEN, 8);
         out.extend_from_slice(&service_id.to_le_bytes());
@@ -3036,6 +3081,12 @@ pub mod fwd {
                     (STALE, 12) => Rec::Stale {
                         guid: u64_at(0),
                         qpn: u32_at(b, 8),
+                    },
+                    (IDS_ASK, 8) => Rec::IdsAsk { seq: u64_at(0) },
+                    (IDS, n) if n >= 9 && b[8] <= 1 => Rec::Ids {
+                        seq: u64_at(0),
+                        last: b[8] == 1,
+                        body: &b[9..],
                     },
                     _ => return Err(()),
                 };
@@ -3091,8 +3142,29 @@ pub mod fwd {
             let table = vec![crate::engine::PortInfo::roce(1, d.sgid)];
             assert!(put_ports(&mut m, &table));
             put_stale(&mut m, 0x0102_0304_0506_0708, 0x00ab_cdef);
+            put_ids_ask(&mut m, 99);
+            let row = super::super::IdInfo {
+                pid: 0,
+                device: Vec::new(),
+                state: 11,
+                local_id: 0x1234,
+                remote_id: 0x5678,
+                service_id: 0x1061c06,
+                peer: Some(d.dgid),
+                age_ms: 17,
+            };
+            put_ids(&mut m, 99, true, &vec![row.clone(); IDS_PER_REC + 3]);
             let recs: Vec<_> = records(&m).collect();
-            assert_eq!(recs.len(), 7);
+            assert_eq!(recs.len(), 9);
+            assert_eq!(recs[7], Ok(Rec::IdsAsk { seq: 99 }));
+            match recs[8] {
+                Ok(Rec::Ids {
+                    seq: 99,
+                    last: true,
+                    body,
+                }) => assert_eq!(ids(body), Ok(vec![row; IDS_PER_REC])),
+                _ => panic!("{:?}", recs[8]),
+            }
             assert_eq!(
                 recs[6],
                 Ok(Rec::Stale {

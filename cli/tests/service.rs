@@ -2506,10 +2506,74 @@ fn forward_ids_show_a_request_not_answered_yet() {
     assert_eq!(rcvd[0]["pid"].as_i64(), Some(std::process::id() as i64));
     assert_eq!(rcvd[0]["peer"], format!("::ffff:{}", net::addr(54)), "{v}");
     assert_eq!(rcvd[0]["service_id"], "0x0000000000005353", "{v}");
+    // The process listed them itself: the passive id has its comm ID.
+    assert_ne!(rcvd[0]["local_id"], "0x00000000", "{v}");
     c.destroy().unwrap();
     l.destroy().unwrap();
     cli.close();
     srv.close();
+}
+
+/// `ibcm ids` lists every id of a forwarded process, as the process
+/// lists it when the service asks — an idle id too, which no MAD has
+/// shown the service — and, for a process that does not answer, what the
+/// service knows (its listens).
+#[test]
+fn forward_ids_list_every_id_and_what_a_silent_process_holds() {
+    let d = Daemon::start("fwd-ids");
+    let dev = &net::soft(11);
+    let a = Device::open_forwarded(dev, &d.socket).unwrap();
+    let idle = a.create_id(None, std::ptr::null_mut(), None).unwrap();
+    let l = a.create_id(None, std::ptr::null_mut(), None).unwrap();
+    l.listen(0x1111).unwrap();
+    // A process that never answers (a raw connection): only its listen
+    // is known.
+    let (silent, _) = raw_fwd_open(&d, dev);
+    let mut msg = Vec::new();
+    ibcm::ipc::fwd::put_listen(&mut msg, 1, 0x2222);
+    sock::send(&silent, &msg).unwrap();
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    sock::recv(&silent, &mut b).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let t = Instant::now();
+    let o = d
+        .ibcm(&["ids", "--json", "--socket", d.socket.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let all = v["ids"].as_array().unwrap();
+    let with = |k: &str, want: serde_json::Value| -> Vec<&serde_json::Value> {
+        all.iter().filter(|i| i[k] == want).collect()
+    };
+    let hex = |x: u32| serde_json::Value::from(format!("{x:#010x}"));
+    let idle_rows = with("local_id", hex(idle.local_id()));
+    assert_eq!(idle_rows.len(), 1, "{v}");
+    assert_eq!(idle_rows[0]["state"], "IDLE", "{v}");
+    assert_eq!(
+        idle_rows[0]["pid"].as_i64(),
+        Some(std::process::id() as i64)
+    );
+    let listens = with("state", "LISTEN".into());
+    assert_eq!(listens.len(), 2, "{v}");
+    assert!(
+        listens
+            .iter()
+            .any(|i| i["service_id"] == "0x0000000000001111" && i["local_id"] == hex(l.local_id())),
+        "{v}"
+    );
+    assert!(
+        listens
+            .iter()
+            .any(|i| i["service_id"] == "0x0000000000002222" && i["local_id"] == hex(0)),
+        "{v}"
+    );
+    // The silent process cost one wait, not more.
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    drop(silent);
+    idle.destroy().unwrap();
+    l.destroy().unwrap();
+    a.close();
 }
 
 /// The host-wide stale-connection check, as the kernel's one CM per host
@@ -2536,7 +2600,7 @@ fn stale_connection_across_processes(d: &Daemon, mode: &str, server: u16, client
             "--count",
             count,
             "--timeout",
-            "20",
+            "40",
         ])
         .spawn()
         .unwrap();
@@ -2560,7 +2624,7 @@ fn stale_connection_across_processes(d: &Daemon, mode: &str, server: u16, client
             "--qpn",
             "0x777",
             "--timeout",
-            "10",
+            "30",
         ];
         a.extend_from_slice(more);
         run(&a)
@@ -2577,9 +2641,12 @@ fn stale_connection_across_processes(d: &Daemon, mode: &str, server: u16, client
         .unwrap();
     assert!(
         r2.status.success(),
-        "{}{}",
+        "R2: {}{}\nR1: {}\nL: {}\nP: {}",
         text(&r2.stdout),
-        text(&r2.stderr)
+        text(&r2.stderr),
+        r1_out.lock().unwrap(),
+        l.out(),
+        p.out()
     );
     // The old connection is disconnected by its CM: R1 gets the DREQ.
     let s1 = r1.wait().unwrap();

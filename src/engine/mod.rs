@@ -433,6 +433,14 @@ impl Engine {
         self.ids.get(id.0 as u32).map(|r| r.state)
     }
 
+    /// The peer's GID of an id that has one (from its REQ, sent or
+    /// received).
+    pub fn peer_gid(&self, id: Handle) -> Option<crate::wire::Gid> {
+        let r = self.ids.get(id.0 as u32)?;
+        let g = r.av.ah.dgid;
+        (g != crate::wire::Gid::ZERO).then_some(g)
+    }
+
     /// All live ids (for shutdown and leak checks).
     pub fn handles(&self) -> Vec<Handle> {
         self.ids

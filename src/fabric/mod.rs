@@ -101,6 +101,30 @@ pub fn poll_ms(timeout: Option<Duration>) -> i32 {
     }
 }
 
+/// What design B's service asks of a forwarded device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// A REQ or REP for another process named the peer's QP (CA GUID,
+    /// QPN) that a connection of this device holds (the host's stale
+    /// table): send that connection's DREQ.
+    Stale { guid: u64, qpn: u32 },
+    /// List the device's ids (`ibcm ids`): [`Transport::answer_ids`].
+    Ids { seq: u64 },
+}
+
+/// One id of a device as `ibcm ids` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRow {
+    /// `enum ib_cm_state`.
+    pub state: u32,
+    pub local_id: u32,
+    pub remote_id: u32,
+    pub service_id: u64,
+    /// The peer's GID, once the id has one.
+    pub peer: Option<Gid>,
+    pub age_ms: u64,
+}
+
 /// A MAD transport shared by a device's threads.
 pub trait Transport: Send + Sync + 'static {
     /// Sends MADs, best effort (failures are counted in `stats`).
@@ -147,11 +171,14 @@ pub trait Transport: Send + Sync + 'static {
     fn lost(&self) -> bool {
         false
     }
-    /// QPs (CA GUID, QPN) whose connection a REQ or REP for another
-    /// process made stale (design B's service checks the host's table):
-    /// appended to `out` once each; the device sends their DREQs.
-    fn take_stale(&self, out: &mut Vec<(u64, u32)>) {
+    /// What design B's service asked of the device since the last call
+    /// (appended to `out` once each; the event loop does it).
+    fn take_asks(&self, out: &mut Vec<Ask>) {
         let _ = out;
+    }
+    /// The answer to [`Ask::Ids`] `seq`: the device's ids.
+    fn answer_ids(&self, seq: u64, rows: &[IdRow]) {
+        let _ = (seq, rows);
     }
     /// The device was closed (its ids destroyed, their MADs sent, its
     /// threads joined): a transport holding a connection to the service

@@ -238,13 +238,21 @@ impl Device {
         Some((inner, listener))
     }
 
-    /// The DREQs of connections the service found stale (a REQ or REP for
-    /// another process named their peer's QP): `ib_send_cm_dreq` on each,
-    /// as the engine does for a stale connection of its own.
-    fn stale_dreqs(&self) {
-        let mut qps = Vec::new();
-        self.transport.take_stale(&mut qps);
-        for (guid, qpn) in qps {
+    /// What design B's service asked (`Transport::take_asks`): the DREQs
+    /// of connections it found stale (a REQ or REP for another process
+    /// named their peer's QP: `ib_send_cm_dreq` on each, as the engine does
+    /// for a stale connection of its own), and the device's ids.
+    fn service_asks(&self) {
+        let mut asks = Vec::new();
+        self.transport.take_asks(&mut asks);
+        for a in asks {
+            let (guid, qpn) = match a {
+                crate::fabric::Ask::Stale { guid, qpn } => (guid, qpn),
+                crate::fabric::Ask::Ids { seq } => {
+                    self.transport.answer_ids(seq, &self.id_rows());
+                    continue;
+                }
+            };
             match self.shared.qp_get(guid, qpn) {
                 Some(e) => {
                     let f = Foreign::SendDreq {
@@ -264,6 +272,27 @@ impl Device {
                 ),
             }
         }
+    }
+
+    /// Every id of the device, as `ibcm ids` shows it.
+    pub(super) fn id_rows(&self) -> Vec<crate::fabric::IdRow> {
+        let mut rows = Vec::new();
+        for s in self.shards.iter() {
+            let e = lock(s);
+            for h in e.handles() {
+                let Some(c) = e.info(h) else { continue };
+                rows.push(crate::fabric::IdRow {
+                    state: c.state as u32,
+                    local_id: h.0 as u32,
+                    remote_id: c.remote_id,
+                    service_id: c.service_id,
+                    peer: e.peer_gid(h),
+                    age_ms: e.id(h).map_or(0, |i| i.born.elapsed().as_millis() as u64),
+                });
+            }
+        }
+        rows.sort_by_key(|r| std::cmp::Reverse(r.age_ms));
+        rows
     }
 
     /// Sends, delivers and forwards what a step produced (no locks held).
@@ -424,7 +453,7 @@ impl Device {
             if self.stop.load(Ordering::SeqCst) {
                 break;
             }
-            self.stale_dreqs();
+            self.service_asks();
             if !batch.is_empty() {
                 delivery_round(|| self.process(&batch));
             }

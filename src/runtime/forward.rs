@@ -28,7 +28,7 @@ use super::lock;
 use crate::engine::ids::IdLayout;
 use crate::engine::shared::HostListens;
 use crate::engine::{Errno, PortInfo, Transmit, errno};
-use crate::fabric::{Received, Transport, TransportStats};
+use crate::fabric::{Ask, IdRow, Received, Transport, TransportStats};
 use crate::ipc::{self, FwdOpened, Header, Public, fwd, op, sock};
 use crate::log::{ERROR, INFO, WARN};
 use std::collections::HashMap;
@@ -64,9 +64,9 @@ struct Rx {
     stash: Vec<Received>,
     /// Listen answers by sequence number.
     answers: HashMap<u64, i32>,
-    /// QPs (CA GUID, QPN) the service found stale (`fwd::STALE`), for
-    /// `take_stale`.
-    stale: Vec<(u64, u32)>,
+    /// What the service asked (`fwd::STALE`, `fwd::IDS_ASK`), for
+    /// `take_asks`.
+    asks: Vec<Ask>,
 }
 
 /// A device's transport through the service.
@@ -82,8 +82,8 @@ pub(super) struct FwdTransport {
     timeout: Duration,
     /// Port tables the service pushed, for `port_change`.
     new_ports: (Mutex<Option<Vec<PortInfo>>>, std::sync::Condvar),
-    /// `rx.stale` is not empty (checked without the lock every round).
-    has_stale: AtomicBool,
+    /// `rx.asks` is not empty (checked without the lock every round).
+    has_ask: AtomicBool,
 }
 
 /// Whether pushed port tables keep the ports of the open (their numbers
@@ -97,9 +97,9 @@ fn ports_fit(new: &[PortInfo], opened: &[PortInfo]) -> bool {
             .all(|(n, o)| n.port_num == o.port_num && n.is_roce == o.is_roce && !n.pkeys.is_empty())
 }
 
-/// Stale QPs held between two event loop rounds at most (more is a
-/// service gone wrong: dropped).
-const MAX_STALE: usize = 4096;
+/// Asks held between two event loop rounds at most (more is a service
+/// gone wrong: dropped).
+const MAX_ASKS: usize = 4096;
 
 thread_local! {
     /// A reader's message buffer, reused.
@@ -157,12 +157,8 @@ impl FwdTransport {
                 Ok(fwd::Rec::Listened { seq, err }) => {
                     rx.answers.insert(seq, err);
                 }
-                Ok(fwd::Rec::Stale { guid, qpn }) => {
-                    if rx.stale.len() < MAX_STALE {
-                        rx.stale.push((guid, qpn));
-                        self.has_stale.store(true, Ordering::Release);
-                    }
-                }
+                Ok(fwd::Rec::Stale { guid, qpn }) => self.ask(rx, Ask::Stale { guid, qpn }),
+                Ok(fwd::Rec::IdsAsk { seq }) => self.ask(rx, Ask::Ids { seq }),
                 Ok(fwd::Rec::Ports(b)) => match fwd::ports(b) {
                     Ok(p) if ports_fit(&p, &self.opened.opened.ports) => {
                         *lock(&self.new_ports.0) = Some(p);
@@ -187,6 +183,13 @@ impl FwdTransport {
                     return;
                 }
             }
+        }
+    }
+
+    fn ask(&self, rx: &mut Rx, a: Ask) {
+        if rx.asks.len() < MAX_ASKS {
+            rx.asks.push(a);
+            self.has_ask.store(true, Ordering::Release);
         }
     }
 
@@ -251,10 +254,10 @@ impl Transport for FwdTransport {
                 self.drain(&mut rx, out);
             }
         }
-        // (A stale record alone returns too: the loop sends its DREQ.)
+        // (An ask alone returns too: the loop does it.)
         if !out.is_empty()
             || timeout == Some(Duration::ZERO)
-            || self.has_stale.load(Ordering::Relaxed)
+            || self.has_ask.load(Ordering::Relaxed)
         {
             return Ok(());
         }
@@ -320,9 +323,38 @@ impl Transport for FwdTransport {
         }
     }
 
-    fn take_stale(&self, out: &mut Vec<(u64, u32)>) {
-        if self.has_stale.swap(false, Ordering::Acquire) {
-            out.append(&mut lock(&self.rx).stale);
+    fn take_asks(&self, out: &mut Vec<Ask>) {
+        if self.has_ask.swap(false, Ordering::Acquire) {
+            out.append(&mut lock(&self.rx).asks);
+        }
+    }
+
+    fn answer_ids(&self, seq: u64, rows: &[IdRow]) {
+        let infos: Vec<ipc::IdInfo> = rows
+            .iter()
+            .map(|r| ipc::IdInfo {
+                pid: 0,
+                device: Vec::new(),
+                state: r.state,
+                local_id: r.local_id,
+                remote_id: r.remote_id,
+                service_id: r.service_id,
+                peer: r.peer,
+                age_ms: r.age_ms,
+            })
+            .collect();
+        let mut parts = infos.chunks(fwd::IDS_PER_REC).peekable();
+        if parts.peek().is_none() {
+            let mut msg = Vec::new();
+            fwd::put_ids(&mut msg, seq, true, &[]);
+            self.send_msg(&msg);
+        }
+        while let Some(p) = parts.next() {
+            let mut msg = Vec::new();
+            fwd::put_ids(&mut msg, seq, parts.peek().is_none(), p);
+            if !self.send_msg(&msg) {
+                break;
+            }
         }
     }
 
@@ -357,7 +389,7 @@ impl HostListens for FwdTransport {
         let mut rx = lock(&self.rx);
         loop {
             if let Some(err) = rx.answers.remove(&seq) {
-                if !rx.stash.is_empty() || self.has_stale.load(Ordering::Relaxed) {
+                if !rx.stash.is_empty() || self.has_ask.load(Ordering::Relaxed) {
                     self.wake();
                 }
                 return if err == 0 { Ok(()) } else { Err(Errno(-err)) };
@@ -467,7 +499,7 @@ pub(super) fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
         gone: AtomicBool::new(false),
         timeout,
         new_ports: Default::default(),
-        has_stale: AtomicBool::new(false),
+        has_ask: AtomicBool::new(false),
     });
     ibcm_log!(
         INFO,
@@ -517,7 +549,7 @@ mod tests {
             gone: AtomicBool::new(false),
             timeout: Duration::from_secs(2),
             new_ports: Default::default(),
-            has_stale: AtomicBool::new(false),
+            has_ask: AtomicBool::new(false),
         }
     }
 
@@ -568,9 +600,15 @@ mod tests {
         t.recv(Some(Duration::from_secs(5)), &mut out).unwrap();
         assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
         assert!(out.is_empty());
-        t.take_stale(&mut qps);
-        assert_eq!(qps, vec![(0xabc, 0x777)]);
-        t.take_stale(&mut qps);
+        t.take_asks(&mut qps);
+        assert_eq!(
+            qps,
+            vec![Ask::Stale {
+                guid: 0xabc,
+                qpn: 0x777
+            }]
+        );
+        t.take_asks(&mut qps);
         assert_eq!(qps.len(), 1);
     }
 }

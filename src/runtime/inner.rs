@@ -114,6 +114,8 @@ pub struct CmIdInner {
     pub(super) rust_handler: Option<RustHandler>,
     pub(super) dq: Mutex<Delivery>,
     cond: Condvar,
+    /// When the id was made (`ibcm ids`' age in forward mode).
+    pub(super) born: std::time::Instant,
 }
 
 // The C struct is shared with C code by design; access is serialised by
@@ -165,6 +167,7 @@ impl CmIdInner {
                 destroyed: false,
             }),
             cond: Condvar::new(),
+            born: std::time::Instant::now(),
         }
     }
 
