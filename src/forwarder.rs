@@ -275,15 +275,23 @@ pub struct Hub {
     max_listens: usize,
     /// Tracked connection ends per process at most.
     max_ends: usize,
-    /// `ibcm ids` answers being gathered: (device, slot, seq) → the ids
-    /// so far and whether the last part came.
-    asks: Mutex<HashMap<AskKey, (Vec<IdInfo>, bool)>>,
+    /// `ibcm ids` and `ibcm stat` answers being gathered.
+    asks: Mutex<HashMap<AskKey, Gathered>>,
     asks_cv: Condvar,
     ask_seq: AtomicU64,
 }
 
-/// An `ibcm ids` question to one process: (device, slot, seq).
+/// An `ibcm ids` or `ibcm stat` question to one process: (device, slot,
+/// seq).
 type AskKey = (u32, u32, u64);
+
+/// A process's answer so far.
+#[derive(Default)]
+struct Gathered {
+    ids: Vec<IdInfo>,
+    cm: Option<Box<crate::engine::Counters>>,
+    done: bool,
+}
 
 /// How long `ibcm ids` waits for the processes' own lists (a process
 /// that does not answer in time, its event loop busy in a callback or the
@@ -300,6 +308,8 @@ pub struct FwdDevice {
     pub ends: usize,
     pub transport: crate::fabric::TransportCounters,
     pub stats: Arc<FwdStats>,
+    /// The CM counters of its processes (those that answered), summed.
+    pub cm: crate::engine::Counters,
 }
 
 /// What `FWD_OPEN` answers, and the device and slot the process got.
@@ -338,6 +348,28 @@ impl Hub {
     /// waits (at most [`IDS_WAIT`]) for the answers: (device, slot) →
     /// its ids, for those that answered in full.
     fn ask_ids(&self) -> HashMap<(u32, u32), Vec<IdInfo>> {
+        self.ask_all(fwd::put_ids_ask)
+            .into_iter()
+            .map(|(k, g)| (k, g.ids))
+            .collect()
+    }
+
+    /// The CM counters of each forwarded device: the sum of its
+    /// processes' that answered within [`IDS_WAIT`] (device index →).
+    fn ask_counters(&self) -> HashMap<u32, crate::engine::Counters> {
+        let mut out: HashMap<u32, crate::engine::Counters> = HashMap::new();
+        for ((dev, _), g) in self.ask_all(fwd::put_stat_ask) {
+            if let Some(c) = g.cm {
+                out.entry(dev).or_default().merge(&c);
+            }
+        }
+        out
+    }
+
+    /// Puts a question (`put`) to every process of every forwarded device
+    /// and waits (at most [`IDS_WAIT`]) for the answers: (device, slot)
+    /// → its answer, for those that answered in full.
+    fn ask_all(&self, put: fn(&mut Vec<u8>, u64)) -> HashMap<(u32, u32), Gathered> {
         let seq = self.ask_seq.fetch_add(1, Ordering::Relaxed);
         let mut keys = Vec::new();
         {
@@ -355,8 +387,8 @@ impl Hub {
                     if e.out.is_empty() {
                         st.dirty.push(pname(dev, slot));
                     }
-                    fwd::put_ids_ask(&mut e.out, seq);
-                    asks.insert((dev, slot, seq), (Vec::new(), false));
+                    put(&mut e.out, seq);
+                    asks.insert((dev, slot, seq), Gathered::default());
                     keys.push((dev, slot, seq));
                 }
             }
@@ -367,7 +399,7 @@ impl Hub {
         }
         let end = Instant::now() + IDS_WAIT;
         let mut asks = lock(&self.asks);
-        while keys.iter().any(|k| asks.get(k).is_some_and(|a| !a.1)) {
+        while keys.iter().any(|k| asks.get(k).is_some_and(|a| !a.done)) {
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -380,10 +412,30 @@ impl Hub {
         }
         keys.iter()
             .filter_map(|k| {
-                let (rows, done) = asks.remove(k)?;
-                done.then_some(((k.0, k.1), rows))
+                let g = asks.remove(k)?;
+                g.done.then_some(((k.0, k.1), g))
             })
             .collect()
+    }
+
+    /// A process's answer to `STAT_ASK` `seq`.
+    fn stat_answered(&self, st: &mut State, dev: u32, slot: u32, seq: u64, body: &[u8]) {
+        let Ok(c) = fwd::stat(body) else {
+            return self.refuse(
+                st,
+                pname(dev, slot),
+                "a STAT record that does not decode",
+                |s| &s.bad_records,
+            );
+        };
+        let mut asks = lock(&self.asks);
+        if let Some(a) = asks.get_mut(&(dev, slot, seq))
+            && !a.done
+        {
+            a.cm = Some(Box::new(c));
+            a.done = true;
+            self.asks_cv.notify_all();
+        }
     }
 
     /// A part of a process's answer to `IDS_ASK` `seq`.
@@ -398,11 +450,13 @@ impl Hub {
         };
         let mut asks = lock(&self.asks);
         // An answer nobody asked for (late, or forged) is dropped.
-        if let Some(a) = asks.get_mut(&(dev, slot, seq)) {
-            let room = IDS_MAX.saturating_sub(a.0.len());
-            a.0.extend(rows.into_iter().take(room));
+        if let Some(a) = asks.get_mut(&(dev, slot, seq))
+            && !a.done
+        {
+            let room = IDS_MAX.saturating_sub(a.ids.len());
+            a.ids.extend(rows.into_iter().take(room));
             if last {
-                a.1 = true;
+                a.done = true;
                 self.asks_cv.notify_all();
             }
         }
@@ -422,6 +476,7 @@ impl Hub {
     /// ends of its processes the tracker follows, its transport's counters
     /// and its own.
     pub fn devices(&self) -> Vec<FwdDevice> {
+        let mut cm = self.ask_counters();
         let st = lock(&self.st);
         st.devs
             .iter()
@@ -433,6 +488,7 @@ impl Hub {
                 ends: st.tracker.len_of(|p| p < WIRE_BASE && split(p).0 == i),
                 transport: d.transport.stats().snapshot(),
                 stats: d.stats.clone(),
+                cm: cm.remove(&i).unwrap_or_default(),
             })
             .collect()
     }
@@ -1187,10 +1243,12 @@ impl Hub {
                 Ok(fwd::Rec::Ids { seq, last, body }) => {
                     self.ids_answered(st, dev, slot, seq, last, body)
                 }
+                Ok(fwd::Rec::Stat { seq, body }) => self.stat_answered(st, dev, slot, seq, body),
                 Ok(fwd::Rec::Listened { .. })
                 | Ok(fwd::Rec::Ports(_))
                 | Ok(fwd::Rec::Stale { .. })
                 | Ok(fwd::Rec::IdsAsk { .. })
+                | Ok(fwd::Rec::StatAsk { .. })
                 | Err(()) => {
                     self.refuse(
                         st,

@@ -2837,6 +2837,10 @@ pub mod fwd {
     /// and device left for the service to fill): a part of the answer to
     /// `IDS_ASK` `seq`, the last one with `last` 1.
     pub const IDS: u16 = 8;
+    /// Service → process: `u64 seq`: send your CM counters (`ibcm stat`).
+    pub const STAT_ASK: u16 = 9;
+    /// Process → service: `u64 seq` and the device's `Counters`.
+    pub const STAT: u16 = 10;
     /// Ids per `IDS` record (a record stays under 64 KiB).
     pub const IDS_PER_REC: usize = 512;
 
@@ -2880,6 +2884,14 @@ pub mod fwd {
         Ids {
             seq: u64,
             last: bool,
+            body: &'a [u8],
+        },
+        StatAsk {
+            seq: u64,
+        },
+        /// The encoded counters (decoded by the service: [`stat`]).
+        Stat {
+            seq: u64,
             body: &'a [u8],
         },
     }
@@ -3034,6 +3046,27 @@ pub mod fwd {
         out.extend_from_slice(&w.0);
     }
 
+    pub fn put_stat_ask(out: &mut Vec<u8>, seq: u64) {
+        head(out, STAT_ASK, 8);
+        out.extend_from_slice(&seq.to_le_bytes());
+    }
+
+    pub fn put_stat(out: &mut Vec<u8>, seq: u64, c: &crate::engine::Counters) {
+        let mut w = super::Writer(Vec::new());
+        w.put(c);
+        head(out, STAT, 8 + w.0.len());
+        out.extend_from_slice(&seq.to_le_bytes());
+        out.extend_from_slice(&w.0);
+    }
+
+    /// The counters of a `STAT` record's body.
+    pub fn stat(body: &[u8]) -> Result<crate::engine::Counters, crate::engine::Errno> {
+        let mut r = super::Reader::new(body);
+        let c: crate::engine::Counters = r.get()?;
+        r.end()?;
+        Ok(c)
+    }
+
     /// The ids of an `IDS` record's body.
     pub fn ids(body: &[u8]) -> Result<Vec<super::IdInfo>, crate::engine::Errno> {
         let mut r = super::Reader::new(body);
@@ -3083,6 +3116,11 @@ pub mod fwd {
                         qpn: u32_at(b, 8),
                     },
                     (IDS_ASK, 8) => Rec::IdsAsk { seq: u64_at(0) },
+                    (STAT_ASK, 8) => Rec::StatAsk { seq: u64_at(0) },
+                    (STAT, n) if n >= 8 => Rec::Stat {
+                        seq: u64_at(0),
+                        body: &b[8..],
+                    },
                     (IDS, n) if n >= 9 && b[8] <= 1 => Rec::Ids {
                         seq: u64_at(0),
                         last: b[8] == 1,
@@ -3154,8 +3192,20 @@ pub mod fwd {
                 age_ms: 17,
             };
             put_ids(&mut m, 99, true, &vec![row.clone(); IDS_PER_REC + 3]);
+            put_stat_ask(&mut m, 100);
+            let mut c = crate::engine::Counters {
+                ids_created: 5,
+                ..Default::default()
+            };
+            c.tx[3] = 7;
+            put_stat(&mut m, 100, &c);
             let recs: Vec<_> = records(&m).collect();
-            assert_eq!(recs.len(), 9);
+            assert_eq!(recs.len(), 11);
+            assert_eq!(recs[9], Ok(Rec::StatAsk { seq: 100 }));
+            match recs[10] {
+                Ok(Rec::Stat { seq: 100, body }) => assert_eq!(stat(body), Ok(c)),
+                _ => panic!("{:?}", recs[10]),
+            }
             assert_eq!(recs[7], Ok(Rec::IdsAsk { seq: 99 }));
             match recs[8] {
                 Ok(Rec::Ids {

@@ -590,8 +590,9 @@ impl Service {
             })
             .collect();
         // Design B's devices: the processes run the engines, so the CM
-        // counters are theirs; `ids` counts the connection ends the hub
-        // tracks, `oneway_refused` the MADs and records it refused.
+        // counters are theirs, summed (those that answered the hub's
+        // question); `ids` counts the connection ends the hub tracks,
+        // `oneway_refused` the MADs and records it refused.
         out.extend(self.hub.devices().into_iter().take(48).map(|f| {
             let st = &f.stats;
             let refused = [&st.refused, &st.spoofed, &st.bad_records]
@@ -603,7 +604,7 @@ impl Service {
                 clients: f.processes as u64,
                 ids: f.ends as u64,
                 pending_timers: 0,
-                cm: Default::default(),
+                cm: f.cm,
                 transport: f.transport,
                 oneway_refused: refused,
             }

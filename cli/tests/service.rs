@@ -2517,7 +2517,8 @@ fn forward_ids_show_a_request_not_answered_yet() {
 /// `ibcm ids` lists every id of a forwarded process, as the process
 /// lists it when the service asks — an idle id too, which no MAD has
 /// shown the service — and, for a process that does not answer, what the
-/// service knows (its listens).
+/// service knows (its listens); `ibcm stat` sums the processes' CM
+/// counters.
 #[test]
 fn forward_ids_list_every_id_and_what_a_silent_process_holds() {
     let d = Daemon::start("fwd-ids");
@@ -2570,6 +2571,11 @@ fn forward_ids_list_every_id_and_what_a_silent_process_holds() {
     );
     // The silent process cost one wait, not more.
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // `ibcm stat`: the device's CM counters are its processes', summed
+    // (the silent one has none to give): this process made two ids.
+    let s = d.fwd_stat(dev).expect("forwarded");
+    assert_eq!(s["cm"]["ids_created"], 2, "{s}");
+    assert_eq!(s["processes"], 2, "{s}");
     drop(silent);
     idle.destroy().unwrap();
     l.destroy().unwrap();

@@ -110,6 +110,9 @@ pub enum Ask {
     Stale { guid: u64, qpn: u32 },
     /// List the device's ids (`ibcm ids`): [`Transport::answer_ids`].
     Ids { seq: u64 },
+    /// Send the device's CM counters (`ibcm stat`):
+    /// [`Transport::answer_stat`].
+    Stat { seq: u64 },
 }
 
 /// One id of a device as `ibcm ids` shows it.
@@ -179,6 +182,10 @@ pub trait Transport: Send + Sync + 'static {
     /// The answer to [`Ask::Ids`] `seq`: the device's ids.
     fn answer_ids(&self, seq: u64, rows: &[IdRow]) {
         let _ = (seq, rows);
+    }
+    /// The answer to [`Ask::Stat`] `seq`: the device's CM counters.
+    fn answer_stat(&self, seq: u64, c: &crate::engine::Counters) {
+        let _ = (seq, c);
     }
     /// The device was closed (its ids destroyed, their MADs sent, its
     /// threads joined): a transport holding a connection to the service

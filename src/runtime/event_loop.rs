@@ -252,6 +252,10 @@ impl Device {
                     self.transport.answer_ids(seq, &self.id_rows());
                     continue;
                 }
+                crate::fabric::Ask::Stat { seq } => {
+                    self.transport.answer_stat(seq, &self.counters());
+                    continue;
+                }
             };
             match self.shared.qp_get(guid, qpn) {
                 Some(e) => {

@@ -159,6 +159,7 @@ impl FwdTransport {
                 }
                 Ok(fwd::Rec::Stale { guid, qpn }) => self.ask(rx, Ask::Stale { guid, qpn }),
                 Ok(fwd::Rec::IdsAsk { seq }) => self.ask(rx, Ask::Ids { seq }),
+                Ok(fwd::Rec::StatAsk { seq }) => self.ask(rx, Ask::Stat { seq }),
                 Ok(fwd::Rec::Ports(b)) => match fwd::ports(b) {
                     Ok(p) if ports_fit(&p, &self.opened.opened.ports) => {
                         *lock(&self.new_ports.0) = Some(p);
@@ -327,6 +328,12 @@ impl Transport for FwdTransport {
         if self.has_ask.swap(false, Ordering::Acquire) {
             out.append(&mut lock(&self.rx).asks);
         }
+    }
+
+    fn answer_stat(&self, seq: u64, c: &crate::engine::Counters) {
+        let mut msg = Vec::new();
+        fwd::put_stat(&mut msg, seq, c);
+        self.send_msg(&msg);
     }
 
     fn answer_ids(&self, seq: u64, rows: &[IdRow]) {
