@@ -145,6 +145,9 @@ struct ProcEnt {
     /// Records waiting for this wake-up's end.
     out: Vec<u8>,
     logged: u32,
+    /// Its `FWD_OPEN` answer went out: records may follow (until then
+    /// they wait in `out`: the answer must be the first message).
+    ready: bool,
 }
 
 /// A forwarded device.
@@ -299,6 +302,8 @@ struct Gathered {
 const IDS_WAIT: Duration = Duration::from_millis(500);
 /// Ids a process may report at most.
 const IDS_MAX: usize = 1 << 16;
+/// Bytes held for a process whose open has not been answered yet.
+const NOT_READY_MAX: usize = 1 << 20;
 
 /// A forwarded device as `ibcm stat` shows it.
 pub struct FwdDevice {
@@ -664,6 +669,7 @@ impl Hub {
             listens: 0,
             out: Vec::new(),
             logged: 0,
+            ready: false,
         });
         let opened = FwdOpened {
             opened: Opened {
@@ -793,6 +799,19 @@ impl Hub {
     }
 
     /// Reads the process's records until its connection closes.
+    /// The `FWD_OPEN` answer of (`dev`, `slot`) went out: what was queued
+    /// for the process meanwhile (a port push, a question of `ibcm stat`)
+    /// follows it.
+    pub fn ready(&self, dev: u32, slot: u32) {
+        let mut st = lock(&self.st);
+        if let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::as_mut)
+            && let Some(p) = d.procs[slot as usize].as_mut()
+        {
+            p.ready = true;
+            flush(d, slot);
+        }
+    }
+
     pub fn serve(&self, dev: u32, slot: u32, fd: &OwnedFd) {
         let mut buf = vec![0u8; ipc::MAX_RECORD];
         let mut msgs: Vec<usize> = Vec::new();
@@ -1418,6 +1437,15 @@ fn flush(d: &mut Dev, slot: u32) {
     if p.out.is_empty() {
         return;
     }
+    if !p.ready {
+        // Held for the open's answer (`Hub::ready`); a process whose
+        // answer never goes out gets nothing, at most this much held.
+        if p.out.len() > NOT_READY_MAX {
+            d.stats.dropped_full.fetch_add(1, Ordering::Relaxed);
+            p.out.clear();
+        }
+        return;
+    }
     let mut q = lock(&p.backlog.q);
     if q.0.is_empty() {
         match sock::try_send(&p.tx, &p.out) {
@@ -1549,12 +1577,22 @@ mod tests {
             .attach_with("dev", || panic!("opened twice"), &b, 2)
             .unwrap();
         assert_eq!((first.slot, second.slot), (0, 1));
+        hub.ready(0, first.slot);
         let mut table = t.ports();
         table[0].gids.push(crate::engine::GidEntry {
             gid: "10.1.0.2".parse().unwrap(),
             gid_type: crate::engine::GidType::RoceV2,
         });
         *lock(&t.next) = Some(table.clone());
+        // The second process's open is not answered yet: nothing reaches
+        // it before (its answer must be its first message), all after.
+        sock::set_timeouts(&b_peer, Duration::from_millis(400), true).unwrap();
+        let mut buf = vec![0u8; ipc::MAX_RECORD];
+        assert!(
+            sock::recv(&b_peer, &mut buf).is_err(),
+            "a record before the open's answer"
+        );
+        hub.ready(0, second.slot);
         for peer in [&a_peer, &b_peer] {
             sock::set_timeouts(peer, Duration::from_secs(5), true).unwrap();
             let mut buf = vec![0u8; ipc::MAX_RECORD];

@@ -824,6 +824,7 @@ impl Conn {
             w.put(&a.opened);
         });
         if sock::send(&self.fd, &reply).is_ok() {
+            self.svc.hub.ready(a.dev, a.slot);
             self.svc.hub.serve(a.dev, a.slot, &self.fd);
         }
         self.svc.hub.detach(a.dev, a.slot);

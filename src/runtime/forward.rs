@@ -467,7 +467,19 @@ pub(super) fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
     sock::send(&fd, &w.into_bytes()).map_err(|e| fail("take", e))?;
     let mut buf = vec![0u8; ipc::MAX_RECORD];
     let n = sock::recv(&fd, &mut buf).map_err(|e| fail("answer", e))?;
-    let (h, mut r) = Header::parse(&buf[..n]).map_err(|_| Errno::ENODEV)?;
+    let undecoded = |what: &str| {
+        crate::log::always(
+            WARN,
+            format_args!(
+                "{name}: the CM service's answer to the forward open ({n} bytes) {what}: -ENODEV"
+            ),
+        );
+        Errno::ENODEV
+    };
+    if n == 0 {
+        return Err(undecoded("was its hang-up"));
+    }
+    let (h, mut r) = Header::parse(&buf[..n]).map_err(|_| undecoded("did not decode"))?;
     if h.op != op::REPLY | op::FWD_OPEN || h.seq != 1 {
         ibcm_log!(
             WARN,
@@ -476,8 +488,8 @@ pub(super) fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
         );
         return Err(Errno::ENODEV);
     }
-    let err: i32 = r.get().map_err(|_| Errno::ENODEV)?;
-    let _: Public = r.get().map_err(|_| Errno::ENODEV)?;
+    let err: i32 = r.get().map_err(|_| undecoded("did not decode"))?;
+    let _: Public = r.get().map_err(|_| undecoded("did not decode"))?;
     if err != 0 {
         crate::log::always(
             WARN,
@@ -485,7 +497,7 @@ pub(super) fn open(fd: OwnedFd, name: &str) -> Result<Arc<Device>, Errno> {
         );
         return Err(Errno(-err));
     }
-    let opened: FwdOpened = r.get().map_err(|_| Errno::ENODEV)?;
+    let opened: FwdOpened = r.get().map_err(|_| undecoded("did not decode"))?;
     // SAFETY: a new eventfd, owned here.
     let wake = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
     if wake < 0 {
