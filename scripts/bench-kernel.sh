@@ -34,6 +34,10 @@
 #                    default only ibcm-svc does. With BENCH_LIBS every label's library talks to
 #                    that one daemon (the service op set only grows: an older library works with
 #                    it unchanged), so the A/B compares the libraries' side of the service
+#   BENCH_SERVICE_UP 0: the host CM service starts on demand, inside the first timed step of the
+#                    first run that uses it (and again after 30 idle seconds); default 1: each
+#                    guest that uses it starts `ibcm daemon` before its first scenario and keeps
+#                    it, as a service started at boot (the kernel CM is loaded before the runs too)
 #   BENCH_PCAP       1: capture guest A's NIC (run-pair.sh -p); the tables then add what
 #                    `ibcm decode --summary` counts on the wire per scenario (retransmissions,
 #                    duplicates, timeouts) -- the same count for both CMs
@@ -255,6 +259,7 @@ pairing() { # pairing NAME
   rdmacm_pairing_env "${BENCH_IBCM_ENV:-}" "${IBCM_LOG_LEVEL:-info}" "${BENCH_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}" \
     "${BENCH_READY_WAIT:-10}" > "$run/pairing.env"
   [ "${BENCH_MEM_SAMPLE:-5}" = 0 ] || echo "MEM_SAMPLE=${BENCH_MEM_SAMPLE:-5}" >> "$run/pairing.env"
+  [ "${BENCH_SERVICE_UP:-1}" = 0 ] || echo "SERVICE_UP=1" >> "$run/pairing.env"
   say "=== $p: guest A ${ma//,/ } (preload $PAIR_PRELOAD_A), guest B ${mb//,/ } (preload $PAIR_PRELOAD_B); bound $total s"
   t1=$(date +%s)
   { uptime; grep -m1 'model name' /proc/cpuinfo; } > "$run/host.before"
