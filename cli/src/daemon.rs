@@ -16,12 +16,16 @@ use ibcm::service::{Limits, Options, Service, bind};
 /// The long description in `ibcm daemon --help`.
 pub const ABOUT: &str = "\
 Runs the host CM service: it owns each device's CM transport (the UDP port
-of a soft: address, the umad agent of an HCA port) and its engines, and
-serves every process that opens the device (IBCM_SERVICE=auto, the
-default, or required; libibcm, Python, the CLI, ibcm::api). Two processes can then use
-one device: one listener per service ID on the host (-EBUSY for a second),
-connections between processes on the device, and the ids of a process that
-exits or is killed are destroyed at once (DREQ / REJ to their peers).
+of a soft: address, the umad agent of an HCA port) and serves every process
+that opens the device (IBCM_SERVICE=auto, the default, or required;
+libibcm, Python, the CLI, ibcm::api). By default (IBCM_SERVICE_MODE=forward,
+the process's choice) each process runs its devices' CM engines and the
+service forwards their MADs, tracking every connection; with
+IBCM_SERVICE_MODE=engine the engines run in the service. A device is served
+one way at a time. Two processes can then use one device: one listener per
+service ID on the host (-EBUSY for a second), connections between processes
+on the device, and the connections of a process that exits or is killed end
+at once (DREQ / REJ to their peers).
 
 The socket is /run/ibcm/ibcmd.<N>.sock, N the inode of the network
 namespace (one service per namespace; $IBCM_SERVICE_SOCKET or --socket
@@ -44,6 +48,33 @@ pub struct Args {
     /// leave after SECS without any process connected (default: never)
     #[arg(long, value_name = "SECS")]
     pub idle_exit: Option<u64>,
+    /// the service's scheduling policy: batch (SCHED_BATCH: a service
+    /// thread woken by a process's MAD or call does not preempt the
+    /// process that woke it, it runs when that process waits or its time
+    /// slice ends, taking what queued meanwhile in one go) or normal
+    /// (SCHED_OTHER)
+    #[arg(long, value_name = "POLICY", env = "IBCM_SERVICE_SCHED", default_value = "batch",
+          value_parser = ["batch", "normal"])]
+    pub sched: String,
+}
+
+/// Puts this thread (the only one yet; every thread the service starts
+/// inherits it, the detached child too) under `policy`. A refusal is said
+/// and the service goes on under the policy it has.
+fn set_sched(policy: &str) {
+    let p = if policy == "batch" {
+        libc::SCHED_BATCH
+    } else {
+        libc::SCHED_OTHER
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: a valid sched_param; 0 is the calling thread.
+    if unsafe { libc::sched_setscheduler(0, p, &param) } != 0 {
+        eprintln!(
+            "ibcm daemon: scheduling policy {policy}: {} (kept the current one)",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 pub fn main(a: &Args) -> i32 {
@@ -53,6 +84,7 @@ pub fn main(a: &Args) -> i32 {
         // SAFETY: no other thread exists yet.
         unsafe { std::env::set_var("IBCM_LOG", "info") };
     }
+    set_sched(&a.sched);
     let socket = a.socket.clone().unwrap_or_else(ibcm::ipc::socket_path);
     let opts = Options {
         socket: socket.clone(),
@@ -118,8 +150,14 @@ fn serve(opts: Options, ready: Option<OwnedFd>) -> i32 {
         use std::io::Write;
         let _ = std::fs::File::from(w).write_all(b"1");
     }
+    // SAFETY: no arguments; 0 is the calling thread.
+    let policy = match unsafe { libc::sched_getscheduler(0) } {
+        libc::SCHED_BATCH => "batch",
+        libc::SCHED_OTHER => "normal",
+        _ => "other",
+    };
     eprintln!(
-        "ibcm daemon: pid {} serving on {}",
+        "ibcm daemon: pid {} serving on {} (scheduling: {policy})",
         std::process::id(),
         opts.socket.display()
     );

@@ -732,6 +732,54 @@ fn auto_starts_the_service_on_the_first_open() {
     assert!(gone, "the on-demand service did not leave when idle");
 }
 
+/// The scheduling policy of every thread of process `pid`.
+fn thread_policies(pid: u32) -> Vec<i32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| t.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        // SAFETY: no pointers; a thread gone meanwhile gives -1.
+        .map(|tid| unsafe { libc::sched_getscheduler(tid) })
+        .filter(|&p| p >= 0)
+        .collect()
+}
+
+/// The service runs under SCHED_BATCH, every thread of it (those it
+/// starts per process included), unless told `normal`; its first line
+/// says which (docs/SERVICE.md, "Round 22").
+#[test]
+fn the_service_is_batch_scheduled_unless_told_normal() {
+    for (policy, want) in [
+        (None, libc::SCHED_BATCH),
+        (Some("normal"), libc::SCHED_OTHER),
+        (Some("batch"), libc::SCHED_BATCH),
+    ] {
+        let dir = TempDir::new("service", &format!("sched-{policy:?}"));
+        let socket = dir.0.join("ibcmd.sock");
+        let env: Vec<(&str, &std::ffi::OsStr)> = policy
+            .map(|p| ("IBCM_SERVICE_SCHED", std::ffi::OsStr::new(p)))
+            .into_iter()
+            .collect();
+        let mut d = Daemon::with_env(socket, dir, &env);
+        // A process's device gives the service its per-process threads.
+        let dev = Device::open_forwarded(&net::soft(57), &d.socket).unwrap();
+        let pols = thread_policies(d.child.id());
+        assert!(pols.len() >= 3, "{pols:?}");
+        assert!(pols.iter().all(|&p| p == want), "{policy:?}: {pols:?}");
+        dev.close();
+        let _ = d.child.kill();
+        let _ = d.child.wait();
+        let log = std::fs::read_to_string(d._dir.0.join("daemon.log")).unwrap();
+        let name = policy.unwrap_or("batch");
+        assert!(log.contains(&format!("(scheduling: {name})")), "{log}");
+    }
+    // Anything else is a usage error.
+    let o = ibcm()
+        .args(["daemon", "--foreground", "--sched", "fifo"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+}
+
 /// Opening an RDMA device by its name (`rxe0`, `mlx5_0`) through the
 /// service logs no "bad device name": only `soft:` names are addresses
 /// (seen in the lab: two such warnings at every `rxe0` open). A bad
