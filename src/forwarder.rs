@@ -72,6 +72,9 @@ const MAX_BACKLOG: usize = 4096;
 /// process (longer than a CM's retries of one message).
 const KEEP_MS: u64 = 60_000;
 
+/// Messages a process's reader takes per `recvmmsg`.
+const RECV_MANY: usize = 8;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -813,36 +816,25 @@ impl Hub {
     }
 
     pub fn serve(&self, dev: u32, slot: u32, fd: &OwnedFd) {
-        let mut buf = vec![0u8; ipc::MAX_RECORD];
-        let mut msgs: Vec<usize> = Vec::new();
+        // Every message queued at a wake-up (up to `RECV_MANY`) in one
+        // `recvmmsg`, read without the lock.
+        let mut bufs: Vec<Vec<u8>> = (0..RECV_MANY).map(|_| vec![0u8; ipc::MAX_RECORD]).collect();
+        let mut lens = [0usize; RECV_MANY];
         while sock::wait_readable(fd).is_ok() {
-            // Read what waits (up to 64 KiB of messages) without the lock.
-            msgs.clear();
-            let mut at = 0;
-            let mut end = false;
-            while at + fwd::PER_MSG * fwd::MAD_REC <= buf.len() {
-                match sock::try_recv(fd, &mut buf[at..]) {
-                    Ok(Some(0)) | Err(_) => {
-                        end = true;
-                        break;
-                    }
-                    Ok(Some(n)) => {
-                        msgs.push(n);
-                        at += n;
-                    }
-                    Ok(None) => break,
-                }
-                if at + ipc::MAX_RECORD > buf.len() && buf.len() < 8 * ipc::MAX_RECORD {
-                    buf.resize(buf.len() + ipc::MAX_RECORD, 0);
-                }
-            }
-            if !msgs.is_empty() {
+            let (got, end) = match sock::try_recv_many(fd, &mut bufs, &mut lens) {
+                // A zero length is the process gone; what came before it
+                // is still its.
+                Ok(n) => match lens[..n].iter().position(|&l| l == 0) {
+                    Some(i) => (i, true),
+                    None => (n, false),
+                },
+                Err(_) => (0, true),
+            };
+            if got > 0 {
                 let now = self.now_ms();
                 let mut st = lock(&self.st);
-                let mut at = 0;
-                for &n in &msgs {
-                    self.on_proc_msg(&mut st, dev, slot, &buf[at..at + n], now);
-                    at += n;
+                for (b, &n) in bufs.iter().zip(&lens[..got]) {
+                    self.on_proc_msg(&mut st, dev, slot, &b[..n], now);
                 }
                 let out = self.finish(&mut st);
                 drop(st);

@@ -101,9 +101,15 @@ fn ports_fit(new: &[PortInfo], opened: &[PortInfo]) -> bool {
 /// gone wrong: dropped).
 const MAX_ASKS: usize = 4096;
 
+/// Messages read per `recvmmsg` (one system call reads every message
+/// queued, up to this many; the last read of a drain is not a call that
+/// finds nothing).
+const RECV_MANY: usize = 8;
+
 thread_local! {
-    /// A reader's message buffer, reused.
-    static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A reader's message buffers (`RECV_MANY` of `ipc::MAX_RECORD`),
+    /// reused.
+    static BUFS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl FwdTransport {
@@ -128,17 +134,26 @@ impl FwdTransport {
     /// Reads every message queued now (never waits): MADs to `out`,
     /// answers to `rx`. Call with `rx` locked.
     fn drain(&self, rx: &mut Rx, out: &mut Vec<Received>) {
-        BUF.with(|b| {
-            let mut buf = b.borrow_mut();
-            if buf.len() < ipc::MAX_RECORD {
-                buf.resize(ipc::MAX_RECORD, 0);
+        BUFS.with(|b| {
+            let mut bufs = b.borrow_mut();
+            if bufs.len() < RECV_MANY {
+                bufs.resize_with(RECV_MANY, || vec![0u8; ipc::MAX_RECORD]);
             }
+            let mut lens = [0usize; RECV_MANY];
             loop {
-                match sock::try_recv(&self.fd, &mut buf) {
-                    Ok(Some(0)) => return self.lost("closed by the service"),
-                    Ok(Some(n)) => self.take(&buf[..n], rx, out),
-                    Ok(None) => return,
+                let got = match sock::try_recv_many(&self.fd, &mut bufs, &mut lens) {
+                    Ok(n) => n,
                     Err(e) => return self.lost(&e.to_string()),
+                };
+                for (buf, &n) in bufs.iter().zip(&lens[..got]) {
+                    if n == 0 {
+                        return self.lost("closed by the service");
+                    }
+                    self.take(&buf[..n], rx, out);
+                }
+                // Fewer than asked: the queue is empty now.
+                if got < RECV_MANY {
+                    return;
                 }
             }
         })
@@ -599,6 +614,32 @@ mod tests {
         t.recv(Some(Duration::from_secs(1)), &mut out).unwrap();
         assert!(Transport::lost(&t));
         assert_eq!(t.claim(0x10), Err(Errno::ENODEV));
+    }
+
+    /// One receive takes every message queued, more than one `recvmmsg`
+    /// holds, in order; the records before a hang-up are still taken,
+    /// then the transport is lost.
+    #[test]
+    fn every_queued_message_is_read_in_order_then_the_hang_up() {
+        let (fd, svc) = sock::pair();
+        let gid: crate::wire::Gid = "10.2.0.1".parse().unwrap();
+        let t = transport(fd, vec![PortInfo::roce(1, gid)]);
+        let n = 3 * RECV_MANY + 1;
+        for i in 0..n {
+            let mut mad = [0u8; 256];
+            mad[0] = 1;
+            mad[255] = i as u8;
+            let mut msg = Vec::new();
+            let src = crate::engine::MadSource::roce_gsi(gid, gid, 1, 0xffff);
+            fwd::put_source(&mut msg, &src, &mad);
+            sock::send(&svc, &msg).unwrap();
+        }
+        drop(svc);
+        let mut out = Vec::new();
+        t.recv(Some(Duration::ZERO), &mut out).unwrap();
+        let got: Vec<u8> = out.iter().map(|r| r.mad[255]).collect();
+        assert_eq!(got, (0..n as u8).collect::<Vec<_>>());
+        assert!(Transport::lost(&t));
     }
 
     /// A stale record alone ends the event loop's wait (its DREQ is due),
