@@ -178,7 +178,7 @@ lib_prefix() {
 }
 
 scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
-  local n r l st='bash $LAB_DIR/stamp.sh $LAB_DIR'
+  local n r l ready st='bash $LAB_DIR/stamp.sh $LAB_DIR'
   for n in "${NS[@]}"; do
     if [ ${#LABELS[@]} -gt 0 ] && [ "$PAIR_PRELOAD_A$PAIR_PRELOAD_B" != 00 ]; then
       for ((r = 1; r <= ${BENCH_ROUNDS:-3}; r++)); do
@@ -190,7 +190,13 @@ scenarios() { # scenarios SAME_BOOT (1: kcm-cmtime-N before each cmtime-N)
               "$(lib_prefix "$l" B)$st/cmtime-$n-$l-$r.ts ${BENCH_CLIENT_WRAP:+$BENCH_CLIENT_WRAP }cmtime -s \$PEER -c $n"
             continue
           fi
-          printf '%s\t%s\tlisten\t1\t%s\t%s\n' "cmtime-$n-$l-$r" "${BENCH_BOUND:-$((60 + n / 10))}" \
+          # a label in-process (IBCM_SERVICE=off) beside the service: its listener is not in
+          # `ibcm ids`, its log says it listens
+          ready=listen
+          if [ "$PAIR_SERVICE" = 1 ] && [[ " ${LIBS_ENV[*]} " == *" $l:IBCM_SERVICE=off "* ]]; then
+            ready="out:${BENCH_LISTEN_RE:-$RDMACM_DEFAULT_LISTEN_RE}"
+          fi
+          printf '%s\t%s\t%s\t1\t%s\t%s\n' "cmtime-$n-$l-$r" "${BENCH_BOUND:-$((60 + n / 10))}" "$ready" \
             "$(lib_prefix "$l" A)${BENCH_SERVER_WRAP:+$BENCH_SERVER_WRAP }cmtime -b \$IP -c $n" \
             "$(lib_prefix "$l" B)$st/cmtime-$n-$l-$r.ts ${BENCH_CLIENT_WRAP:+$BENCH_CLIENT_WRAP }cmtime -s \$PEER -c $n"
         done
