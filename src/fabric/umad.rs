@@ -177,8 +177,9 @@ fn refused(dev: &str, port: u8, e: &io::Error) -> Errno {
 }
 
 impl UmadTransport {
-    /// Opens every port of a verbs device for CM MADs.
-    pub fn open(info: &VerbsInfo) -> Result<UmadTransport, Errno> {
+    /// Opens every port of a verbs device for CM MADs; `watcher` (the
+    /// context `info` was read through) follows its port events.
+    pub fn open(info: &VerbsInfo, watcher: super::verbs::Watcher) -> Result<UmadTransport, Errno> {
         let dev = &info.name;
         let mut ports = Vec::new();
         for p in &info.ports {
@@ -250,7 +251,7 @@ impl UmadTransport {
             node_guid: info.node_guid,
             ack_delay: info.ack_delay,
             stats: TransportStats::default(),
-            watcher: watcher(dev),
+            watcher: Some(watcher),
             tap: Tap::new(dev.clone()),
         })
     }
@@ -572,22 +573,14 @@ pub struct SoftVerbsTransport {
     watcher: Option<super::verbs::Watcher>,
 }
 
-/// A watcher for port events; none (with a log line) if it cannot open.
-fn watcher(dev: &str) -> Option<super::verbs::Watcher> {
-    match super::verbs::Watcher::open(dev) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            crate::ibcm_log!(
-                WARN,
-                "{dev}: no port events ({e}); tables stay as read at open"
-            );
-            None
-        }
-    }
-}
-
 impl SoftVerbsTransport {
-    pub fn new(mut udp: super::udp::UdpTransport, info: VerbsInfo) -> SoftVerbsTransport {
+    /// `watcher`: the context `info` was read through, kept for the
+    /// device's port events.
+    pub fn new(
+        mut udp: super::udp::UdpTransport,
+        info: VerbsInfo,
+        watcher: super::verbs::Watcher,
+    ) -> SoftVerbsTransport {
         udp.set_capture_name(format!("{}@{}", udp.describe(), info.name));
         let g = udp.gid();
         let known = info.ports.iter().any(|p| p.gids.iter().any(|e| e.gid == g));
@@ -603,7 +596,7 @@ impl SoftVerbsTransport {
         SoftVerbsTransport {
             udp,
             ports: RwLock::new(info.ports.clone()),
-            watcher: watcher(&info.name),
+            watcher: Some(watcher),
             info,
         }
     }

@@ -367,6 +367,16 @@ pub fn query(name: &str) -> Result<VerbsInfo, Errno> {
     r
 }
 
+/// Opens `name` once for a CM device: what the CM needs, read through
+/// the context that is then kept to follow the device's port events (one
+/// `ibv_open_device` where a `query` and a `Watcher` took two: on the lab's
+/// emulated CPU each open and its queries are a process's start-up time).
+pub fn open_watched(name: &str) -> Result<(VerbsInfo, Watcher), Errno> {
+    let w = Watcher::open(name)?;
+    let info = w.query()?;
+    Ok((info, w))
+}
+
 /// An open device context kept to follow its port events (GID table,
 /// LID, P_Key, port state changes) through its async event file.
 pub struct Watcher {

@@ -87,18 +87,20 @@ fn open_verbs(name: &str) -> Result<Option<Arc<dyn Transport>>, Errno> {
             );
             return Err(Errno::EINVAL);
         }
-        let info = verbs::query(dev)?;
+        let (info, watcher) = verbs::open_watched(dev)?;
         let udp = UdpTransport::bind(ip, port).map_err(|e| {
             ibcm_log!(ERROR, "cannot open {name}: {ip} port {port}: {e}");
             Errno(e.raw_os_error().unwrap_or(errno::EIO))
         })?;
-        return Ok(Some(Arc::new(umad::SoftVerbsTransport::new(udp, info))));
+        return Ok(Some(Arc::new(umad::SoftVerbsTransport::new(
+            udp, info, watcher,
+        ))));
     }
     if !rdma_name(name) {
         return Ok(None);
     }
-    let info = verbs::query(name)?;
-    Ok(Some(Arc::new(umad::UmadTransport::open(&info)?)))
+    let (info, watcher) = verbs::open_watched(name)?;
+    Ok(Some(Arc::new(umad::UmadTransport::open(&info, watcher)?)))
 }
 
 /// The transport a device name stands for: a real device (`open_verbs`),
