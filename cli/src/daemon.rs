@@ -48,12 +48,13 @@ pub struct Args {
     /// leave after SECS without any process connected (default: never)
     #[arg(long, value_name = "SECS")]
     pub idle_exit: Option<u64>,
-    /// the service's scheduling policy: batch (SCHED_BATCH: a service
-    /// thread woken by a process's MAD or call does not preempt the
-    /// process that woke it, it runs when that process waits or its time
-    /// slice ends, taking what queued meanwhile in one go) or normal
-    /// (SCHED_OTHER)
-    #[arg(long, value_name = "POLICY", env = "IBCM_SERVICE_SCHED", default_value = "batch",
+    /// the service's scheduling policy: normal (SCHED_OTHER, the default)
+    /// or batch (SCHED_BATCH: a service thread woken by a process's MAD or
+    /// call does not preempt the process that woke it, it runs when that
+    /// process waits or its time slice ends, taking what queued meanwhile
+    /// in one go; it may then see a process's exit before a MAD for it
+    /// that came first)
+    #[arg(long, value_name = "POLICY", env = "IBCM_SERVICE_SCHED", default_value = "normal",
           value_parser = ["batch", "normal"])]
     pub sched: String,
 }

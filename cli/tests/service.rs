@@ -743,13 +743,13 @@ fn thread_policies(pid: u32) -> Vec<i32> {
         .collect()
 }
 
-/// The service runs under SCHED_BATCH, every thread of it (those it
-/// starts per process included), unless told `normal`; its first line
-/// says which (docs/SERVICE.md, "Round 22").
+/// The service runs under SCHED_OTHER unless told `batch`, every thread
+/// of it (those it starts per process included); its first line says
+/// which (docs/SERVICE.md, "Round 22").
 #[test]
-fn the_service_is_batch_scheduled_unless_told_normal() {
+fn the_service_runs_the_scheduling_policy_asked_for() {
     for (policy, want) in [
-        (None, libc::SCHED_BATCH),
+        (None, libc::SCHED_OTHER),
         (Some("normal"), libc::SCHED_OTHER),
         (Some("batch"), libc::SCHED_BATCH),
     ] {
@@ -769,7 +769,7 @@ fn the_service_is_batch_scheduled_unless_told_normal() {
         let _ = d.child.kill();
         let _ = d.child.wait();
         let log = std::fs::read_to_string(d._dir.0.join("daemon.log")).unwrap();
-        let name = policy.unwrap_or("batch");
+        let name = policy.unwrap_or("normal");
         assert!(log.contains(&format!("(scheduling: {name})")), "{log}");
     }
     // Anything else is a usage error.
