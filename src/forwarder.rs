@@ -72,9 +72,6 @@ const MAX_BACKLOG: usize = 4096;
 /// process (longer than a CM's retries of one message).
 const KEEP_MS: u64 = 60_000;
 
-/// Messages a process's reader takes per `recvmmsg`.
-const RECV_MANY: usize = 8;
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -801,7 +798,6 @@ impl Hub {
         self.closed_cv.notify_all();
     }
 
-    /// Reads the process's records until its connection closes.
     /// The `FWD_OPEN` answer of (`dev`, `slot`) went out: what was queued
     /// for the process meanwhile (a port push, a question of `ibcm stat`)
     /// follows it.
@@ -815,11 +811,14 @@ impl Hub {
         }
     }
 
+    /// Reads the process's records until its connection closes.
     pub fn serve(&self, dev: u32, slot: u32, fd: &OwnedFd) {
-        // Every message queued at a wake-up (up to `RECV_MANY`) in one
-        // `recvmmsg`, read without the lock.
-        let mut bufs: Vec<Vec<u8>> = (0..RECV_MANY).map(|_| vec![0u8; ipc::MAX_RECORD]).collect();
-        let mut lens = [0usize; RECV_MANY];
+        // Every message queued at a wake-up (up to `sock::RECV_MANY`) in
+        // one `recvmmsg`, read without the lock.
+        let mut bufs: Vec<Vec<u8>> = (0..sock::RECV_MANY)
+            .map(|_| vec![0u8; ipc::MAX_RECORD])
+            .collect();
+        let mut lens = [0usize; sock::RECV_MANY];
         while sock::wait_readable(fd).is_ok() {
             let (got, end) = match sock::try_recv_many(fd, &mut bufs, &mut lens) {
                 // A zero length is the process gone; what came before it

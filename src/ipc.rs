@@ -1846,6 +1846,12 @@ pub mod sock {
         recv_with(fd, buf, 0)
     }
 
+    /// Messages one `recvmmsg` reads while a wake-up drains (each into a
+    /// buffer of `MAX_RECORD`, allocated at a reader's first drain; their
+    /// zeroed pages are mapped only as records fill them): the service's
+    /// and the forward transport's readers.
+    pub const RECV_MANY: usize = 8;
+
     /// Receives the records queued now, one per buffer of `bufs` (at most
     /// that many), in one `recvmmsg`: their lengths in `lens`, how many
     /// came (`0` when none was queued). A zero length is the peer gone; a

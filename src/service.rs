@@ -49,11 +49,6 @@ use std::time::{Duration, Instant};
 /// (the first blocking, the rest only if already queued).
 const DRAIN: usize = 64;
 
-/// Messages one `recvmmsg` reads while a wake-up drains (each into a
-/// buffer of `ipc::MAX_RECORD`, allocated at a connection's first drain;
-/// their zeroed pages are mapped only as records fill them).
-const RECV_MANY: usize = 8;
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -859,7 +854,7 @@ impl Conn {
         let writer = std::thread::Builder::new()
             .name(format!("ibcmd-w{}", self.id))
             .spawn(move || w.writer());
-        // The wake-ups' read buffers (`RECV_MANY`).
+        // The wake-ups' read buffers (`sock::RECV_MANY`).
         let mut slots = Vec::new();
         if writer.is_ok() {
             // The thread waits in `poll`, not in a read: a read (which
@@ -1183,7 +1178,7 @@ impl Conn {
     }
 
     /// Runs what one wake-up brings: the messages queued (at most
-    /// `DRAIN`, `RECV_MANY` per `recvmmsg`, read without waiting); the
+    /// `DRAIN`, `sock::RECV_MANY` per `recvmmsg`, read without waiting); the
     /// replies to send, and whether the connection ended (the peer gone,
     /// a failed read) behind them. The MADs their records make leave
     /// together when all have run (one `sendmmsg`, one run of a switched
@@ -1199,12 +1194,12 @@ impl Conn {
                 let mut replies = Vec::new();
                 let mut end = false;
                 let mut read = 0;
-                let mut lens = [0usize; RECV_MANY];
+                let mut lens = [0usize; sock::RECV_MANY];
                 if slots.is_empty() {
-                    slots.resize_with(RECV_MANY, || vec![0u8; ipc::MAX_RECORD]);
+                    slots.resize_with(sock::RECV_MANY, || vec![0u8; ipc::MAX_RECORD]);
                 }
                 'drain: while read < DRAIN && !self.closed.load(Ordering::SeqCst) {
-                    let want = RECV_MANY.min(DRAIN - read);
+                    let want = sock::RECV_MANY.min(DRAIN - read);
                     self.reading.store(true, Ordering::SeqCst);
                     let got = sock::try_recv_many(&self.fd, &mut slots[..want], &mut lens);
                     if let Ok(g) = got {

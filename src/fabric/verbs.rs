@@ -358,19 +358,11 @@ pub fn device_names() -> Result<Vec<String>, Errno> {
     Ok(out)
 }
 
-/// Opens `name` with libibverbs, reads everything the CM needs, closes it.
-pub fn query(name: &str) -> Result<VerbsInfo, Errno> {
-    let l = lib()?;
-    let ctx = open_ctx(l, name)?;
-    let r = query_ctx(l, ctx, name);
-    unsafe { (l.close_device)(ctx) };
-    r
-}
-
 /// Opens `name` once for a CM device: what the CM needs, read through
 /// the context that is then kept to follow the device's port events (one
-/// `ibv_open_device` where a `query` and a `Watcher` took two: on the lab's
-/// emulated CPU each open and its queries are a process's start-up time).
+/// `ibv_open_device`; a read of its own and a `Watcher` took two: on the
+/// lab's emulated CPU each open and its queries are a process's start-up
+/// time).
 pub fn open_watched(name: &str) -> Result<(VerbsInfo, Watcher), Errno> {
     let w = Watcher::open(name)?;
     let info = w.query()?;
@@ -1140,7 +1132,8 @@ pub fn open_all() -> Result<Vec<(String, *mut IbvContext)>, Errno> {
     Ok(out)
 }
 
-/// [`query`] on a context that stays open (one from [`open_all`]).
+/// Everything the CM needs (as [`Watcher::query`] reads it) from a context
+/// that stays open (one from [`open_all`]).
 ///
 /// # Safety
 /// `ctx` must be a live `struct ibv_context *` of this process's

@@ -101,14 +101,11 @@ fn ports_fit(new: &[PortInfo], opened: &[PortInfo]) -> bool {
 /// gone wrong: dropped).
 const MAX_ASKS: usize = 4096;
 
-/// Messages read per `recvmmsg` (one system call reads every message
-/// queued, up to this many; the last read of a drain is not a call that
-/// finds nothing).
-const RECV_MANY: usize = 8;
-
 thread_local! {
-    /// A reader's message buffers (`RECV_MANY` of `ipc::MAX_RECORD`),
-    /// reused.
+    /// A reader's message buffers (`sock::RECV_MANY` of
+    /// `ipc::MAX_RECORD`), reused: one system call reads every message
+    /// queued, up to that many, and the last read of a drain is not a call
+    /// that finds nothing.
     static BUFS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -136,10 +133,10 @@ impl FwdTransport {
     fn drain(&self, rx: &mut Rx, out: &mut Vec<Received>) {
         BUFS.with(|b| {
             let mut bufs = b.borrow_mut();
-            if bufs.len() < RECV_MANY {
-                bufs.resize_with(RECV_MANY, || vec![0u8; ipc::MAX_RECORD]);
+            if bufs.len() < sock::RECV_MANY {
+                bufs.resize_with(sock::RECV_MANY, || vec![0u8; ipc::MAX_RECORD]);
             }
-            let mut lens = [0usize; RECV_MANY];
+            let mut lens = [0usize; sock::RECV_MANY];
             loop {
                 let got = match sock::try_recv_many(&self.fd, &mut bufs, &mut lens) {
                     Ok(n) => n,
@@ -152,7 +149,7 @@ impl FwdTransport {
                     self.take(&buf[..n], rx, out);
                 }
                 // Fewer than asked: the queue is empty now.
-                if got < RECV_MANY {
+                if got < sock::RECV_MANY {
                     return;
                 }
             }
@@ -624,7 +621,7 @@ mod tests {
         let (fd, svc) = sock::pair();
         let gid: crate::wire::Gid = "10.2.0.1".parse().unwrap();
         let t = transport(fd, vec![PortInfo::roce(1, gid)]);
-        let n = 3 * RECV_MANY + 1;
+        let n = 3 * sock::RECV_MANY + 1;
         for i in 0..n {
             let mut mad = [0u8; 256];
             mad[0] = 1;
