@@ -172,6 +172,10 @@ struct Dev {
     watcher: Option<std::thread::JoinHandle<()>>,
     /// MADs for the wire, sent after the lock is let go.
     tx: Vec<Transmit>,
+    /// No process left, a close asked of a thread of its own (the wire
+    /// thread, once no DREQ waits to go again for a dead process's
+    /// connection: `Tracker::due`). An attach clears it.
+    close_asked: bool,
 }
 
 /// A wire peer as the tracker names it: the device, the port, our GID,
@@ -244,6 +248,11 @@ fn pname(dev: u32, slot: u32) -> Proc {
 
 fn split(p: Proc) -> (u32, u32) {
     (p >> FORWARD_PROC_BITS, p & (MAX_PROCS as u32 - 1))
+}
+
+/// Whether tracker name `p` is a process of device `dev` (not a wire peer).
+fn of_dev(p: Proc, dev: u32) -> bool {
+    p < WIRE_BASE && split(p).0 == dev
 }
 
 /// The source a MAD's answer carries back: the GIDs swapped.
@@ -652,6 +661,7 @@ impl Hub {
             return Err(Errno(libc::EUSERS));
         };
         d.opens[slot as usize] += 1;
+        d.close_asked = false;
         let gen_base = d.opens[slot as usize].wrapping_mul(0x9e37_79b9) >> 25;
         let backlog = Arc::new(Backlog::default());
         let (w, b) = (tx.clone(), backlog.clone());
@@ -742,6 +752,7 @@ impl Hub {
             thread: Some(thread),
             watcher,
             tx: Vec::new(),
+            close_asked: false,
         });
         st.by_key.insert(key.to_string(), dev);
         Ok(dev)
@@ -847,8 +858,10 @@ impl Hub {
 
     /// The process of (`dev`, `slot`) is gone: its listens go, and the
     /// MADs the kernel's CM would send for its connections leave now.
-    /// The device closes with its last process.
-    pub fn detach(&self, dev: u32, slot: u32) {
+    /// The device closes with its last process, or, when a DREQ of the
+    /// dead process may have to go again (`Tracker::due`), once that is
+    /// settled, by its wire thread.
+    pub fn detach(self: &Arc<Self>, dev: u32, slot: u32) {
         let now = self.now_ms();
         let mut st = lock(&self.st);
         let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::as_mut) else {
@@ -874,16 +887,58 @@ impl Hub {
             inc(&stats.sent_for_gone);
             self.for_gone(&mut st, pname(dev, slot), to, &mad);
         }
+        let waiting = st.tracker.awaiting(|q| q == pname(dev, slot));
+        let keep = empty && st.tracker.awaiting(|q| of_dev(q, dev));
         let out = self.finish(&mut st);
         drop(st);
         send_out(out);
         ibcm_log!(
             INFO,
-            "{key}: process {} (slot {slot}) gone: {n} MAD(s) sent for its connections",
-            p.pid
+            "{key}: process {} (slot {slot}) gone: {n} MAD(s) sent for its connections{}",
+            p.pid,
+            if waiting {
+                "; its DREQ(s) go again if no DREP comes in their wait"
+            } else {
+                ""
+            }
         );
-        if empty {
+        if empty && !keep {
             self.close_dev(dev);
+        }
+    }
+
+    /// The wire thread's share of the tracker's clock: the DREQs due again
+    /// for dead processes of `dev` go out, and a device with no process
+    /// left and nothing more to wait for is closed (by a thread of its
+    /// own: `close_dev` joins this one).
+    fn tick(self: &Arc<Self>, st: &mut State, dev: u32, now: u64) {
+        for (dead, to, mad) in st.tracker.due(now, |q| of_dev(q, dev)) {
+            if let Some(d) = st.devs.get(dev as usize).and_then(Option::as_ref) {
+                inc(&d.stats.sent_for_gone);
+                ibcm_log!(
+                    INFO,
+                    "{}: no DREP in its wait: the DREQ of a gone process (slot {}) sent again",
+                    d.key,
+                    split(dead).1
+                );
+            }
+            self.for_gone(st, dead, to, &mad);
+        }
+        let waiting = st.tracker.awaiting(|q| of_dev(q, dev));
+        let Some(d) = st.devs.get_mut(dev as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        if d.close_asked || waiting || d.procs.iter().any(Option::is_some) {
+            return;
+        }
+        d.close_asked = true;
+        let me = self.clone();
+        let closer = std::thread::Builder::new()
+            .name("ibcmd-fwd-close".into())
+            .spawn(move || me.close_dev(dev));
+        if closer.is_err() {
+            // Asked again at the next tick.
+            d.close_asked = false;
         }
     }
 
@@ -891,7 +946,7 @@ impl Hub {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    fn wire_loop(&self, dev: u32, transport: &Arc<dyn Transport>, stop: &AtomicBool) {
+    fn wire_loop(self: &Arc<Self>, dev: u32, transport: &Arc<dyn Transport>, stop: &AtomicBool) {
         let mut batch = Vec::new();
         while !stop.load(Ordering::SeqCst) {
             batch.clear();
@@ -911,6 +966,7 @@ impl Hub {
                 st.last_expire = now;
                 st.tracker.expire(now, KEEP_MS);
             }
+            self.tick(&mut st, dev, now);
             let out = self.finish(&mut st);
             drop(st);
             send_out(out);

@@ -149,13 +149,13 @@ pub struct Sim {
     pub events: Vec<(usize, Time, Handle, EventType)>,
     pub delivered_packets: u64,
     pub dropped_packets: u64,
-    /// Sees every MAD an engine sends, before the fabric's faults (from,
-    /// to, whether `to` is up, the MAD): what a service forwarding the
+    /// Sees every MAD an engine sends, before the fabric's faults (when,
+    /// from, to, whether `to` is up, the MAD): what a service forwarding the
     /// MADs would see (`tests/sim_tracker.rs`). A MAD it returns goes back
     /// to `from` at once, as if `to` had sent it (an answer for a node that
     /// is down).
     #[allow(clippy::type_complexity)]
-    pub tap: Option<Box<dyn FnMut(usize, usize, bool, &[u8; 256]) -> Option<[u8; 256]>>>,
+    pub tap: Option<Box<dyn FnMut(Time, usize, usize, bool, &[u8; 256]) -> Option<[u8; 256]>>>,
 }
 
 impl Sim {
@@ -238,7 +238,12 @@ impl Sim {
                 };
                 self.log(|| format!("n{from} -> n{to} {:?}", t));
                 let up = self.nodes[to].up;
-                if let Some(answer) = self.tap.as_mut().and_then(|tap| tap(from, to, up, &t.mad)) {
+                let now = self.now;
+                if let Some(answer) = self
+                    .tap
+                    .as_mut()
+                    .and_then(|tap| tap(now, from, to, up, &t.mad))
+                {
                     let gid = self.nodes[to].gid;
                     self.inject(from, gid, answer);
                 }

@@ -21,7 +21,7 @@
 //! | passive, REP sent, no RTU | REJ `CONSUMER_DEFINED` twice: message REQ (for an active side whose REP was lost, which drops the kernel's) and message other (the kernel's, once the REP came) |
 //! | established | DREQ (the peer's QPN) |
 //! | DREQ received, not answered | DREP |
-//! | DREQ sent | DREQ again (the kernel stops re-sending it: a lost one would leave the survivor established) |
+//! | DREQ sent | DREQ again, once the DREQ's own wait has passed with no DREP ([`Tracker::due`]; the kernel stops re-sending it: a lost one would leave the survivor established) |
 //! | closed (DREP or REJ seen) | nothing |
 //!
 //! An end of another process still open towards the dead one with nothing
@@ -98,6 +98,42 @@ struct End {
     service_id: u64,
     /// When the end was first seen (ms).
     born: u64,
+    /// How long this end's CM waits for the answer to its DREQ (ms, as
+    /// the kernel computes its `timeout_ms` from the REQ).
+    wait_ms: u32,
+    /// An active end: its passive peer's wait (for the REP's end).
+    peer_wait_ms: u32,
+}
+
+/// A DREQ the tracker sends again for a dead process's end that had sent
+/// one, when no DREP came for it in that DREQ's own wait.
+#[derive(Debug, Clone, Copy)]
+struct Resend {
+    due: u64,
+    dead: EndKey,
+    /// The peer's end: the DREQ goes when it is still open at `due`.
+    survivor: EndKey,
+    survivor_qpn: u32,
+}
+
+/// The shortest wait before a dead end's DREQ is sent again (ms): a DREP
+/// already on its way is seen first even when the REQ asked for none.
+const RESEND_MIN_MS: u64 = 50;
+/// The longest (ms): well inside the time a survivor's end is kept
+/// ([`Tracker::expire`]).
+const RESEND_MAX_MS: u64 = 30_000;
+
+/// The kernel's DREQ wait (`timeout_ms`) of each end of the connection a
+/// REQ starts: (active, passive) in ms. Active: twice the packet life time
+/// (the REQ's local ACK timeout less one) and the remote CM response
+/// timeout; passive: its local CM response timeout.
+fn dreq_waits(r: &crate::wire::Req) -> (u32, u32) {
+    use crate::engine::convert_to_ms;
+    let plt = r.primary.local_ack_timeout.saturating_sub(1);
+    let active = 2 * convert_to_ms(plt) + convert_to_ms(r.remote_cm_response_timeout);
+    let passive = convert_to_ms(r.local_cm_response_timeout);
+    let c = |ms: u64| ms.min(u32::MAX as u64) as u32;
+    (c(active), c(passive))
 }
 
 /// One open end as introspection shows it ([`Tracker::ends_of`]).
@@ -132,6 +168,8 @@ pub struct Tracker {
     /// REP): the host's stale-connection table ([`Tracker::stale_holder`]).
     /// An entry may outlive its end; a look-up checks the end.
     qps: PeerMap<(u64, u32), EndKey>,
+    /// DREQs to send again for dead processes ([`Tracker::due`]).
+    resends: Vec<Resend>,
     /// Transaction IDs of the MADs this tracker makes.
     next_tid: u64,
     refused: u64,
@@ -159,6 +197,11 @@ fn unindex(qps: &mut PeerMap<(u64, u32), EndKey>, k: EndKey, e: &End) {
     }
 }
 
+/// How long after its DREQ a dead end's DREQ is sent again (ms).
+fn resend_wait(wait_ms: u32) -> u64 {
+    (wait_ms as u64).clamp(RESEND_MIN_MS, RESEND_MAX_MS)
+}
+
 /// A REQ or REP, parsed (`None` without a parse for any other MAD: the
 /// check runs on every REQ and REP the host's processes get).
 fn peek_qp(mad: &[u8]) -> Option<CmMsg> {
@@ -181,6 +224,7 @@ impl Tracker {
             ends: PeerMap::with_hasher(PeerState::new(table_seed())),
             counts: FastMap::with_hasher(FastState::new(table_seed())),
             qps: PeerMap::with_hasher(PeerState::new(table_seed())),
+            resends: Vec::new(),
             next_tid: 0x7ac0_0000_0000_0000,
             refused: 0,
         }
@@ -236,6 +280,11 @@ impl Tracker {
     /// CM's wait in timewait without a MAD, so without this its end would
     /// count against its process's cap for ever).
     pub fn expire(&mut self, now_ms: u64, max_age_ms: u64) {
+        let ends = &self.ends;
+        self.resends.retain(|r| {
+            ends.get(&r.survivor)
+                .is_some_and(|e| e.state != EndState::Closed)
+        });
         let old = |t: u64| now_ms.saturating_sub(t) >= max_age_ms;
         let (counts, qps) = (&mut self.counts, &mut self.qps);
         self.ends.retain(|k, e| {
@@ -362,6 +411,7 @@ impl Tracker {
     fn note(&mut self, from: Proc, to: Proc, msg: &CmMsg, now: u64) -> Verdict {
         match msg {
             CmMsg::Req(r) => {
+                let (wait_ms, peer_wait_ms) = dreq_waits(r);
                 self.start(
                     (from, r.local_comm_id),
                     End {
@@ -374,19 +424,21 @@ impl Tracker {
                         closed_at: 0,
                         service_id: r.service_id,
                         born: now,
+                        wait_ms,
+                        peer_wait_ms,
                     },
                 );
                 Verdict::Pass
             }
             CmMsg::Rep(r) => {
                 let active = (to, r.remote_comm_id);
-                let service_id = match self.ends.get_mut(&active) {
+                let (service_id, wait_ms) = match self.ends.get_mut(&active) {
                     Some(a) if a.peer_proc == from => {
                         if a.state == EndState::ReqSent {
                             a.state = EndState::RepRcvd;
                         }
                         a.peer_comm = r.local_comm_id;
-                        a.service_id
+                        (a.service_id, a.peer_wait_ms)
                     }
                     _ => return Verdict::Refuse("a REP for a REQ this process did not get"),
                 };
@@ -402,6 +454,8 @@ impl Tracker {
                         closed_at: 0,
                         service_id,
                         born: now,
+                        wait_ms,
+                        peer_wait_ms: 0,
                     },
                 );
                 Verdict::Pass
@@ -585,10 +639,23 @@ impl Tracker {
                     out.push((e.peer_proc, m));
                     Some(rej(MsgCode::Other, rej_reason::CONSUMER_DEFINED, &[]))
                 }
-                // DREQ sent: again (the kernel stops re-sending it when
-                // the process destroys the id, so a lost one left the
-                // survivor established; a second one is a duplicate the
-                // survivor drops or answers).
+                // DREQ sent: again, once its wait has passed with no
+                // DREP (the kernel stops re-sending it when the process
+                // destroys the id, so a lost one left the survivor
+                // established). A DREP already on its way, queued behind
+                // the process's exit, closes the survivor's end first.
+                EndState::DreqSent
+                    if let Some(peer) = peer
+                        && now_ms < e.closed_at.saturating_add(resend_wait(e.wait_ms)) =>
+                {
+                    self.resends.push(Resend {
+                        due: e.closed_at + resend_wait(e.wait_ms),
+                        dead: k,
+                        survivor: (e.peer_proc, e.peer_comm),
+                        survivor_qpn: peer.qpn,
+                    });
+                    None
+                }
                 EndState::Established | EndState::DreqSent => peer.map(|peer| {
                     CmMsg::Dreq(Dreq {
                         local_comm_id: k.1,
@@ -646,6 +713,51 @@ impl Tracker {
             }
         }
         out
+    }
+
+    /// The DREQs due by `now_ms` for dead processes' ends that had sent
+    /// one (those `dead` picks), each to its survivor's process, as
+    /// (dead process, survivor's process, MAD): a survivor whose end
+    /// closed meanwhile (its DREP came) gets none.
+    pub fn due(
+        &mut self,
+        now_ms: u64,
+        dead: impl Fn(Proc) -> bool,
+    ) -> Vec<(Proc, Proc, [u8; 256])> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.resends.len() {
+            let r = self.resends[i];
+            if r.due > now_ms || !dead(r.dead.0) {
+                i += 1;
+                continue;
+            }
+            self.resends.swap_remove(i);
+            if self.open_end(r.survivor) {
+                let m = self.mad(CmMsg::Dreq(Dreq {
+                    local_comm_id: r.dead.1,
+                    remote_comm_id: r.survivor.1,
+                    remote_qpn: r.survivor_qpn,
+                    ..Dreq::default()
+                }));
+                out.push((r.dead.0, r.survivor.0, m));
+            }
+        }
+        out
+    }
+
+    /// Whether a DREQ waits ([`Tracker::due`]) for a dead process `dead`
+    /// picks, its survivor's end still open.
+    pub fn awaiting(&self, dead: impl Fn(Proc) -> bool) -> bool {
+        self.resends
+            .iter()
+            .any(|r| dead(r.dead.0) && self.open_end(r.survivor))
+    }
+
+    fn open_end(&self, k: EndKey) -> bool {
+        self.ends
+            .get(&k)
+            .is_some_and(|e| e.state != EndState::Closed)
     }
 
     /// Answers, for the gone process `to`, a MAD process `from` sends it
@@ -1084,9 +1196,75 @@ mod tests {
         assert!(matches!(parsed(&out[0].1), CmMsg::Drep(d) if d.remote_comm_id == 20));
         let mut t = established();
         t.observe(P, A, &dreq(20, 10), 0);
-        let out = t.process_gone(P, 0);
-        assert!(matches!(parsed(&out[0].1), CmMsg::Dreq(d) if d.remote_comm_id == 10));
+        assert!(t.process_gone(P, 0).is_empty(), "not before its wait");
+        let out = t.due(RESEND_MIN_MS, |_| true);
+        assert!(matches!(parsed(&out[0].2), CmMsg::Dreq(d) if d.remote_comm_id == 10));
         assert!(t.is_empty());
+    }
+
+    /// A dead process's end that had sent a DREQ: the DREQ goes again
+    /// only when its own wait (from the REQ's timeouts) passes with no
+    /// DREP; a DREP queued behind the process's exit closes it first.
+    #[test]
+    fn a_dead_ends_dreq_goes_again_only_when_no_drep_came_in_its_wait() {
+        // The REQ's timeouts: active (A) 2 × 2^(12-1-8) + 2^(14-8) = 80
+        // ms; passive (P) 2^(13-8) = 32 ms, below the floor of 50.
+        let mut r = CmMad::parse(&req(10)).unwrap();
+        let CmMsg::Req(q) = &mut r.msg else { panic!() };
+        q.primary.local_ack_timeout = 12;
+        q.remote_cm_response_timeout = 14;
+        q.local_cm_response_timeout = 13;
+        let timed_req = r.to_bytes();
+        let setup = |t: &mut Tracker| {
+            t.observe(A, P, &timed_req, 0);
+            t.observe(P, A, &rep(20, 10), 0);
+            t.observe(A, P, &rtu(10, 20), 0);
+        };
+        // A sends its DREQ at 100 and dies at 101.
+        let mut t = Tracker::new();
+        setup(&mut t);
+        t.observe(A, P, &dreq(10, 20), 100);
+        assert!(t.process_gone(A, 101).is_empty());
+        assert!(t.awaiting(|p| p == A));
+        assert!(!t.awaiting(|p| p == P));
+        assert!(t.due(179, |_| true).is_empty());
+        assert!(t.due(500, |p| p != A).is_empty(), "another device's");
+        let out = t.due(180, |_| true);
+        let [(dead, to, m)] = out.as_slice() else {
+            panic!("{out:?}")
+        };
+        assert_eq!((*dead, *to), (A, P));
+        match parsed(m) {
+            CmMsg::Dreq(d) => assert_eq!(
+                (d.local_comm_id, d.remote_comm_id, d.remote_qpn),
+                (10, 20, 0x22)
+            ),
+            m => panic!("{m:?}"),
+        }
+        assert!(t.due(10_000, |_| true).is_empty(), "once");
+        assert!(!t.awaiting(|_| true));
+        // The DREP came after the death (the service read the exit
+        // first): answered for the dead, and nothing goes again.
+        let mut t = Tracker::new();
+        setup(&mut t);
+        t.observe(A, P, &dreq(10, 20), 100);
+        assert!(t.process_gone(A, 101).is_empty());
+        assert_eq!(t.answer_gone(P, &drep(20, 10)), None);
+        assert!(!t.awaiting(|_| true));
+        assert!(t.due(10_000, |_| true).is_empty());
+        // P's DREQ, P dies: its wait is the floor.
+        let mut t = Tracker::new();
+        setup(&mut t);
+        t.observe(P, A, &dreq(20, 10), 100);
+        assert!(t.process_gone(P, 101).is_empty());
+        assert!(t.due(149, |_| true).is_empty());
+        assert_eq!(t.due(150, |_| true).len(), 1);
+        // Dead past its wait: at once, as an established end's DREQ.
+        let mut t = Tracker::new();
+        setup(&mut t);
+        t.observe(A, P, &dreq(10, 20), 100);
+        assert_eq!(t.process_gone(A, 180).len(), 1);
+        assert!(!t.awaiting(|_| true));
     }
 
     /// What a hostile process hands over: valid MADs with random comm IDs

@@ -76,13 +76,14 @@ fn scenario(seed: u64) -> Result<usize, String> {
     let refused: Rc<RefCell<Vec<String>>> = Rc::default();
     {
         let (t, r) = (tracker.clone(), refused.clone());
-        sim.tap = Some(Box::new(move |from, to, up, mad| {
+        sim.tap = Some(Box::new(move |now, from, to, up, mad| {
             let mut t = t.borrow_mut();
             if !up {
                 // Nowhere to deliver it: the tracker answers for the dead.
                 return t.answer_gone(from as u32, mad);
             }
-            if let Verdict::Refuse(why) = t.observe(from as u32, to as u32, mad, 0) {
+            let now_ms = now.0 / 1_000_000;
+            if let Verdict::Refuse(why) = t.observe(from as u32, to as u32, mad, now_ms) {
                 r.borrow_mut().push(format!("n{from} -> n{to}: {why}"));
             }
             None
@@ -208,7 +209,20 @@ fn scenario(seed: u64) -> Result<usize, String> {
         120_000_000
     };
     let check = Time(drained.0 + wait_us * 1000);
-    sim.run(check, &mut app);
+    // The tracker's DREQs sent again when no DREP came (`Tracker::due`),
+    // as the service's wire thread sends them, every 50 ms.
+    let mut at = drained;
+    while at < check {
+        at = Time((at.0 + 50_000_000).min(check.0));
+        sim.run(at, &mut app);
+        let due = tracker.borrow_mut().due(at.0 / 1_000_000, |_| true);
+        for (from, to, mad) in due {
+            if from as usize != dead || to as usize != survivor {
+                return Err(format!("a DREQ again from n{from} to n{to}"));
+            }
+            sim.inject(survivor, gid, mad);
+        }
+    }
     let e = &sim.nodes[survivor].engine;
     let left: Vec<String> = e
         .handles()

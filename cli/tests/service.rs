@@ -2838,3 +2838,178 @@ fn forward_per_process_limits_refuse_with_enomem_and_are_counted() {
         })
     }));
 }
+
+/// The CM MADs of the next message with any on a raw forward-mode
+/// connection (none when nothing comes within `wait`). The service's
+/// questions (`ibcm stat`'s) are left unanswered: it shows what it knows.
+fn next_mads(fd: &std::os::fd::OwnedFd, wait: Duration) -> Vec<ibcm::wire::CmMsg> {
+    use ibcm::ipc::fwd;
+    let end = Instant::now() + wait;
+    let mut b = vec![0u8; ipc::MAX_RECORD];
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Vec::new();
+        }
+        sock::set_timeouts(fd, left, true).unwrap();
+        let Ok(n) = sock::recv(fd, &mut b) else {
+            return Vec::new();
+        };
+        let mads: Vec<_> = fwd::records(&b[..n])
+            .filter_map(|r| match r {
+                Ok(fwd::Rec::Mad(_, m)) => Some(ibcm::wire::CmMad::parse(m).unwrap().msg),
+                Ok(fwd::Rec::StatAsk { .. } | fwd::Rec::IdsAsk { .. }) => None,
+                other => panic!("not a MAD: {other:?}"),
+            })
+            .collect();
+        if !mads.is_empty() {
+            return mads;
+        }
+    }
+}
+
+/// A forwarded process gone in DREQ_SENT (rping's client destroys its id
+/// there and exits): its DREQ goes again only when no DREP came in the
+/// DREQ's own wait, from its REQ's timeouts; a DREP queued behind the
+/// exit settles it. Its device stays open until then, and closes after
+/// (docs/SERVICE.md Round 23).
+#[test]
+fn forward_a_dead_processes_dreq_goes_again_only_without_a_drep() {
+    use ibcm::engine::MadDest;
+    use ibcm::engine::ids::IdCodec;
+    use ibcm::ipc::fwd;
+    use ibcm::wire::{CmMad, CmMsg, Drep, Dreq, Gid, Rep, Req, Rtu};
+    const SID: u64 = 0x6161;
+    let d = Daemon::start("fwd-dreq-again");
+    let (da, db) = (net::soft(61), net::soft(62));
+    let (a, oa) = raw_fwd_open(&d, &da);
+    let (b, ob) = raw_fwd_open(&d, &db);
+    let ga: Gid = net::ip(61).parse().unwrap();
+    let gb: Gid = net::ip(62).parse().unwrap();
+    let to = |sgid: Gid, dgid: Gid| MadDest {
+        port: 1,
+        dgid,
+        sgid,
+        pkey: 0xffff,
+        hop_limit: 64,
+        has_grh: true,
+        dest_qp: 1,
+        ..MadDest::default()
+    };
+    let send = |fd: &std::os::fd::OwnedFd, dest: MadDest, msg: CmMsg| {
+        let mut m = Vec::new();
+        fwd::put_dest(&mut m, &dest, &CmMad::send(9, 0, msg).to_bytes());
+        sock::send(fd, &m).unwrap();
+    };
+    let mut m = Vec::new();
+    fwd::put_listen(&mut m, 1, SID);
+    sock::send(&b, &m).unwrap();
+    let mut buf = vec![0u8; ipc::MAX_RECORD];
+    let n = sock::recv(&b, &mut buf).unwrap();
+    assert!(matches!(
+        fwd::records(&buf[..n]).next(),
+        Some(Ok(fwd::Rec::Listened { seq: 1, err: 0 }))
+    ));
+    let comm = |o: &ipc::FwdOpened, n: u32| IdCodec::new(o.id_key).encode(n << 7 | o.proc_slot);
+    // Two connections, A active; A sends each its DREQ. The REQ asks for
+    // a DREQ wait of 2 × 1 + 2,048 ms (packet life time 0, remote CM
+    // response timeout 19).
+    let mut conns = Vec::new();
+    for i in 1..=2u32 {
+        let (ca, cb) = (comm(&oa, i), comm(&ob, i));
+        let mut req = Req {
+            local_comm_id: ca,
+            service_id: SID,
+            local_qpn: 0x100 + i,
+            local_ca_guid: 0xa1,
+            remote_cm_response_timeout: 19,
+            local_cm_response_timeout: 19,
+            max_cm_retries: 15,
+            ..Req::default()
+        };
+        req.primary.local_ack_timeout = 1;
+        send(&a, to(ga, gb), CmMsg::Req(req));
+        assert!(matches!(
+            next_mads(&b, Duration::from_secs(5))[..],
+            [CmMsg::Req(_)]
+        ));
+        let rep = Rep {
+            local_comm_id: cb,
+            remote_comm_id: ca,
+            local_qpn: 0x200 + i,
+            local_ca_guid: 0xb1,
+            ..Rep::default()
+        };
+        send(&b, to(gb, ga), CmMsg::Rep(rep));
+        assert!(matches!(
+            next_mads(&a, Duration::from_secs(5))[..],
+            [CmMsg::Rep(_)]
+        ));
+        let rtu = Rtu {
+            local_comm_id: ca,
+            remote_comm_id: cb,
+            ..Rtu::default()
+        };
+        send(&a, to(ga, gb), CmMsg::Rtu(rtu));
+        assert!(matches!(
+            next_mads(&b, Duration::from_secs(5))[..],
+            [CmMsg::Rtu(_)]
+        ));
+        let dreq = Dreq {
+            local_comm_id: ca,
+            remote_comm_id: cb,
+            remote_qpn: 0x200 + i,
+            ..Dreq::default()
+        };
+        send(&a, to(ga, gb), CmMsg::Dreq(dreq));
+        assert!(matches!(
+            next_mads(&b, Duration::from_secs(5))[..],
+            [CmMsg::Dreq(_)]
+        ));
+        conns.push((ca, cb));
+    }
+    // A goes, in DREQ_SENT twice: nothing is sent for it yet, and its
+    // device stays open.
+    drop(a);
+    let gone = Instant::now();
+    assert!(
+        served::wait_for(Duration::from_secs(5), || d.log().contains("go again")),
+        "{}",
+        d.log()
+    );
+    assert!(d.log().contains("gone: 0 MAD(s) sent"), "{}", d.log());
+    assert!(d.fwd_stat(&da).is_some(), "A's device closed at once");
+    // B answers the first DREQ (the DREP A's exit raced), not the second.
+    let (ca1, cb1) = conns[0];
+    let drep = Drep {
+        local_comm_id: cb1,
+        remote_comm_id: ca1,
+        ..Drep::default()
+    };
+    send(&b, to(gb, ga), CmMsg::Drep(drep));
+    // The second connection's DREQ comes again, once its wait is over;
+    // the first's never.
+    let (ca2, cb2) = conns[1];
+    let got = next_mads(&b, Duration::from_secs(10));
+    let waited = gone.elapsed();
+    match &got[..] {
+        [CmMsg::Dreq(q)] => assert_eq!(
+            (q.local_comm_id, q.remote_comm_id, q.remote_qpn),
+            (ca2, cb2, 0x202)
+        ),
+        other => panic!("{other:?}\n{}", d.log()),
+    }
+    assert!(
+        waited >= Duration::from_millis(1900),
+        "sent again after {waited:?}, before its wait"
+    );
+    assert!(next_mads(&b, Duration::from_secs(3)).is_empty());
+    assert!(d.log().contains("sent again"), "{}", d.log());
+    // Nothing left to wait for: A's device closes, B's stays.
+    assert!(
+        served::wait_for(Duration::from_secs(5), || d.fwd_stat(&da).is_none()),
+        "{}",
+        d.log()
+    );
+    assert!(d.fwd_stat(&db).is_some());
+}
