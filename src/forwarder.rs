@@ -148,6 +148,10 @@ struct ProcEnt {
     /// Its `FWD_OPEN` answer went out: records may follow (until then
     /// they wait in `out`: the answer must be the first message).
     ready: bool,
+    /// Its CM counters as it last gave them (`fwd::STAT`, asked by
+    /// `ibcm stat` or sent as it leaves): added to the device's once it
+    /// is gone.
+    last_cm: Option<Box<crate::engine::Counters>>,
 }
 
 /// A forwarded device.
@@ -176,6 +180,9 @@ struct Dev {
     /// thread, once no DREQ waits to go again for a dead process's
     /// connection: `Tracker::due`). An attach clears it.
     close_asked: bool,
+    /// The CM counters of its processes gone (as each last gave them),
+    /// so that the device's do not drop when one leaves.
+    gone_cm: crate::engine::Counters,
 }
 
 /// A wire peer as the tracker names it: the device, the port, our GID,
@@ -369,12 +376,25 @@ impl Hub {
     }
 
     /// The CM counters of each forwarded device: the sum of its
-    /// processes' that answered within [`IDS_WAIT`] (device index →).
+    /// processes' that answered within [`IDS_WAIT`] (one that did not
+    /// counts as it last answered) and of its processes gone (device
+    /// index →).
     fn ask_counters(&self) -> HashMap<u32, crate::engine::Counters> {
+        let mut answers = self.ask_all(fwd::put_stat_ask);
+        let st = lock(&self.st);
         let mut out: HashMap<u32, crate::engine::Counters> = HashMap::new();
-        for ((dev, _), g) in self.ask_all(fwd::put_stat_ask) {
-            if let Some(c) = g.cm {
-                out.entry(dev).or_default().merge(&c);
+        for (dev, d) in st.devs.iter().enumerate() {
+            let Some(d) = d else { continue };
+            let c = out.entry(dev as u32).or_default();
+            c.merge(&d.gone_cm);
+            for (slot, p) in d.procs.iter().enumerate() {
+                let Some(p) = p else { continue };
+                let now = answers
+                    .remove(&(dev as u32, slot as u32))
+                    .and_then(|g| g.cm);
+                if let Some(pc) = now.as_deref().or(p.last_cm.as_deref()) {
+                    c.merge(pc);
+                }
             }
         }
         out
@@ -442,6 +462,17 @@ impl Hub {
                 |s| &s.bad_records,
             );
         };
+        if let Some(p) = st
+            .devs
+            .get_mut(dev as usize)
+            .and_then(Option::as_mut)
+            .and_then(|d| d.procs[slot as usize].as_mut())
+        {
+            p.last_cm = Some(Box::new(c.clone()));
+        }
+        if seq == fwd::LAST_STAT {
+            return;
+        }
         let mut asks = lock(&self.asks);
         if let Some(a) = asks.get_mut(&(dev, slot, seq))
             && !a.done
@@ -680,6 +711,7 @@ impl Hub {
             out: Vec::new(),
             logged: 0,
             ready: false,
+            last_cm: None,
         });
         let opened = FwdOpened {
             opened: Opened {
@@ -753,6 +785,7 @@ impl Hub {
             watcher,
             tx: Vec::new(),
             close_asked: false,
+            gone_cm: crate::engine::Counters::default(),
         });
         st.by_key.insert(key.to_string(), dev);
         Ok(dev)
@@ -878,6 +911,9 @@ impl Hub {
         p.backlog.cv.notify_all();
         d.free.push_back(slot);
         d.listens.retain(|_, o| o.0 != slot);
+        if let Some(c) = &p.last_cm {
+            d.gone_cm.merge(c);
+        }
         let empty = d.procs.iter().all(Option::is_none);
         let stats = d.stats.clone();
         let key = d.key.clone();

@@ -2845,8 +2845,13 @@ pub mod fwd {
     pub const IDS: u16 = 8;
     /// Service → process: `u64 seq`: send your CM counters (`ibcm stat`).
     pub const STAT_ASK: u16 = 9;
-    /// Process → service: `u64 seq` and the device's `Counters`.
+    /// Process → service: `u64 seq` and the device's `Counters`: the
+    /// answer to `STAT_ASK` `seq`, or, with seq [`LAST_STAT`], unasked,
+    /// the process's last counters as it closes the device or exits.
     pub const STAT: u16 = 10;
+    /// The seq of a `STAT` the process sends unasked when it leaves: the
+    /// service keeps its counts in the device's once the process is gone.
+    pub const LAST_STAT: u64 = u64::MAX;
     /// Ids per `IDS` record (a record stays under 64 KiB).
     pub const IDS_PER_REC: usize = 512;
 

@@ -3013,3 +3013,60 @@ fn forward_a_dead_processes_dreq_goes_again_only_without_a_drep() {
     );
     assert!(d.fwd_stat(&db).is_some());
 }
+
+/// `ibcm stat` of a forwarded device counts what its processes gone did:
+/// each gives its last counters as it closes the device (or exits), and
+/// the service keeps them in the device's (the kernel's CM counters of a
+/// port do not drop when a process leaves either).
+#[test]
+fn forward_counters_keep_the_counts_of_processes_gone() {
+    let d = Daemon::start("fwd-counters");
+    let dev = &net::soft(63);
+    // This process keeps the device open (its own counters are zero).
+    let holder = Device::open_forwarded(dev, &d.socket).unwrap();
+    let mut l = Listener::spawn_fwd(&d, &["--device", dev, "--count", "1", "--timeout", "30"]);
+    assert!(l.wait_listening(), "{}", l.out());
+    let c = d
+        .connect(dev, &net::ip(63), &["--timeout", "10"])
+        .env("IBCM_SERVICE_MODE", "forward")
+        .output()
+        .unwrap();
+    assert!(c.status.success(), "{}{}", text(&c.stdout), text(&c.stderr));
+    assert!(l.child.wait().unwrap().success(), "{}", l.out());
+    assert!(
+        served::wait_for(Duration::from_secs(5), || d
+            .fwd_stat(dev)
+            .is_some_and(|s| s["processes"] == 1)),
+        "{}",
+        d.log()
+    );
+    let s = d.fwd_stat(dev).expect("the holder keeps it open");
+    let names: Vec<String> = {
+        let o = d
+            .ibcm(&["stat", "--json", "--socket", d.socket.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["attributes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect()
+    };
+    let count = |dir: &str, attr: &str| {
+        let i = names.iter().position(|n| n == attr).unwrap();
+        s["cm"][dir][i].as_u64().unwrap()
+    };
+    // One connection, both ends gone: each MAD counted once sent and
+    // once received, the listener's two ids and the client's one.
+    for attr in ["REQ", "REP", "RTU"] {
+        assert_eq!(
+            (count("tx", attr), count("rx", attr)),
+            (1, 1),
+            "{attr}: {s}"
+        );
+    }
+    assert_eq!(s["cm"]["ids_created"], 3, "{s}");
+    holder.close();
+}

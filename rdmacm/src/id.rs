@@ -566,8 +566,10 @@ fn arm_exit_teardown() {
             // A panic there stays in that thread.
             match std::thread::Builder::new()
                 .name("ibcm-exit".into())
-                .spawn(|| exit_teardown(EXIT_LINGER))
-            {
+                .spawn(|| {
+                    exit_teardown(EXIT_LINGER);
+                    crate::select::send_last_counters();
+                }) {
                 Ok(h) => {
                     let _ = h.join();
                 }

@@ -121,6 +121,19 @@ pub fn open(name: &str) -> Result<Arc<Device>, Errno> {
     Ok(d)
 }
 
+/// At process exit: each open device forwarded by the host CM service
+/// gives it the process's CM counters (`Device::send_last_counters`), so
+/// that the device's counts in `ibcm stat` keep them. Skipped when the
+/// table is locked (exit from inside the library).
+pub fn send_last_counters() {
+    let Ok(map) = devices().try_lock() else {
+        return;
+    };
+    for d in map.values() {
+        d.send_last_counters();
+    }
+}
+
 /// Makes `dev` the device `open(name)` gives (a test's served device).
 #[cfg(test)]
 pub(crate) fn test_use_device(name: &str, dev: Arc<Device>) {

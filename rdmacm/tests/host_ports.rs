@@ -244,6 +244,42 @@ fn a_port_is_one_process_s_on_the_host_and_freed_by_its_death() {
     waiter.finish();
 }
 
+/// A process that exits with its connection established (no destroy,
+/// no device close) leaves its CM counters with the service forwarding
+/// its device (the library's exit hook sends them): `ibcm stat` of the
+/// device still counts its REQ and RTU once it is gone.
+#[test]
+fn a_process_gone_leaves_its_counters_with_the_service() {
+    let socket = start_service("counters");
+    let addr: SocketAddr = SocketAddr::from((net::addr(16), 7471));
+    let server = Proc::spawn(&socket, "serve", addr, false);
+    server.expect("@listening", Duration::from_secs(10));
+    // The client on the server's address: one device, which the server
+    // keeps open.
+    let ip = addr.ip().to_string();
+    let client = Proc::spawn_env(&socket, "connect", addr, false, &[("HOST_PORTS_SRC", &ip)]);
+    server.expect("@established", Duration::from_secs(10));
+    client.expect("@established", Duration::from_secs(10));
+    client.finish();
+    let attr = |name: &str| {
+        ibcm::engine::counters::ATTR_NAMES
+            .iter()
+            .position(|n| *n == name)
+            .unwrap()
+    };
+    let dev = net::ip(16);
+    let stat = service::query_stat(&socket).unwrap();
+    let d = stat
+        .iter()
+        .find(|d| String::from_utf8_lossy(&d.name).contains(&dev))
+        .unwrap_or_else(|| panic!("no device {dev}"));
+    // Only the client sent a REQ and an RTU; the server (alive) received
+    // them.
+    assert_eq!((d.cm.tx[attr("REQ")], d.cm.rx[attr("REQ")]), (1, 1));
+    assert_eq!((d.cm.tx[attr("RTU")], d.cm.rx[attr("RTU")]), (1, 1));
+    assert_eq!(d.clients, 1);
+}
+
 #[test]
 fn privileged_ports_follow_the_peer_s_capability() {
     let socket = start_service("priv");
@@ -981,12 +1017,19 @@ fn bind_taken(addr: SocketAddr) {
     assert_eq!(rdma_destroy_id(id), 0);
 }
 
+/// (From the address in `HOST_PORTS_SRC` when set, else as routed.)
 fn connect(addr: SocketAddr) {
     let ch = rdma_create_event_channel();
     let id = new_id(ch, port_space::TCP);
     let mut dst = sockaddr(addr);
+    let mut src = std::env::var("HOST_PORTS_SRC")
+        .ok()
+        .map(|ip| sockaddr(SocketAddr::new(ip.parse().unwrap(), 0)));
+    let srcp = src.as_mut().map_or(std::ptr::null_mut(), |s| {
+        (s as *mut libc::sockaddr_in).cast()
+    });
     assert_eq!(
-        unsafe { rdma_resolve_addr(id, std::ptr::null_mut(), (&raw mut dst).cast(), 1000) },
+        unsafe { rdma_resolve_addr(id, srcp, (&raw mut dst).cast(), 1000) },
         0
     );
     assert_eq!(rdma_ack_cm_event(expect(ch, R::AddrResolved)), 0);

@@ -474,6 +474,18 @@ impl Device {
             .map(|(_, _, a)| a.get() as *const IbGidAttr)
     }
 
+    /// Gives the host CM service forwarding this device (forward mode)
+    /// the process's CM counters as they stand, unasked
+    /// (`fwd::LAST_STAT`): the service keeps them in the device's once
+    /// the process is gone. Sent as the device closes and at process
+    /// exit; nothing for other transports.
+    pub fn send_last_counters(&self) {
+        if self.remote.is_none() {
+            self.transport
+                .answer_stat(crate::ipc::fwd::LAST_STAT, &self.counters());
+        }
+    }
+
     /// Stops the event loop and destroys every remaining id (their
     /// protocol actions are sent). Called by `ibcm_close_device`.
     pub fn close(self: &Arc<Self>) {
@@ -530,6 +542,7 @@ impl Device {
                 ibcm_log!(ERROR, "{}: an event loop thread had panicked", self.name);
             }
         }
+        self.send_last_counters();
         self.transport.close();
     }
 
