@@ -43,6 +43,8 @@
 #                    duplicates, timeouts) -- the same count for both CMs
 #   BENCH_BOUND      seconds one cmtime run may take (default 60 + N / 10)
 #   BENCH_GUEST_MEM  each guest's memory (qemu -m; default 512, the lab's): for large N only
+#   BENCH_GUEST_CPUS each guest's vCPUs (qemu -smp; default 1, the lab's): whether a CM's cost
+#                    comes from sharing one CPU (the service's thread preempting the application)
 #   BENCH_MEM_SAMPLE seconds between the guests' memory samples (default 5; 0: none): each guest
 #                    writes runs/PAIRING/A.mem, B.mem (MemAvailable, Slab, and the RSS of every
 #                    cmtime and ibcm process; interop/rdmacm/guest.sh's rdmacm_memwatch)
@@ -272,7 +274,7 @@ pairing() { # pairing NAME
   # the host's load through the run (epoch seconds, 1/5/15-min averages): the A/B rows' load
   while :; do echo "$(date +%s) $(cut -d' ' -f1-3 /proc/loadavg)"; sleep 5; done > "$run/host.load" &
   sampler=$!
-  LAB_CACHE="$CACHE" LAB_GUEST_MEM="${BENCH_GUEST_MEM:-512}" bash "$ROOT/interop/verbs/run-pair.sh" -q -t "$total" -a "$ma" -b "$mb" \
+  LAB_CACHE="$CACHE" LAB_GUEST_MEM="${BENCH_GUEST_MEM:-512}" LAB_GUEST_CPUS="${BENCH_GUEST_CPUS:-1}" bash "$ROOT/interop/verbs/run-pair.sh" -q -t "$total" -a "$ma" -b "$mb" \
     -o "$run" ${pcap:+-p "$pcap"} "$(rdmacm_guest_cmd "$ma" server)" "$(rdmacm_guest_cmd "$mb" client)" \
     > "$run/pair.log" 2>&1 || true
   kill "$sampler"; wait "$sampler" 2>/dev/null || true

@@ -358,7 +358,13 @@ def machine():
         "cpu": cpu,
         "cpus": os.cpu_count(),
         "qemu": qemu,
+        "guest_cpus": int(os.environ.get("BENCH_GUEST_CPUS", "1")),
     }
+
+
+def guests(cpus):
+    """The guests of a pairing, as the report names them."""
+    return "two single-vCPU TCG guests" if cpus == 1 else f"two TCG guests of {cpus} vCPUs each"
 
 
 def render(data):
@@ -368,7 +374,7 @@ def render(data):
     m = data["machine"]
     md = ["# ibcm vs the kernel CM: the same binaries, one run (scripts/bench-kernel.sh)", ""]
     md.append(f"{m['date_utc']}; host {m['host']} ({m['cpus']} CPUs, {m['cpu']}, Linux {m['kernel']}); "
-              f"{m['qemu']}; two single-vCPU TCG guests per pairing, Debian 12 rdmacm-utils 44 / perftest 4.5.")
+              f"{m['qemu']}; {guests(m.get('guest_cpus', 1))} per pairing, Debian 12 rdmacm-utils 44 / perftest 4.5.")
     md.append("")
     md.append("Host load at each pairing's start → end (uptime):")
     md.append("")

@@ -95,6 +95,25 @@ class Tables(unittest.TestCase):
         self.assertIn("| failed connections | 1 ADDR_ERROR -19, 2 REJECTED 28 |", md)
 
 
+class GuestCpus(unittest.TestCase):
+    def test_the_report_names_the_guests_vcpus(self):
+        for env, want in ((None, "two single-vCPU TCG guests per pairing"),
+                          ("2", "two TCG guests of 2 vCPUs each per pairing")):
+            old = os.environ.pop("BENCH_GUEST_CPUS", None)
+            if env is not None:
+                os.environ["BENCH_GUEST_CPUS"] = env
+            try:
+                with tempfile.TemporaryDirectory() as root:
+                    pairing_dir(root, "kernel-kernel", CMTIME, "10.0 @start\n10.5 @exit 0\n")
+                    md, data = report(root, "kernel-kernel")
+            finally:
+                os.environ.pop("BENCH_GUEST_CPUS", None)
+                if old is not None:
+                    os.environ["BENCH_GUEST_CPUS"] = old
+            self.assertIn(want, md)
+            self.assertEqual(data["machine"]["guest_cpus"], int(env or 1))
+
+
 class Parallel(unittest.TestCase):
     """cmtime-par-KxN: K clients of interop/bench/par.sh, one completion time over all of them."""
 

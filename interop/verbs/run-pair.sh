@@ -16,10 +16,12 @@
 #   -N              no rxe0 (skip `rdma link add`)
 #   -q              quiet: do not print the guest consoles at the end
 # Environment: LAB_GUEST_MEM  each guest's memory (qemu -m, default 512)
+#              LAB_GUEST_CPUS each guest's vCPUs (qemu -smp, default 1, the lab's)
 # exit status: 0 if both guest commands returned 0, else 1.
 set -euo pipefail
 LAB="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 CACHE="${LAB_CACHE:-$LAB/../../build/interop-verbs/cache}"
+[[ ${LAB_GUEST_CPUS:-1} =~ ^[1-9][0-9]?$ ]] || { echo "LAB_GUEST_CPUS: ${LAB_GUEST_CPUS} is not a vCPU count (1-99)" >&2; exit 2; }
 [ -f "$CACHE/initramfs.cpio.gz" ] || { echo "run build.sh first" >&2; exit 2; }
 
 T=90; MODS_A=rdma_rxe,ib_uverbs,ib_umad,rdma_ucm; MODS_B=; PCAP_A=; PCAP_B=; RUN=; RXE=1; QUIET=0
@@ -58,7 +60,7 @@ boot() { # boot NAME IP PEERNAME PEERIP MAC LPORT RPORT MODS PCAP
   [ -n "$pcap" ] && { rm -f "$pcap"; dump=(-object "filter-dump,id=cap0,netdev=n0,file=$pcap"); }
   # no_timer_check: under a loaded host the guest kernel's IO-APIC timer check can fail under
   # TCG ("IO-APIC + timer doesn't work!" panic, seen twice at load 17); the check proves nothing here.
-  timeout -k 5 $((T+60)) qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp 1 -m "${LAB_GUEST_MEM:-512}" \
+  timeout -k 5 $((T+60)) qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "${LAB_GUEST_CPUS:-1}" -m "${LAB_GUEST_MEM:-512}" \
     -display none -nodefaults -no-reboot -serial "file:$RUN/$n.console" \
     -kernel "$CACHE/vmlinuz" -initrd "$CACHE/initramfs.cpio.gz" \
     -append "console=ttyS0 quiet panic=-1 no_timer_check lab.name=$n lab.ip=$ip/24 lab.peername=$pn lab.peerip=$pip lab.mods=$mods lab.rxe=$RXE lab.timeout=$T" \
