@@ -530,7 +530,7 @@ impl Hub {
             .map(|(i, d)| FwdDevice {
                 key: d.key.clone(),
                 processes: d.procs.iter().flatten().count(),
-                ends: st.tracker.len_of(|p| p < WIRE_BASE && split(p).0 == i),
+                ends: st.tracker.len_of(|p| of_dev(p, i)),
                 transport: d.transport.stats().snapshot(),
                 stats: d.stats.clone(),
                 cm: cm.remove(&i).unwrap_or_default(),
@@ -586,7 +586,7 @@ impl Hub {
                     age_ms: now.saturating_sub(born),
                 });
             }
-            let here = |p: Proc| p < WIRE_BASE && split(p).0 == dev;
+            let here = |p: Proc| of_dev(p, dev);
             let gid_of = |p: Proc| st.gid_of(p).or(own.filter(|_| p < WIRE_BASE));
             // A REQ delivered to a process and not answered yet: its end
             // there is REQ_RCVD (its comm ID unknown until it answers).

@@ -197,6 +197,22 @@ fn unindex(qps: &mut PeerMap<(u64, u32), EndKey>, k: EndKey, e: &End) {
     }
 }
 
+/// Whether end `k` is in the table and not closed.
+fn is_open(ends: &PeerMap<EndKey, End>, k: EndKey) -> bool {
+    ends.get(&k).is_some_and(|e| e.state != EndState::Closed)
+}
+
+/// The DREQ the tracker sends for a dead end (comm ID `local`) to its
+/// peer's (`remote`, whose QP is `remote_qpn`).
+fn dreq(local: u32, remote: u32, remote_qpn: u32) -> CmMsg {
+    CmMsg::Dreq(Dreq {
+        local_comm_id: local,
+        remote_comm_id: remote,
+        remote_qpn,
+        ..Dreq::default()
+    })
+}
+
 /// How long after its DREQ a dead end's DREQ is sent again (ms).
 fn resend_wait(wait_ms: u32) -> u64 {
     (wait_ms as u64).clamp(RESEND_MIN_MS, RESEND_MAX_MS)
@@ -281,10 +297,7 @@ impl Tracker {
     /// count against its process's cap for ever).
     pub fn expire(&mut self, now_ms: u64, max_age_ms: u64) {
         let ends = &self.ends;
-        self.resends.retain(|r| {
-            ends.get(&r.survivor)
-                .is_some_and(|e| e.state != EndState::Closed)
-        });
+        self.resends.retain(|r| is_open(ends, r.survivor));
         let old = |t: u64| now_ms.saturating_sub(t) >= max_age_ms;
         let (counts, qps) = (&mut self.counts, &mut self.qps);
         self.ends.retain(|k, e| {
@@ -621,6 +634,8 @@ impl Tracker {
                 r.ari[..ari.len()].copy_from_slice(ari);
                 CmMsg::Rej(r)
             };
+            // When a DREQ it had sent goes again without a DREP.
+            let resend_at = e.closed_at.saturating_add(resend_wait(e.wait_ms));
             let msg = match e.state {
                 EndState::ReqSent => Some(rej(
                     MsgCode::Other,
@@ -646,24 +661,19 @@ impl Tracker {
                 // the process's exit, closes the survivor's end first.
                 EndState::DreqSent
                     if let Some(peer) = peer
-                        && now_ms < e.closed_at.saturating_add(resend_wait(e.wait_ms)) =>
+                        && now_ms < resend_at =>
                 {
                     self.resends.push(Resend {
-                        due: e.closed_at + resend_wait(e.wait_ms),
+                        due: resend_at,
                         dead: k,
                         survivor: (e.peer_proc, e.peer_comm),
                         survivor_qpn: peer.qpn,
                     });
                     None
                 }
-                EndState::Established | EndState::DreqSent => peer.map(|peer| {
-                    CmMsg::Dreq(Dreq {
-                        local_comm_id: k.1,
-                        remote_comm_id: e.peer_comm,
-                        remote_qpn: peer.qpn,
-                        ..Dreq::default()
-                    })
-                }),
+                EndState::Established | EndState::DreqSent => {
+                    peer.map(|peer| dreq(k.1, e.peer_comm, peer.qpn))
+                }
                 EndState::DreqRcvd => Some(CmMsg::Drep(Drep {
                     local_comm_id: k.1,
                     remote_comm_id: e.peer_comm,
@@ -733,13 +743,8 @@ impl Tracker {
                 continue;
             }
             self.resends.swap_remove(i);
-            if self.open_end(r.survivor) {
-                let m = self.mad(CmMsg::Dreq(Dreq {
-                    local_comm_id: r.dead.1,
-                    remote_comm_id: r.survivor.1,
-                    remote_qpn: r.survivor_qpn,
-                    ..Dreq::default()
-                }));
+            if is_open(&self.ends, r.survivor) {
+                let m = self.mad(dreq(r.dead.1, r.survivor.1, r.survivor_qpn));
                 out.push((r.dead.0, r.survivor.0, m));
             }
         }
@@ -751,13 +756,7 @@ impl Tracker {
     pub fn awaiting(&self, dead: impl Fn(Proc) -> bool) -> bool {
         self.resends
             .iter()
-            .any(|r| dead(r.dead.0) && self.open_end(r.survivor))
-    }
-
-    fn open_end(&self, k: EndKey) -> bool {
-        self.ends
-            .get(&k)
-            .is_some_and(|e| e.state != EndState::Closed)
+            .any(|r| dead(r.dead.0) && is_open(&self.ends, r.survivor))
     }
 
     /// Answers, for the gone process `to`, a MAD process `from` sends it
@@ -789,12 +788,7 @@ impl Tracker {
             CmMsg::Rtu(r) => {
                 let e = self.ends.get_mut(&(from, r.local_comm_id))?;
                 e.state = EndState::DreqRcvd;
-                CmMsg::Dreq(Dreq {
-                    local_comm_id: r.remote_comm_id,
-                    remote_comm_id: r.local_comm_id,
-                    remote_qpn: e.qpn,
-                    ..Dreq::default()
-                })
+                dreq(r.remote_comm_id, r.local_comm_id, e.qpn)
             }
             CmMsg::Dreq(r) => {
                 self.end_of((from, r.local_comm_id));

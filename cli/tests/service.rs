@@ -2910,6 +2910,17 @@ fn forward_a_dead_processes_dreq_goes_again_only_without_a_drep() {
         fwd::records(&buf[..n]).next(),
         Some(Ok(fwd::Rec::Listened { seq: 1, err: 0 }))
     ));
+    // Process `from` sends `msg`; process `rx` gets exactly it.
+    let pass =
+        |from: &std::os::fd::OwnedFd, rx: &std::os::fd::OwnedFd, dest: MadDest, msg: CmMsg| {
+            let want = std::mem::discriminant(&msg);
+            send(from, dest, msg);
+            let got = next_mads(rx, Duration::from_secs(5));
+            assert!(
+                matches!(&got[..], [m] if std::mem::discriminant(m) == want),
+                "{got:?}"
+            );
+        };
     let comm = |o: &ipc::FwdOpened, n: u32| IdCodec::new(o.id_key).encode(n << 7 | o.proc_slot);
     // Two connections, A active; A sends each its DREQ. The REQ asks for
     // a DREQ wait of 2 × 1 + 2,048 ms (packet life time 0, remote CM
@@ -2928,11 +2939,7 @@ fn forward_a_dead_processes_dreq_goes_again_only_without_a_drep() {
             ..Req::default()
         };
         req.primary.local_ack_timeout = 1;
-        send(&a, to(ga, gb), CmMsg::Req(req));
-        assert!(matches!(
-            next_mads(&b, Duration::from_secs(5))[..],
-            [CmMsg::Req(_)]
-        ));
+        pass(&a, &b, to(ga, gb), CmMsg::Req(req));
         let rep = Rep {
             local_comm_id: cb,
             remote_comm_id: ca,
@@ -2940,32 +2947,20 @@ fn forward_a_dead_processes_dreq_goes_again_only_without_a_drep() {
             local_ca_guid: 0xb1,
             ..Rep::default()
         };
-        send(&b, to(gb, ga), CmMsg::Rep(rep));
-        assert!(matches!(
-            next_mads(&a, Duration::from_secs(5))[..],
-            [CmMsg::Rep(_)]
-        ));
+        pass(&b, &a, to(gb, ga), CmMsg::Rep(rep));
         let rtu = Rtu {
             local_comm_id: ca,
             remote_comm_id: cb,
             ..Rtu::default()
         };
-        send(&a, to(ga, gb), CmMsg::Rtu(rtu));
-        assert!(matches!(
-            next_mads(&b, Duration::from_secs(5))[..],
-            [CmMsg::Rtu(_)]
-        ));
+        pass(&a, &b, to(ga, gb), CmMsg::Rtu(rtu));
         let dreq = Dreq {
             local_comm_id: ca,
             remote_comm_id: cb,
             remote_qpn: 0x200 + i,
             ..Dreq::default()
         };
-        send(&a, to(ga, gb), CmMsg::Dreq(dreq));
-        assert!(matches!(
-            next_mads(&b, Duration::from_secs(5))[..],
-            [CmMsg::Dreq(_)]
-        ));
+        pass(&a, &b, to(ga, gb), CmMsg::Dreq(dreq));
         conns.push((ca, cb));
     }
     // A goes, in DREQ_SENT twice: nothing is sent for it yet, and its
