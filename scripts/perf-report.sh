@@ -38,6 +38,8 @@ print(f"connect {d['connect_per_s']}/s  disconnect {d['disconnect_per_s']}/s  "
       f"connect p50/p99/max {c['p50']}/{c['p99']}/{c['max']} us  DREQ->DREP p50 {q['p50']} us  "
       f"cpu {d['cpu_s']} s  rss {d['max_rss_kib']} KiB  | baseline {b['exchanges_per_s']}/s "
       f"p50 {b['exchange_us']['p50']} us  ratio rate {d['ratio_to_udp']['rate']} p50 {d['ratio_to_udp']['p50']}")
+print("  baseline with the wire's work: " + ", ".join(
+      f"{r['work']} {r['ratio']} ({r['cpu_us']} us CPU)" for r in b["floor"]))
 PY
 for i in 1 2 3; do
     $IBCM bench --baseline --json 2>/dev/null | python3 "$summ"

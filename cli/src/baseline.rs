@@ -19,7 +19,12 @@
 //! the fabric's own batching, `sendmmsg`/`recvmmsg` of 64 single datagrams;
 //! `IBCM_BASELINE_BATCH=mmsg` forces that for a comparison.
 
-use ibcm::fabric::udp::{self, BATCH, RECV_BUF, addr_of, setsockopt_int, sockaddr_of};
+use ibcm::fabric::udp::{
+    self, BATCH, RECV_BUF, addr_of, frame_gsi, icrc_matches, ipv4_id_deltas, setsockopt_int,
+    sockaddr_of,
+};
+use ibcm::wire::cm::{CmMad, CmMsg, Rep, Req, Rtu};
+use ibcm::wire::roce::{self, GSI_PAYLOAD_LEN, IcrcInput, IcrcPrefix};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
@@ -27,7 +32,180 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Datagram size: BTH + DETH + MAD + ICRC, as the fabric sends.
-pub const SIZE: usize = 280;
+pub const SIZE: usize = GSI_PAYLOAD_LEN;
+
+/// What each datagram carries and what both ends do with it. `Plain` is
+/// the baseline; the others add, on the same sockets, threads and
+/// batching, the per-message work the wire asks of a CM — so their rates
+/// bound from above what a CM that speaks the wire can reach on this
+/// path, before any state, timer or callback of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Numbered bytes: the sockets' cost and nothing else.
+    Plain,
+    /// Every datagram a RoCEv2 GSI frame (BTH, DETH, MAD, ICRC) built by
+    /// the fabric's framing; the receiver parses BTH and DETH as the
+    /// fabric does. What a peer (the kernel's rxe, an HCA) needs: without
+    /// the ICRC it drops the frame.
+    Frame,
+    /// `Frame`, and each MAD a REQ, REP or RTU written and parsed by the
+    /// engine's codec (`CmMad::emit`, `CmMad::parse`): the least a CM
+    /// that speaks the wire does per message.
+    Codec,
+    /// `Codec`, and the receiver checks the ICRC as the fabric does
+    /// (against every GSO segment's IP ID).
+    Checked,
+}
+
+impl Work {
+    /// The name `--baseline-work` takes and the report prints.
+    pub fn name(self) -> &'static str {
+        match self {
+            Work::Plain => "plain",
+            Work::Frame => "frame",
+            Work::Codec => "frame+codec",
+            Work::Checked => "frame+codec+icrc-check",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Work> {
+        [Work::Plain, Work::Frame, Work::Codec, Work::Checked]
+            .into_iter()
+            .find(|w| w.name() == s)
+    }
+
+    fn codec(self) -> bool {
+        matches!(self, Work::Codec | Work::Checked)
+    }
+}
+
+/// One thread's end of an exchange: builds and reads its datagrams for
+/// a `Work`. Kind 1 is the request (REQ), 2 the response (REP), 3 the
+/// confirmation (RTU); `i` numbers the exchange.
+pub struct Wire {
+    work: Work,
+    /// The pseudo-header CRC of this end's sends (IP ID 0) and of what
+    /// it receives, as the fabric keeps them per peer.
+    tx: IcrcPrefix,
+    rx_input: IcrcInput,
+    rx: IcrcPrefix,
+    psn: u32,
+    /// Segment `j` of a GSO burst carries IP ID `j`: frame for it.
+    gso: bool,
+    /// Received frames whose ICRC matched no segment's IP ID.
+    pub bad_icrc: u64,
+}
+
+fn linux_input(from: SocketAddr, to: SocketAddr) -> IcrcInput {
+    match (from.ip(), to.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => IcrcInput::linux_ipv4(s, d, from.port(), to.port()),
+        (s, d) => {
+            let v6 = |ip: IpAddr| match ip {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                IpAddr::V6(v6) => v6,
+            };
+            IcrcInput::linux_ipv6(v6(s), v6(d), from.port(), to.port())
+        }
+    }
+}
+
+impl Wire {
+    /// This end (`me`, on `sock`) talking to `peer`.
+    pub fn new(work: Work, sock: &Socket, peer: SocketAddr) -> io::Result<Wire> {
+        let me = sock.sock.local_addr()?;
+        let tx_input = linux_input(me, peer);
+        let rx_input = linux_input(peer, me);
+        Ok(Wire {
+            work,
+            tx: tx_input.prefix(),
+            rx_input,
+            rx: rx_input.prefix(),
+            psn: 0,
+            gso: sock.gso.load(Ordering::Relaxed),
+            bad_icrc: 0,
+        })
+    }
+
+    /// Datagram `kind` of exchange `i`, the `pos`-th of its send batch.
+    fn make(&mut self, kind: u8, i: usize, pos: usize) -> [u8; SIZE] {
+        let mut d = [0u8; SIZE];
+        if self.work == Work::Plain {
+            d[0] = kind;
+            d[1..9].copy_from_slice(&(i as u64).to_le_bytes());
+            return d;
+        }
+        let mut mad = [0u8; ibcm::wire::MAD_LEN];
+        if self.work.codec() {
+            let id = i as u32;
+            let msg = match kind {
+                1 => CmMsg::Req(Req {
+                    local_comm_id: id,
+                    service_id: 0x0106_0000_0000_4791,
+                    local_qpn: id & 0xff_ffff,
+                    starting_psn: id & 0xff_ffff,
+                    ..Req::default()
+                }),
+                2 => CmMsg::Rep(Rep {
+                    local_comm_id: !id,
+                    remote_comm_id: id,
+                    local_qpn: !id & 0xff_ffff,
+                    starting_psn: !id & 0xff_ffff,
+                    ..Rep::default()
+                }),
+                _ => CmMsg::Rtu(Rtu {
+                    local_comm_id: id,
+                    remote_comm_id: !id,
+                    ..Rtu::default()
+                }),
+            };
+            CmMad::send(i as u64, 0, msg).emit(&mut mad);
+        } else {
+            mad[0] = kind;
+            mad[1..9].copy_from_slice(&(i as u64).to_le_bytes());
+        }
+        let delta = match self.v4() {
+            true if self.gso => ipv4_id_deltas()[pos % BATCH],
+            _ => 0,
+        };
+        self.psn = (self.psn + 1) & 0xff_ffff;
+        frame_gsi(self.psn, roce::DEFAULT_PKEY, &mad, &self.tx, delta, &mut d);
+        d
+    }
+
+    fn v4(&self) -> bool {
+        matches!(self.rx_input, IcrcInput::LinuxIpv4 { .. })
+    }
+
+    /// (kind, exchange) of a received datagram; None for one that is not
+    /// this work's (wrong size, framing or MAD).
+    fn read(&mut self, b: &[u8]) -> Option<(u8, usize)> {
+        if b.len() != SIZE {
+            return None;
+        }
+        if self.work == Work::Plain {
+            return Some((b[0], u64::from_le_bytes(b[1..9].try_into().ok()?) as usize));
+        }
+        let d = roce::parse_udp_payload(b).ok()?;
+        if self.work == Work::Checked
+            && !icrc_matches(self.rx_input, &self.rx, &b[..SIZE - 4], d.icrc)
+        {
+            self.bad_icrc += 1;
+            return None;
+        }
+        if !self.work.codec() {
+            let i = u64::from_le_bytes(d.mad[1..9].try_into().ok()?);
+            return Some((d.mad[0], i as usize));
+        }
+        let m = CmMad::parse(&d.mad[..]).ok()?;
+        let kind = match m.msg {
+            CmMsg::Req(_) => 1,
+            CmMsg::Rep(_) => 2,
+            CmMsg::Rtu(_) => 3,
+            _ => return None,
+        };
+        Some((kind, m.tid as usize))
+    }
+}
 /// Bytes one receive buffer holds with `UDP_GRO`: the largest UDP payload,
 /// so that no coalesced packet is truncated.
 const GRO_BUF: usize = 65_535;
@@ -303,9 +481,14 @@ fn send_mmsg(s: &Socket, dgrams: &mut [([u8; SIZE], SocketAddr)]) {
     }
 }
 
-/// The responder: answers kind 1 with kind 2 (same bytes), ignores kind 3,
-/// until `stop()` says so.
-pub fn serve(sock: &Socket, stop: impl Fn() -> bool) {
+/// The responder: answers kind 1 with kind 2, ignores kind 3, until
+/// `stop()` says so. With `Work::Plain` the answer is the request's bytes
+/// with the kind changed; otherwise a REP framed for `peer`. Returns the
+/// count of received frames whose ICRC did not verify.
+pub fn serve(sock: &Socket, work: Work, peer: SocketAddr, stop: impl Fn() -> bool) -> u64 {
+    let Ok(mut wire) = Wire::new(work, sock, peer) else {
+        return 0;
+    };
     let mut rx = Rx::new(sock);
     let mut out = Vec::with_capacity(BATCH);
     while !stop() {
@@ -319,16 +502,22 @@ pub fn serve(sock: &Socket, stop: impl Fn() -> bool) {
             }
             out.clear();
             for (b, from) in got {
-                if b.len() == SIZE && b[0] == 1 {
-                    let mut d = [0u8; SIZE];
-                    d.copy_from_slice(b);
-                    d[0] = 2;
+                if let Some((1, i)) = wire.read(b) {
+                    let d = if work == Work::Plain {
+                        let mut d = [0u8; SIZE];
+                        d.copy_from_slice(b);
+                        d[0] = 2;
+                        d
+                    } else {
+                        wire.make(2, i, out.len())
+                    };
                     out.push((d, from));
                 }
             }
             send_many(sock, &mut out);
         }
     }
+    wire.bad_icrc
 }
 
 /// The requester: `n` exchanges, `window` in flight. Returns the rate
@@ -340,13 +529,18 @@ pub fn serve(sock: &Socket, stop: impl Fn() -> bool) {
 /// thread takes responses, sends the confirmations and frees the slots.
 pub fn run(
     sock: &Socket,
+    work: Work,
     to: SocketAddr,
     n: usize,
     window: usize,
     timeout: Duration,
-) -> (f64, Vec<u64>) {
+) -> io::Result<Outcome> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::{Condvar, Mutex};
+    // One per thread, as the fabric keeps its framing state per thread.
+    let mut tx_wire = Wire::new(work, sock, to)?;
+    let mut rx_wire = Wire::new(work, sock, to)?;
+    rx_wire.psn = 0x80_0000;
     let start = Instant::now();
     let deadline = start + timeout;
     let ns = || start.elapsed().as_nanos() as u64 + 1;
@@ -354,14 +548,9 @@ pub fn run(
     let sent_at: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
     let slots = (Mutex::new(0usize), Condvar::new());
     let finished = AtomicBool::new(false);
-    let dgram = |kind: u8, i: usize| {
-        let mut d = [0u8; SIZE];
-        d[0] = kind;
-        d[1..9].copy_from_slice(&(i as u64).to_le_bytes());
-        (d, to)
-    };
-    let (done, lat) = std::thread::scope(|s| {
+    let (done, lat, bad_icrc) = std::thread::scope(|s| {
         let rx = s.spawn(|| {
+            let wire = &mut rx_wire;
             let mut lat = Vec::with_capacity(n);
             let mut rx = Rx::new(sock);
             let mut out: Vec<([u8; SIZE], SocketAddr)> = Vec::with_capacity(BATCH);
@@ -372,7 +561,7 @@ pub fn run(
                     out.clear();
                     for (i, t) in sent_at.iter().enumerate() {
                         if t.load(Ordering::Relaxed) != 0 {
-                            out.push(dgram(1, i));
+                            out.push((wire.make(1, i, out.len()), to));
                         }
                     }
                     send_many(sock, &mut out);
@@ -380,14 +569,13 @@ pub fn run(
                 }
                 out.clear();
                 for (b, _) in rx.recv(sock) {
-                    if b.len() != SIZE || b[0] != 2 {
+                    let Some((2, i)) = wire.read(b) else {
                         continue;
-                    }
-                    let i = u64::from_le_bytes(b[1..9].try_into().unwrap()) as usize;
+                    };
                     let t = sent_at.get(i).map_or(0, |t| t.swap(0, Ordering::Relaxed));
                     if t != 0 {
                         lat.push(ns() - t);
-                        out.push(dgram(3, i));
+                        out.push((wire.make(3, i, out.len()), to));
                     }
                 }
                 send_many(sock, &mut out);
@@ -399,8 +587,9 @@ pub fn run(
             }
             finished.store(true, Ordering::SeqCst);
             slots.1.notify_one();
-            (done, lat)
+            (done, lat, wire.bad_icrc)
         });
+        let wire = &mut tx_wire;
         let mut out: Vec<([u8; SIZE], SocketAddr)> = Vec::with_capacity(window);
         let mut next = 0usize;
         while next < n && !finished.load(Ordering::SeqCst) {
@@ -420,14 +609,30 @@ pub fn run(
             out.clear();
             for (i, t) in sent_at.iter().enumerate().skip(next).take(k) {
                 t.store(ns(), Ordering::Relaxed);
-                out.push(dgram(1, i));
+                out.push((wire.make(1, i, out.len()), to));
             }
             send_many(sock, &mut out);
             next += k;
         }
         rx.join().unwrap()
     });
-    (done as f64 / start.elapsed().as_secs_f64(), lat)
+    Ok(Outcome {
+        rate: done as f64 / start.elapsed().as_secs_f64(),
+        done,
+        lat_ns: lat,
+        bad_icrc,
+    })
+}
+
+/// What `run` measured.
+pub struct Outcome {
+    /// Completed exchanges per second.
+    pub rate: f64,
+    pub done: usize,
+    /// Each exchange's request→response time, ns.
+    pub lat_ns: Vec<u64>,
+    /// Responses whose ICRC did not verify (dropped; 0 on a sound path).
+    pub bad_icrc: u64,
 }
 
 #[cfg(test)]
@@ -477,5 +682,89 @@ mod tests {
     #[test]
     fn mmsg_fallback_delivers_the_same() {
         assert_eq!(exchange(false, [127, 0, 91, 3], [127, 0, 91, 4]), "mmsg");
+    }
+
+    /// `run` against `serve` doing `work`: every exchange completes and no
+    /// ICRC fails, GSO/GRO on and off.
+    #[test]
+    fn every_work_completes_its_exchanges() {
+        let mut host = 10u8;
+        for offload in [true, false] {
+            for work in [Work::Plain, Work::Frame, Work::Codec, Work::Checked] {
+                let a = bind_with(IpAddr::from([127, 0, 91, host]), 0, offload).unwrap();
+                let b = bind_with(IpAddr::from([127, 0, 91, host + 1]), 0, offload).unwrap();
+                host += 2;
+                let (aa, ba) = (a.sock.local_addr().unwrap(), b.sock.local_addr().unwrap());
+                let stop = AtomicBool::new(false);
+                let (out, bad) = std::thread::scope(|s| {
+                    let server = s.spawn(|| serve(&b, work, aa, || stop.load(Ordering::SeqCst)));
+                    let out = run(&a, work, ba, 700, 256, Duration::from_secs(20)).unwrap();
+                    stop.store(true, Ordering::SeqCst);
+                    (out, server.join().unwrap())
+                });
+                assert_eq!(out.done, 700, "{work:?}, offload {offload}");
+                assert_eq!(out.lat_ns.len(), 700);
+                assert_eq!((out.bad_icrc, bad), (0, 0), "{work:?}");
+            }
+        }
+    }
+
+    /// The rungs' frames are the fabric's: BTH/DETH for the GSI, the ICRC
+    /// right for the IP ID segment `j` of a GSO burst carries, and with
+    /// the codec a REQ / REP / RTU the engine's parser reads.
+    #[test]
+    fn framed_work_puts_real_gsi_frames_on_the_wire() {
+        let a = bind_with(IpAddr::from([127, 0, 91, 40]), 0, true).unwrap();
+        let b = SocketAddr::from(([127, 0, 91, 41], 4790));
+        let me = a.sock.local_addr().unwrap();
+        let IpAddr::V4(mine) = me.ip() else { panic!() };
+        for work in [Work::Frame, Work::Codec] {
+            let mut w = Wire::new(work, &a, b).unwrap();
+            for (j, kind) in [(0, 1u8), (1, 2), (63, 3), (64, 1)] {
+                let d = w.make(kind, 4242, j);
+                let inp = IcrcInput::linux_ipv4(mine, [127, 0, 91, 41].into(), me.port(), 4790)
+                    .with_ip_id((j % BATCH) as u16);
+                roce::verify_icrc_ipv4(&inp.ipv4_header().unwrap(), &inp.udp_header(), &d)
+                    .unwrap_or_else(|e| panic!("{work:?} segment {j}: {e}"));
+                let g = roce::parse_udp_payload(&d).unwrap();
+                assert_eq!(g.bth.dest_qp, roce::GSI_QP);
+                if work == Work::Codec {
+                    let m = CmMad::parse(&g.mad[..]).unwrap();
+                    assert_eq!(m.tid, 4242);
+                    let want = ["REQ", "REP", "RTU"][kind as usize - 1];
+                    assert_eq!(m.msg.name(), want);
+                }
+            }
+        }
+    }
+
+    /// Only `Checked` checks the ICRC: a frame with one ICRC bit flipped
+    /// is dropped and counted there, read by the others.
+    #[test]
+    fn only_the_checked_rung_drops_a_bad_icrc() {
+        let a = bind_with(IpAddr::from([127, 0, 91, 42]), 0, false).unwrap();
+        let b = bind_with(IpAddr::from([127, 0, 91, 43]), 0, false).unwrap();
+        let (aa, ba) = (a.sock.local_addr().unwrap(), b.sock.local_addr().unwrap());
+        let mut tx = Wire::new(Work::Codec, &a, ba).unwrap();
+        let good = tx.make(2, 9, 0);
+        let mut bad = good;
+        bad[SIZE - 1] ^= 0x10;
+        for work in [Work::Codec, Work::Checked] {
+            let mut rx = Wire::new(work, &b, aa).unwrap();
+            assert_eq!(rx.read(&good), Some((2, 9)), "{work:?}");
+            assert_eq!(rx.bad_icrc, 0);
+            let got = rx.read(&bad);
+            if work == Work::Checked {
+                assert_eq!((got, rx.bad_icrc), (None, 1));
+            } else {
+                assert_eq!((got, rx.bad_icrc), (Some((2, 9)), 0));
+            }
+        }
+        assert_eq!(
+            Wire::new(Work::Frame, &b, aa)
+                .unwrap()
+                .read(&good[..SIZE - 1]),
+            None
+        );
     }
 }

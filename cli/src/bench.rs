@@ -39,6 +39,7 @@ struct Opts {
     timeout: Duration,
     serve: bool,
     serve_baseline: bool,
+    baseline_work: String,
     scale: bool,
     /// Command (split on spaces) the server process is started under, e.g.
     /// `ip netns exec NS`.
@@ -154,6 +155,10 @@ pub struct Args {
     /// (internal) run as the baseline's responder process
     #[arg(long, hide = true)]
     pub serve_baseline: bool,
+    /// (internal) what the baseline's responder does per datagram
+    /// (`plain`, `icrc`, `icrc+codec`)
+    #[arg(long, hide = true, default_value = "plain")]
+    pub baseline_work: String,
 }
 
 impl Opts {
@@ -171,6 +176,7 @@ impl Opts {
             timeout: a.timeout,
             serve: a.serve,
             serve_baseline: a.serve_baseline,
+            baseline_work: a.baseline_work.clone(),
             scale: a.scale,
             server_wrap: a.server_wrap.clone(),
             cm_timeout: a.cm_timeout,
@@ -326,17 +332,22 @@ struct Report<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     verify: Option<&'a Verify>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    udp_baseline: Option<UdpBaseline>,
+    udp_baseline: Option<UdpBaseline<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ratio_to_udp: Option<Ratio>,
 }
 
 #[derive(Debug, Serialize)]
-struct UdpBaseline {
+struct UdpBaseline<'a> {
     exchanges_per_s: u64,
     exchange_us: Pct,
     /// How the baseline's sockets batched (`baseline::Socket::batching`).
     batching: &'static str,
+    /// CPU per exchange, both ends, µs.
+    #[serde(serialize_with = "round3")]
+    cpu_us: f64,
+    /// The same exchange with the wire's per-message work, same run.
+    floor: &'a [Rung],
 }
 
 #[derive(Debug, Serialize)]
@@ -740,6 +751,9 @@ const BASE_PORT: u16 = 4790;
 /// closes.
 fn serve_baseline(o: &Opts) -> Result<(), String> {
     let ip = ip_of(&o.server)?;
+    let work = baseline::Work::parse(&o.baseline_work)
+        .ok_or_else(|| format!("unknown baseline work {:?}", o.baseline_work))?;
+    let peer = SocketAddr::new(ip_of(&o.client)?, BASE_PORT);
     let sock = baseline::bind(ip, BASE_PORT)
         .map_err(|e| format!("baseline bind {ip}:{BASE_PORT}: {e}"))?;
     say_ready();
@@ -749,7 +763,15 @@ fn serve_baseline(o: &Opts) -> Result<(), String> {
         wait_for_stdin();
         d2.store(true, Ordering::SeqCst);
     });
-    baseline::serve(&sock, || done.load(Ordering::SeqCst));
+    let cpu0 = cpu_self();
+    let bad = baseline::serve(&sock, work, peer, || done.load(Ordering::SeqCst));
+    // The CPU this process spent answering (its start-up excluded), for
+    // the client's per-exchange figure.
+    println!("cpu {}", cpu_self() - cpu0);
+    let _ = std::io::stdout().flush();
+    if bad != 0 {
+        return Err(format!("{bad} requests failed their ICRC check"));
+    }
     Ok(())
 }
 
@@ -760,50 +782,166 @@ struct BaseResult {
     lat: Pct,
     /// Every exchange's round trip, ns (for `--svg`).
     lat_ns: Vec<u64>,
+    /// CPU of both ends (all threads, both processes) per exchange, µs.
+    cpu_us: f64,
+    /// The same exchange carrying the wire's per-message work
+    /// (`baseline::Work::Frame`, `Codec`, `Checked`), in the same run.
+    floor: Vec<Rung>,
+}
+
+/// One rung of the baseline with per-message work.
+#[derive(Debug, Serialize)]
+struct Rung {
+    work: &'static str,
+    exchanges_per_s: u64,
+    /// Its rate over the plain baseline's.
+    #[serde(serialize_with = "round3")]
+    ratio: f64,
+    #[serde(serialize_with = "round3")]
+    cpu_us: f64,
+}
+
+/// User + system CPU seconds of this process so far.
+fn cpu_self() -> f64 {
+    usage().0
+}
+
+/// Rounds of the baseline and its rungs: one run of each per round, in
+/// turn, and the median run of each is reported (one run of the plain
+/// exchange varies by ±20 % on a 2-core VM).
+const BASELINE_ROUNDS: usize = 3;
+
+/// The baseline and its floor rungs: `BASELINE_ROUNDS` rounds of the
+/// plain exchange, then the same with the frame, the codec and the ICRC
+/// check; each reported by its median run.
+fn run_baseline(o: &Opts) -> Result<BaseResult, String> {
+    use baseline::Work;
+    let works = [Work::Plain, Work::Frame, Work::Codec, Work::Checked];
+    let mut runs: Vec<Vec<WorkRun>> = works.iter().map(|_| Vec::new()).collect();
+    let mut batching = "";
+    for _ in 0..BASELINE_ROUNDS {
+        for (k, &work) in works.iter().enumerate() {
+            let (r, b) = run_baseline_work(o, work)?;
+            if work == Work::Plain {
+                batching = b;
+            }
+            runs[k].push(r);
+        }
+    }
+    let mut medians = runs.into_iter().map(|mut v| {
+        v.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        v.swap_remove(v.len() / 2)
+    });
+    let plain = medians.next().expect("four works");
+    let floor = works[1..]
+        .iter()
+        .zip(medians)
+        .map(|(w, r)| Rung {
+            work: w.name(),
+            exchanges_per_s: per_s(r.rate),
+            ratio: r.rate / plain.rate.max(1e-9),
+            cpu_us: r.cpu_us,
+        })
+        .collect();
+    Ok(BaseResult {
+        rate: plain.rate,
+        batching,
+        lat: pct(plain.lat_ns.clone()),
+        lat_ns: plain.lat_ns,
+        cpu_us: plain.cpu_us,
+        floor,
+    })
+}
+
+/// What one baseline run measured.
+struct WorkRun {
+    rate: f64,
+    lat_ns: Vec<u64>,
+    cpu_us: f64,
 }
 
 /// The client half of the baseline (see `baseline.rs`): N exchanges of 3
-/// datagrams, C in flight, on the devices' addresses.
-fn run_baseline(o: &Opts) -> Result<BaseResult, String> {
+/// datagrams, C in flight, on the devices' addresses, doing `work`.
+fn run_baseline_work(o: &Opts, work: baseline::Work) -> Result<(WorkRun, &'static str), String> {
     let sip = ip_of(&o.server)?;
     let cip = ip_of(&o.client)?;
+    let (sa, ca) = (
+        SocketAddr::new(sip, BASE_PORT),
+        SocketAddr::new(cip, BASE_PORT),
+    );
     let mut child = None;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut server = None;
     if o.processes == 2 {
-        child = Some(spawn_server(o, "--serve-baseline")?);
+        child = Some(spawn_server_with(
+            o,
+            "--serve-baseline",
+            &["--client", &o.client, "--baseline-work", work.name()],
+        )?);
     } else {
         let sock = baseline::bind(sip, BASE_PORT).map_err(|e| format!("baseline bind: {e}"))?;
         let st = stop.clone();
         server = Some(std::thread::spawn(move || {
-            baseline::serve(&sock, || st.load(Ordering::SeqCst))
+            baseline::serve(&sock, work, ca, || st.load(Ordering::SeqCst))
         }));
     }
     let sock = baseline::bind(cip, BASE_PORT).map_err(|e| format!("baseline bind: {e}"))?;
-    let (rate, lat) = baseline::run(
-        &sock,
-        SocketAddr::new(sip, BASE_PORT),
-        o.connections,
-        o.concurrency,
-        o.timeout,
-    );
+    let cpu0 = cpu_self();
+    let out = baseline::run(&sock, work, sa, o.connections, o.concurrency, o.timeout)
+        .map_err(|e| format!("baseline: {e}"))?;
     stop.store(true, Ordering::SeqCst);
+    let mut bad = out.bad_icrc;
     if let Some(t) = server {
-        let _ = t.join();
+        bad += t.join().unwrap_or(0);
     }
+    let mut cpu = cpu_self() - cpu0;
     if let Some(mut c) = child {
         drop(c.stdin.take());
-        let _ = c.wait();
+        let mut line = String::new();
+        if let Some(o) = c.stdout.take() {
+            let _ = BufReader::new(o).read_line(&mut line);
+        }
+        match line.trim().strip_prefix("cpu ").map(str::parse::<f64>) {
+            Some(Ok(s)) => cpu += s,
+            _ => return Err(format!("baseline responder: no CPU figure ({line:?})")),
+        }
+        match c.wait() {
+            Ok(st) if st.success() => {}
+            Ok(st) => return Err(format!("baseline responder ({}) {st}", work.name())),
+            Err(e) => return Err(format!("baseline responder: {e}")),
+        }
     }
-    Ok(BaseResult {
-        rate,
-        batching: sock.batching(),
-        lat: pct(lat.clone()),
-        lat_ns: lat,
-    })
+    if bad != 0 {
+        return Err(format!(
+            "baseline ({}): {bad} datagrams failed their ICRC check",
+            work.name()
+        ));
+    }
+    if out.done < o.connections {
+        return Err(format!(
+            "baseline ({}): {} of {} exchanges completed in {:?}",
+            work.name(),
+            out.done,
+            o.connections,
+            o.timeout
+        ));
+    }
+    let cpu_us = cpu * 1e6 / out.done.max(1) as f64;
+    Ok((
+        WorkRun {
+            rate: out.rate,
+            lat_ns: out.lat_ns,
+            cpu_us,
+        },
+        sock.batching(),
+    ))
 }
 
 fn spawn_server(o: &Opts, mode: &str) -> Result<std::process::Child, String> {
+    spawn_server_with(o, mode, &[])
+}
+
+fn spawn_server_with(o: &Opts, mode: &str, extra: &[&str]) -> Result<std::process::Child, String> {
     let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
     let mut argv: Vec<String> = o
         .server_wrap
@@ -829,6 +967,7 @@ fn spawn_server(o: &Opts, mode: &str) -> Result<std::process::Child, String> {
     if o.verify {
         argv.push("--verify".into());
     }
+    argv.extend(extra.iter().map(|a| a.to_string()));
     let mut c = std::process::Command::new(&argv[0])
         .args(&argv[1..])
         .stdin(std::process::Stdio::piped())
@@ -1400,6 +1539,8 @@ impl Results {
                 exchanges_per_s: per_s(b.rate),
                 exchange_us: b.lat,
                 batching: b.batching,
+                cpu_us: b.cpu_us,
+                floor: &b.floor,
             }),
             ratio_to_udp: self.ratio_to_udp(o),
         }
@@ -1445,9 +1586,16 @@ impl Results {
         );
         if let (Some(b), Some(r)) = (&self.baseline, self.ratio_to_udp(o)) {
             println!(
-                "  UDP baseline ({}): {:.0} exchanges/s, p50 {:.1} µs -> ratio_to_udp rate {:.2}, p50 {:.2}",
-                b.batching, b.rate, b.lat.p50, r.rate, r.p50
+                "  UDP baseline ({}): {:.0} exchanges/s, p50 {:.1} µs, CPU {:.2} µs each -> ratio_to_udp rate {:.2}, p50 {:.2}",
+                b.batching, b.rate, b.lat.p50, b.cpu_us, r.rate, r.p50
             );
+            println!("  the baseline doing the wire's per-message work (same sockets, this run):");
+            for f in &b.floor {
+                println!(
+                    "    {:<24} {:>10} /s   {:.2} of the baseline, CPU {:.2} µs each",
+                    f.work, f.exchanges_per_s, f.ratio, f.cpu_us
+                );
+            }
         }
     }
 }

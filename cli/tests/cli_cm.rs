@@ -186,7 +186,7 @@ fn check_bench(args: &[&str], n: usize) -> serde_json::Value {
 
 #[test]
 fn bench_over_udp_two_processes_completes() {
-    check_bench(
+    let v = check_bench(
         &[
             "--server",
             &net::soft(5),
@@ -196,6 +196,23 @@ fn bench_over_udp_two_processes_completes() {
         ],
         1000,
     );
+    // The baseline and its rungs with the wire's per-message work, each
+    // run to the end (a rung that did not complete fails the bench).
+    let b = &v["udp_baseline"];
+    assert!(b["exchanges_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(b["cpu_us"].as_f64().unwrap() > 0.0, "{v}");
+    let floor = b["floor"].as_array().unwrap();
+    let names: Vec<_> = floor.iter().map(|r| r["work"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["frame", "frame+codec", "frame+codec+icrc-check"],
+        "{v}"
+    );
+    for r in floor {
+        assert!(r["exchanges_per_s"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(r["ratio"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(r["cpu_us"].as_f64().unwrap() > 0.0, "{v}");
+    }
 }
 
 #[test]

@@ -294,14 +294,7 @@ impl UdpTransport {
         out: &mut [u8; GSI_PAYLOAD_LEN],
     ) {
         let psn = self.psn.fetch_add(1, Ordering::Relaxed) & 0xff_ffff;
-        let mut bth = Bth::gsi(psn);
-        bth.pkey = t.dest.pkey;
-        roce::emit_udp_payload_after(&bth, &Deth::GSI, &t.mad, prefix, out);
-        if id_delta != 0 {
-            let at = GSI_PAYLOAD_LEN - 4;
-            let icrc = u32::from_le_bytes(out[at..].try_into().expect("4 bytes")) ^ id_delta;
-            out[at..].copy_from_slice(&icrc.to_le_bytes());
-        }
+        frame_gsi(psn, t.dest.pkey, &t.mad, prefix, id_delta, out);
     }
 
     fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
@@ -442,6 +435,29 @@ impl UdpTransport {
     }
 }
 
+/// Frames `mad` as a RoCEv2 GSI datagram (BTH with `psn` and `pkey`, DETH,
+/// the MAD, the ICRC) behind the headers whose pseudo-header CRC is `prefix`
+/// (IP ID 0), its ICRC XORed with `id_delta` for the IP ID it will carry
+/// ([`ipv4_id_deltas`]; 0 for ID 0 and IPv6). What the fabric does to every
+/// MAD it sends; `ibcm bench --baseline` times it on the baseline's path.
+pub fn frame_gsi(
+    psn: u32,
+    pkey: u16,
+    mad: &[u8; crate::wire::MAD_LEN],
+    prefix: &IcrcPrefix,
+    id_delta: u32,
+    out: &mut [u8; GSI_PAYLOAD_LEN],
+) {
+    let mut bth = Bth::gsi(psn);
+    bth.pkey = pkey;
+    roce::emit_udp_payload_after(&bth, &Deth::GSI, mad, prefix, out);
+    if id_delta != 0 {
+        let at = GSI_PAYLOAD_LEN - 4;
+        let icrc = u32::from_le_bytes(out[at..].try_into().expect("4 bytes")) ^ id_delta;
+        out[at..].copy_from_slice(&icrc.to_le_bytes());
+    }
+}
+
 /// Whether `icrc` is the ICRC of `body` behind the headers a Linux sender
 /// gives a datagram (`inp`, IP ID 0) or, over IPv4, one of the segments of
 /// a `UDP_SEGMENT` send of up to `BATCH` from such a sender: segment `i`
@@ -450,7 +466,7 @@ impl UdpTransport {
 /// the burst before it or handed it over whole (`UDP_GRO`); the ICRC for ID
 /// `i` is the one for ID 0 XOR a constant, so this costs one CRC and a scan
 /// of `BATCH` values. `prefix` is `inp`'s pseudo-header CRC.
-fn icrc_matches(inp: IcrcInput, prefix: &IcrcPrefix, body: &[u8], icrc: u32) -> bool {
+pub fn icrc_matches(inp: IcrcInput, prefix: &IcrcPrefix, body: &[u8], icrc: u32) -> bool {
     let diff = prefix.icrc(body) ^ icrc;
     // A scan without an early exit: the compiler compares several at once.
     diff == 0
@@ -462,7 +478,7 @@ fn icrc_matches(inp: IcrcInput, prefix: &IcrcPrefix, body: &[u8], icrc: u32) -> 
 
 /// Per IPv4 ID `i` < `BATCH`: what ID `i` instead of 0 XORs into a GSI
 /// datagram's ICRC ([`roce::gsi_ipv4_id_delta`]).
-fn ipv4_id_deltas() -> &'static [u32; BATCH] {
+pub fn ipv4_id_deltas() -> &'static [u32; BATCH] {
     static DELTAS: std::sync::OnceLock<[u32; BATCH]> = std::sync::OnceLock::new();
     DELTAS.get_or_init(|| std::array::from_fn(|i| roce::gsi_ipv4_id_delta(i as u16)))
 }
