@@ -156,7 +156,8 @@ pub struct Args {
     #[arg(long, hide = true)]
     pub serve_baseline: bool,
     /// (internal) what the baseline's responder does per datagram
-    /// (`plain`, `icrc`, `icrc+codec`)
+    /// (`baseline::Work::name`: `plain`, `frame`, `frame+codec`,
+    /// `frame+codec+icrc-check`)
     #[arg(long, hide = true, default_value = "plain")]
     pub baseline_work: String,
 }

@@ -183,14 +183,14 @@ impl Device {
     /// engine mode (design A: the service runs the device's engines),
     /// whatever `IBCM_SERVICE_MODE` says.
     pub fn open_served(name: &str, socket: &std::path::Path) -> Result<Arc<Device>, Errno> {
-        super::remote::open_at(socket, name)
+        super::remote::open_at(socket, name, false)
     }
 
     /// Opens a device through the CM service listening at `socket` in
     /// forward mode (design B: this process runs the device's engines, the
     /// service forwards their MADs), whatever `IBCM_SERVICE_MODE` says.
     pub fn open_forwarded(name: &str, socket: &std::path::Path) -> Result<Arc<Device>, Errno> {
-        super::remote::open_forwarded_at(socket, name)
+        super::remote::open_at(socket, name, true)
     }
 
     /// Whether the host CM service serves this device, with its engines

@@ -411,10 +411,11 @@ pub(super) fn open(name: &str) -> Result<Option<Arc<Device>>, Errno> {
     Remote::open(fd, name).map(Some)
 }
 
-/// Opens `name` through the service listening at `path` in engine mode
-/// (no start on demand, whatever `IBCM_SERVICE` and `IBCM_SERVICE_MODE`
-/// say).
-pub(super) fn open_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
+/// Opens `name` through the service listening at `path`, forwarding its
+/// MADs (`forwarded`: the engines run here) or in engine mode (they run in
+/// the service), with no start on demand, whatever `IBCM_SERVICE` and
+/// `IBCM_SERVICE_MODE` say.
+pub(super) fn open_at(path: &Path, name: &str, forwarded: bool) -> Result<Arc<Device>, Errno> {
     let fd = connect_service(path, false).map_err(|e| {
         if e.kind() == std::io::ErrorKind::TimedOut {
             crate::log::always(
@@ -429,21 +430,11 @@ pub(super) fn open_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
         ibcm_log!(WARN, "{name}: no CM service at {}: {e}", path.display());
         Errno::ENODEV
     })?;
-    Remote::open(fd, name)
-}
-
-/// Opens `name` through the service listening at `path` in forward mode
-/// (no start on demand).
-pub(super) fn open_forwarded_at(path: &Path, name: &str) -> Result<Arc<Device>, Errno> {
-    let fd = connect_service(path, false).map_err(|e| {
-        ibcm_log!(WARN, "{name}: no CM service at {}: {e}", path.display());
-        if e.kind() == std::io::ErrorKind::TimedOut {
-            Errno(errno::ETIMEDOUT)
-        } else {
-            Errno::ENODEV
-        }
-    })?;
-    super::forward::open(fd, name)
+    if forwarded {
+        super::forward::open(fd, name)
+    } else {
+        Remote::open(fd, name)
+    }
 }
 
 /// A connection to the service at `path`, every wait bounded by
