@@ -324,6 +324,13 @@ impl Engine {
         self.ids.len()
     }
 
+    /// The slot of this shard's id table that `id` names, live or not
+    /// (`None`: not an id of this shard). Each slot holds one id at a
+    /// time: a caller's table indexed by it needs no hashing.
+    pub fn id_slot(&self, id: Handle) -> Option<usize> {
+        self.ids.slot_of(u32::try_from(id.0).ok()?)
+    }
+
     /// Number of pending timers.
     pub fn timer_count(&self) -> usize {
         self.timers.len()
