@@ -206,6 +206,7 @@ impl Wire {
         Some((kind, m.tid as usize))
     }
 }
+
 /// Bytes one receive buffer holds with `UDP_GRO`: the largest UDP payload,
 /// so that no coalesced packet is truncated.
 const GRO_BUF: usize = 65_535;
