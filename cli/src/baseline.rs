@@ -20,8 +20,8 @@
 //! `IBCM_BASELINE_BATCH=mmsg` forces that for a comparison.
 
 use ibcm::fabric::udp::{
-    self, BATCH, RECV_BUF, addr_of, frame_gsi, icrc_matches, ipv4_id_deltas, setsockopt_int,
-    sockaddr_of,
+    self, BATCH, RECV_BUF, addr_of, frame_gsi, icrc_matches, ipv4_id_deltas, linux_icrc_input,
+    setsockopt_int, sockaddr_of,
 };
 use ibcm::wire::cm::{CmMad, CmMsg, Rep, Req, Rtu};
 use ibcm::wire::roce::{self, GSI_PAYLOAD_LEN, IcrcInput, IcrcPrefix};
@@ -96,25 +96,18 @@ pub struct Wire {
     pub bad_icrc: u64,
 }
 
-fn linux_input(from: SocketAddr, to: SocketAddr) -> IcrcInput {
-    match (from.ip(), to.ip()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => IcrcInput::linux_ipv4(s, d, from.port(), to.port()),
-        (s, d) => {
-            let v6 = |ip: IpAddr| match ip {
-                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-                IpAddr::V6(v6) => v6,
-            };
-            IcrcInput::linux_ipv6(v6(s), v6(d), from.port(), to.port())
-        }
-    }
-}
-
 impl Wire {
     /// This end (`me`, on `sock`) talking to `peer`.
     pub fn new(work: Work, sock: &Socket, peer: SocketAddr) -> io::Result<Wire> {
         let me = sock.sock.local_addr()?;
-        let tx_input = linux_input(me, peer);
-        let rx_input = linux_input(peer, me);
+        let (Some(tx_input), Some(rx_input)) =
+            (linux_icrc_input(me, peer), linux_icrc_input(peer, me))
+        else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{me} and {peer}: not one address family"),
+            ));
+        };
         Ok(Wire {
             work,
             tx: tx_input.prefix(),

@@ -264,15 +264,11 @@ impl UdpTransport {
     }
 
     fn icrc_input(&self, peer: IpAddr, peer_port: u16, outgoing: bool) -> Option<IcrcInput> {
-        let (src, sport, dst, dport) = if outgoing {
-            (self.ip, self.port, peer, peer_port)
+        let (me, peer) = (self.local_addr(), SocketAddr::new(peer, peer_port));
+        if outgoing {
+            linux_icrc_input(me, peer)
         } else {
-            (peer, peer_port, self.ip, self.port)
-        };
-        match (src, dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => Some(IcrcInput::linux_ipv4(s, d, sport, dport)),
-            (IpAddr::V6(s), IpAddr::V6(d)) => Some(IcrcInput::linux_ipv6(s, d, sport, dport)),
-            _ => None,
+            linux_icrc_input(peer, me)
         }
     }
 
@@ -432,6 +428,18 @@ impl UdpTransport {
             src: MadSource::roce_gsi(Gid::from(src_ip), self.gid, d.deth.src_qp, d.bth.pkey),
             mad: *d.mad,
         })
+    }
+}
+
+/// The headers Linux gives a datagram from `src` to `dst` over an
+/// unconnected socket with DF set, as the ICRC covers them (IP ID 0);
+/// `None` across address families.
+pub fn linux_icrc_input(src: SocketAddr, dst: SocketAddr) -> Option<IcrcInput> {
+    let (sport, dport) = (src.port(), dst.port());
+    match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => Some(IcrcInput::linux_ipv4(s, d, sport, dport)),
+        (IpAddr::V6(s), IpAddr::V6(d)) => Some(IcrcInput::linux_ipv6(s, d, sport, dport)),
+        _ => None,
     }
 }
 
